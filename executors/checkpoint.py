@@ -1,0 +1,285 @@
+"""Async, verified checkpoints in one folder.
+
+The step loop pauses only to copy state into CPU memory (``save``); one named thread
+writes it to a temp file while hashing, fsyncs and renames it, then writes the
+manifest, which marks the checkpoint complete. Loading checks size and sha256 of the
+bytes it then deserialises with ``weights_only=True``; a bad checkpoint is skipped for
+the previous one, and the skip is an event.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+import torch
+
+from executors.durable import atomic_write, fsync_dir
+from protocol.faults import FaultKind
+from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
+from protocol.spec import CheckpointManifest
+
+Emit = Callable[[ExecutorMessage], None]
+_READ_CHUNK = 8 << 20
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that must not be loaded; the message says why."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    manifest: CheckpointManifest
+    path: Path
+    state: dict[str, Any]
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:010d}"
+
+
+class _HashingWriter:
+    """A write-only file object that hashes and counts what passes through it."""
+
+    def __init__(self, f: BinaryIO, delay_s: float = 0.0) -> None:
+        self._f = f
+        self._delay = delay_s
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        if self._delay:
+            time.sleep(self._delay)
+        self.sha.update(data)
+        self.size += len(data)
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+def snapshot(obj: Any) -> Any:
+    """A CPU copy of a state tree, so training can go on while it is written."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: snapshot(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [snapshot(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(snapshot(v) for v in obj)
+    return obj
+
+
+class CheckpointManager:
+    """One job's checkpoints in ``folder``: save (async), wait, load the newest good one, retain K."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        job: str,
+        spec_hash: str,
+        keep: int,
+        epoch: int,
+        code_version: str,
+        emit: Emit,
+        write_delay_s: float = 0.0,
+    ) -> None:
+        self.folder = folder
+        self.job = job
+        self.spec_hash = spec_hash
+        self.keep = keep
+        self.epoch = epoch
+        self.code_version = code_version
+        self._emit = emit
+        self._delay = write_delay_s
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hotspare-ckpt")
+        self._pending: Future[CheckpointSaved | None] | None = None
+        self.last_saved: CheckpointSaved | None = None
+        self.consecutive_failures = 0
+        self.last_write_s = 0.0
+        folder.mkdir(parents=True, exist_ok=True)
+        self._remove_incomplete()
+
+    # ------------------------------------------------------------------ saving
+
+    def save(self, step: int, state: dict[str, Any]) -> float:
+        """Snapshot ``state`` and queue its write; returns the step-loop stall in seconds."""
+        t0 = time.perf_counter()
+        self.wait()
+        snap = snapshot(state)
+        stall = time.perf_counter() - t0
+        self._pending = self._pool.submit(self._write, step, snap, stall)
+        return stall
+
+    def wait(self) -> CheckpointSaved | None:
+        """Block until the write in flight (if any) is done; its result, None if it failed."""
+        fut, self._pending = self._pending, None
+        return fut.result() if fut is not None else None
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown(wait=True)
+
+    def _write(self, step: int, snap: dict[str, Any], stall: float) -> CheckpointSaved | None:
+        t0 = time.perf_counter()
+        name = checkpoint_name(step)
+        data_path = self.folder / f"{name}.pt"
+        tmp = self.folder / f".{name}.pt.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                writer = _HashingWriter(f, self._delay)
+                torch.save(snap, writer)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, data_path)
+            manifest = CheckpointManifest(
+                job=self.job,
+                step=step,
+                file=data_path.name,
+                size=writer.size,
+                sha256=writer.sha.hexdigest(),
+                epoch=self.epoch,
+                spec_hash=self.spec_hash,
+                code_version=self.code_version,
+                created_at=time.time(),
+            )
+            manifest_path = self.folder / f"{name}.json"
+            atomic_write(manifest_path, msgspec.json.encode(manifest))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            self.consecutive_failures += 1
+            self._write_failed(step, e)
+            return None
+        self.consecutive_failures = 0
+        self.last_write_s = time.perf_counter() - t0
+        saved = CheckpointSaved(
+            manifest=manifest,
+            path=str(data_path),
+            manifest_path=str(manifest_path),
+            write_s=self.last_write_s,
+            stall_s=stall,
+        )
+        self.last_saved = saved
+        self._emit(saved)
+        self._purge(self.keep)
+        return saved
+
+    def _write_failed(self, step: int, e: OSError) -> None:
+        if e.errno == errno.ENOSPC:
+            self._purge(1)
+            self._emit(
+                Fault(
+                    fault=FaultKind.DISK_FULL.value,
+                    step=step,
+                    message=f"no space left writing checkpoint {step} in {self.folder}; kept only the newest",
+                )
+            )
+        else:
+            self._emit(
+                Fault(
+                    fault=FaultKind.CHECKPOINT_WRITE.value,
+                    step=step,
+                    message=f"writing checkpoint {step} in {self.folder} failed: {e}",
+                )
+            )
+
+    # ---------------------------------------------------------------- listing
+
+    def manifests(self) -> list[Path]:
+        """Manifest paths, newest step first."""
+        return sorted(self.folder.glob("step-*.json"), reverse=True)
+
+    def _remove_incomplete(self) -> None:
+        """Temp files and data files without a manifest are the remains of a killed write."""
+        for tmp in self.folder.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        for data in self.folder.glob("step-*.pt"):
+            if not data.with_suffix(".json").exists():
+                data.unlink(missing_ok=True)
+
+    def _purge(self, keep: int) -> None:
+        for manifest_path in self.manifests()[keep:]:
+            manifest_path.unlink(missing_ok=True)
+            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+        try:
+            fsync_dir(self.folder)
+        except OSError:
+            pass
+
+    # ---------------------------------------------------------------- loading
+
+    def load_latest(self, map_location: torch.device | str = "cpu") -> Loaded | None:
+        """The newest checkpoint that verifies and loads; each one skipped is a Fault event."""
+        for manifest_path in self.manifests():
+            try:
+                manifest, state = self._load(manifest_path, map_location)
+            except CorruptCheckpoint as e:
+                kind = (
+                    FaultKind.CHECKPOINT_MISMATCH
+                    if "spec" in str(e) or "epoch" in str(e)
+                    else FaultKind.CHECKPOINT_CORRUPT
+                )
+                self._emit(
+                    Fault(
+                        fault=kind.value, message=f"skipped {manifest_path.with_suffix('.pt')}: {e}"
+                    )
+                )
+                continue
+            return Loaded(manifest, manifest_path.with_suffix(".pt"), state)
+        return None
+
+    def _load(
+        self, manifest_path: Path, map_location: torch.device | str
+    ) -> tuple[CheckpointManifest, dict[str, Any]]:
+        try:
+            manifest = msgspec.json.decode(manifest_path.read_bytes(), type=CheckpointManifest)
+        except (OSError, msgspec.DecodeError) as e:
+            raise CorruptCheckpoint(f"unreadable manifest: {e}") from None
+        if manifest.spec_hash != self.spec_hash:
+            raise CorruptCheckpoint(
+                f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
+            )
+        if manifest.epoch > self.epoch:
+            raise CorruptCheckpoint(
+                f"written under epoch {manifest.epoch}, newer than this executor's {self.epoch}"
+            )
+        data = verified_bytes(manifest_path.with_suffix(".pt"), manifest)
+        try:
+            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        except Exception as e:
+            raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {e}") from None
+        return manifest, state
+
+
+def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
+    """The file's bytes, only if their size and sha256 match the manifest."""
+    try:
+        size = path.stat().st_size
+        if size != manifest.size:
+            raise CorruptCheckpoint(
+                f"size {size} bytes, manifest says {manifest.size} (truncated?)"
+            )
+        buf = bytearray()
+        sha = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(_READ_CHUNK):
+                sha.update(chunk)
+                buf += chunk
+    except OSError as e:
+        raise CorruptCheckpoint(f"cannot read: {e}") from None
+    if sha.hexdigest() != manifest.sha256:
+        raise CorruptCheckpoint(
+            f"sha256 {sha.hexdigest()[:12]}… does not match the manifest's {manifest.sha256[:12]}…"
+        )
+    return bytes(buf)

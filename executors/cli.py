@@ -1,0 +1,134 @@
+"""``hotspare-executor``: run a job on this machine, or serve the protocol for the console.
+
+Exit codes are in ``executors.exitcodes``. Bad input is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from executors import exitcodes
+from executors.workdir import EVENTS, WorkdirBusy, acquire
+from protocol.errors import ConfigError
+from protocol.faults import FaultKind
+from protocol.messages import ExecutorMessage
+
+PROG = "hotspare-executor"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Train a hotspare job on this host.")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="run a job to its last step, resuming from the newest valid checkpoint"
+    )
+    run.add_argument(
+        "--spec", type=Path, required=True, help="job spec TOML, or an inventory with [jobs.NAME]"
+    )
+    run.add_argument("--job", help="which job of an inventory")
+    run.add_argument(
+        "--workdir", type=Path, required=True, help="folder for checkpoints and events"
+    )
+    run.add_argument(
+        "--json", action="store_true", help="one JSON object per line per event on stdout"
+    )
+    run.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    run.add_argument("--epoch", type=int, default=0, help=argparse.SUPPRESS)
+    serve = sub.add_parser(
+        "serve", help="serve the protocol on a Unix socket in the workdir (console mode)"
+    )
+    serve.add_argument("--workdir", type=Path, required=True)
+    serve.add_argument(
+        "--spec", type=Path, help="start this job at once instead of waiting for Start"
+    )
+    serve.add_argument("--job")
+    serve.add_argument("--device")
+    serve.add_argument("--heartbeat-s", type=float, default=1.0)
+    serve.add_argument("--health-s", type=float, default=1.0)
+    sub.add_parser("version", help="print the executor's code version")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "version":
+            from executors.version import code_version
+
+            print(code_version())
+            return exitcodes.OK
+        if args.command == "run":
+            return _run(args)
+        return _serve(args)
+    except ConfigError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return exitcodes.CONFIG
+    except WorkdirBusy as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return exitcodes.BUSY
+
+
+def _run(args: argparse.Namespace) -> int:
+    from executors.control import Control
+    from executors.events import EventLog, JsonLines, ProgressBar, report_crash
+    from executors.inject import Injections
+    from executors.kinds import load_kind
+    from executors.spec import load_spec
+
+    spec = load_spec(args.spec, args.job)
+    injections = Injections.from_env()
+    kind = load_kind(spec.executor)
+    acquire(args.workdir)
+    log = EventLog(args.workdir / EVENTS)
+    show = JsonLines(sys.stdout) if args.json else ProgressBar(sys.stderr)
+
+    def emit(msg: ExecutorMessage) -> None:
+        log(msg)
+        show(msg)
+
+    control = Control(epoch=args.epoch)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            control.request_stop(
+                "preempted",
+                checkpoint=True,
+                exit_code=exitcodes.PREEMPTED,
+                fault=FaultKind.PREEMPTED.value,
+            )
+        else:
+            control.request_stop("interrupted", checkpoint=True, exit_code=exitcodes.INTERRUPTED)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    runner = kind.runner(
+        spec, args.workdir, emit, control=control, device=args.device, injections=injections
+    )
+    try:
+        return runner.run().exit_code
+    except ConfigError:
+        raise
+    except Exception as e:
+        return report_crash(e, args.workdir, emit)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from executors.serve import Server
+    from executors.spec import load_spec
+
+    spec = load_spec(args.spec, args.job) if args.spec else None
+    acquire(args.workdir)
+    server = Server(
+        args.workdir, device=args.device, heartbeat_s=args.heartbeat_s, health_s=args.health_s
+    )
+    return asyncio.run(server.main(autostart=spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

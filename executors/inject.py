@@ -1,0 +1,60 @@
+"""Test hooks: faults injected on purpose, so each recovery path can be exercised for real.
+
+Set ``HOTSPARE_INJECT`` to a comma-separated list; each entry fires once per process:
+
+- ``oom@STEP``      raise an out-of-memory error in the first micro-batch of STEP
+- ``nan@STEP``      make the loss of STEP NaN
+- ``slow_write@S``  sleep S seconds in every write call of a checkpoint (to kill inside a write)
+- ``crash@STEP``    raise an exception in the workload at STEP (an executor crash)
+
+GPU faults come from the fake NVML instead (``HOTSPARE_FAKE_NVML``, see executors.gpu_fake).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from protocol.errors import ConfigError
+
+ENV = "HOTSPARE_INJECT"
+
+
+@dataclass
+class Injections:
+    oom: set[int] = field(default_factory=set)
+    nan: set[int] = field(default_factory=set)
+    crash: set[int] = field(default_factory=set)
+    slow_write_s: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Injections:
+        inj = cls()
+        for raw in filter(None, (p.strip() for p in text.split(","))):
+            kind, sep, arg = raw.partition("@")
+            try:
+                if not sep:
+                    raise ValueError
+                if kind in ("oom", "nan", "crash"):
+                    getattr(inj, kind).add(int(arg))
+                elif kind == "slow_write":
+                    inj.slow_write_s = float(arg)
+                else:
+                    raise ValueError
+            except ValueError:
+                raise ConfigError(
+                    f"{ENV}: cannot read {raw!r}; expected oom@STEP, nan@STEP, crash@STEP or slow_write@SECONDS"
+                ) from None
+        return inj
+
+    @classmethod
+    def from_env(cls) -> Injections:
+        return cls.parse(os.environ.get(ENV, ""))
+
+    def take(self, kind: str, step: int) -> bool:
+        """True once for a step listed under ``kind``."""
+        steps: set[int] = getattr(self, kind)
+        if step in steps:
+            steps.discard(step)
+            return True
+        return False

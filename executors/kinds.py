@@ -1,0 +1,65 @@
+"""Executor kinds are plug-ins: the ``hotspare.executors`` entry point group, plus the built-ins.
+
+A kind is a class with ``name`` and ``runner(spec, workdir, emit, *, control, device,
+injections)`` returning an object whose ``run()`` gives an ``Outcome``. The built-ins
+resolve without package metadata, because a host runs the executor from a copied bundle.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol
+
+from executors.checkpoint import Emit
+from executors.control import Control
+from executors.inject import Injections
+from executors.trainer import Outcome
+from protocol.errors import ConfigError
+from protocol.spec import JobSpec
+
+GROUP = "hotspare.executors"
+BUILTIN = {"torch": "executors.torch_kind:TorchKind"}
+
+
+class Runner(Protocol):
+    def run(self) -> Outcome: ...
+
+
+class ExecutorKind(Protocol):
+    name: str
+
+    def runner(
+        self,
+        spec: JobSpec,
+        workdir: Path,
+        emit: Emit,
+        *,
+        control: Control,
+        device: str | None,
+        injections: Injections,
+    ) -> Runner: ...
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def load_kind(name: str) -> ExecutorKind:
+    """The kind called ``name``; an unknown name lists the valid ones."""
+    if name in BUILTIN:
+        return _load(BUILTIN[name])()
+    found = {ep.name: ep for ep in entry_points(group=GROUP)}
+    if name not in found:
+        valid = sorted(set(BUILTIN) | set(found))
+        raise ConfigError(
+            f"executor: unknown executor kind {name!r}; available: {', '.join(valid)}"
+        )
+    try:
+        return found[name].load()()
+    except Exception as e:
+        raise ConfigError(
+            f"executor: plug-in {name!r} failed to load: {type(e).__name__}: {e}"
+        ) from None

@@ -1,0 +1,345 @@
+"""``hotspare-executor serve``: the detached executor the console talks to.
+
+The protocol is served on a Unix socket (mode 0600) in the workdir; no TCP port is
+opened. Training runs on its own thread and goes on when clients come and go. The
+lease is enforced twice: the trainer stops at a step boundary before it ends, and a
+watchdog here ends the process if a step overruns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from executors import exitcodes
+from executors.control import Control
+from executors.durable import atomic_write
+from executors.events import EventLog, report_crash
+from executors.inject import Injections
+from executors.kinds import load_kind
+from executors.trainer import Outcome
+from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET
+from protocol.errors import ConfigError, ProtocolError
+from protocol.faults import FaultKind
+from protocol.framing import (
+    CONSOLE_MESSAGES,
+    check_hello,
+    encode_frame,
+    read_message,
+    write_message,
+)
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    CheckpointNow,
+    ConsoleHello,
+    ConsoleMessage,
+    Drain,
+    ExecutorHello,
+    ExecutorMessage,
+    ExecutorState,
+    Fault,
+    Heartbeat,
+    Lease,
+    Log,
+    Ping,
+    Progress,
+    Start,
+    Stop,
+    Stopped,
+)
+from protocol.spec import JobSpec
+
+HELLO_TIMEOUT_S = 10.0
+MAX_CLIENT_BUFFER = 1 << 20
+_FINAL = {
+    exitcodes.OK: ExecutorState.FINISHED,
+    exitcodes.FAILED: ExecutorState.FAILED,
+    exitcodes.CONFIG: ExecutorState.FAILED,
+}
+
+
+class Server:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        device: str | None = None,
+        heartbeat_s: float = 1.0,
+        health_s: float = 1.0,
+    ) -> None:
+        self.workdir = workdir.resolve()
+        self.device = device
+        self.heartbeat_s = heartbeat_s
+        self.health_s = health_s
+        self.state = ExecutorState.IDLE
+        self.step = 0
+        self.spec: JobSpec | None = None
+        self.control: Control | None = None
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._log = EventLog(self.workdir / EVENTS)
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+
+    # ------------------------------------------------------------------ life
+
+    async def main(self, autostart: JobSpec | None = None) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._done: asyncio.Future[int] = self._loop.create_future()
+        path = self.workdir / SOCKET
+        if len(str(path)) > MAX_SOCKET_PATH:
+            raise ConfigError(
+                f"{path}: socket path longer than {MAX_SOCKET_PATH} bytes; use a shorter workdir"
+            )
+        path.unlink(missing_ok=True)  # we hold the workdir lock, so any socket here is stale
+        old = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self._client, path=str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._on_signal, sig)
+        tasks = [
+            asyncio.create_task(t) for t in (self._heartbeats(), self._health(), self._watchdog())
+        ]
+        if autostart is not None:
+            self._start(Start(spec=autostart))
+        try:
+            code = await self._done
+        finally:
+            for t in tasks:
+                t.cancel()
+            server.close()
+            await self._flush_clients()
+            path.unlink(missing_ok=True)
+            (self.workdir / PID).unlink(missing_ok=True)
+            self._log.close()
+        return code
+
+    def _on_signal(self, sig: int) -> None:
+        if self.control is None:
+            self._finish_idle(
+                "preempted" if sig == signal.SIGTERM else "interrupted", exitcodes.PREEMPTED
+            )
+        elif sig == signal.SIGTERM:
+            self.control.request_stop(
+                "preempted",
+                checkpoint=True,
+                exit_code=exitcodes.PREEMPTED,
+                fault=FaultKind.PREEMPTED.value,
+            )
+        else:
+            self.control.request_stop(
+                "interrupted", checkpoint=True, exit_code=exitcodes.INTERRUPTED
+            )
+
+    def _finish_idle(self, reason: str, code: int) -> None:
+        self.emit(Stopped(step=0, reason=reason, exit_code=code))
+        self.state = ExecutorState.STOPPED
+        self._loop.call_soon(lambda: self._done.done() or self._done.set_result(code))
+
+    # -------------------------------------------------------------- training
+
+    def _start(self, msg: Start) -> None:
+        if self._thread is not None:
+            assert self.spec is not None
+            self._broadcast(
+                Log(
+                    level="warning",
+                    text=f"already running job {self.spec.name} under epoch "
+                    f"{self.control.epoch if self.control else 0}; Start ignored",
+                )
+            )
+            return
+        self.spec = msg.spec
+        self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s)
+        self.state = ExecutorState.TRAINING
+        self._thread = threading.Thread(
+            target=self._train, args=(msg.spec, self.control), name="hotspare-train", daemon=True
+        )
+        self._thread.start()
+
+    def _train(self, spec: JobSpec, control: Control) -> None:
+        code = exitcodes.FAILED
+        try:
+            kind = load_kind(spec.executor)
+            runner = kind.runner(
+                spec,
+                self.workdir,
+                self.emit,
+                control=control,
+                device=self.device,
+                injections=Injections.from_env(),
+            )
+            outcome: Outcome = runner.run()
+            code = outcome.exit_code
+        except ConfigError as e:
+            self.emit(Fault(fault="config", message=str(e), fatal=True))
+            code = exitcodes.CONFIG
+        except Exception as e:
+            code = report_crash(e, self.workdir, self.emit)
+        finally:
+            self._loop.call_soon_threadsafe(self._trainer_done, code)
+
+    def _trainer_done(self, code: int) -> None:
+        self.state = _FINAL.get(code, ExecutorState.STOPPED)
+        if not self._done.done():
+            self._done.set_result(code)
+
+    def emit(self, msg: ExecutorMessage) -> None:
+        """From any thread: into the workdir's log, then to every client."""
+        if isinstance(msg, Progress):
+            self.step = msg.step
+        self._log(msg)
+        self._loop.call_soon_threadsafe(self._broadcast, msg)
+
+    # ---------------------------------------------------------------- clients
+
+    def _broadcast(self, msg: ExecutorMessage) -> None:
+        frame = encode_frame(msg)
+        for w in list(self._clients):
+            if w.transport.is_closing() or w.transport.get_write_buffer_size() > MAX_CLIENT_BUFFER:
+                self._clients.discard(w)
+                w.close()
+                continue
+            w.write(frame)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            hello = await read_message(reader, CONSOLE_MESSAGES, timeout=HELLO_TIMEOUT_S)
+            if hello is None:
+                return
+            check_hello(hello, ConsoleHello)
+            await write_message(writer, self._hello())
+            self._clients.add(writer)
+            while (msg := await read_message(reader, CONSOLE_MESSAGES)) is not None:
+                self._handle(msg, writer)
+        except ProtocolError as e:
+            with contextlib.suppress(ConnectionError, TimeoutError, ProtocolError):
+                await write_message(
+                    writer, Fault(fault=FaultKind.PROTOCOL.value, message=str(e)), timeout=2
+                )
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self._clients.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(2):
+                    await writer.wait_closed()
+
+    def _hello(self) -> ExecutorHello:
+        return ExecutorHello(
+            version=PROTOCOL_VERSION,
+            executor=self.spec.executor if self.spec else "torch",
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            workdir=str(self.workdir),
+            state=self.state.value,
+            job=self.spec.name if self.spec else None,
+            epoch=self.control.epoch if self.control else 0,
+            step=self.step,
+        )
+
+    def _handle(self, msg: ConsoleMessage, writer: asyncio.StreamWriter) -> None:
+        control = self.control
+        if isinstance(msg, Start):
+            self._start(msg)
+        elif isinstance(msg, Ping):
+            writer.write(encode_frame(self._heartbeat(nonce=msg.nonce)))
+        elif control is None:
+            if isinstance(msg, (Stop, Drain)):
+                self._finish_idle(msg.reason, exitcodes.STOPPED)
+            else:
+                writer.write(
+                    encode_frame(
+                        Log(level="warning", text=f"no job running; {type(msg).__name__} ignored")
+                    )
+                )
+        elif isinstance(msg, Lease):
+            self._lease(msg, control)
+        elif isinstance(msg, CheckpointNow):
+            control.request_checkpoint(msg.reason)
+        elif isinstance(msg, (Stop, Drain)):
+            checkpoint = msg.checkpoint if isinstance(msg, Stop) else True
+            control.request_stop(msg.reason, checkpoint=checkpoint, exit_code=exitcodes.STOPPED)
+            self.state = ExecutorState.STOPPING
+
+    def _lease(self, msg: Lease, control: Control) -> None:
+        if control.renew(msg.epoch, msg.ttl_s):
+            return
+        if msg.epoch > control.epoch:
+            self.emit(
+                Fault(
+                    fault=FaultKind.LEASE_LOST.value,
+                    step=self.step,
+                    message=f"epoch {control.epoch} is stale (console is at {msg.epoch}); stopping "
+                    "without writing anything more",
+                )
+            )
+            control.request_stop("stale_epoch", checkpoint=False, exit_code=exitcodes.LEASE_LOST)
+            self.state = ExecutorState.STOPPING
+
+    async def _flush_clients(self) -> None:
+        for w in list(self._clients):
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(2):
+                    await w.drain()
+            w.close()
+
+    # ------------------------------------------------------------ background
+
+    def _heartbeat(self, nonce: int | None = None) -> Heartbeat:
+        self._seq += 1
+        control = self.control
+        return Heartbeat(
+            seq=self._seq,
+            t=time.time(),
+            state=self.state.value,
+            step=self.step,
+            epoch=control.epoch if control else 0,
+            lease_left_s=control.lease_left() if control else None,
+            nonce=nonce,
+        )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            self._broadcast(self._heartbeat())
+            await asyncio.sleep(self.heartbeat_s)
+
+    async def _health(self) -> None:
+        from executors.health import HealthSampler
+
+        sampler = await asyncio.to_thread(HealthSampler, self.workdir)
+        while True:
+            self._broadcast(await asyncio.to_thread(sampler.sample))
+            await asyncio.sleep(self.health_s)
+
+    async def _watchdog(self) -> None:
+        """The backstop of the lease: if it has ended and training has not stopped, end the process."""
+        while True:
+            await asyncio.sleep(0.05)
+            control = self.control
+            left = control.lease_left() if control else None
+            if (
+                left is not None
+                and left <= 0
+                and self._thread is not None
+                and self._thread.is_alive()
+            ):
+                self._log(
+                    Fault(
+                        fault=FaultKind.LEASE_LOST.value,
+                        step=self.step,
+                        fatal=True,
+                        message="lease ended while a step was still running; exiting at once",
+                    )
+                )
+                os._exit(exitcodes.LEASE_LOST)

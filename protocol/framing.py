@@ -1,0 +1,192 @@
+"""Frames: a 4-byte big-endian length, then one msgpack-encoded message.
+
+The length is checked against ``MAX_FRAME`` before any buffer is allocated. Every
+failure is a ``ProtocolError`` with a one-line reason; the caller closes the link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from protocol.errors import ProtocolError
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    ConsoleHello,
+    ConsoleMessage,
+    ExecutorHello,
+    ExecutorMessage,
+)
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 4 * 1024 * 1024
+
+T = TypeVar("T")
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_frame(msg: Any) -> bytes:
+    """One message as a frame."""
+    payload = _encoder.encode(msg)
+    if len(payload) > MAX_FRAME:
+        raise ProtocolError(
+            f"message {type(msg).__name__} is {len(payload)} bytes, over the {MAX_FRAME}-byte frame limit"
+        )
+    return HEADER.pack(len(payload)) + payload
+
+
+class MessageDecoder(Generic[T]):
+    """A typed msgpack decoder for one direction, built once and reused."""
+
+    def __init__(self, union: Any, direction: str) -> None:
+        self._decoder = msgspec.msgpack.Decoder(union)
+        self.direction = direction
+
+    def decode(self, payload: bytes | memoryview) -> T:
+        try:
+            return self._decoder.decode(payload)
+        except msgspec.ValidationError as e:
+            text = str(e)
+            if text.endswith("at `$.kind`") or "missing required field `kind`" in text:
+                raise ProtocolError(f"unknown {self.direction} message kind: {text}") from None
+            raise ProtocolError(f"invalid {self.direction} message: {text}") from None
+        except msgspec.DecodeError as e:
+            raise ProtocolError(f"malformed {self.direction} frame payload: {e}") from None
+
+
+CONSOLE_MESSAGES: MessageDecoder[ConsoleMessage] = MessageDecoder(
+    ConsoleMessage, "console->executor"
+)
+EXECUTOR_MESSAGES: MessageDecoder[ExecutorMessage] = MessageDecoder(
+    ExecutorMessage, "executor->console"
+)
+
+
+def check_length(length: int, max_frame: int = MAX_FRAME) -> None:
+    if length > max_frame:
+        raise ProtocolError(f"frame length {length} exceeds the {max_frame}-byte limit")
+
+
+class FrameBuffer(Generic[T]):
+    """Sans-I/O frame splitter: ``feed`` bytes in any chunking, get whole messages out."""
+
+    def __init__(self, decoder: MessageDecoder[T], max_frame: int = MAX_FRAME) -> None:
+        self._decoder = decoder
+        self._max = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[T]:
+        self._buf += data
+        out: list[T] = []
+        while len(self._buf) >= HEADER.size:
+            (length,) = HEADER.unpack_from(self._buf)
+            check_length(length, self._max)
+            end = HEADER.size + length
+            if len(self._buf) < end:
+                break
+            out.append(self._decoder.decode(bytes(self._buf[HEADER.size : end])))
+            del self._buf[:end]
+        return out
+
+    def close(self) -> None:
+        """End of stream: bytes of a partial frame still buffered mean a truncated frame."""
+        if self._buf:
+            raise ProtocolError(
+                f"connection closed inside a frame ({len(self._buf)} bytes of a partial frame)"
+            )
+
+
+# ------------------------------------------------------------------------ blocking
+
+
+def _recv_exact(sock: socket.socket, n: int, *, at_boundary: bool) -> bytes | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except TimeoutError:
+            raise ProtocolError(f"timed out reading a frame ({got} of {n} bytes)") from None
+        if k == 0:
+            if got == 0 and at_boundary:
+                return None
+            raise ProtocolError(f"truncated frame: connection closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def recv_message(
+    sock: socket.socket, decoder: MessageDecoder[T], max_frame: int = MAX_FRAME
+) -> T | None:
+    """Read one message from a blocking socket (its own timeout applies); None on a clean close."""
+    header = _recv_exact(sock, HEADER.size, at_boundary=True)
+    if header is None:
+        return None
+    (length,) = HEADER.unpack(header)
+    check_length(length, max_frame)
+    payload = _recv_exact(sock, length, at_boundary=False)
+    assert payload is not None
+    return decoder.decode(payload)
+
+
+def send_message(sock: socket.socket, msg: Any) -> None:
+    sock.sendall(encode_frame(msg))
+
+
+# ------------------------------------------------------------------------- asyncio
+
+
+async def read_message(
+    reader: asyncio.StreamReader,
+    decoder: MessageDecoder[T],
+    *,
+    timeout: float | None = None,
+    max_frame: int = MAX_FRAME,
+) -> T | None:
+    """Read one message; None on a clean close at a frame boundary."""
+    try:
+        async with asyncio.timeout(timeout):
+            try:
+                header = await reader.readexactly(HEADER.size)
+            except asyncio.IncompleteReadError as e:
+                if not e.partial:
+                    return None
+                raise ProtocolError(
+                    f"truncated frame header: {len(e.partial)} of {HEADER.size} bytes"
+                ) from None
+            (length,) = HEADER.unpack(header)
+            check_length(length, max_frame)
+            try:
+                payload = await reader.readexactly(length)
+            except asyncio.IncompleteReadError as e:
+                raise ProtocolError(
+                    f"truncated frame: connection closed after {len(e.partial)} of {length} bytes"
+                ) from None
+    except TimeoutError:
+        raise ProtocolError(f"timed out after {timeout:g}s waiting for a frame") from None
+    return decoder.decode(payload)
+
+
+async def write_message(writer: asyncio.StreamWriter, msg: Any, *, timeout: float = 10.0) -> None:
+    writer.write(encode_frame(msg))
+    async with asyncio.timeout(timeout):
+        await writer.drain()
+
+
+def check_hello(msg: Any, expected: type) -> None:
+    """The first frame must be the peer's Hello with our protocol version."""
+    if not isinstance(msg, expected):
+        raise ProtocolError(
+            f"expected {expected.__name__} as the first frame, got {type(msg).__name__}"
+        )
+    assert isinstance(msg, (ConsoleHello, ExecutorHello))
+    if msg.version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"peer speaks protocol version {msg.version}, this side speaks {PROTOCOL_VERSION}"
+        )

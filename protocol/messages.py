@@ -1,0 +1,228 @@
+"""The wire contract: every message the console and an executor exchange.
+
+Two tagged unions, one per direction. The tag field is ``kind`` on the wire and in
+the executor's ``--json`` output, so a line of JSON and a frame carry the same record.
+Adding an optional field is compatible; anything else bumps ``PROTOCOL_VERSION``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from protocol.spec import CheckpointManifest, JobSpec
+
+PROTOCOL_VERSION = 1
+
+
+class ExecutorState(StrEnum):
+    """What an executor is doing, as reported in Hello and Heartbeat."""
+
+    IDLE = "idle"
+    """Serving, waiting for Start."""
+    TRAINING = "training"
+    STOPPING = "stopping"
+    """A stop, drain or lease end is being honoured at the next step boundary."""
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class _Msg(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=False):
+    pass
+
+
+# ----------------------------------------------------------------- console -> executor
+
+
+class ConsoleHello(_Msg, tag="hello"):
+    """First frame from the console; the executor answers with its own Hello."""
+
+    version: int
+    console_id: str = ""
+
+
+class Start(_Msg, tag="start"):
+    """Run ``spec`` in this workdir under ``epoch``, resuming from the newest valid checkpoint.
+
+    ``lease_s`` > 0 turns on fencing: training continues only while a lease is held.
+    """
+
+    spec: JobSpec
+    epoch: int = 0
+    lease_s: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+
+
+class Lease(_Msg, tag="lease"):
+    """Grant or renew the right to train for ``ttl_s`` seconds from receipt, under ``epoch``."""
+
+    epoch: int
+    ttl_s: float
+
+
+class CheckpointNow(_Msg, tag="checkpoint_now"):
+    reason: str = "operator"
+
+
+class Stop(_Msg, tag="stop"):
+    """Stop training; with ``checkpoint`` write one at the current step first."""
+
+    reason: str = "operator"
+    checkpoint: bool = True
+
+
+class Drain(_Msg, tag="drain"):
+    """Planned migration: checkpoint at the current step, report it, then stop (0 lost steps)."""
+
+    reason: str = "drain"
+
+
+class Ping(_Msg, tag="ping"):
+    nonce: int = 0
+
+
+ConsoleMessage = ConsoleHello | Start | Lease | CheckpointNow | Stop | Drain | Ping
+
+
+# ----------------------------------------------------------------- executor -> console
+
+
+class ExecutorHello(_Msg, tag="hello"):
+    """The executor's answer to ConsoleHello: who it is and where it stands."""
+
+    version: int
+    executor: str
+    pid: int
+    hostname: str
+    workdir: str
+    state: str
+    job: str | None = None
+    epoch: int = 0
+    step: int = 0
+
+
+class Heartbeat(_Msg, tag="heartbeat"):
+    seq: int
+    t: float
+    state: str
+    step: int
+    epoch: int
+    lease_left_s: float | None = None
+    nonce: int | None = None
+
+
+class GpuHealth(msgspec.Struct, kw_only=True):
+    """One GPU as NVML reports it; None where the device does not support a counter."""
+
+    index: int
+    name: str = ""
+    util_pct: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    throttle: list[str] = []
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    remapped_rows_corrected: int | None = None
+    remapped_rows_uncorrected: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    pcie_replays: int | None = None
+    xids: list[int] = []
+    lost: bool = False  # NVML says the device fell off the bus / needs a reset; fields are None
+
+
+class Health(_Msg, tag="health"):
+    """One sample of the host as seen from the executor; rates are per second since the last."""
+
+    t: float
+    cpu_pct: float
+    mem_used_pct: float
+    mem_available_mb: float
+    disk_free_mb: float
+    disk_total_mb: float
+    disk_read_bps: float = 0.0
+    disk_write_bps: float = 0.0
+    net_rx_bps: float = 0.0
+    net_tx_bps: float = 0.0
+    gpu_status: str = "no GPU"
+    gpus: list[GpuHealth] = []
+
+
+class Progress(_Msg, tag="progress"):
+    step: int
+    steps: int
+    loss: float
+    steps_per_s: float
+    tokens_per_s: float = 0.0
+    eta_s: float | None = None
+    micro_batch: int = 0
+    accumulation: int = 1
+    epoch: int = 0
+
+
+class CheckpointSaved(_Msg, tag="checkpoint"):
+    """A checkpoint is complete on disk (data file and manifest both renamed into place)."""
+
+    manifest: CheckpointManifest
+    path: str
+    manifest_path: str
+    write_s: float
+    stall_s: float
+
+
+class Resumed(_Msg, tag="resumed"):
+    """Training state was restored; ``step`` is the next step to run from."""
+
+    step: int
+    checkpoint: str | None
+    epoch: int
+    load_s: float
+
+
+class Fault(_Msg, tag="fault"):
+    """Something went wrong. ``fault`` names the class (see executors.faults.FaultKind)."""
+
+    fault: str
+    message: str
+    step: int = 0
+    fatal: bool = False
+
+
+class Log(_Msg, tag="log"):
+    level: str
+    text: str
+
+
+class Finished(_Msg, tag="finished"):
+    step: int
+    params_sha256: str
+
+
+class Stopped(_Msg, tag="stopped"):
+    """The executor stopped before the last step; ``checkpoint_step`` is where it can resume."""
+
+    step: int
+    reason: str
+    checkpoint_step: int | None = None
+    exit_code: int = 0
+
+
+ExecutorMessage = (
+    ExecutorHello
+    | Heartbeat
+    | Health
+    | Progress
+    | CheckpointSaved
+    | Resumed
+    | Fault
+    | Log
+    | Finished
+    | Stopped
+)
