@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from executors.checkpoint import Emit
-from executors.control import Control
-from executors.inject import Injections
-from executors.trainer import Outcome
 from protocol.errors import ConfigError
-from protocol.spec import JobSpec
+
+if TYPE_CHECKING:
+    from executors.checkpoint import Emit
+    from executors.control import Control
+    from executors.inject import Injections
+    from executors.trainer import Outcome
+    from protocol.spec import JobSpec
 
 GROUP = "hotspare.executors"
 BUILTIN = {"torch": "executors.torch_kind:TorchKind"}

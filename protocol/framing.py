@@ -7,6 +7,7 @@ failure is a ``ProtocolError`` with a one-line reason; the caller closes the lin
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import struct
 from typing import Any, Generic, TypeVar
@@ -53,10 +54,25 @@ class MessageDecoder(Generic[T]):
         except msgspec.ValidationError as e:
             text = str(e)
             if text.endswith("at `$.kind`") or "missing required field `kind`" in text:
-                raise ProtocolError(f"unknown {self.direction} message kind: {text}") from None
-            raise ProtocolError(f"invalid {self.direction} message: {text}") from None
+                raise ProtocolError(
+                    f"unknown {self.direction} message kind: {_one_line(text)}"
+                ) from None
+            raise ProtocolError(f"invalid {self.direction} message: {_one_line(text)}") from None
         except msgspec.DecodeError as e:
-            raise ProtocolError(f"malformed {self.direction} frame payload: {e}") from None
+            raise ProtocolError(
+                f"malformed {self.direction} frame payload: {_one_line(str(e))}"
+            ) from None
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """A peer's bytes quoted in an error: control characters escaped, the middle cut if long."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    if len(text) > limit:
+        text = f"{text[: limit // 2]}...({len(text) - limit} chars)...{text[-limit // 2 :]}"
+    return text
 
 
 CONSOLE_MESSAGES: MessageDecoder[ConsoleMessage] = MessageDecoder(
@@ -73,28 +89,44 @@ def check_length(length: int, max_frame: int = MAX_FRAME) -> None:
 
 
 class FrameBuffer(Generic[T]):
-    """Sans-I/O frame splitter: ``feed`` bytes in any chunking, get whole messages out."""
+    """Sans-I/O frame splitter: ``feed`` bytes in any chunking, get whole messages out.
+
+    A bad frame raises ``ProtocolError``. When good frames came before it in the same
+    chunk, ``feed`` first returns their messages (as a stream reader would) and the error
+    is raised by the next ``feed`` or ``close``.
+    """
 
     def __init__(self, decoder: MessageDecoder[T], max_frame: int = MAX_FRAME) -> None:
         self._decoder = decoder
         self._max = max_frame
         self._buf = bytearray()
+        self._error: ProtocolError | None = None
 
     def feed(self, data: bytes) -> list[T]:
+        if self._error is not None:
+            raise self._error
         self._buf += data
         out: list[T] = []
-        while len(self._buf) >= HEADER.size:
-            (length,) = HEADER.unpack_from(self._buf)
-            check_length(length, self._max)
-            end = HEADER.size + length
-            if len(self._buf) < end:
-                break
-            out.append(self._decoder.decode(bytes(self._buf[HEADER.size : end])))
-            del self._buf[:end]
+        try:
+            while len(self._buf) >= HEADER.size:
+                (length,) = HEADER.unpack_from(self._buf)
+                check_length(length, self._max)
+                end = HEADER.size + length
+                if len(self._buf) < end:
+                    break
+                out.append(self._decoder.decode(bytes(self._buf[HEADER.size : end])))
+                del self._buf[:end]
+        except ProtocolError as e:
+            self._error = e
+            self._buf.clear()
+            if not out:
+                raise
         return out
 
     def close(self) -> None:
         """End of stream: bytes of a partial frame still buffered mean a truncated frame."""
+        if self._error is not None:
+            raise self._error
         if self._buf:
             raise ProtocolError(
                 f"connection closed inside a frame ({len(self._buf)} bytes of a partial frame)"

@@ -1,0 +1,148 @@
+"""Shared test helpers: job specs on disk, executor processes, waiting on conditions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+EXECUTOR = [sys.executable, "-m", "executors.cli"]
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_CONFIG = {
+    "n_layer": 1,
+    "n_head": 2,
+    "n_embd": 32,
+    "block_size": 32,
+    "global_batch": 8,
+    "dropout": 0.1,
+    "corpus_chars": 20_000,
+}
+
+
+def write_spec(path: Path, **overrides: Any) -> Path:
+    """A small job spec that trains in a second or two on a CPU."""
+    spec: dict[str, Any] = {
+        "name": "tiny",
+        "workload": "charlm",
+        "steps": 80,
+        "seed": 7,
+        "checkpoint_every_steps": 10,
+        "keep_checkpoints": 3,
+        "config": dict(TINY_CONFIG),
+    }
+    config = overrides.pop("config", {})
+    spec.update(overrides)
+    spec["config"].update(config)
+    path.write_text(tomli_w.dumps(spec))
+    return path
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
+) -> Any:
+    """Poll ``predicate`` until it is truthy; fail the test naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault(
+        "OMP_NUM_THREADS", "1"
+    )  # tiny models: one thread is faster, and runs compare alike
+    env.update(extra)
+    return env
+
+
+class ExecutorProcess:
+    """``hotspare-executor`` in a subprocess, its ``--json`` events collected as they arrive."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [*EXECUTOR, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env or env_with(),
+            cwd=REPO,
+        )
+        self.events: list[dict[str, Any]] = []
+        self.returncode: int | None = None
+        self.stderr = ""
+        self._cond = threading.Condition()
+        self._err: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
+        self._err_reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.events.append(json.loads(line))
+                self._cond.notify_all()
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._err.append(line)
+
+    def wait_event(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for ev in self.events:
+                    if predicate(ev):
+                        return ev
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(
+                        f"no event {what} within {timeout}s (exit {self.proc.poll()})"
+                    )
+                self._cond.wait(min(left, 0.2))
+
+    def finish(self, timeout: float = 120) -> tuple[int, str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        self._reader.join(timeout=5)
+        self._err_reader.join(timeout=5)
+        self.returncode, self.stderr = self.proc.returncode, "".join(self._err)
+        err = self.stderr
+        return self.returncode, err
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        with self._cond:
+            return [e for e in self.events if e["kind"] == kind]
+
+
+def run_job(
+    spec: Path, workdir: Path, *, env: dict[str, str] | None = None, timeout: float = 120
+) -> ExecutorProcess:
+    """Run ``hotspare-executor run --json`` to its end; the finished process, its events collected."""
+    proc = ExecutorProcess(
+        ["run", "--spec", str(spec), "--workdir", str(workdir), "--json"], env=env
+    )
+    proc.finish(timeout)
+    return proc
