@@ -156,7 +156,7 @@ class CheckpointManager:
             )
             manifest_path = self.folder / f"{name}.json"
             atomic_write(manifest_path, msgspec.json.encode(manifest))
-        except OSError as e:
+        except (OSError, RuntimeError) as e:  # torch's writer wraps an OSError in a RuntimeError
             tmp.unlink(missing_ok=True)
             self.consecutive_failures += 1
             self._write_failed(step, e)
@@ -175,8 +175,8 @@ class CheckpointManager:
         self._purge(self.keep)
         return saved
 
-    def _write_failed(self, step: int, e: OSError) -> None:
-        if e.errno == errno.ENOSPC:
+    def _write_failed(self, step: int, e: BaseException) -> None:
+        if _root_errno(e) == errno.ENOSPC:
             self._purge(1)
             self._emit(
                 Fault(
@@ -260,6 +260,14 @@ class CheckpointManager:
         except Exception as e:
             raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {e}") from None
         return manifest, state
+
+
+def _root_errno(e: BaseException | None) -> int | None:
+    while e is not None:
+        if isinstance(e, OSError) and e.errno is not None:
+            return e.errno
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
