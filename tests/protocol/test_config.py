@@ -442,39 +442,50 @@ steps = 3
 """
 
 
+LAYOUT_NAMES = {
+    LAYOUT_TABLES: "tables",
+    LAYOUT_DOTTED: "dotted",
+    LAYOUT_QUOTED_AND_ARRAYS: "quoted+arrays",
+    LAYOUT_MULTILINE_STRING: "multiline-string",
+}
+
+FIND_LINE_CASES = [
+    (LAYOUT_TABLES, ["jobs", "a"], 2),
+    (LAYOUT_TABLES, ["jobs", "a", "seed"], 4),
+    (LAYOUT_TABLES, ["jobs", "a", "config"], 6),
+    (LAYOUT_TABLES, ["jobs", "a", "config", "lr"], 7),
+    (LAYOUT_TABLES, ["jobs", "a", "config", "opt", "beta"], 8),
+    (LAYOUT_TABLES, ["jobs", "b", "steps"], 11),
+    (LAYOUT_TABLES, ["jobs", "b", "seed"], 12),
+    # a key that is not there: the table it belongs in
+    (LAYOUT_TABLES, ["jobs", "b", "keep_checkpoints"], 10),
+    (LAYOUT_TABLES, ["jobs"], 2),
+    (LAYOUT_TABLES, ["hosts"], None),
+    (LAYOUT_TABLES, [], None),
+    (LAYOUT_DOTTED, ["name"], 1),
+    (LAYOUT_DOTTED, ["jobs", "a", "steps"], 2),
+    (LAYOUT_DOTTED, ["jobs", "b", "steps"], 3),
+    (LAYOUT_DOTTED, ["jobs", "b", "seed"], 4),
+    (LAYOUT_DOTTED, ["jobs", "b"], 3),
+    (LAYOUT_DOTTED, ["config", "lr2"], 6),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "steps"], 2),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "lit.key"], 3),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "name"], 1),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "0", "name"], 6),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "name"], 9),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "port"], 10),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "disks", "1", "size"], 16),
+    (LAYOUT_QUOTED_AND_ARRAYS, ["tail", "steps"], 19),
+    # text inside a multi-line string is not a key
+    (LAYOUT_MULTILINE_STRING, ["steps"], 5),
+    (LAYOUT_MULTILINE_STRING, ["not", "a", "table"], None),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "keys", "line"),
-    [
-        (LAYOUT_TABLES, ["jobs", "a"], 2),
-        (LAYOUT_TABLES, ["jobs", "a", "seed"], 4),
-        (LAYOUT_TABLES, ["jobs", "a", "config"], 6),
-        (LAYOUT_TABLES, ["jobs", "a", "config", "lr"], 7),
-        (LAYOUT_TABLES, ["jobs", "a", "config", "opt", "beta"], 8),
-        (LAYOUT_TABLES, ["jobs", "b", "steps"], 11),
-        (LAYOUT_TABLES, ["jobs", "b", "seed"], 12),
-        # a key that is not there: the table it belongs in
-        (LAYOUT_TABLES, ["jobs", "b", "keep_checkpoints"], 10),
-        (LAYOUT_TABLES, ["jobs"], 2),
-        (LAYOUT_TABLES, ["hosts"], None),
-        (LAYOUT_TABLES, [], None),
-        (LAYOUT_DOTTED, ["name"], 1),
-        (LAYOUT_DOTTED, ["jobs", "a", "steps"], 2),
-        (LAYOUT_DOTTED, ["jobs", "b", "steps"], 3),
-        (LAYOUT_DOTTED, ["jobs", "b", "seed"], 4),
-        (LAYOUT_DOTTED, ["jobs", "b"], 3),
-        (LAYOUT_DOTTED, ["config", "lr2"], 6),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "steps"], 2),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "lit.key"], 3),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["jobs", "a/b", "name"], 1),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "0", "name"], 6),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "name"], 9),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "port"], 10),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["hosts", "1", "disks", "1", "size"], 16),
-        (LAYOUT_QUOTED_AND_ARRAYS, ["tail", "steps"], 19),
-        # text inside a multi-line string is not a key
-        (LAYOUT_MULTILINE_STRING, ["steps"], 5),
-        (LAYOUT_MULTILINE_STRING, ["not", "a", "table"], None),
-    ],
+    FIND_LINE_CASES,
+    ids=[f"{LAYOUT_NAMES[t]}-{'.'.join(k) or 'none'}" for t, k, _ in FIND_LINE_CASES],
 )
 def test_find_line(text: str, keys: list[str], line: int | None) -> None:
     assert find_line(text, keys) == line
