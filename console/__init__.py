@@ -1,0 +1,1 @@
+"""What runs on the operator's machine: inventory, transports, the fleet controller and the TUI."""
