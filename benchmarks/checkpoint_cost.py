@@ -23,11 +23,20 @@ from executors import rng
 from executors.trainer import Trainer
 from protocol.spec import JobSpec
 
-CONFIG = {"n_layer": 4, "n_head": 8, "n_embd": 320, "block_size": 64, "global_batch": 8, "dropout": 0.0}
+CONFIG = {
+    "n_layer": 4,
+    "n_head": 8,
+    "n_embd": 320,
+    "block_size": 64,
+    "global_batch": 8,
+    "dropout": 0.0,
+}
 
 
 def make_trainer(workdir: Path) -> Trainer:
-    spec = JobSpec(name="bench", steps=10**9, checkpoint_every_steps=10**9, keep_checkpoints=2, config=CONFIG)
+    spec = JobSpec(
+        name="bench", steps=10**9, checkpoint_every_steps=10**9, keep_checkpoints=2, config=CONFIG
+    )
     t = Trainer(spec, workdir, lambda _msg: None, device=torch.device("cpu"))
     t._build()
     return t
@@ -52,7 +61,11 @@ def timed_steps(t: Trainer, steps: int, every: int, mode: str, stalls: list[floa
 
 
 def full_state(t: Trainer) -> dict:
-    return {"workload": t.workload.state_dict(), "train": t.state.state_dict(), "rng": rng.capture()}
+    return {
+        "workload": t.workload.state_dict(),
+        "train": t.state.state_dict(),
+        "rng": rng.capture(),
+    }
 
 
 def main() -> None:
@@ -81,13 +94,19 @@ def main() -> None:
         ("checkpoint size", f"{size / 1e6:.1f} MB", ">= 50 MB"),
         ("step time (no checkpoints)", f"{step_s * 1e3:.1f} ms", ""),
         ("synchronous save (torch.save + fsync, on the loop)", f"{sync_save:.3f} s", ""),
-        ("async stall per checkpoint (median / max)", f"{stall * 1e3:.1f} / {max(stalls) * 1e3:.1f} ms", ""),
+        (
+            "async stall per checkpoint (median / max)",
+            f"{stall * 1e3:.1f} / {max(stalls) * 1e3:.1f} ms",
+            "",
+        ),
         ("async stall / synchronous save", f"{100 * stall / sync_save:.1f} %", "<= 10 %"),
         ("async extra training time per checkpoint", f"{async_extra:.3f} s", ""),
         ("async overhead at one checkpoint per 30 s", f"{100 * async_extra / 30:.2f} %", "<= 1 %"),
     ]
-    print(f"# checkpoint cost ({platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{args.rounds} rounds x {args.steps} steps, checkpoint every {args.every})")
+    print(
+        f"# checkpoint cost ({platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{args.rounds} rounds x {args.steps} steps, checkpoint every {args.every})"
+    )
     print("| figure | measured | target |\n|---|---|---|")
     for name, value, target in rows:
         print(f"| {name} | {value} | {target} |")

@@ -29,7 +29,9 @@ def load_spec(path: Path, job: str | None = None) -> JobSpec:
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: jobs.{job}: expected a table")
         if table.get("name", job) != job:
-            raise ConfigError(f"{path}: jobs.{job}.name: {table['name']!r} differs from the table's name; drop it")
+            raise ConfigError(
+                f"{path}: jobs.{job}.name: {table['name']!r} differs from the table's name; drop it"
+            )
         data = {"name": job, **{k: v for k, v in table.items() if k not in PLACEMENT_KEYS}}
         prefix = ["jobs", job]
     elif job is not None and data.get("name") != job:
