@@ -97,13 +97,13 @@ class Server:
                 f"{path}: socket path longer than {MAX_SOCKET_PATH} bytes; use a shorter workdir"
             )
         path.unlink(missing_ok=True)  # we hold the workdir lock, so any socket here is stale
+        atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())  # before the socket appears
         old = os.umask(0o177)
         try:
             server = await asyncio.start_unix_server(self._client, path=str(path))
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
-        atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [
