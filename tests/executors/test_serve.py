@@ -22,6 +22,7 @@ from protocol.messages import (
     ExecutorHello,
     ExecutorMessage,
     Fault,
+    Finished,
     Health,
     Heartbeat,
     Lease,
@@ -228,3 +229,25 @@ def test_a_higher_epoch_stops_a_stale_executor_without_writing(
     assert sorted((work / "checkpoints").glob("*")) == before, (
         "a stale executor writes nothing more"
     )
+
+
+def test_a_served_job_runs_to_the_end_and_reports_finished(
+    served: tuple[ExecutorProcess, Path],
+) -> None:
+    proc, work = served
+    c = Client(work / "executor.sock")
+    c.hello()
+    c.send(
+        Start(
+            spec=JobSpec(
+                name="short", steps=40, seed=3, checkpoint_every_steps=10, config=TINY_CONFIG
+            )
+        )
+    )
+    done = c.until(lambda m: isinstance(m, Finished), 60, "Finished")
+    assert isinstance(done, Finished)
+    assert done.step == 40
+    assert len(done.params_sha256) == 64
+    rc, _ = proc.finish(30)
+    assert rc == exitcodes.OK
+    assert json.loads((work / "events.jsonl").read_text().splitlines()[-1])["kind"] == "finished"

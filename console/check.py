@@ -1,0 +1,82 @@
+"""``hotspare check``: validate the inventory, reach every host, and preflight it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TextIO
+
+from console.deploy import build_bundle, deploy
+from console.inventory import Inventory
+from console.preflight import Preflight, preflight
+from console.transport.base import TransportError
+from console.transport.factory import open_transport
+
+
+async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight:
+    host = inv.hosts[name]
+    root = inv.host_root(name)
+    bundle = build_bundle()
+    t = open_transport(inv, name)
+    try:
+        if do_deploy:
+            try:
+                await t.connect()
+                await deploy(t, root, inv.python(name), bundle)
+            except TransportError as e:
+                return Preflight(host=name, problems=[str(e)])
+        return await preflight(
+            t,
+            root=root,
+            python=inv.python(name),
+            bundle=bundle,
+            gpus=host.gpus,
+            min_free_gb=inv.console.min_free_disk_gb,
+            timeout=inv.console.command_timeout_s,
+        )
+    finally:
+        await t.close()
+
+
+async def check_all(inv: Inventory, *, do_deploy: bool = False) -> list[Preflight]:
+    return list(await asyncio.gather(*(check_host(inv, n, do_deploy=do_deploy) for n in inv.hosts)))
+
+
+def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
+    rows = [
+        ("HOST", "REGION", "TRANSPORT", "PYTHON", "TORCH", "GPUS", "DISK FREE", "BUNDLE", "STATUS")
+    ]
+    for r in results:
+        host = inv.hosts[r.host]
+        disk = f"{r.disk_free_mb / 1024:.1f} GiB" if r.disk_free_mb is not None else "-"
+        rows.append(
+            (
+                r.host,
+                host.region,
+                host.transport,
+                r.python or "-",
+                r.torch or "-",
+                str(r.cuda_devices),
+                disk,
+                "yes" if r.bundle else "no",
+                "ok" if r.ok else "FAIL",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+    for r in results:
+        for problem in r.problems:
+            out.write(f"{r.host}: {problem}\n")
+
+
+def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO = sys.stdout) -> int:
+    results = asyncio.run(check_all(inv, do_deploy=do_deploy))
+    if as_json:
+        out.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
+    else:
+        render(inv, results, out)
+    return 0 if all(r.ok for r in results) else 1

@@ -1,0 +1,238 @@
+"""The inventory: hosts grouped in regions, and the jobs to keep alive on them.
+
+Decoded with msgspec (unknown keys refused, with a guess at what was meant). A bad file is
+one ``ConfigError`` line naming the file, key path and line. The console never rewrites a
+user's file: ``append_host`` adds a table at the end, so comments survive.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import tomli_w
+
+from protocol.config import convert, find_line, read_toml
+from protocol.errors import ConfigError
+from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
+
+HostName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    state_dir: str = ".hotspare"
+    """Operator state and the journal; relative paths are beside the inventory."""
+    heartbeat_s: Seconds = 1.0
+    """How often executors send a heartbeat."""
+    lease_s: Seconds = 10.0
+    """How long a lease lasts; a host is declared down only after its lease has ended."""
+    missed_heartbeats: Annotated[int, msgspec.Meta(ge=1)] = 3
+    """A host is suspect after this many missed heartbeats (and suspect_after_s)."""
+    suspect_after_s: Seconds = 3.0
+    connect_timeout_s: Seconds = 10.0
+    command_timeout_s: Seconds = 60.0
+    keepalive_s: Seconds = 5.0
+    restart_limit: Annotated[int, msgspec.Meta(ge=0)] = 3
+    """Restarts in place after an executor crash before failing over."""
+    min_free_disk_gb: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    webhook: str | None = None
+
+
+class Region(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    provider: str = ""
+    priority: int = 100
+    """Lower is tried first when a job must leave its region."""
+    notes: str = ""
+
+
+class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    region: str
+    transport: Literal["local", "ssh"] = "ssh"
+    address: str | None = None
+    addresses: list[str] = []
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    user: str | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
+    proxy_jump: str | None = None
+    root: str
+    """The host's folder for everything hotspare writes there."""
+    python: str | None = None
+    """The interpreter on the host; default: python3 over ssh, this console's own for local hosts."""
+    gpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    role: Literal["primary", "spare"] = "primary"
+    priority: int = 100
+    """Lower is chosen first as a spare."""
+    tags: list[str] = []
+
+    def all_addresses(self) -> list[str]:
+        return [self.address] if self.address else list(self.addresses)
+
+
+class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    host: str | None = None
+    region: str | None = None
+    spares: list[str] = []
+    priority: int = 0
+    """Higher may take a spare from a lower-priority job."""
+
+
+@dataclass(frozen=True)
+class Job:
+    spec: JobSpec
+    placement: Placement
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    console: ConsoleSettings
+    regions: dict[str, Region]
+    hosts: dict[str, Host]
+    jobs: dict[str, Job]
+
+    @property
+    def state_dir(self) -> Path:
+        return (self.path.parent / self.console.state_dir).resolve()
+
+    def python(self, name: str) -> str:
+        host = self.hosts[name]
+        return host.python or (sys.executable if host.transport == "local" else "python3")
+
+    def host_root(self, name: str) -> str:
+        """The host's root as a path on that host (local roots resolve beside the inventory)."""
+        host = self.hosts[name]
+        if host.transport == "local":
+            return str((self.path.parent / Path(host.root).expanduser()).resolve())
+        return host.root
+
+
+class _File(msgspec.Struct, forbid_unknown_fields=True):
+    console: dict[str, Any] = {}
+    regions: dict[str, dict[str, Any]] = {}
+    hosts: dict[str, dict[str, Any]] = {}
+    jobs: dict[str, dict[str, Any]] = {}
+
+
+def load(path: Path) -> Inventory:
+    """Read and validate an inventory; every problem is one ConfigError line."""
+    data, text = read_toml(path)
+    raw = convert(data, _File, file=path, text=text)
+
+    def typed(table: dict[str, Any], tp: type, keys: list[str]) -> Any:
+        return convert(table, tp, file=path, text=text, prefix=keys)
+
+    console = typed(raw.console, ConsoleSettings, ["console"])
+    regions = {n: typed(t, Region, ["regions", n]) for n, t in raw.regions.items()}
+    hosts = {n: typed(t, Host, ["hosts", n]) for n, t in raw.hosts.items()}
+    jobs = {n: _job(n, t, path, text) for n, t in raw.jobs.items()}
+    inv = Inventory(path=path, console=console, regions=regions, hosts=hosts, jobs=jobs)
+    _cross_check(inv, text)
+    return inv
+
+
+def _job(name: str, table: dict[str, Any], path: Path, text: str) -> Job:
+    keys = ["jobs", name]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{_where(path, text, keys)}: jobs.{name}: expected a table")
+    if table.get("name", name) != name:
+        raise ConfigError(
+            f"{_where(path, text, [*keys, 'name'])}: jobs.{name}.name: differs from the table's name"
+        )
+    place = {k: v for k, v in table.items() if k in PLACEMENT_KEYS}
+    spec = {
+        "name": name,
+        **{k: v for k, v in table.items() if k not in PLACEMENT_KEYS and k != "name"},
+    }
+    return Job(
+        spec=convert(spec, JobSpec, file=path, text=text, prefix=keys),
+        placement=convert(place, Placement, file=path, text=text, prefix=keys),
+    )
+
+
+def _where(path: Path, text: str, keys: list[str]) -> str:
+    line = find_line(text, keys)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _fail(inv: Inventory, text: str, keys: list[str], what: str) -> None:
+    raise ConfigError(f"{_where(inv.path, text, keys)}: {'.'.join(keys)}: {what}")
+
+
+def _known(kind: str, name: str, known: dict[str, Any]) -> str:
+    have = ", ".join(sorted(known)) or "none"
+    return f"unknown {kind} {name!r} (have: {have})"
+
+
+def _cross_check(inv: Inventory, text: str) -> None:
+    """What a schema cannot say: names that must refer to something, and per-transport rules."""
+    for name in inv.hosts:
+        if not re.fullmatch(JOB_NAME_PATTERN, name):
+            _fail(
+                inv,
+                text,
+                ["hosts", name],
+                "a host name may hold only letters, digits, '.', '_' and '-'",
+            )
+    for name in inv.regions:
+        if not re.fullmatch(JOB_NAME_PATTERN, name):
+            _fail(
+                inv,
+                text,
+                ["regions", name],
+                "a region name may hold only letters, digits, '.', '_' and '-'",
+            )
+    for name, host in inv.hosts.items():
+        keys = ["hosts", name]
+        if host.region not in inv.regions:
+            _fail(inv, text, [*keys, "region"], _known("region", host.region, inv.regions))
+        if host.address and host.addresses:
+            _fail(inv, text, [*keys, "addresses"], "give `address` or `addresses`, not both")
+        if host.transport == "ssh" and not host.all_addresses():
+            _fail(inv, text, keys, "an ssh host needs `address` or `addresses`")
+        if host.transport == "local" and (host.all_addresses() or host.port or host.proxy_jump):
+            _fail(inv, text, keys, "a local host takes no address, port or proxy_jump")
+        if not host.root.strip():
+            _fail(inv, text, [*keys, "root"], "must not be empty")
+    for name, job in inv.jobs.items():
+        keys = ["jobs", name]
+        p = job.placement
+        if p.host is not None and p.host not in inv.hosts:
+            _fail(inv, text, [*keys, "host"], _known("host", p.host, inv.hosts))
+        if p.region is not None and p.region not in inv.regions:
+            _fail(inv, text, [*keys, "region"], _known("region", p.region, inv.regions))
+        for spare in p.spares:
+            if spare not in inv.hosts:
+                _fail(inv, text, [*keys, "spares"], _known("host", spare, inv.hosts))
+            if spare == p.host:
+                _fail(inv, text, [*keys, "spares"], f"{spare!r} is the job's own host")
+
+
+def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
+    """Add ``[hosts.NAME]`` at the end of the file (comments and layout kept); validated first."""
+    current = load(path)
+    if name in current.hosts:
+        raise ConfigError(f"{path}: hosts.{name}: a host of that name already exists")
+    text = path.read_text(encoding="utf-8")
+    addition = tomli_w.dumps({"hosts": {name: table}})
+    new_text = text + ("" if text.endswith("\n") or not text else "\n") + "\n" + addition
+    candidate = path.with_name(f".{path.name}.candidate")
+    candidate.write_text(new_text, encoding="utf-8")
+    try:
+        load(candidate)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace(str(candidate), str(path))) from None
+    finally:
+        candidate.unlink(missing_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(new_text[len(text) :])
+    return load(path)

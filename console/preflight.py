@@ -1,0 +1,111 @@
+"""Preflight of a host: can it run the executor? Python, torch, CUDA, NVML, disk, the bundle.
+
+The probe is a short Python script run with the host's interpreter; it prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from console.deploy import Bundle, bundle_dir
+from console.transport.base import Transport, TransportError
+
+MIN_PYTHON = (3, 11)
+
+_PROBE = r"""
+import json, os, shutil, sys
+out = {"python": "%d.%d.%d" % sys.version_info[:3], "torch": None, "torch_error": None,
+       "cuda": False, "cuda_devices": 0, "nvml": None, "disk_free_mb": None,
+       "bundle": os.path.exists(os.path.join(sys.argv[2], ".complete"))}
+try:
+    os.makedirs(sys.argv[1], exist_ok=True)
+    out["disk_free_mb"] = shutil.disk_usage(sys.argv[1]).free / 2**20
+except OSError as e:
+    out["disk_error"] = str(e)
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = bool(torch.cuda.is_available())
+    out["cuda_devices"] = torch.cuda.device_count() if out["cuda"] else 0
+except Exception as e:
+    out["torch_error"] = "%s: %s" % (type(e).__name__, e)
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    out["nvml"] = "ok: %d GPUs" % pynvml.nvmlDeviceGetCount()
+except Exception as e:
+    out["nvml"] = "no GPU (%s)" % (str(e) or type(e).__name__)
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Preflight:
+    host: str
+    ok: bool = False
+    problems: list[str] = field(default_factory=list)
+    python: str | None = None
+    torch: str | None = None
+    cuda_devices: int = 0
+    nvml: str | None = None
+    disk_free_mb: float | None = None
+    bundle: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+async def preflight(
+    t: Transport,
+    *,
+    root: str,
+    python: str,
+    bundle: Bundle,
+    gpus: int = 0,
+    min_free_gb: float = 1.0,
+    timeout: float = 60.0,
+) -> Preflight:
+    """Probe one host; every problem is a sentence in ``problems`` (none means ok)."""
+    pf = Preflight(host=t.name)
+    try:
+        await t.connect()
+        result = await t.run(
+            [python, "-c", _PROBE, root, bundle_dir(root, bundle)], timeout=timeout
+        )
+    except TransportError as e:
+        pf.problems.append(str(e))
+        return pf
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        pf.problems.append(f"{python} does not run: {tail}")
+        return pf
+    try:
+        facts = json.loads(result.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        pf.problems.append(f"the probe printed no result: {result.stdout[:200]!r}")
+        return pf
+    pf.python, pf.torch, pf.nvml = facts["python"], facts["torch"], facts["nvml"]
+    pf.cuda_devices, pf.disk_free_mb, pf.bundle = (
+        facts["cuda_devices"],
+        facts["disk_free_mb"],
+        facts["bundle"],
+    )
+    if tuple(int(x) for x in pf.python.split(".")[:2]) < MIN_PYTHON:
+        pf.problems.append(f"python {pf.python} is older than {'.'.join(map(str, MIN_PYTHON))}")
+    if pf.torch is None:
+        pf.problems.append(f"torch does not import: {facts['torch_error']}")
+    if gpus and pf.cuda_devices < gpus:
+        pf.problems.append(f"expected {gpus} GPUs, CUDA sees {pf.cuda_devices}")
+    if pf.disk_free_mb is None:
+        pf.problems.append(f"cannot use {root}: {facts.get('disk_error')}")
+    elif pf.disk_free_mb < min_free_gb * 1024:
+        pf.problems.append(
+            f"only {pf.disk_free_mb / 1024:.1f} GiB free under {root} (need {min_free_gb:g})"
+        )
+    if not pf.bundle:
+        pf.problems.append(
+            f"executor bundle {bundle.hash} is not deployed (run `hotspare check --deploy`)"
+        )
+    pf.ok = not pf.problems
+    return pf

@@ -1,0 +1,165 @@
+"""The transport interface: everything the console does on a host goes through one of these.
+
+Every method takes a timeout (or uses the transport's default) and raises only
+``TransportError`` subclasses: ``TemporaryTransportError`` (retry later: refused, timed out,
+connection lost) or ``PermanentTransportError`` (do not retry: auth refused, unknown host
+key, missing file). Paths are host paths (strings); commands are argv lists, never shell
+strings: a transport that needs a shell quotes every argument with ``shlex``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+Progress = Callable[[int, int], None]
+"""Called with (bytes done, bytes total) as a transfer goes."""
+
+CHUNK = 1 << 20
+
+
+class TransportError(Exception):
+    """Something failed on the way to or on a host; ``str()`` is one line naming the host."""
+
+
+class TemporaryTransportError(TransportError):
+    """Worth retrying with backoff: refused, timed out, connection dropped."""
+
+
+class PermanentTransportError(TransportError):
+    """Retrying will not help: authentication refused, host key not trusted, bad path."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class FileStat:
+    size: int
+    mtime: float
+    is_dir: bool
+
+
+class StreamReaderLike(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+    async def readexactly(self, n: int) -> bytes: ...
+
+
+class StreamWriterLike(Protocol):
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Transport(ABC):
+    """One host. ``connect`` once; every channel reuses the connection."""
+
+    name: str
+    """The host's inventory name, for messages."""
+    default_timeout: float = 30.0
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Open (or check) the connection; idempotent."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> RunResult:
+        """Run a command to completion; its exit status is in the result (not an error)."""
+
+    @abstractmethod
+    async def start_detached(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Start a process in its own session that outlives this connection; returns its pid."""
+
+    @abstractmethod
+    async def open_socket(
+        self, path: str, *, timeout: float | None = None
+    ) -> tuple[StreamReaderLike, StreamWriterLike]:
+        """A byte stream to a Unix socket on the host (ssh: a streamlocal channel)."""
+
+    @abstractmethod
+    async def stat(self, path: str, *, timeout: float | None = None) -> FileStat | None:
+        """None when there is nothing at ``path``."""
+
+    @abstractmethod
+    async def remove(self, path: str, *, timeout: float | None = None) -> None:
+        """Remove a file (or a folder, recursively); nothing there is not an error."""
+
+    @abstractmethod
+    async def makedirs(self, path: str, *, timeout: float | None = None) -> None: ...
+
+    async def rename(self, src: str, dst: str, *, timeout: float | None = None) -> None:
+        """Atomically replace ``dst`` with ``src`` (same filesystem)."""
+        result = await self.run(["mv", "-f", "--", src, dst], timeout=timeout)
+        if result.returncode != 0:
+            raise PermanentTransportError(
+                f"{self.name}: rename {src} -> {dst}: {result.stderr.strip()}"
+            )
+
+    @abstractmethod
+    async def sha256(self, path: str, *, timeout: float | None = None) -> str:
+        """Hex sha256 of a file, computed on the host."""
+
+    @abstractmethod
+    def read_chunks(
+        self, path: str, *, offset: int = 0, chunk: int = CHUNK
+    ) -> AsyncIterator[bytes]:
+        """Stream a file from ``offset`` in chunks; never the whole file in memory."""
+
+    @abstractmethod
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterator[bytes], *, offset: int = 0
+    ) -> int:
+        """Write a stream to ``path`` starting at ``offset`` (truncating there), fsync; bytes written."""
+
+    async def put(self, local: str, remote: str, *, progress: Progress | None = None) -> None:
+        """Copy a local file to the host, streamed."""
+        from console.transport.files import put_file
+
+        await put_file(self, local, remote, progress=progress)
+
+    async def get(self, remote: str, local: str, *, progress: Progress | None = None) -> None:
+        """Copy a file from the host to this machine, streamed."""
+        from console.transport.files import get_file
+
+        await get_file(self, remote, local, progress=progress)
+
+    async def __aenter__(self) -> Transport:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def with_timeout(coro: object, timeout: float, what: str, host: str) -> object:
+    """Await ``coro`` with a deadline; a timeout becomes a TemporaryTransportError naming the host."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await coro  # type: ignore[misc]
+    except TimeoutError:
+        raise TemporaryTransportError(f"{host}: {what} timed out after {timeout:g}s") from None

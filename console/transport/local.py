@@ -1,0 +1,191 @@
+"""The ``local`` transport: a host that is a folder on this machine, run by subprocesses.
+
+The embedded default and the demo. Paths are plain paths on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+
+from console.transport.base import (
+    CHUNK,
+    FileStat,
+    PermanentTransportError,
+    RunResult,
+    StreamReaderLike,
+    StreamWriterLike,
+    TemporaryTransportError,
+    Transport,
+)
+from console.transport.detach import detach_argv
+
+
+class LocalTransport(Transport):
+    def __init__(self, name: str, *, default_timeout: float = 30.0) -> None:
+        self.name = name
+        self.default_timeout = default_timeout
+
+    async def connect(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def _t(self, timeout: float | None) -> float:
+        return self.default_timeout if timeout is None else timeout
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> RunResult:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **env} if env else None,
+            )
+        except OSError as e:
+            raise PermanentTransportError(
+                f"{self.name}: cannot run {argv[0]}: {e.strerror}"
+            ) from None
+        try:
+            async with asyncio.timeout(self._t(timeout)):
+                out, err = await proc.communicate(input)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise TemporaryTransportError(
+                f"{self.name}: {argv[0]} timed out after {self._t(timeout):g}s"
+            ) from None
+        assert proc.returncode is not None
+        return RunResult(
+            proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        )
+
+    async def start_detached(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        result = await self.run(
+            detach_argv(argv, log_path=log_path, env=env, cwd=cwd), timeout=timeout
+        )
+        if result.returncode != 0 or not result.stdout.strip().isdigit():
+            raise PermanentTransportError(
+                f"{self.name}: could not start {argv[0]}: {result.stderr.strip()}"
+            )
+        return int(result.stdout.strip())
+
+    async def open_socket(
+        self, path: str, *, timeout: float | None = None
+    ) -> tuple[StreamReaderLike, StreamWriterLike]:
+        try:
+            async with asyncio.timeout(self._t(timeout)):
+                return await asyncio.open_unix_connection(path)
+        except TimeoutError:
+            raise TemporaryTransportError(f"{self.name}: connecting to {path} timed out") from None
+        except OSError as e:
+            raise TemporaryTransportError(
+                f"{self.name}: cannot connect to {path}: {e.strerror}"
+            ) from None
+
+    async def stat(self, path: str, *, timeout: float | None = None) -> FileStat | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: stat {path}: {e.strerror}") from None
+        return FileStat(size=st.st_size, mtime=st.st_mtime, is_dir=os.path.isdir(path))
+
+    async def remove(self, path: str, *, timeout: float | None = None) -> None:
+        p = Path(path)
+        if p.is_dir() and not p.is_symlink():
+            await asyncio.to_thread(shutil.rmtree, p, True)
+        else:
+            p.unlink(missing_ok=True)
+
+    async def rename(self, src: str, dst: str, *, timeout: float | None = None) -> None:
+        try:
+            os.replace(src, dst)
+        except OSError as e:
+            raise PermanentTransportError(
+                f"{self.name}: rename {src} -> {dst}: {e.strerror}"
+            ) from None
+
+    async def makedirs(self, path: str, *, timeout: float | None = None) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: mkdir {path}: {e.strerror}") from None
+
+    async def sha256(self, path: str, *, timeout: float | None = None) -> str:
+        def digest() -> str:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while block := f.read(CHUNK * 4):
+                    h.update(block)
+            return h.hexdigest()
+
+        try:
+            return await asyncio.to_thread(digest)
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: sha256 {path}: {e.strerror}") from None
+
+    async def read_chunks(
+        self, path: str, *, offset: int = 0, chunk: int = CHUNK
+    ) -> AsyncIterator[bytes]:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed in finally across awaits
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: read {path}: {e.strerror}") from None
+        try:
+            f.seek(offset)
+            while block := await asyncio.to_thread(f.read, chunk):
+                yield block
+        finally:
+            f.close()
+
+    async def write_chunks(
+        self, path: str, chunks: AsyncIterator[bytes], *, offset: int = 0
+    ) -> int:
+        written = 0
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: write {path}: {e.strerror}") from None
+        try:
+            os.ftruncate(fd, offset)
+            os.lseek(fd, offset, os.SEEK_SET)
+            async for block in chunks:
+                await asyncio.to_thread(_write_all, fd, block)
+                written += len(block)
+            await asyncio.to_thread(os.fsync, fd)
+        except OSError as e:
+            raise PermanentTransportError(f"{self.name}: write {path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        return written
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
