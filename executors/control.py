@@ -48,13 +48,16 @@ class Control:
     def stop(self) -> StopRequest | None:
         return self._stop
 
-    def renew(self, epoch: int, ttl_s: float) -> bool:
-        """Extend the lease; refused (False) for another epoch."""
+    def renew(self, epoch: int, ttl_s: float, sent_at: float | None = None) -> bool:
+        """Extend the lease to ``sent_at + ttl_s`` (console clock); refused for another epoch or when stale."""
         with self._lock:
             if epoch != self.epoch:
                 return False
+            left = ttl_s if sent_at is None else min(ttl_s, sent_at + ttl_s - time.time())
+            if left <= 0:
+                return False
             self.lease_ttl_s = ttl_s
-            self.lease_deadline = time.monotonic() + ttl_s
+            self.lease_deadline = max(self.lease_deadline or 0.0, time.monotonic() + left)
             return True
 
     def lease_left(self) -> float | None:

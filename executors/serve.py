@@ -273,7 +273,7 @@ class Server:
             self.state = ExecutorState.STOPPING
 
     def _lease(self, msg: Lease, control: Control) -> None:
-        if control.renew(msg.epoch, msg.ttl_s):
+        if control.renew(msg.epoch, msg.ttl_s, msg.sent_at):
             return
         if msg.epoch > control.epoch:
             self.emit(

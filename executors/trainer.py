@@ -120,6 +120,8 @@ class Trainer:
         self._last_loss = math.nan
         self._tokens = 0
         self._rollbacks_in_a_row = 0
+        self._first_step_pending = True
+        """The first step after a (re)start is always reported: it ends a recovery."""
         self.workload: Workload
 
     # --------------------------------------------------------------------- run
@@ -193,6 +195,15 @@ class Trainer:
                 )
             return self._stop(stop.reason, stop.exit_code, checkpoint=stop.checkpoint)
         left = self.control.lease_left()
+        if left is not None and left <= 0:
+            self.emit(
+                Fault(
+                    fault=FaultKind.LEASE_LOST.value,
+                    step=self.state.step,
+                    message=f"lease of epoch {self.control.epoch} has ended; stopping without writing",
+                )
+            )
+            return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=False)
         if left is not None and left <= self._lease_guard():
             self.emit(
                 Fault(
@@ -243,12 +254,14 @@ class Trainer:
         self._rollbacks_in_a_row = 0
         now = time.monotonic()
         self._rate.append((now, self.state.step))
+        first = self._first_step_pending
+        self._first_step_pending = False
         every = self.spec.checkpoint_every_steps
         if (every and self.state.step % every == 0) or (
             self.every_s and now - self._last_ckpt_t >= self.every_s
         ):
             self._save("periodic")
-        self._progress()
+        self._progress(force=first)
 
     # ------------------------------------------------------------------ steps
 

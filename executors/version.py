@@ -12,4 +12,6 @@ from protocol.version import source_hash
 @functools.cache
 def code_version() -> str:
     """``VERSION+HASH``; HASH is the same one the console deploys the bundle under."""
-    return f"{executors.__version__}+{source_hash(Path(executors.__file__).resolve().parent.parent)}"
+    return (
+        f"{executors.__version__}+{source_hash(Path(executors.__file__).resolve().parent.parent)}"
+    )

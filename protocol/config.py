@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -189,13 +190,33 @@ def convert(data: Any, tp: type[T], *, file: Path, text: str, prefix: list[str] 
                 "a job name is 1 to 64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
-        if ", got" not in what and not unknown:
+        elif what.startswith("Invalid enum value"):
+            choices = _literal_choices(tp, keys[len(prefix) :])
+            if choices:
+                what += f" (expected {' or '.join(map(repr, choices))})"
+        if ", got" not in what and not unknown and not what.startswith("Invalid enum value"):
             value = _lookup(data, keys[len(prefix) :])
             if isinstance(value, str | int | float | bool):
                 what += f", got {value!r}"
         line = find_line(text, keys)
         where = f"{file}:{line}" if line else str(file)
         raise ConfigError(f"{where}: {_key_path(keys)}: {_one_line(what)}") from None
+
+
+def _literal_choices(tp: Any, keys: list[str]) -> list[Any]:
+    """The values a ``Literal`` field at ``keys`` (inside struct ``tp``) allows; [] if unknown."""
+    for k in keys:
+        fields = (
+            {f.encode_name: f.type for f in msgspec.structs.fields(tp)} if _field_names(tp) else {}
+        )
+        tp = fields.get(k)
+        if tp is None:
+            return []
+    choices: list[Any] = []
+    for arg in typing.get_args(tp) if typing.get_origin(tp) is not typing.Literal else [tp]:
+        if typing.get_origin(arg) is typing.Literal:
+            choices.extend(typing.get_args(arg))
+    return choices
 
 
 def _lookup(data: Any, keys: list[str]) -> Any:

@@ -57,10 +57,16 @@ class Start(_Msg, tag="start"):
 
 
 class Lease(_Msg, tag="lease"):
-    """Grant or renew the right to train for ``ttl_s`` seconds from receipt, under ``epoch``."""
+    """Grant or renew the right to train under ``epoch`` until ``sent_at + ttl_s``.
+
+    ``sent_at`` is the console's wall clock when it sent the lease: a lease delayed in a
+    buffer (a partition that heals) cannot outlive what the console counted on, up to the
+    clock skew between the two machines. Without ``sent_at`` the lease runs from receipt.
+    """
 
     epoch: int
     ttl_s: float
+    sent_at: float | None = None
 
 
 class CheckpointNow(_Msg, tag="checkpoint_now"):
