@@ -16,12 +16,24 @@ from typing import Annotated, Any, Literal
 import msgspec
 import tomli_w
 
-from protocol.config import convert, find_line, read_toml
+from protocol.config import _key_path, _one_line, convert, find_line, read_toml
 from protocol.errors import ConfigError
 from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
 
 HostName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class HealthThresholds(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """When a health sample is a WARN (alert) or a FAIL (drain the host and fail over)."""
+
+    fail_xids: list[int] = [48, 79, 95]
+    """XIDs that mean the GPU is gone or its memory is corrupt."""
+    temp_warn_c: float = 85.0
+    pcie_replays_warn: int = 100
+    """PCIe replays between two samples."""
+    disk_free_warn_gb: float = 2.0
+    warn_throttle: list[str] = ["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
 
 
 class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -41,6 +53,11 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Restarts in place after an executor crash before failing over."""
     min_free_disk_gb: Annotated[float, msgspec.Meta(ge=0)] = 1.0
     webhook: str | None = None
+    """A Slack-compatible URL that alerts are POSTed to."""
+    clock_skew_s: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    """Assumed worst clock difference between console and hosts; added to every lease end."""
+    replicas_kept: Annotated[int, msgspec.Meta(ge=1)] = 2
+    health: HealthThresholds = HealthThresholds()
 
 
 class Region(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -117,10 +134,12 @@ class Inventory:
 
 
 class _File(msgspec.Struct, forbid_unknown_fields=True):
+    # Values stay ``Any`` here so that a table that is not a table is reported under its own
+    # key path (``hosts.NAME``) when it is converted below, not as msgspec's ``hosts[...]``.
     console: dict[str, Any] = {}
-    regions: dict[str, dict[str, Any]] = {}
-    hosts: dict[str, dict[str, Any]] = {}
-    jobs: dict[str, dict[str, Any]] = {}
+    regions: dict[str, Any] = {}
+    hosts: dict[str, Any] = {}
+    jobs: dict[str, Any] = {}
 
 
 def load(path: Path) -> Inventory:
@@ -143,10 +162,11 @@ def load(path: Path) -> Inventory:
 def _job(name: str, table: dict[str, Any], path: Path, text: str) -> Job:
     keys = ["jobs", name]
     if not isinstance(table, dict):
-        raise ConfigError(f"{_where(path, text, keys)}: jobs.{name}: expected a table")
+        raise ConfigError(f"{_where(path, text, keys)}: {_key_path(keys)}: expected a table")
     if table.get("name", name) != name:
         raise ConfigError(
-            f"{_where(path, text, [*keys, 'name'])}: jobs.{name}.name: differs from the table's name"
+            f"{_where(path, text, [*keys, 'name'])}: {_key_path([*keys, 'name'])}: "
+            "differs from the table's name"
         )
     place = {k: v for k, v in table.items() if k in PLACEMENT_KEYS}
     spec = {
@@ -165,7 +185,7 @@ def _where(path: Path, text: str, keys: list[str]) -> str:
 
 
 def _fail(inv: Inventory, text: str, keys: list[str], what: str) -> None:
-    raise ConfigError(f"{_where(inv.path, text, keys)}: {'.'.join(keys)}: {what}")
+    raise ConfigError(f"{_where(inv.path, text, keys)}: {_key_path(keys)}: {_one_line(what)}")
 
 
 def _known(kind: str, name: str, known: dict[str, Any]) -> str:
@@ -203,6 +223,17 @@ def _cross_check(inv: Inventory, text: str) -> None:
             _fail(inv, text, keys, "a local host takes no address, port or proxy_jump")
         if not host.root.strip():
             _fail(inv, text, [*keys, "root"], "must not be empty")
+        for field in msgspec.structs.fields(Host):
+            value = getattr(host, field.name)
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and "\0" in v for v in values):
+                # No argv, path or ssh option can hold one; it would fail later as a traceback.
+                _fail(inv, text, [*keys, field.name], "must not contain a NUL character")
+        if host.transport == "local":
+            try:
+                inv.host_root(name)
+            except (RuntimeError, ValueError, OSError) as e:
+                _fail(inv, text, [*keys, "root"], f"not a usable folder on this machine: {e}")
     for name, job in inv.jobs.items():
         keys = ["jobs", name]
         p = job.placement

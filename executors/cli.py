@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
         return runner.run().exit_code
     except ConfigError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a workload crash: one line here, the traceback in the workdir
         return report_crash(e, args.workdir, emit)
 
 

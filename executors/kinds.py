@@ -61,7 +61,7 @@ def load_kind(name: str) -> ExecutorKind:
         )
     try:
         return found[name].load()()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a broken plug-in is a config error, reported in one line
         raise ConfigError(
             f"executor: plug-in {name!r} failed to load: {type(e).__name__}: {e}"
         ) from None

@@ -183,7 +183,7 @@ class Server:
         except ConfigError as e:
             self.emit(Fault(fault="config", message=str(e), fatal=True))
             code = exitcodes.CONFIG
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - reported as a crash event; the traceback goes to crash.log
             code = report_crash(e, self.workdir, self.emit)
         finally:
             self._loop.call_soon_threadsafe(self._trainer_done, code)

@@ -1,0 +1,103 @@
+"""The append-only journal: every observation and decision, one JSON line each, in state_dir.
+
+The TUI, the headless output and ``hotspare report`` all read these same events, and a
+restarted console rebuilds its state from them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+
+class Kind(StrEnum):
+    CONSOLE = "console"
+    """The console started or stopped (data: pid, policy)."""
+    HOST_STATE = "host_state"
+    JOB_STATE = "job_state"
+    PLACEMENT = "placement"
+    """A job's host and spares were chosen or changed."""
+    EXECUTOR = "executor"
+    """An executor started, reattached, or exited (data: pid, epoch, exit_code)."""
+    PROGRESS = "progress"
+    CHECKPOINT = "checkpoint"
+    REPLICA = "replica"
+    """A checkpoint was copied to a spare and verified there."""
+    FAULT = "fault"
+    """A fault an executor reported."""
+    HEALTH = "health"
+    """A health rule fired (severity WARN or FAIL)."""
+    INCIDENT = "incident"
+    """One step of an incident's timeline (data.phase: detected, decided, transfer_done,
+    executor_up, loaded, first_step, resolved)."""
+    ALERT = "alert"
+    ACTION = "action"
+    """An operator's or a policy's action."""
+    FINISHED = "finished"
+
+
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
+    t: float
+    kind: Kind
+    host: str | None = None
+    job: str | None = None
+    incident: int | None = None
+    msg: str = ""
+    data: dict[str, Any] = {}
+
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder(Event)
+
+Listener = Callable[[Event], None]
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the console
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def record(self, kind: Kind, msg: str = "", **fields: Any) -> Event:
+        data = fields.pop("data", {})
+        event = Event(t=time.time(), kind=kind, msg=msg, data=data, **fields)
+        line = _enc.encode(event) + b"\n"
+        with self._lock:
+            self._f.write(line)
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def sync(self) -> None:
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read(path: Path) -> Iterator[Event]:
+    """Every complete event in a journal; a torn last line (a crash mid-write) is skipped."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                yield _dec.decode(line)
+            except msgspec.DecodeError:
+                continue

@@ -1,0 +1,102 @@
+"""One protocol connection to one executor, over a transport's stream to its Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from console.transport.base import StreamReaderLike, StreamWriterLike, Transport, TransportError
+from protocol.errors import ProtocolError
+from protocol.framing import EXECUTOR_MESSAGES, check_hello, encode_frame, read_message
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    ConsoleHello,
+    ConsoleMessage,
+    ExecutorHello,
+    ExecutorMessage,
+)
+
+HELLO_TIMEOUT_S = 10.0
+SEND_TIMEOUT_S = 5.0
+
+
+class LinkError(Exception):
+    """The link could not be opened or was lost; ``str()`` says why in one line."""
+
+
+class ExecutorLink:
+    def __init__(
+        self, transport: Transport, socket_path: str, console_id: str = "hotspare"
+    ) -> None:
+        self.transport = transport
+        self.socket_path = socket_path
+        self.console_id = console_id
+        self.hello: ExecutorHello | None = None
+        self._reader: StreamReaderLike | None = None
+        self._writer: StreamWriterLike | None = None
+
+    async def open(self, timeout: float = HELLO_TIMEOUT_S) -> ExecutorHello:
+        try:
+            self._reader, self._writer = await self.transport.open_socket(
+                self.socket_path, timeout=timeout
+            )
+            await self.send(ConsoleHello(version=PROTOCOL_VERSION, console_id=self.console_id))
+            hello = await read_message(self._reader, EXECUTOR_MESSAGES, timeout=timeout)  # type: ignore[arg-type]
+        except (TransportError, ProtocolError, OSError, LinkError) as e:
+            self.close()
+            raise LinkError(f"{self.transport.name}: cannot open {self.socket_path}: {e}") from None
+        if hello is None:
+            self.close()
+            raise LinkError(
+                f"{self.transport.name}: the executor closed the connection during Hello"
+            )
+        try:
+            check_hello(hello, ExecutorHello)
+        except ProtocolError as e:
+            self.close()
+            raise LinkError(f"{self.transport.name}: {e}") from None
+        assert isinstance(hello, ExecutorHello)
+        self.hello = hello
+        return hello
+
+    async def send(self, msg: ConsoleMessage) -> None:
+        if self._writer is None:
+            raise LinkError(f"{self.transport.name}: link is closed")
+        try:
+            self._writer.write(encode_frame(msg))
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                await self._writer.drain()
+        except TimeoutError:
+            raise LinkError(
+                f"{self.transport.name}: send timed out after {SEND_TIMEOUT_S:g}s"
+            ) from None
+        except Exception as e:  # noqa: BLE001 - any stream error here means the link is gone
+            raise LinkError(
+                f"{self.transport.name}: send failed: {type(e).__name__}: {e}"
+            ) from None
+
+    async def pump(self, on_message: Callable[[ExecutorMessage], None]) -> str:
+        """Deliver messages until the link ends; returns why it ended (one line)."""
+        if self._reader is None:
+            return "link is closed"
+        try:
+            while True:
+                msg = await read_message(self._reader, EXECUTOR_MESSAGES)  # type: ignore[arg-type]
+                if msg is None:
+                    return "the executor closed the connection"
+                on_message(msg)
+        except ProtocolError as e:
+            return f"protocol error: {e}"
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a dropped stream of any transport ends the link
+            return f"connection lost: {type(e).__name__}: {e}".rstrip(": ")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        self._reader = self._writer = None

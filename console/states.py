@@ -1,0 +1,131 @@
+"""Host and job state machines: enums with a written transition table.
+
+A transition not in the table is a bug and raises; every transition the controller makes
+is journalled by the caller (``Controller._set_host`` / ``_set_job``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+
+class HostState(StrEnum):
+    UP = "up"
+    """Reachable; its executor (if any) heartbeats."""
+    SUSPECT = "suspect"
+    """Missed heartbeats for a time window and a count; not yet down (its lease may still run)."""
+    DOWN = "down"
+    """Unreachable past the end of its lease: its jobs fail over."""
+    DRAINING = "draining"
+    """An operator or a GPU FAIL asked its jobs to move off (planned migration)."""
+    DRAINED = "drained"
+    """No jobs; takes none until un-drained."""
+    CORDONED = "cordoned"
+    """Keeps its jobs but is not given new ones, nor used as a spare."""
+
+
+HOST_TRANSITIONS: dict[HostState, frozenset[HostState]] = {
+    HostState.UP: frozenset(
+        {HostState.SUSPECT, HostState.DOWN, HostState.DRAINING, HostState.CORDONED}
+    ),
+    HostState.SUSPECT: frozenset({HostState.UP, HostState.DOWN, HostState.DRAINING}),
+    HostState.DOWN: frozenset({HostState.UP}),
+    HostState.DRAINING: frozenset({HostState.DRAINED, HostState.DOWN}),
+    HostState.DRAINED: frozenset({HostState.UP, HostState.DOWN}),
+    HostState.CORDONED: frozenset(
+        {HostState.UP, HostState.DRAINING, HostState.SUSPECT, HostState.DOWN}
+    ),
+}
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    """Not started yet, or waiting for a host (no spare left) or for an operator's approval."""
+    DEPLOYING = "deploying"
+    """Bundle, workdir and executor being put on a host."""
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    """A checkpoint-now (drain, preemption) is in flight."""
+    FAILING_OVER = "failing_over"
+    """Moving to another host: waiting for the lease to end, promoting the replica."""
+    RESTARTING = "restarting"
+    """Restarting in place after an executor crash."""
+    FINISHED = "finished"
+    FAILED = "failed"
+    """Terminal; ``failure`` says which kind."""
+
+    def is_terminal(self) -> bool:
+        return self in (JobState.FINISHED, JobState.FAILED)
+
+
+class FailureKind(StrEnum):
+    CONFIG = "config"
+    """Bad spec, missing torch, auth refused: fail fast, no retry loop."""
+    CRASH_LOOP = "crash_loop"
+    """The executor kept crashing on every host tried."""
+    STOPPED = "stopped"
+    """An operator stopped the job."""
+
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.DEPLOYING, JobState.RUNNING, JobState.FAILED}),
+    JobState.DEPLOYING: frozenset(
+        {
+            JobState.RUNNING,
+            JobState.FAILING_OVER,
+            JobState.RESTARTING,
+            JobState.PENDING,
+            JobState.FAILED,
+        }
+    ),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.CHECKPOINTING,
+            JobState.FAILING_OVER,
+            JobState.RESTARTING,
+            JobState.FINISHED,
+            JobState.FAILED,
+            JobState.PENDING,
+        }
+    ),
+    JobState.CHECKPOINTING: frozenset(
+        {
+            JobState.RUNNING,
+            JobState.FAILING_OVER,
+            JobState.FINISHED,
+            JobState.FAILED,
+            JobState.PENDING,
+        }
+    ),
+    JobState.FAILING_OVER: frozenset({JobState.DEPLOYING, JobState.PENDING, JobState.FAILED}),
+    JobState.RESTARTING: frozenset({JobState.DEPLOYING, JobState.FAILING_OVER, JobState.FAILED}),
+    JobState.FINISHED: frozenset(),
+    JobState.FAILED: frozenset({JobState.PENDING}),
+}
+
+S = TypeVar("S", HostState, JobState)
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+class Machine(Generic[S]):
+    """One state, changed only along its table."""
+
+    def __init__(self, initial: S, table: dict[S, frozenset[S]]) -> None:
+        self.state = initial
+        self._table = table
+
+    def can(self, new: S) -> bool:
+        return new == self.state or new in self._table[self.state]
+
+    def move(self, new: S) -> bool:
+        """Change state; False if already there; IllegalTransition if not in the table."""
+        if new == self.state:
+            return False
+        if new not in self._table[self.state]:
+            raise IllegalTransition(f"{self.state.value} -> {new.value} is not a legal transition")
+        self.state = new
+        return True
