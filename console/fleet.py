@@ -1,0 +1,143 @@
+"""The hosts as the console sees them: state machine, transport, health series, findings."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from console.health_rules import Finding, Severity, evaluate
+from console.inventory import Inventory
+from console.journal import Journal, Kind
+from console.state_store import StateStore
+from console.states import HOST_TRANSITIONS, HostState, Machine
+from console.transport.base import Transport, TransportError
+from console.transport.factory import open_transport
+from protocol.messages import Health
+
+PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass
+class HostRuntime:
+    name: str
+    transport: Transport
+    machine: Machine[HostState]
+    health: deque[Health] = field(default_factory=lambda: deque(maxlen=120))
+    findings: list[Finding] = field(default_factory=list)
+    last_seen: float = 0.0
+    """Monotonic time of the last heartbeat or successful probe."""
+    job: str | None = None
+    """The job running here as its primary, if any."""
+
+    @property
+    def state(self) -> HostState:
+        return self.machine.state
+
+
+class Fleet:
+    def __init__(self, inv: Inventory, journal: Journal, store: StateStore) -> None:
+        self.inv = inv
+        self.journal = journal
+        self.store = store
+        self.hosts: dict[str, HostRuntime] = {}
+        self.changed = asyncio.Event()
+        """Set whenever a host may have become usable (added, revived, uncordoned)."""
+        for name in inv.hosts:
+            self.add(name)
+
+    def add(self, name: str) -> HostRuntime:
+        rec = self.store.host(name)
+        initial = (
+            HostState.CORDONED
+            if rec.cordoned
+            else HostState.DRAINED
+            if rec.drained
+            else HostState.UP
+        )
+        rt = HostRuntime(name, open_transport(self.inv, name), Machine(initial, HOST_TRANSITIONS))
+        self.hosts[name] = rt
+        self.changed.set()
+        return rt
+
+    def set_state(self, name: str, state: HostState, why: str) -> None:
+        rt = self.hosts[name]
+        before = rt.state
+        if rt.machine.can(state) and rt.machine.move(state):
+            self.journal.record(
+                Kind.HOST_STATE,
+                f"{name}: {before.value} -> {state.value} ({why})",
+                host=name,
+                data={"from": before.value, "to": state.value, "why": why},
+            )
+            rec = self.store.host(name)
+            rec.cordoned, rec.drained = state is HostState.CORDONED, state is HostState.DRAINED
+            self.store.save()
+            if state is HostState.UP:
+                self.changed.set()
+
+    def usable(self, *, exclude: set[str] | None = None) -> set[str]:
+        """Hosts that may take a job or serve as a spare."""
+        return {
+            n
+            for n, rt in self.hosts.items()
+            if rt.state is HostState.UP and rt.job is None and n not in (exclude or set())
+        }
+
+    def seen(self, name: str) -> None:
+        rt = self.hosts[name]
+        rt.last_seen = time.monotonic()
+        if rt.state in (HostState.SUSPECT, HostState.DOWN):
+            self.set_state(name, HostState.UP, "heard from again")
+
+    def observe(self, name: str, health: Health) -> list[Finding]:
+        """Feed a Health sample; returns the findings that are new since the last sample."""
+        rt = self.hosts[name]
+        previous = rt.health[-1] if rt.health else None
+        rt.health.append(health)
+        findings = evaluate(health, previous, self.inv.console.health)
+        old = {(f.rule, f.message) for f in rt.findings}
+        rt.findings = findings
+        fresh = [f for f in findings if (f.rule, f.message) not in old]
+        for f in fresh:
+            self.journal.record(
+                Kind.HEALTH,
+                f"{name}: {f.severity.value.upper()} {f.message}",
+                host=name,
+                data={"severity": f.severity.value, "rule": f.rule},
+            )
+        return fresh
+
+    def failing(self, name: str) -> list[Finding]:
+        return [f for f in self.hosts[name].findings if f.severity is Severity.FAIL]
+
+    async def probe(self, name: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+        """Can the console run a command there now?"""
+        t = self.hosts[name].transport
+        try:
+            async with asyncio.timeout(timeout):
+                await t.connect()
+                ok = (await t.run(["true"], timeout=timeout)).returncode == 0
+        except (TransportError, TimeoutError, OSError):
+            return False
+        if ok:
+            self.hosts[name].last_seen = time.monotonic()
+        return ok
+
+    async def console_online(self, excluding: str) -> bool:
+        """Before declaring a host down: can the console still reach any other host?"""
+        others = [
+            n for n, rt in self.hosts.items() if n != excluding and rt.state is not HostState.DOWN
+        ]
+        if not others:
+            return True
+        results = await asyncio.gather(*(self.probe(n) for n in others))
+        return any(results)
+
+    async def close(self) -> None:
+        for rt in self.hosts.values():
+            try:
+                await rt.transport.close()
+            except TransportError:
+                pass

@@ -1,0 +1,135 @@
+"""Incident timelines in the journal, and the MTTR figures computed from them.
+
+Phases, in order: detected, decided, transfer_done, executor_up, loaded, first_step.
+MTTR runs from the fault (the last sign of life before detection) to the first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from console.journal import Event, Journal, Kind
+from console.state_store import StateStore
+
+PHASES = ("detected", "decided", "transfer_done", "executor_up", "loaded", "first_step")
+
+
+class IncidentLog:
+    def __init__(self, journal: Journal, store: StateStore) -> None:
+        self.journal = journal
+        self.store = store
+
+    def open(
+        self,
+        job: str,
+        host: str,
+        fault_class: str,
+        *,
+        fault_at: float,
+        last_step: int,
+        msg: str,
+        planned: bool = False,
+    ) -> int:
+        n = self.store.new_incident()
+        self.journal.record(
+            Kind.INCIDENT,
+            f"incident {n}: {job} on {host}: {fault_class}: {msg}",
+            job=job,
+            host=host,
+            incident=n,
+            data={
+                "phase": "detected",
+                "class": fault_class,
+                "fault_at": fault_at,
+                "last_step": last_step,
+                "planned": planned,
+            },
+        )
+        return n
+
+    def phase(self, n: int, job: str, phase: str, msg: str = "", **data: Any) -> None:
+        self.journal.record(
+            Kind.INCIDENT,
+            msg or f"incident {n}: {phase}",
+            job=job,
+            incident=n,
+            data={"phase": phase, **data},
+        )
+
+
+@dataclass
+class Incident:
+    id: int
+    job: str
+    host: str
+    fault_class: str
+    fault_at: float
+    last_step: int
+    planned: bool
+    times: dict[str, float] = field(default_factory=dict)
+    data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lines: list[Event] = field(default_factory=list)
+
+    @property
+    def resumed_step(self) -> int | None:
+        return self.data.get("loaded", {}).get("step")
+
+    @property
+    def lost_steps(self) -> int | None:
+        return None if self.resumed_step is None else max(0, self.last_step - self.resumed_step)
+
+    @property
+    def resolved(self) -> bool:
+        return "first_step" in self.times
+
+    @property
+    def mttr_s(self) -> float | None:
+        return self.times["first_step"] - self.fault_at if self.resolved else None
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds spent in each stage: detect, decide, transfer, start, load, first step."""
+        marks = [
+            ("detect", self.fault_at, "detected"),
+            ("decide", None, "decided"),
+            ("transfer", None, "transfer_done"),
+            ("start", None, "executor_up"),
+            ("load", None, "loaded"),
+            ("first step", None, "first_step"),
+        ]
+        out: dict[str, float] = {}
+        prev = self.fault_at
+        for label, _, phase in marks:
+            t = self.times.get(phase)
+            if t is None:
+                continue
+            out[label] = max(0.0, t - prev)
+            prev = t
+        return out
+
+
+def incidents(events: Iterable[Event]) -> list[Incident]:
+    """Incidents rebuilt from journal events."""
+    found: dict[int, Incident] = {}
+    for e in events:
+        if e.kind is not Kind.INCIDENT or e.incident is None:
+            continue
+        phase = e.data.get("phase", "")
+        if phase == "detected":
+            found[e.incident] = Incident(
+                id=e.incident,
+                job=e.job or "",
+                host=e.host or "",
+                fault_class=e.data.get("class", "?"),
+                fault_at=e.data.get("fault_at", e.t),
+                last_step=e.data.get("last_step", 0),
+                planned=e.data.get("planned", False),
+            )
+        inc = found.get(e.incident)
+        if inc is None:
+            continue
+        inc.lines.append(e)
+        inc.times.setdefault(phase, e.t)
+        inc.data.setdefault(phase, dict(e.data))
+    return sorted(found.values(), key=lambda i: i.id)

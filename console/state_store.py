@@ -1,0 +1,69 @@
+"""Operator state in state_dir: drains, cordons, where each job runs and under which epoch.
+
+Written atomically (temp file, fsync, rename) on every change; a restarted console reads it
+back to reattach. The inventory file itself is never rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+
+
+class JobRecord(msgspec.Struct, kw_only=True):
+    host: str | None = None
+    spares: list[str] = []
+    epoch: int = 0
+    restarts: int = 0
+    finished_sha256: str | None = None
+    finished_step: int | None = None
+
+
+class HostRecord(msgspec.Struct, kw_only=True):
+    cordoned: bool = False
+    drained: bool = False
+
+
+class OperatorState(msgspec.Struct, kw_only=True):
+    jobs: dict[str, JobRecord] = {}
+    hosts: dict[str, HostRecord] = {}
+    next_incident: int = 1
+
+
+class StateStore:
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / "state.json"
+        self.state = self._load()
+
+    def _load(self) -> OperatorState:
+        try:
+            return msgspec.json.decode(self.path.read_bytes(), type=OperatorState)
+        except FileNotFoundError:
+            return OperatorState()
+        except (OSError, msgspec.DecodeError) as e:
+            raise RuntimeError(
+                f"{self.path}: unreadable operator state ({e}); move it aside to start fresh"
+            ) from None
+
+    def job(self, name: str) -> JobRecord:
+        return self.state.jobs.setdefault(name, JobRecord())
+
+    def host(self, name: str) -> HostRecord:
+        return self.state.hosts.setdefault(name, HostRecord())
+
+    def new_incident(self) -> int:
+        n = self.state.next_incident
+        self.state.next_incident += 1
+        self.save()
+        return n
+
+    def save(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(msgspec.json.format(msgspec.json.encode(self.state)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
