@@ -1,7 +1,11 @@
 """``hotspare``: the operator console.
 
-``hotspare check`` validates the inventory and preflights every host. The terminal UI and
-the headless runner land with the fleet controller.
+    hotspare [--inventory F] [--policy manual|auto|observe] [--read-only]   the terminal UI
+    hotspare run [--inventory F] --policy auto [--json]                     headless, to completion
+    hotspare check [--inventory F] [--json] [--deploy]                      preflight every host
+    hotspare report [--inventory F | --state-dir D]                         post-mortem (markdown)
+
+Bad input is one line on stderr and exit 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,47 +17,72 @@ from pathlib import Path
 from protocol.errors import ConfigError
 
 PROG = "hotspare"
+POLICIES = ("manual", "auto", "observe")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, description="Keep PyTorch training alive on hosts that fail."
-    )
-    p.add_argument(
+    inv = argparse.ArgumentParser(add_help=False)
+    inv.add_argument(
         "--inventory", type=Path, default=Path("inventory.toml"), help="default ./inventory.toml"
     )
-    sub = p.add_subparsers(dest="command")
-    check = sub.add_parser(
-        "check", help="validate the inventory, reach every host and preflight it"
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Keep PyTorch training alive on hosts that fail.", parents=[inv]
     )
-    check.add_argument("--inventory", type=Path, default=argparse.SUPPRESS)
+    p.add_argument("--policy", choices=POLICIES, default="manual")
+    p.add_argument("--read-only", action="store_true", help="turn every action off")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", parents=[inv], help="run every job to completion, headless")
+    run.add_argument("--policy", choices=POLICIES, default="auto")
+    run.add_argument("--json", action="store_true", help="one JSON event per line")
+    check = sub.add_parser(
+        "check", parents=[inv], help="validate the inventory, reach every host and preflight it"
+    )
     check.add_argument("--json", action="store_true", help="print the results as JSON")
     check.add_argument("--deploy", action="store_true", help="deploy the executor bundle first")
+    report = sub.add_parser(
+        "report", parents=[inv], help="write a post-mortem of the journal as markdown"
+    )
+    report.add_argument(
+        "--state-dir", type=Path, help="read this state dir instead of the inventory's"
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from console.inventory import load
-
     try:
-        inv = load(args.inventory)
-        if args.command == "check":
-            from console.check import run_check
-
-            return run_check(inv, as_json=args.json, do_deploy=args.deploy)
+        return _dispatch(args)
     except ConfigError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    print(
-        f"{PROG}: the console UI is not built yet; `hotspare check` preflights the inventory's hosts, and\n"
-        "  hotspare-executor run --spec inventory.toml --job demo --workdir .hotspare/demo\n"
-        "trains the demo job on this machine.",
-        file=sys.stderr,
-    )
-    return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from console.inventory import load
+    from console.policy import Policy
+
+    if args.command == "report" and args.state_dir is not None:
+        from console.report import write_report
+
+        return write_report(args.state_dir, sys.stdout)
+    inv = load(args.inventory)
+    if args.command == "check":
+        from console.check import run_check
+
+        return run_check(inv, as_json=args.json, do_deploy=args.deploy)
+    if args.command == "run":
+        from console.headless import run_headless
+
+        return run_headless(inv, Policy.parse(args.policy), as_json=args.json)
+    if args.command == "report":
+        from console.report import write_report
+
+        return write_report(inv.state_dir, sys.stdout)
+    from console.ui import run_tui
+
+    return run_tui(inv, Policy.parse(args.policy), read_only=args.read_only)
 
 
 if __name__ == "__main__":

@@ -27,13 +27,15 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 class HealthThresholds(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """When a health sample is a WARN (alert) or a FAIL (drain the host and fail over)."""
 
-    fail_xids: list[int] = [48, 79, 95]
+    fail_xids: list[int] = msgspec.field(default_factory=lambda: [48, 79, 95])
     """XIDs that mean the GPU is gone or its memory is corrupt."""
     temp_warn_c: float = 85.0
     pcie_replays_warn: int = 100
     """PCIe replays between two samples."""
     disk_free_warn_gb: float = 2.0
-    warn_throttle: list[str] = ["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
+    warn_throttle: list[str] = msgspec.field(
+        default_factory=lambda: ["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
+    )
 
 
 class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -57,7 +59,7 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     clock_skew_s: Annotated[float, msgspec.Meta(ge=0)] = 0.5
     """Assumed worst clock difference between console and hosts; added to every lease end."""
     replicas_kept: Annotated[int, msgspec.Meta(ge=1)] = 2
-    health: HealthThresholds = HealthThresholds()
+    health: HealthThresholds = msgspec.field(default_factory=HealthThresholds)
 
 
 class Region(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

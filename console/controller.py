@@ -1,0 +1,218 @@
+"""The fleet controller: one asyncio program that both the TUI and the headless runner drive.
+
+It owns the inventory, the journal, the operator state, the fleet and one supervisor per
+job. Everything an operator can do by key is a method here, and a policy calls the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from console.detect import DetectionSettings
+from console.fleet import Fleet
+from console.incidents import IncidentLog
+from console.inventory import Inventory, append_host
+from console.journal import Journal, Kind
+from console.policy import Policy
+from console.replicator import Replicator
+from console.state_store import StateStore
+from console.states import HostState, JobState
+from console.supervisor import JobSupervisor
+from protocol.messages import Progress
+
+MONITOR_EVERY_S = 2.0
+ALERT_REPEAT_S = 60.0
+PROGRESS_JOURNAL_EVERY_S = 10.0
+
+
+class Controller:
+    def __init__(
+        self,
+        inv: Inventory,
+        policy: Policy = Policy.MANUAL,
+        *,
+        executor_env: dict[str, dict[str, str]] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.inv = inv
+        self.policy = policy
+        self.read_only = read_only
+        self.executor_env = executor_env or {}
+        """Extra environment for executors per host: test hooks (fake NVML, fault injection)."""
+        self.console_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.journal = Journal(inv.state_dir / "journal.jsonl")
+        self.store = StateStore(inv.state_dir)
+        self.fleet = Fleet(inv, self.journal, self.store)
+        self.incidents = IncidentLog(self.journal, self.store)
+        self.replicator = Replicator(self)
+        c = inv.console
+        self.detection = DetectionSettings(
+            c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
+        )
+        self.jobs = {name: JobSupervisor(self, name) for name in inv.jobs}
+        self.alert_sinks: list[Callable[[str], None]] = []
+        self._alerted: dict[str, float] = {}
+        self._progress_at: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> dict[str, JobState]:
+        """Supervise every job until each is finished or failed; returns their final states."""
+        self.journal.record(
+            Kind.CONSOLE,
+            f"console started (policy {self.policy.value})",
+            data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
+        )
+        monitor = asyncio.create_task(self._monitor_hosts(), name="host monitor")
+        try:
+            await asyncio.gather(*(sup.run() for sup in self.jobs.values()))
+        finally:
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+        return {name: sup.state for name, sup in self.jobs.items()}
+
+    async def close(self) -> None:
+        for sup in self.jobs.values():
+            if sup.link is not None:
+                sup.link.close()
+        await self.fleet.close()
+        self.journal.record(Kind.CONSOLE, "console stopped")
+        self.journal.close()
+
+    async def _monitor_hosts(self) -> None:
+        """Hosts without a running job are probed, so up and down are known before they are needed."""
+        while True:
+            idle = [n for n, rt in self.fleet.hosts.items() if rt.job is None]
+            results = await asyncio.gather(*(self.fleet.probe(n) for n in idle))
+            for name, ok in zip(idle, results, strict=True):
+                state = self.fleet.hosts[name].state
+                if ok and state is HostState.DOWN:
+                    self.fleet.set_state(name, HostState.UP, "reachable again")
+                elif not ok and state in (HostState.UP, HostState.SUSPECT):
+                    self.fleet.set_state(name, HostState.DOWN, "unreachable")
+            await asyncio.sleep(MONITOR_EVERY_S)
+
+    # -------------------------------------------------------- used by supervisors
+
+    def reserved(self, for_job: str) -> dict[str, str]:
+        """Spares held by other live jobs: host -> job."""
+        return {
+            s: name
+            for name, sup in self.jobs.items()
+            if name != for_job and not sup.state.is_terminal()
+            for s in sup.spares
+        }
+
+    def priorities(self) -> dict[str, int]:
+        return {name: job.placement.priority for name, job in self.inv.jobs.items()}
+
+    def take_spare(self, host: str, from_job: str, *, by: str) -> None:
+        sup = self.jobs[from_job]
+        if host in sup.spares:
+            sup.spares.remove(host)
+            sup.rec.spares = list(sup.spares)
+            self.store.save()
+        self.journal.record(
+            Kind.PLACEMENT,
+            f"spare {host} taken from {from_job} by higher-priority {by}",
+            host=host,
+            job=from_job,
+            data={"taken_by": by},
+        )
+        self.alert(f"spare {host} was taken from {from_job} by {by}", job=from_job)
+
+    async def wait_for_hosts(self, timeout: float = 5.0) -> None:
+        """Until the fleet may have a usable host again (or a while has passed: recheck)."""
+        self.fleet.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.fleet.changed.wait()
+
+    def alert(self, msg: str, *, job: str | None = None, host: str | None = None) -> None:
+        now = time.monotonic()
+        if now - self._alerted.get(msg, -ALERT_REPEAT_S) < ALERT_REPEAT_S:
+            return
+        self._alerted[msg] = now
+        self.journal.record(Kind.ALERT, msg, job=job, host=host)
+        for sink in self.alert_sinks:
+            sink(msg)
+
+    def alerted(self, msg: str) -> bool:
+        return time.monotonic() - self._alerted.get(msg, -ALERT_REPEAT_S) < ALERT_REPEAT_S
+
+    def on_progress(self, sup: JobSupervisor, msg: Progress) -> None:
+        now = time.monotonic()
+        if (
+            now - self._progress_at.get(sup.name, 0.0) >= PROGRESS_JOURNAL_EVERY_S
+            or msg.step == msg.steps
+        ):
+            self._progress_at[sup.name] = now
+            self.journal.record(
+                Kind.PROGRESS,
+                f"{sup.name}: step {msg.step}/{msg.steps} loss {msg.loss:.4f}",
+                job=sup.name,
+                host=sup.host,
+                data={"step": msg.step, "loss": msg.loss, "steps_per_s": msg.steps_per_s},
+            )
+
+    # --------------------------------------------------------------- actions
+
+    def _act(self, what: str, **fields: Any) -> None:
+        if self.read_only:
+            raise PermissionError("the console is read-only")
+        self.journal.record(Kind.ACTION, what, **fields)
+
+    def fail_over(self, job: str, target: str | None = None) -> None:
+        """Move a job now (to ``target`` or the best spare); approves a pending failover too."""
+        self._act(f"fail over {job}" + (f" to {target}" if target else ""), job=job)
+        sup = self.jobs[job]
+        if not sup.answer(True, target):
+            sup.request_move("migrate", f"operator: fail over {job}", target)
+
+    def approve(self, job: str) -> bool:
+        self._act(f"approve failover of {job}", job=job)
+        return self.jobs[job].answer(True)
+
+    def deny(self, job: str) -> bool:
+        self._act(f"deny failover of {job}", job=job)
+        return self.jobs[job].answer(False)
+
+    def checkpoint_now(self, job: str) -> None:
+        self._act(f"checkpoint {job} now", job=job)
+        self.jobs[job].request_checkpoint()
+
+    def stop_job(self, job: str) -> None:
+        self._act(f"stop {job}", job=job)
+        self.jobs[job].request_stop()
+
+    def drain_host(self, host: str) -> None:
+        """Move every job off ``host`` with 0 lost steps, then leave it drained."""
+        self._act(f"drain {host}", host=host)
+        jobs = [s for s in self.jobs.values() if s.host == host and s.state is JobState.RUNNING]
+        self.fleet.set_state(host, HostState.DRAINING, "operator")
+        for sup in jobs:
+            sup.request_move("drain", f"operator drained {host}")
+        if not jobs:
+            self.fleet.set_state(host, HostState.DRAINED, "no jobs to move")
+
+    def cordon(self, host: str) -> None:
+        self._act(f"cordon {host}", host=host)
+        self.fleet.set_state(host, HostState.CORDONED, "operator")
+
+    def uncordon(self, host: str) -> None:
+        self._act(f"uncordon {host}", host=host)
+        self.fleet.set_state(host, HostState.UP, "operator")
+
+    def add_host(self, name: str, table: dict[str, Any]) -> None:
+        """Append ``[hosts.NAME]`` to the inventory file (comments kept) and start using it."""
+        self._act(f"add host {name}", host=name)
+        fresh = append_host(self.inv.path, name, table)
+        self.inv.hosts[name] = fresh.hosts[name]
+        self.fleet.add(name)

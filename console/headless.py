@@ -1,0 +1,67 @@
+"""``hotspare run``: every job in the inventory to completion, with no one at the keyboard.
+
+Prints the journal as it is written (human lines, or JSON with ``--json``). Exits 0 when
+every job finished, 1 with the reasons otherwise, 130 when interrupted (executors keep
+training until their lease ends; a console started again reattaches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from typing import TextIO
+
+import msgspec
+
+from console.controller import Controller
+from console.inventory import Inventory
+from console.journal import Event, Kind
+from console.policy import Policy
+from console.states import JobState
+
+ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"
+"""Test hook: JSON ``{host: {VAR: value}}`` added to executors' environment on that host."""
+
+
+def _line(e: Event) -> str:
+    return f"{time.strftime('%H:%M:%S', time.localtime(e.t))}  {e.msg}"
+
+
+def run_headless(inv: Inventory, policy: Policy, *, as_json: bool, out: TextIO = sys.stdout) -> int:
+    env = json.loads(os.environ.get(ENV_HOOK, "{}"))
+
+    def show(e: Event) -> None:
+        out.write((msgspec.json.encode(e).decode() if as_json else _line(e)) + "\n")
+        out.flush()
+
+    async def main() -> dict[str, str]:
+        """Run the controller; returns the reason of each job that did not finish."""
+        ctl = Controller(inv, policy, executor_env=env)
+        ctl.journal.subscribe(show)
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        try:
+            await ctl.run()
+            return {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
+        finally:
+            await ctl.close()
+
+    try:
+        unfinished = asyncio.run(main())
+    except asyncio.CancelledError:
+        print(
+            "hotspare: interrupted; executors keep training until their lease ends", file=sys.stderr
+        )
+        return 130
+    for name, why in unfinished.items():
+        print(f"hotspare: job {name} did not finish: {why}", file=sys.stderr)
+    return 1 if unfinished else 0
+
+
+__all__ = ["ENV_HOOK", "Kind", "run_headless"]

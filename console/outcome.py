@@ -1,0 +1,72 @@
+"""How an executor's run ended, as the console classifies it (the fault classes of DESIGN.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+from protocol.faults import FaultKind
+
+
+class Exit(StrEnum):
+    FINISHED = "finished"
+    CRASHED = "executor_crash"
+    """The executor died (non-zero exit, SIGKILL, exception): restart in place."""
+    HUNG = "executor_hang"
+    """Alive but silent past its lease: killed, then restarted in place."""
+    HOST_LOST = "host_lost"
+    """Unreachable past the end of its lease: fail over."""
+    PLANNED = "planned"
+    """Checkpointed at the current step and stopped (drain, preemption, GPU FAIL): move, 0 lost steps."""
+    LEASE_LOST = "lease_lost"
+    """The executor stopped itself because its lease was not renewed."""
+    CONFIG = "config"
+    """Will not get better by retrying: fail fast."""
+    STOPPED = "stopped"
+    """An operator stopped the job."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit: Exit
+    why: str
+    step: int | None = None
+    sha256: str | None = None
+    checkpoint_step: int | None = None
+
+
+def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
+    if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted"):
+        return Outcome(Exit.PLANNED, f"stopped for {reason}", step, checkpoint_step=checkpoint_step)
+    if reason in ("lease_lost", "stale_epoch"):
+        return Outcome(Exit.LEASE_LOST, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
+    if reason == "disk_full":
+        return Outcome(
+            Exit.CRASHED,
+            "checkpoints keep failing: disk full",
+            step,
+            checkpoint_step=checkpoint_step,
+        )
+    return Outcome(Exit.STOPPED, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
+
+
+def from_events_tail(text: str) -> Outcome:
+    """Classify an executor that is gone from the end of its events.jsonl."""
+    for line in reversed(text.splitlines()):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        kind = e.get("kind")
+        if kind == "finished":
+            return Outcome(Exit.FINISHED, "finished", e["step"], sha256=e["params_sha256"])
+        if kind == "stopped":
+            return from_stopped(e.get("reason", ""), e.get("step", 0), e.get("checkpoint_step"))
+        if kind == "fault" and e.get("fault") == "config":
+            return Outcome(Exit.CONFIG, e.get("message", "configuration error"))
+        if kind == "fault" and e.get("fault") == FaultKind.CRASH.value:
+            return Outcome(Exit.CRASHED, f"crashed: {e.get('message', '')}")
+        if kind in ("progress", "checkpoint", "resumed"):
+            break
+    return Outcome(Exit.CRASHED, "the executor died without a word (killed?)")

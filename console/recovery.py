@@ -1,0 +1,278 @@
+"""What a job supervisor does once an executor's run has ended: the fault table of DESIGN.md.
+
+transient -> relink (in watch); executor crash or hang -> restart in place up to N times;
+host lost, GPU FAIL, drain, preemption -> fail over (same region first); config -> fail fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from console.deploy import replica_dir
+from console.journal import Kind
+from console.outcome import Exit, Outcome
+from console.placement import rank
+from console.policy import Decision, decide
+from console.remote import executor_alive, list_manifests
+from console.replicator import Source
+from console.states import FailureKind, HostState, JobState
+from console.transport.base import TransportError
+from protocol.messages import CheckpointNow, Drain, Stop
+
+if TYPE_CHECKING:
+    from console.supervisor import JobSupervisor
+
+REPLICATE_WAIT_S = 120.0
+
+
+class Recovery:
+    """Mixed into JobSupervisor: recovery decisions, incidents and operator requests."""
+
+    # -------------------------------------------------------------- incidents
+
+    def _open_incident(
+        self: JobSupervisor, fault_class: str, why: str, *, planned: bool = False
+    ) -> None:
+        if self.incident is not None or self.host is None:
+            return
+        fault_at = (
+            time.time() - max(0.0, time.monotonic() - self.last_seen)
+            if self.last_seen
+            else time.time()
+        )
+        self.resumed_step = None
+        self.incident = self.ctl.incidents.open(
+            self.name,
+            self.host,
+            fault_class,
+            fault_at=fault_at,
+            last_step=self.step,
+            msg=why,
+            planned=planned,
+        )
+
+    def _phase(self: JobSupervisor, phase: str, **data: object) -> None:
+        if self.incident is not None:
+            self.ctl.incidents.phase(
+                self.incident,
+                self.name,
+                phase,
+                f"incident {self.incident}: {self.name}: {phase}",
+                **data,
+            )
+
+    async def _alive(self: JobSupervisor, host: str, workdir: str) -> bool:
+        try:
+            return await executor_alive(
+                self.ctl.fleet.hosts[host].transport, self.ctl.inv.python(host), workdir
+            )
+        except TransportError:
+            return False
+
+    # ---------------------------------------------------------------- recover
+
+    async def _recover(self: JobSupervisor, outcome: Outcome) -> tuple[str, bool] | None:
+        """Act on how a run ended; returns where to launch next (host, promote a replica), or None."""
+        ctl, host = self.ctl, self.host
+        ctl.journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: executor on {host} ended: {outcome.exit.value}: {outcome.why}",
+            job=self.name,
+            host=host,
+            data={"exit": outcome.exit.value, "step": outcome.step},
+        )
+        if outcome.exit is Exit.FINISHED:
+            self.sha256 = outcome.sha256
+            self.step = outcome.step or self.step
+            self.rec.finished_sha256, self.rec.finished_step = outcome.sha256, self.step
+            ctl.store.save()
+            self._set(JobState.FINISHED, f"step {self.step}")
+            ctl.journal.record(
+                Kind.FINISHED,
+                f"{self.name}: finished at step {self.step}, params sha256 {outcome.sha256}",
+                job=self.name,
+                host=host,
+                data={"step": self.step, "params_sha256": outcome.sha256},
+            )
+            self._release()
+            return None
+        if outcome.exit is Exit.CONFIG:
+            self._fail(FailureKind.CONFIG, outcome.why)
+            self._release()
+            return None
+        if outcome.exit is Exit.STOPPED:
+            self._fail(FailureKind.STOPPED, outcome.why)
+            self._release()
+            return None
+        assert host is not None
+        if outcome.exit in (Exit.CRASHED, Exit.HUNG, Exit.LEASE_LOST) and ctl.fleet.hosts[
+            host
+        ].state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED):
+            self._open_incident(outcome.exit.value, outcome.why)
+            if self.rec.restarts < ctl.inv.console.restart_limit:
+                self.rec.restarts += 1
+                ctl.store.save()
+                self._set(
+                    JobState.RESTARTING,
+                    f"{outcome.why}; restart {self.rec.restarts} of "
+                    f"{ctl.inv.console.restart_limit} on {host}",
+                )
+                self._phase("decided", action="restart", host=host)
+                return host, False
+            self._set(JobState.RESTARTING, "restart limit reached")
+        if outcome.exit is Exit.HOST_LOST:
+            self._open_incident("host_lost", outcome.why)
+            ctl.fleet.set_state(host, HostState.DOWN, outcome.why)
+        if outcome.exit is Exit.PLANNED:
+            self._open_incident("planned", outcome.why, planned=True)
+            await self._replicate_final(host, outcome)
+            if ctl.fleet.hosts[host].state is HostState.DRAINING:
+                ctl.fleet.set_state(host, HostState.DRAINED, f"{self.name} moved off")
+        return await self._failover(outcome)
+
+    async def _replicate_final(self: JobSupervisor, host: str, outcome: Outcome) -> None:
+        """A planned move: make sure the checkpoint at the stop reaches a spare before moving."""
+        cp = self.checkpoint
+        if cp is None or self.checkpoint_path is None:
+            return
+        for spare in self.spares:
+            await self.ctl.replicator.wait_idle(self.name, spare, REPLICATE_WAIT_S)
+            if self.ctl.replicator.replica(self.name, spare).manifest is None or (
+                self.ctl.replicator.replica(self.name, spare).manifest.step < cp.step  # type: ignore[union-attr]
+            ):
+                await self.ctl.replicator.copy(
+                    self.name, spare, Source(host, self.checkpoint_path, cp)
+                )
+
+    def _release(self: JobSupervisor) -> None:
+        fleet = self.ctl.fleet
+        if self.host and fleet.hosts[self.host].job == self.name:
+            fleet.hosts[self.host].job = None
+        self.spares = []
+        fleet.changed.set()
+
+    # --------------------------------------------------------------- failover
+
+    async def _failover(self: JobSupervisor, outcome: Outcome) -> tuple[str, bool] | None:
+        ctl = self.ctl
+        old = self.host
+        self._set(JobState.FAILING_OVER, outcome.why)
+        operator = self.target is not None
+        decision = decide(ctl.policy, failover=True, operator=operator)
+        if decision is not Decision.ACT:
+            verb = "approve" if decision is Decision.ASK else "fail over by hand"
+            self._set(JobState.PENDING, f"waiting for an operator to {verb}: {outcome.why}")
+            ctl.alert(
+                f"{self.name} needs a failover off {old} ({outcome.why}); {verb} in the console",
+                job=self.name,
+            )
+            self.approval = asyncio.get_running_loop().create_future()
+            approved = await self.approval
+            self.approval = None
+            if not approved:
+                self._fail(FailureKind.STOPPED, "failover denied by an operator")
+                self._release()
+                return None
+        if old is not None and ctl.fleet.hosts[old].job == self.name:
+            ctl.fleet.hosts[old].job = None
+        while True:
+            target = await self._pick_target(old)
+            if target is not None:
+                break
+            self._wait_note(f"no spare left for {self.name}: it waits for a host")
+            await ctl.wait_for_hosts()
+        self.target = None
+        self.rec.restarts = 0
+        self._phase("decided", action="failover", host=target)
+        await self._ensure_replica(target)
+        return target, True
+
+    async def _pick_target(self: JobSupervisor, old: str | None) -> str | None:
+        ctl = self.ctl
+        usable = ctl.fleet.usable(exclude={old} if old else None)
+        if self.target is not None:
+            return self.target if self.target in usable else None
+        home = ctl.inv.hosts[old].region if old else ""
+        spares = [s for s in self.spares if s in usable]
+        others = rank(
+            ctl.inv,
+            home,
+            [h for h in usable if h not in spares and ctl.reserved(self.name).get(h) is None],
+        )
+        ordered = spares + others
+        return ordered[0] if ordered else None
+
+    async def _ensure_replica(self: JobSupervisor, target: str) -> None:
+        """If ``target`` lacks the newest replica another reachable host holds, copy it there first."""
+        ctl = self.ctl
+        have = ctl.replicator.replica(self.name, target).manifest
+        best: tuple[str, str, object] | None = None
+        if (
+            self.checkpoint is not None
+            and self.checkpoint_path
+            and self.host
+            and ctl.fleet.hosts[self.host].state not in (HostState.DOWN, HostState.SUSPECT)
+        ):
+            best = (self.host, self.checkpoint_path, self.checkpoint)
+        for (job, holder), st in ctl.replicator.state.items():
+            if (
+                job == self.name
+                and holder != target
+                and st.manifest is not None
+                and ctl.fleet.hosts[holder].state is not HostState.DOWN
+                and (best is None or st.manifest.step > best[2].step)
+            ):  # type: ignore[attr-defined]
+                stem = f"step-{st.manifest.step:010d}.pt"
+                best = (
+                    holder,
+                    f"{replica_dir(ctl.inv.host_root(holder), self.name)}/{stem}",
+                    st.manifest,
+                )
+        if best is None:
+            return
+        if have is None:
+            try:
+                found = await list_manifests(
+                    ctl.fleet.hosts[target].transport,
+                    ctl.inv.python(target),
+                    __import__("console.deploy").deploy.replica_dir(
+                        ctl.inv.host_root(target), self.name
+                    ),
+                )
+                have = found[-1] if found else None
+            except TransportError:
+                have = None
+        if have is None or have.step < best[2].step:  # type: ignore[attr-defined]
+            await ctl.replicator.copy(self.name, target, Source(best[0], best[1], best[2]))  # type: ignore[arg-type]
+
+    # -------------------------------------------------------------- requests
+
+    def request_move(self: JobSupervisor, reason: str, why: str, target: str | None = None) -> None:
+        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
+        if target is not None:
+            self.target = target
+        self._open_incident(reason, why, planned=True)
+        self._set(JobState.CHECKPOINTING, why)
+        self._send(Drain(reason=reason))
+
+    def request_checkpoint(self: JobSupervisor) -> None:
+        self._send(CheckpointNow(reason="operator"))
+
+    def request_stop(self: JobSupervisor) -> None:
+        self._send(Stop(reason="operator", checkpoint=True))
+
+    def answer(self: JobSupervisor, approved: bool, target: str | None = None) -> bool:
+        if self.approval is None or self.approval.done():
+            return False
+        self.target = target
+        self.approval.set_result(approved)
+        return True
+
+    def _send(self: JobSupervisor, msg: object) -> None:
+        link = self.link
+        if link is None:
+            return
+        task = asyncio.get_running_loop().create_task(link.send(msg))  # type: ignore[arg-type]
+        task.add_done_callback(lambda t: t.exception())

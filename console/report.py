@@ -1,0 +1,78 @@
+"""``hotspare report``: a post-mortem of the journal, as markdown.
+
+For each incident: its timeline, fault class, time to detect, the MTTR breakdown (detect,
+decide, transfer, start, load, first step) and the steps lost.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from console.incidents import Incident, incidents
+from console.journal import Kind, read
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
+
+
+def _fmt(x: float | None, unit: str = "s") -> str:
+    return "-" if x is None else f"{x:.2f} {unit}"
+
+
+def render(found: list[Incident], finished: dict[str, str], out: TextIO) -> None:
+    out.write("# hotspare post-mortem\n\n")
+    if finished:
+        out.write("## Jobs finished\n\n| job | params sha256 |\n|---|---|\n")
+        for job, sha in sorted(finished.items()):
+            out.write(f"| {job} | `{sha}` |\n")
+        out.write("\n")
+    if not found:
+        out.write("No incidents.\n")
+        return
+    mttrs = [i.mttr_s for i in found if i.mttr_s is not None]
+    out.write(
+        "## Incidents\n\n| # | job | host | class | detect | MTTR | lost steps | resolved |\n"
+    )
+    out.write("|---|---|---|---|---|---|---|---|\n")
+    for i in found:
+        detect = i.breakdown().get("detect")
+        out.write(
+            f"| {i.id} | {i.job} | {i.host} | {i.fault_class} | {_fmt(detect)} | {_fmt(i.mttr_s)} | "
+            f"{'-' if i.lost_steps is None else i.lost_steps} | {'yes' if i.resolved else 'no'} |\n"
+        )
+    if mttrs:
+        out.write(
+            f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved incidents.\n"
+        )
+    for i in found:
+        out.write(f"\n## Incident {i.id}: {i.job} on {i.host} ({i.fault_class})\n\n")
+        parts = ", ".join(f"{k} {v:.2f} s" for k, v in i.breakdown().items())
+        out.write(f"- MTTR: {_fmt(i.mttr_s)}" + (f" ({parts})" if parts else "") + "\n")
+        out.write(
+            f"- lost steps: {'-' if i.lost_steps is None else i.lost_steps} "
+            f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
+        )
+        out.write(f"- fault at {_clock(i.fault_at)}\n\n")
+        for e in i.lines:
+            out.write(f"    {_clock(e.t)}  {e.data.get('phase', '')}: {e.msg}\n")
+
+
+def write_report(state_dir: Path, out: TextIO) -> int:
+    path = state_dir / "journal.jsonl"
+    if not path.exists():
+        print(
+            f"hotspare: {path}: no journal here (has the console run with this state dir?)",
+            file=sys.stderr,
+        )
+        return 2
+    events = list(read(path))
+    finished = {
+        e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
+    }
+    render(incidents(events), finished, out)
+    return 0

@@ -1,0 +1,502 @@
+"""One job's life: launch on a host, watch it, and recover by restart or failover.
+
+Example sequences (as in the journal):
+
+- ``A running -> executor SIGKILL -> restart on A (epoch 2) -> running``
+- ``A running -> A unreachable -> suspect -> lease ended -> failover to B (epoch 3) -> running``
+- ``A running -> drain A -> checkpoint now -> replicate -> B (0 lost steps)``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import posixpath
+import time
+from typing import TYPE_CHECKING
+
+from console.deploy import deploy, executor_command, job_dir, replica_dir
+from console.detect import is_suspect, lease_end, renew_every
+from console.journal import Kind
+from console.link import ExecutorLink, LinkError
+from console.outcome import Exit, Outcome, from_events_tail, from_stopped
+from console.placement import choose_primary, choose_spares
+from console.recovery import Recovery
+from console.remote import executor_alive, list_manifests, promote
+from console.replicator import Source
+from console.states import JOB_TRANSITIONS, FailureKind, HostState, JobState, Machine
+from console.transport.base import TransportError
+from protocol.messages import (
+    CheckpointSaved,
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Health,
+    Heartbeat,
+    Lease,
+    Progress,
+    Resumed,
+    Start,
+    Stopped,
+)
+from protocol.spec import CheckpointManifest
+
+if TYPE_CHECKING:
+    from console.controller import Controller
+
+START_TIMEOUT_S = 90.0
+POLL_S = 0.2
+TAIL_BYTES = 64 * 1024
+
+
+class JobSupervisor(Recovery):
+    def __init__(self, ctl: Controller, name: str) -> None:
+        self.ctl = ctl
+        self.name = name
+        self.spec = ctl.inv.jobs[name].spec
+        self.rec = ctl.store.job(name)
+        self.machine: Machine[JobState] = Machine(JobState.PENDING, JOB_TRANSITIONS)
+        self.failure: FailureKind | None = None
+        self.host: str | None = None
+        self.spares: list[str] = list(self.rec.spares)
+        self.link: ExecutorLink | None = None
+        self.step = 0
+        self.loss = math.nan
+        self.steps_per_s = 0.0
+        self.checkpoint: CheckpointManifest | None = None
+        self.checkpoint_path: str | None = None
+        self.last_seen = 0.0
+        self.last_lease_sent = 0.0
+        self.exit: Outcome | None = None
+        self.incident: int | None = None
+        self.resumed_step: int | None = None
+        self.sha256: str | None = self.rec.finished_sha256
+        self.why = ""
+        self.approval: asyncio.Future[bool] | None = None
+        self.target: str | None = None
+        """An operator's chosen failover host."""
+        self._warned = 0
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def state(self) -> JobState:
+        return self.machine.state
+
+    @property
+    def epoch(self) -> int:
+        return self.rec.epoch
+
+    def _set(self, state: JobState, why: str = "") -> None:
+        before = self.state
+        if self.machine.move(state):
+            self.why = why
+            self.ctl.journal.record(
+                Kind.JOB_STATE,
+                f"{self.name}: {before.value} -> {state.value}" + (f" ({why})" if why else ""),
+                job=self.name,
+                host=self.host,
+                data={"from": before.value, "to": state.value, "why": why, "epoch": self.epoch},
+            )
+
+    def _fail(self, kind: FailureKind, why: str) -> None:
+        self.failure = kind
+        self._set(JobState.FAILED, f"{kind.value}: {why}")
+        self.ctl.alert(f"job {self.name} failed ({kind.value}): {why}", job=self.name)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        if self.rec.finished_sha256:
+            self.step = self.rec.finished_step or self.spec.steps
+            self._set(JobState.RUNNING, "finished before this console started")
+            self._set(JobState.FINISHED)
+            return
+        launch = await self._first_launch()
+        while not self.state.is_terminal():
+            if launch is not None:
+                host, promote_replica = launch
+                outcome = await self._launch(host, promote_replica)
+            else:
+                outcome = None
+            if outcome is None:
+                outcome = await self._watch()
+            launch = await self._recover(outcome)
+
+    async def _first_launch(self) -> tuple[str, bool] | None:
+        """Reattach to a live executor from an earlier console, or say where to start."""
+        host = self.rec.host
+        if host and host in self.ctl.fleet.hosts:
+            self.host = host
+            self.ctl.fleet.hosts[host].job = self.name
+            link = ExecutorLink(
+                self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
+            )
+            try:
+                hello = await link.open(timeout=5)
+            except LinkError:
+                hello = None
+            if (
+                hello is not None
+                and hello.epoch == self.epoch
+                and hello.state in ("training", "idle")
+            ):
+                self.link, self.step = link, hello.step
+                self.last_seen = time.monotonic()
+                self.last_lease_sent = time.time()
+                await link.send(
+                    Lease(
+                        epoch=self.epoch,
+                        ttl_s=self.ctl.inv.console.lease_s,
+                        sent_at=self.last_lease_sent,
+                    )
+                )
+                self.ctl.journal.record(
+                    Kind.EXECUTOR,
+                    f"{self.name}: reattached to executor pid {hello.pid} on {host}",
+                    job=self.name,
+                    host=host,
+                    data={"pid": hello.pid, "epoch": hello.epoch},
+                )
+                self._set(JobState.RUNNING, "reattached")
+                return None
+            link.close()
+            return host, False
+        return await self._place()
+
+    async def _place(self) -> tuple[str, bool] | None:
+        while True:
+            ctl = self.ctl
+            host = choose_primary(
+                ctl.inv,
+                self.name,
+                usable=ctl.fleet.usable(),
+                reserved=ctl.reserved(self.name),
+                priority=ctl.priorities(),
+            )
+            if host is not None:
+                return host, False
+            self._wait_note(f"no usable host for {self.name}")
+            await ctl.wait_for_hosts()
+
+    def _wait_note(self, why: str) -> None:
+        if self.state is not JobState.PENDING:
+            self._set(JobState.PENDING, why)
+        if self.why != why or not self.ctl.alerted(why):
+            self.ctl.alert(why, job=self.name)
+
+    # --------------------------------------------------------------- launch
+
+    def _socket(self, host: str) -> str:
+        return posixpath.join(job_dir(self.ctl.inv.host_root(host), self.name), "executor.sock")
+
+    def _assign(self, host: str) -> None:
+        fleet = self.ctl.fleet
+        if self.host and self.host != host and fleet.hosts[self.host].job == self.name:
+            fleet.hosts[self.host].job = None
+        self.host = host
+        fleet.hosts[host].job = self.name
+        choice = choose_spares(
+            self.ctl.inv,
+            self.name,
+            host,
+            usable=fleet.usable(),
+            reserved=self.ctl.reserved(self.name),
+            priority=self.ctl.priorities(),
+            count=max(1, len(self.ctl.inv.jobs[self.name].placement.spares)),
+        )
+        for spare, other in choice.taken:
+            self.ctl.take_spare(spare, other, by=self.name)
+        self.spares = choice.spares
+        self.rec.host, self.rec.spares = host, list(choice.spares)
+        self.ctl.store.save()
+        self.ctl.journal.record(
+            Kind.PLACEMENT,
+            f"{self.name}: on {host}, spares {', '.join(self.spares) or 'none'}",
+            job=self.name,
+            host=host,
+            data={"spares": self.spares},
+        )
+        if not self.spares:
+            self.ctl.alert(
+                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
+            )
+
+    async def _launch(self, host: str, promote_replica: bool) -> Outcome | None:
+        """Deploy, start and link an executor on ``host``; None once it runs, else why it did not."""
+        ctl = self.ctl
+        self._set(JobState.DEPLOYING, f"on {host}")
+        self._assign(host)
+        t = ctl.fleet.hosts[host].transport
+        root, python = ctl.inv.host_root(host), ctl.inv.python(host)
+        workdir = job_dir(root, self.name)
+        try:
+            await t.connect()
+            bundle = await deploy(t, root, python)
+            await t.makedirs(workdir)
+            if promote_replica:
+                await self._promote(host)
+            self.rec.epoch += 1
+            ctl.store.save()
+            hb = str(ctl.inv.console.heartbeat_s)
+            argv, env = executor_command(
+                python,
+                bundle.path,
+                ["serve", "--workdir", workdir, "--heartbeat-s", hb, "--health-s", hb],
+            )
+            env.update(ctl.executor_env.get(host, {}))
+            pid = await t.start_detached(
+                argv, log_path=posixpath.join(workdir, "executor.log"), env=env, cwd=workdir
+            )
+        except TransportError as e:
+            return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
+        ctl.journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: executor pid {pid} started on {host} (epoch {self.epoch})",
+            job=self.name,
+            host=host,
+            data={"pid": pid, "epoch": self.epoch},
+        )
+        link = ExecutorLink(t, self._socket(host), ctl.console_id)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                hello = await link.open(timeout=5)
+                break
+            except LinkError as e:
+                if time.monotonic() > deadline:
+                    return Outcome(
+                        Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {e}"
+                    )
+                if not await self._alive(host, workdir):
+                    return await self._exit_from_workdir(host)
+                await asyncio.sleep(POLL_S)
+        self.link = link
+        self.last_seen = time.monotonic()
+        self.last_lease_sent = time.time()
+        self._phase("executor_up", pid=hello.pid, host=host)
+        await link.send(
+            Start(
+                spec=self.spec,
+                epoch=self.epoch,
+                lease_s=ctl.inv.console.lease_s,
+                lease_sent_at=self.last_lease_sent,
+            )
+        )
+        self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
+        return None
+
+    async def _promote(self, host: str) -> None:
+        """Put the newest replica on ``host`` in place as the executor's only checkpoint."""
+        ctl = self.ctl
+        t = ctl.fleet.hosts[host].transport
+        root, python = ctl.inv.host_root(host), ctl.inv.python(host)
+        checkpoints = posixpath.join(job_dir(root, self.name), "checkpoints")
+        replicas = [
+            m
+            for m in await list_manifests(t, python, replica_dir(root, self.name))
+            if m.epoch <= self.epoch
+        ]
+        if replicas:
+            await promote(t, python, replica_dir(root, self.name), checkpoints, replicas[-1].step)
+        else:
+            await t.remove(checkpoints)
+        step = replicas[-1].step if replicas else 0
+        self._phase("transfer_done", host=host, replica_step=step)
+
+    # ---------------------------------------------------------------- watch
+
+    async def _watch(self) -> Outcome:
+        self.exit = None
+        tasks = [asyncio.create_task(self._renew_leases()), asyncio.create_task(self._liveness())]
+        try:
+            while True:
+                assert self.link is not None
+                why = await self.link.pump(self._on_message)
+                if self.exit is not None:
+                    return self.exit
+                outcome = await self._after_link_loss(why)
+                if outcome is not None:
+                    return outcome
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.link = None
+
+    async def _renew_leases(self) -> None:
+        settings = self.ctl.inv.console
+        while True:
+            await asyncio.sleep(renew_every(self.ctl.detection))
+            link = self.link
+            if link is None or link.hello is None:
+                continue
+            sent_at = time.time()
+            with contextlib.suppress(LinkError):
+                await link.send(Lease(epoch=self.epoch, ttl_s=settings.lease_s, sent_at=sent_at))
+                self.last_lease_sent = sent_at
+
+    async def _liveness(self) -> None:
+        """A hung executor keeps its connection but stops heartbeating: close the link to react."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            if self.link is not None and is_suspect(
+                time.monotonic(), self.last_seen, self.ctl.detection
+            ):
+                self.link.close()
+
+    def _on_message(self, msg: ExecutorMessage) -> None:
+        assert self.host is not None
+        if isinstance(msg, Heartbeat):
+            self.last_seen = time.monotonic()
+            self.ctl.fleet.seen(self.host)
+        elif isinstance(msg, Progress):
+            self.last_seen = time.monotonic()
+            self.step, self.loss, self.steps_per_s = msg.step, msg.loss, msg.steps_per_s
+            if (
+                self.incident is not None
+                and self.resumed_step is not None
+                and msg.step > self.resumed_step
+            ):
+                self._phase("first_step", step=msg.step)
+                self.incident = None
+            self.ctl.on_progress(self, msg)
+        elif isinstance(msg, CheckpointSaved):
+            self.checkpoint, self.checkpoint_path = msg.manifest, msg.path
+            self.ctl.journal.record(
+                Kind.CHECKPOINT,
+                f"{self.name}: checkpoint step {msg.manifest.step} on {self.host}",
+                job=self.name,
+                host=self.host,
+                data={
+                    "step": msg.manifest.step,
+                    "bytes": msg.manifest.size,
+                    "stall_s": msg.stall_s,
+                    "write_s": msg.write_s,
+                    "epoch": msg.manifest.epoch,
+                },
+            )
+            if msg.manifest.epoch == self.epoch:
+                self.ctl.replicator.submit(
+                    self.name, self.spares, Source(self.host, msg.path, msg.manifest)
+                )
+        elif isinstance(msg, Resumed):
+            self.resumed_step = msg.step
+            self._phase("loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint)
+        elif isinstance(msg, Health):
+            self._on_health(msg)
+        elif isinstance(msg, Fault):
+            self._on_fault(msg)
+        elif isinstance(msg, Finished):
+            self.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
+        elif isinstance(msg, Stopped):
+            self.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+
+    def _on_fault(self, msg: Fault) -> None:
+        assert self.host is not None
+        self.ctl.journal.record(
+            Kind.FAULT,
+            f"{self.name} on {self.host}: {msg.fault}: {msg.message}",
+            job=self.name,
+            host=self.host,
+            data={"fault": msg.fault, "step": msg.step},
+        )
+        if msg.fault == "preempted" and self.incident is None:
+            self._open_incident("preemption", "SIGTERM: checkpoint now, then migrate", planned=True)
+        if msg.fault == "config":
+            self.exit = Outcome(Exit.CONFIG, msg.message)
+
+    def _on_health(self, msg: Health) -> None:
+        assert self.host is not None
+        fleet = self.ctl.fleet
+        fleet.observe(self.host, msg)
+        failing = fleet.failing(self.host)
+        if failing and self.state is JobState.RUNNING:
+            why = "; ".join(f.message for f in failing)
+            self.ctl.alert(
+                f"{self.host}: GPU FAIL ({why}): draining and moving {self.name}", host=self.host
+            )
+            fleet.set_state(self.host, HostState.DRAINING, f"GPU FAIL: {why}")
+            self.request_move("gpu_fail", f"GPU FAIL on {self.host}: {why}")
+        warns = [
+            f
+            for f in fleet.hosts[self.host].findings
+            if f.rule in ("throttle", "temperature", "pcie_replays")
+        ]
+        self._warned = self._warned + 1 if warns else 0
+        if self._warned == 5 and self.ctl.policy.value == "auto" and self.state is JobState.RUNNING:
+            self.request_move("migrate", f"GPU WARN on {self.host}: {warns[0].message}")
+
+    # ------------------------------------------------------- after link loss
+
+    async def _after_link_loss(self, why: str) -> Outcome | None:
+        """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters."""
+        host = self.host
+        assert host is not None
+        workdir = job_dir(self.ctl.inv.host_root(host), self.name)
+        suspect_noted = offline_noted = False
+        while True:
+            link = ExecutorLink(
+                self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
+            )
+            try:
+                hello = await link.open(timeout=max(1.0, self.ctl.inv.console.heartbeat_s * 2))
+                if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
+                    self.link = link
+                    self.last_seen = time.monotonic()
+                    return None
+                link.close()
+            except LinkError:
+                pass
+            alive: bool | None
+            try:
+                alive = await executor_alive(
+                    self.ctl.fleet.hosts[host].transport,
+                    self.ctl.inv.python(host),
+                    workdir,
+                    timeout=3,
+                )
+            except TransportError:
+                alive = None
+            if alive is False:
+                return await self._exit_from_workdir(host)
+            silent = is_suspect(time.monotonic(), self.last_seen, self.ctl.detection)
+            if silent and not suspect_noted:
+                suspect_noted = True
+                self.ctl.fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+                self._open_incident("host_lost" if alive is None else "executor_hang", why)
+            if silent and time.time() >= lease_end(self.last_lease_sent, self.ctl.detection):
+                if alive:
+                    await self._kill(host, workdir)
+                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                if not await self.ctl.fleet.console_online(excluding=host):
+                    if not offline_noted:
+                        offline_noted = True
+                        self.ctl.alert(
+                            f"the console reaches no host at all: not failing {self.name} over",
+                            job=self.name,
+                        )
+                    continue
+                return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+            await asyncio.sleep(POLL_S)
+
+    async def _kill(self, host: str, workdir: str) -> None:
+        t = self.ctl.fleet.hosts[host].transport
+        with contextlib.suppress(TransportError):
+            await t.run(["pkill", "-KILL", "-f", f"--workdir {workdir}"], timeout=10)
+
+    async def _exit_from_workdir(self, host: str) -> Outcome:
+        """The executor is gone: how did it end? Its events.jsonl says."""
+        t = self.ctl.fleet.hosts[host].transport
+        path = posixpath.join(job_dir(self.ctl.inv.host_root(host), self.name), "events.jsonl")
+        try:
+            st = await t.stat(path)
+            chunks = [
+                c
+                async for c in t.read_chunks(
+                    path, offset=max(0, (st.size if st else 0) - TAIL_BYTES)
+                )
+            ]
+        except TransportError:
+            return Outcome(Exit.CRASHED, "the executor is gone and its events cannot be read")
+        return from_events_tail(b"".join(chunks).decode(errors="replace"))
