@@ -70,7 +70,8 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
         )
     for r in results:
         for problem in r.problems:
-            out.write(f"{r.host}: {problem}\n")
+            out.write(problem if problem.startswith(f"{r.host}: ") else f"{r.host}: {problem}")
+            out.write("\n")
 
 
 def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO = sys.stdout) -> int:

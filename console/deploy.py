@@ -21,11 +21,17 @@ from pathlib import Path
 from console.transport.base import PermanentTransportError, Transport
 from protocol.version import bundle_files, source_hash
 
-_EXTRACT = (
-    "import sys, tarfile\n"
-    "with tarfile.open(sys.argv[1]) as t:\n"
-    "    t.extractall(sys.argv[2], filter='data')\n"
-)
+_EXTRACT = r"""
+import os, sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    if hasattr(tarfile, "data_filter"):
+        t.extractall(sys.argv[2], filter="data")
+    else:  # Python < 3.11.4: allow only plain files with safe relative names
+        for m in t.getmembers():
+            if not m.isfile() or m.name.startswith("/") or ".." in m.name.split("/"):
+                sys.exit("unsafe member in bundle: %r" % m.name)
+        t.extractall(sys.argv[2])
+"""
 
 
 @dataclass(frozen=True)

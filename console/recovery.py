@@ -15,7 +15,7 @@ from console.journal import Kind
 from console.outcome import Exit, Outcome
 from console.placement import rank
 from console.policy import Decision, decide
-from console.remote import executor_alive, list_manifests
+from console.remote import list_manifests
 from console.replicator import Source
 from console.states import FailureKind, HostState, JobState
 from console.transport.base import TransportError
@@ -63,11 +63,11 @@ class Recovery:
                 **data,
             )
 
-    async def _alive(self: JobSupervisor, host: str, workdir: str) -> bool:
+    async def _pid_alive(self: JobSupervisor, host: str, pid: int) -> bool:
+        """While an executor starts (before it holds its lock), its pid says whether it lives."""
+        t = self.ctl.fleet.hosts[host].transport
         try:
-            return await executor_alive(
-                self.ctl.fleet.hosts[host].transport, self.ctl.inv.python(host), workdir
-            )
+            return (await t.run(["kill", "-0", str(pid)], timeout=10)).returncode == 0
         except TransportError:
             return False
 

@@ -269,7 +269,7 @@ class JobSupervisor(Recovery):
                     return Outcome(
                         Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {e}"
                     )
-                if not await self._alive(host, workdir):
+                if not await self._pid_alive(host, pid):
                     return await self._exit_from_workdir(host)
                 await asyncio.sleep(POLL_S)
         self.link = link

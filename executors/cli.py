@@ -117,13 +117,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    acquire(
+        args.workdir
+    )  # first, before the slow imports: the console takes a free lock for a dead executor
     import asyncio
 
     from executors.serve import Server
     from executors.spec import load_spec
 
     spec = load_spec(args.spec, args.job) if args.spec else None
-    acquire(args.workdir)
     server = Server(
         args.workdir, device=args.device, heartbeat_s=args.heartbeat_s, health_s=args.health_s
     )

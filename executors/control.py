@@ -20,13 +20,22 @@ class StopRequest:
 
 
 class Control:
-    def __init__(self, epoch: int = 0, lease_s: float = 0.0) -> None:
+    def __init__(
+        self, epoch: int = 0, lease_s: float = 0.0, lease_sent_at: float | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._checkpoint_reason: str | None = None
         self._stop: StopRequest | None = None
         self.epoch = epoch
         self.lease_ttl_s = lease_s
-        self.lease_deadline: float | None = time.monotonic() + lease_s if lease_s > 0 else None
+        self.lease_deadline: float | None = None
+        if lease_s > 0:
+            left = (
+                lease_s
+                if lease_sent_at is None
+                else min(lease_s, lease_sent_at + lease_s - time.time())
+            )
+            self.lease_deadline = time.monotonic() + left
 
     def request_checkpoint(self, reason: str) -> None:
         with self._lock:

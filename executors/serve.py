@@ -84,6 +84,7 @@ class Server:
         self._clients: set[asyncio.StreamWriter] = set()
         self._log = EventLog(self.workdir / EVENTS)
         self._thread: threading.Thread | None = None
+        self._client_tasks: set[asyncio.Task[None]] = set()
         self._seq = 0
 
     # ------------------------------------------------------------------ life
@@ -159,7 +160,9 @@ class Server:
             )
             return
         self.spec = msg.spec
-        self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s)
+        self.control = Control(
+            epoch=msg.epoch, lease_s=msg.lease_s, lease_sent_at=msg.lease_sent_at
+        )
         self.state = ExecutorState.TRAINING
         self._thread = threading.Thread(
             target=self._train, args=(msg.spec, self.control), name="hotspare-train", daemon=True
@@ -212,6 +215,10 @@ class Server:
             w.write(frame)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._client_tasks.add(task)
+            task.add_done_callback(self._client_tasks.discard)
         try:
             hello = await read_message(reader, CONSOLE_MESSAGES, timeout=HELLO_TIMEOUT_S)
             if hello is None:
@@ -288,11 +295,18 @@ class Server:
             self.state = ExecutorState.STOPPING
 
     async def _flush_clients(self) -> None:
+        """Send what is queued, close every client, and let their handlers end (no noise at exit)."""
         for w in list(self._clients):
             with contextlib.suppress(ConnectionError, TimeoutError):
                 async with asyncio.timeout(2):
                     await w.drain()
             w.close()
+        if self._client_tasks:
+            _, pending = await asyncio.wait(set(self._client_tasks), timeout=2)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1)
 
     # ------------------------------------------------------------ background
 

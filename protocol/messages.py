@@ -52,6 +52,8 @@ class Start(_Msg, tag="start"):
     spec: JobSpec
     epoch: int = 0
     lease_s: float = 0.0
+    lease_sent_at: float | None = None
+    """The console's wall clock when it sent this Start; the first lease runs from it (see Lease)."""
     rank: int = 0
     world_size: int = 1
 
