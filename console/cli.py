@@ -23,11 +23,12 @@ POLICIES = ("manual", "auto", "observe")
 def _parser() -> argparse.ArgumentParser:
     inv = argparse.ArgumentParser(add_help=False)
     inv.add_argument(
-        "--inventory", type=Path, default=Path("inventory.toml"), help="default ./inventory.toml"
+        "--inventory", type=Path, default=argparse.SUPPRESS, help="default ./inventory.toml"
     )
     p = argparse.ArgumentParser(
         prog=PROG, description="Keep PyTorch training alive on hosts that fail.", parents=[inv]
     )
+    p.set_defaults(inventory=Path("inventory.toml"))
     p.add_argument("--policy", choices=POLICIES, default="manual")
     p.add_argument("--read-only", action="store_true", help="turn every action off")
     sub = p.add_subparsers(dest="command")
