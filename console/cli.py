@@ -20,18 +20,22 @@ PROG = "hotspare"
 POLICIES = ("manual", "auto", "observe")
 
 
+def _inventory_option(default: object) -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--inventory", type=Path, default=default, help="default ./inventory.toml")
+    return parent
+
+
 def _parser() -> argparse.ArgumentParser:
-    inv = argparse.ArgumentParser(add_help=False)
-    inv.add_argument(
-        "--inventory", type=Path, default=argparse.SUPPRESS, help="default ./inventory.toml"
-    )
     p = argparse.ArgumentParser(
-        prog=PROG, description="Keep PyTorch training alive on hosts that fail.", parents=[inv]
+        prog=PROG,
+        description="Keep PyTorch training alive on hosts that fail.",
+        parents=[_inventory_option(Path("inventory.toml"))],
     )
-    p.set_defaults(inventory=Path("inventory.toml"))
     p.add_argument("--policy", choices=POLICIES, default="manual")
     p.add_argument("--read-only", action="store_true", help="turn every action off")
     sub = p.add_subparsers(dest="command")
+    inv = _inventory_option(argparse.SUPPRESS)  # given before or after the subcommand
     run = sub.add_parser("run", parents=[inv], help="run every job to completion, headless")
     run.add_argument("--policy", choices=POLICIES, default="auto")
     run.add_argument("--json", action="store_true", help="one JSON event per line")
