@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from console.detect import DetectionSettings
@@ -24,6 +26,7 @@ from console.replicator import Replicator
 from console.state_store import StateStore
 from console.states import HostState, JobState
 from console.supervisor import JobSupervisor
+from console.transport.local import LocalTransport
 from protocol.messages import Progress
 
 MONITOR_EVERY_S = 2.0
@@ -209,6 +212,27 @@ class Controller:
     def uncordon(self, host: str) -> None:
         self._act(f"uncordon {host}", host=host)
         self.fleet.set_state(host, HostState.UP, "operator")
+
+    def kill_host(self, host: str) -> None:
+        """Demo: a local host dies. Its executors get SIGKILL and the console can no longer reach it."""
+        t = self.fleet.hosts[host].transport
+        if not isinstance(t, LocalTransport):
+            raise ValueError(
+                f"{host} is not a local demo host; only those can be killed from the console"
+            )
+        self._act(f"kill demo host {host}", host=host)
+        for pidfile in Path(self.inv.host_root(host)).glob("jobs/*/executor.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+        t.set_down(True)
+
+    def revive_host(self, host: str) -> None:
+        t = self.fleet.hosts[host].transport
+        if not isinstance(t, LocalTransport):
+            raise ValueError(f"{host} is not a local demo host")
+        self._act(f"revive demo host {host}", host=host)
+        t.set_down(False)
+        self.fleet.changed.set()
 
     def add_host(self, name: str, table: dict[str, Any]) -> None:
         """Append ``[hosts.NAME]`` to the inventory file (comments kept) and start using it."""

@@ -30,8 +30,23 @@ class LocalTransport(Transport):
     def __init__(self, name: str, *, default_timeout: float = 30.0) -> None:
         self.name = name
         self.default_timeout = default_timeout
+        self.down = False
+        """A demo host "killed" from the console: every call fails as if the host were gone."""
+        self._streams: list[StreamWriterLike] = []
+
+    def set_down(self, down: bool) -> None:
+        self.down = down
+        if down:
+            for w in self._streams:
+                w.close()
+            self._streams.clear()
+
+    def _guard(self) -> None:
+        if self.down:
+            raise TemporaryTransportError(f"{self.name}: host is down (killed from the console)")
 
     async def connect(self) -> None:
+        self._guard()
         return None
 
     async def close(self) -> None:
@@ -48,6 +63,7 @@ class LocalTransport(Transport):
         input: bytes | None = None,
         env: Mapping[str, str] | None = None,
     ) -> RunResult:
+        self._guard()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -84,6 +100,7 @@ class LocalTransport(Transport):
         cwd: str | None = None,
         timeout: float | None = None,
     ) -> int:
+        self._guard()
         result = await self.run(
             detach_argv(argv, log_path=log_path, env=env, cwd=cwd), timeout=timeout
         )
@@ -96,9 +113,12 @@ class LocalTransport(Transport):
     async def open_socket(
         self, path: str, *, timeout: float | None = None
     ) -> tuple[StreamReaderLike, StreamWriterLike]:
+        self._guard()
         try:
             async with asyncio.timeout(self._t(timeout)):
-                return await asyncio.open_unix_connection(path)
+                reader, writer = await asyncio.open_unix_connection(path)
+                self._streams = [w for w in self._streams if not w.is_closing()] + [writer]
+                return reader, writer
         except TimeoutError:
             raise TemporaryTransportError(f"{self.name}: connecting to {path} timed out") from None
         except OSError as e:
@@ -107,6 +127,7 @@ class LocalTransport(Transport):
             ) from None
 
     async def stat(self, path: str, *, timeout: float | None = None) -> FileStat | None:
+        self._guard()
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -116,6 +137,7 @@ class LocalTransport(Transport):
         return FileStat(size=st.st_size, mtime=st.st_mtime, is_dir=os.path.isdir(path))
 
     async def remove(self, path: str, *, timeout: float | None = None) -> None:
+        self._guard()
         p = Path(path)
         if p.is_dir() and not p.is_symlink():
             await asyncio.to_thread(shutil.rmtree, p, True)
@@ -123,6 +145,7 @@ class LocalTransport(Transport):
             p.unlink(missing_ok=True)
 
     async def rename(self, src: str, dst: str, *, timeout: float | None = None) -> None:
+        self._guard()
         try:
             os.replace(src, dst)
         except OSError as e:
@@ -131,12 +154,15 @@ class LocalTransport(Transport):
             ) from None
 
     async def makedirs(self, path: str, *, timeout: float | None = None) -> None:
+        self._guard()
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
             raise PermanentTransportError(f"{self.name}: mkdir {path}: {e.strerror}") from None
 
     async def sha256(self, path: str, *, timeout: float | None = None) -> str:
+        self._guard()
+
         def digest() -> str:
             h = hashlib.sha256()
             with open(path, "rb") as f:
@@ -152,6 +178,7 @@ class LocalTransport(Transport):
     async def read_chunks(
         self, path: str, *, offset: int = 0, chunk: int = CHUNK
     ) -> AsyncIterator[bytes]:
+        self._guard()
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed in finally across awaits
         except OSError as e:
@@ -166,6 +193,7 @@ class LocalTransport(Transport):
     async def write_chunks(
         self, path: str, chunks: AsyncIterator[bytes], *, offset: int = 0
     ) -> int:
+        self._guard()
         written = 0
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)

@@ -1,0 +1,210 @@
+"""The fleet controller on local demo hosts: real executors, real torch, real files and signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+
+from console.controller import Controller
+from console.incidents import incidents
+from console.inventory import load
+from console.journal import Kind, read
+from console.policy import Policy
+from console.states import HostState, JobState
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+            "c": local_host(tmp_path / "c", region="r2", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+
+
+@pytest.fixture
+def baseline(fleet: Path, tmp_path: Path) -> str:
+    return baseline_sha(fleet, "j", tmp_path / "baseline")
+
+
+def controller(inventory: Path, policy: Policy = Policy.AUTO) -> Controller:
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
+    return Controller(load(inventory), policy, executor_env=env)
+
+
+async def run_until(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: predicate() or task.done(), timeout, what)
+    assert not task.done(), (
+        f"the run ended before {what}: {task.result() if not task.exception() else task.exception()}"
+    )
+    return task
+
+
+def executor_pid(root: Path) -> int:
+    return int((root / "jobs" / "j" / "executor.pid").read_text())
+
+
+def journal(inventory: Path) -> list:  # type: ignore[type-arg]
+    return list(read(inventory.parent / "state" / "journal.jsonl"))
+
+
+async def test_sigkill_of_the_executor_restarts_it_in_place(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 60, 90, "step 60")
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGKILL)
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.sha256 == baseline
+    assert sup.host == "a", "restarted in place"
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "executor_crash"
+    assert inc.resolved
+    assert inc.lost_steps is not None
+    assert inc.lost_steps <= 20, "at most one checkpoint interval"
+
+
+async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -> None:
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 60 and ctl.replicator.replica("j", "b").manifest,
+        90,
+        "step 60 and a replica on b",
+    )
+    ctl.kill_host("a")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "b"
+    assert sup.sha256 == baseline
+    assert ctl.fleet.hosts["a"].state is HostState.DOWN
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "host_lost"
+    assert list(inc.times) == [
+        "detected",
+        "decided",
+        "transfer_done",
+        "executor_up",
+        "loaded",
+        "first_step",
+    ]
+    assert inc.lost_steps is not None
+    assert inc.lost_steps <= 20
+    lease_end = inc.fault_at + ctl.inv.console.lease_s
+    assert inc.times["executor_up"] >= lease_end - 0.5, (
+        "the spare starts only after the lease has ended"
+    )
+
+
+async def test_draining_a_host_migrates_with_zero_lost_steps(fleet: Path, baseline: str) -> None:
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
+    ctl.drain_host("a")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    assert ctl.fleet.hosts["a"].state is HostState.DRAINED
+    (inc,) = incidents(journal(fleet))
+    assert inc.planned
+    assert inc.lost_steps == 0
+
+
+async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGTERM)
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "preemption"
+    assert inc.lost_steps == 0
+
+
+async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
+    pid = executor_pid(tmp_path / "a")
+    task.cancel()  # the console dies; nothing tells the executor to stop
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    step_then = sup.step
+    again = controller(fleet)
+    sup2 = again.jobs["j"]
+    await asyncio.wait_for(again.run(), 120)
+    await again.close()
+    assert sup2.sha256 == baseline
+    assert executor_pid_from_journal(fleet) == {pid}, "the same executor ran throughout"
+    assert sup2.step > step_then
+    assert any(e.kind is Kind.EXECUTOR and "reattached" in e.msg for e in journal(fleet))
+
+
+def executor_pid_from_journal(inventory: Path) -> set[int]:
+    return {
+        e.data["pid"] for e in journal(inventory) if e.kind is Kind.EXECUTOR and "pid" in e.data
+    }
+
+
+async def test_with_no_spare_left_the_job_waits_and_alerts_then_resumes_when_a_host_is_added(
+    tmp_path: Path,
+) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table(steps=300)}},
+    )
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
+    ctl.kill_host("a")
+    await until(lambda: sup.state is JobState.PENDING, 30, "the job to wait")
+    assert any(e.kind is Kind.ALERT and "no spare left" in e.msg for e in journal(inv))
+    ctl.add_host("d", local_host(tmp_path / "d"))
+    ctl.executor_env["d"] = dict(EXECUTOR_ENV)
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "d"
+    assert "[hosts.d]" in inv.read_text()
+
+
+async def test_manual_policy_waits_for_approval(fleet: Path, baseline: str) -> None:
+    ctl = controller(fleet, Policy.MANUAL)
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 40 and ctl.replicator.replica("j", "b").manifest,
+        90,
+        "step 40 and a replica",
+    )
+    ctl.kill_host("a")
+    await until(lambda: sup.approval is not None, 30, "an approval request")
+    assert sup.state is JobState.PENDING
+    assert ctl.approve("j")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline

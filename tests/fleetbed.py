@@ -1,0 +1,112 @@
+"""A fleet on this machine for controller tests: an inventory of hosts, a job, its baseline sha."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import tomli_w
+from helpers import REPO, TINY_CONFIG, env_with
+
+# Fast detection for tests: heartbeat 0.25 s, suspect after 1 s, lease 3 s.
+FAST_CONSOLE = {
+    "heartbeat_s": 0.25,
+    "suspect_after_s": 1.0,
+    "missed_heartbeats": 3,
+    "lease_s": 3.0,
+    "clock_skew_s": 0.2,
+    "connect_timeout_s": 5.0,
+    "command_timeout_s": 30.0,
+}
+EXECUTOR_ENV = {"OMP_NUM_THREADS": "1"}
+POLL_S = 0.05
+
+
+def job_table(**over: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {
+        "steps": 400,
+        "seed": 11,
+        "checkpoint_every_steps": 20,
+        "keep_checkpoints": 3,
+        "config": dict(TINY_CONFIG),
+    }
+    job.update(over)
+    return job
+
+
+def write_inventory(
+    path: Path,
+    hosts: dict[str, dict[str, Any]],
+    jobs: dict[str, dict[str, Any]],
+    regions: tuple[str, ...] = ("r1", "r2"),
+    **console: Any,
+) -> Path:
+    data = {
+        "console": {**FAST_CONSOLE, "state_dir": str(path.parent / "state"), **console},
+        "regions": {r: {"priority": i + 1} for i, r in enumerate(regions)},
+        "hosts": hosts,
+        "jobs": jobs,
+    }
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+def local_host(root: Path, region: str = "r1", **over: Any) -> dict[str, Any]:
+    return {"region": region, "transport": "local", "root": str(root), **over}
+
+
+_BASELINES: dict[bytes, str] = {}
+
+
+def baseline_sha(inventory: Path, job: str, workdir: Path) -> str:
+    """The job run uninterrupted by the executor alone, with the same environment (cached per spec)."""
+    from console.inventory import load
+
+    key = msgspec.json.encode(load(inventory).jobs[job].spec)
+    if key not in _BASELINES:
+        _BASELINES[key] = _run_baseline(inventory, job, workdir)
+    return _BASELINES[key]
+
+
+def _run_baseline(inventory: Path, job: str, workdir: Path) -> str:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "executors.cli",
+            "run",
+            "--spec",
+            str(inventory),
+            "--job",
+            job,
+            "--workdir",
+            str(workdir),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env_with(**EXECUTOR_ENV),
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])["params_sha256"]
+
+
+async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Wait for a condition with a deadline (the event loop keeps running meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(POLL_S)
