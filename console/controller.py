@@ -27,6 +27,7 @@ from console.state_store import StateStore
 from console.states import HostState, JobState
 from console.supervisor import JobSupervisor
 from console.transport.local import LocalTransport
+from console.webhook import Webhook
 from protocol.messages import Progress
 
 MONITOR_EVERY_S = 2.0
@@ -72,13 +73,22 @@ class Controller:
             f"console started (policy {self.policy.value})",
             data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
         )
-        monitor = asyncio.create_task(self._monitor_hosts(), name="host monitor")
+        background = [asyncio.create_task(self._monitor_hosts(), name="host monitor")]
+        if self.inv.console.webhook:
+            hook = Webhook(
+                self.inv.console.webhook, on_failure=lambda m: self.journal.record(Kind.ALERT, m)
+            )
+            self.alert_sinks.append(hook.send)
+            background.append(asyncio.create_task(hook.run(), name="webhook"))
         try:
             await asyncio.gather(*(sup.run() for sup in self.jobs.values()))
+            if self.inv.console.webhook:
+                with contextlib.suppress(TimeoutError):
+                    await hook.drain(10)
         finally:
-            monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
         return {name: sup.state for name, sup in self.jobs.items()}
 
     async def close(self) -> None:

@@ -208,3 +208,31 @@ async def test_manual_policy_waits_for_approval(fleet: Path, baseline: str) -> N
     await asyncio.wait_for(task, 120)
     await ctl.close()
     assert sup.sha256 == baseline
+
+
+async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    from executors.gpu_fake import write_state
+
+    nvml = tmp_path / "nvml-a.json"
+    healthy = {"devices": [{"name": "Fake H100", "temp_c": 50}]}
+    write_state(nvml, healthy)
+    ctl = controller(fleet)
+    ctl.executor_env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
+    assert ctl.fleet.hosts["a"].health[-1].gpu_status.startswith("ok"), "the fake GPU is read"
+    write_state(
+        nvml, {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}
+    )
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    assert ctl.fleet.hosts["a"].state is HostState.DRAINED
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "gpu_fail"
+    assert inc.lost_steps == 0
+    fails = [e for e in journal(fleet) if e.kind is Kind.HEALTH and e.data["severity"] == "fail"]
+    assert {e.data["rule"] for e in fails} >= {"ecc_dbe", "xid_79"}

@@ -1,0 +1,80 @@
+"""``hotspare run --policy auto --json`` and ``hotspare report``, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, write_inventory
+from helpers import REPO, env_with
+
+
+def hotspare(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "console.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env or env_with(),
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200)}},
+        restart_limit=1,
+    )
+    digest = baseline_sha(inv, "j", tmp_path / "baseline")
+    hook = {"a": {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90"}, "b": EXECUTOR_ENV}
+    run = hotspare(
+        "--inventory",
+        str(inv),
+        "run",
+        "--policy",
+        "auto",
+        "--json",
+        env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps(hook)),
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    events = [json.loads(line) for line in run.stdout.splitlines()]
+    (finished,) = [e for e in events if e["kind"] == "finished"]
+    assert finished["data"]["params_sha256"] == digest
+    assert finished["host"] == "b", "two crashes on a (limit 1 restart), then the spare"
+    report = hotspare("--inventory", str(inv), "report")
+    assert report.returncode == 0, report.stderr
+    text = report.stdout
+    assert "| j | `" + digest + "` |" in text
+    assert "executor_crash" in text
+    assert "## Incident 1: j on a" in text
+    assert "MTTR" in text
+
+
+def test_a_job_with_a_bad_config_fails_fast_with_a_reason(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={
+            "j": {
+                "host": "a",
+                **job_table(steps=20, config={"n_layer": 1, "n_embd": 33, "n_head": 2}),
+            }
+        },
+    )
+    run = hotspare("--inventory", str(inv), "run", "--policy", "auto", timeout=120)
+    assert run.returncode == 1
+    assert "job j did not finish: config" in run.stderr
+    assert "n_embd" in run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
+
+
+def test_report_without_a_journal_is_a_clear_error(tmp_path: Path) -> None:
+    r = hotspare("report", "--state-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert "no journal here" in r.stderr
