@@ -105,7 +105,7 @@ class Incident:
             if t is None:
                 continue
             out[label] = max(0.0, t - prev)
-            prev = t
+            prev = max(prev, t)
         return out
 
 

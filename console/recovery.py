@@ -76,6 +76,8 @@ class Recovery:
     async def _recover(self: JobSupervisor, outcome: Outcome) -> tuple[str, bool] | None:
         """Act on how a run ended; returns where to launch next (host, promote a replica), or None."""
         ctl, host = self.ctl, self.host
+        if outcome.exit is not Exit.HOST_LOST:
+            await self._cancel_preparation()
         ctl.journal.record(
             Kind.EXECUTOR,
             f"{self.name}: executor on {host} ended: {outcome.exit.value}: {outcome.why}",
@@ -177,7 +179,8 @@ class Recovery:
                 return None
         if old is not None and ctl.fleet.hosts[old].job == self.name:
             ctl.fleet.hosts[old].job = None
-        while True:
+        target = await self._take_prepared(old)
+        while target is None:
             target = await self._pick_target(old)
             if target is not None:
                 break
@@ -186,12 +189,35 @@ class Recovery:
         self.target = None
         self.rec.restarts = 0
         self._phase("decided", action="failover", host=target)
+        if self.prepared is not None and self.prepared.host == target:
+            return target, False
         await self._ensure_replica(target)
         return target, True
 
+    async def _take_prepared(self: JobSupervisor, old: str | None) -> str | None:
+        """The target readied during the lease wait, if it is still fit to use."""
+        from console.supervisor import Prepared
+
+        task, self._preparing = self._preparing, None
+        if task is None:
+            return None
+        prepared = (await asyncio.gather(task, return_exceptions=True))[0]
+        if not isinstance(prepared, Prepared):
+            return None
+        rt = self.ctl.fleet.hosts[prepared.host]
+        if rt.state is HostState.UP and prepared.host != old and prepared.link.hello is not None:
+            self.prepared = prepared
+            return prepared.host
+        await self._discard(prepared)
+        return None
+
     async def _pick_target(self: JobSupervisor, old: str | None) -> str | None:
         ctl = self.ctl
-        usable = ctl.fleet.usable(exclude={old} if old else None)
+        usable = ctl.fleet.usable(exclude={old} if old else None) | {
+            h
+            for h, rt in ctl.fleet.hosts.items()
+            if rt.job == self.name and h != old and rt.state is HostState.UP
+        }
         if self.target is not None:
             return self.target if self.target in usable else None
         home = ctl.inv.hosts[old].region if old else ""

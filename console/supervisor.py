@@ -14,6 +14,7 @@ import contextlib
 import math
 import posixpath
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from console.deploy import deploy, executor_command, job_dir, replica_dir
@@ -22,6 +23,7 @@ from console.journal import Kind
 from console.link import ExecutorLink, LinkError
 from console.outcome import Exit, Outcome, from_events_tail, from_stopped
 from console.placement import choose_primary, choose_spares
+from console.policy import Decision, decide
 from console.recovery import Recovery
 from console.remote import executor_alive, list_manifests, promote
 from console.replicator import Source
@@ -38,6 +40,7 @@ from protocol.messages import (
     Progress,
     Resumed,
     Start,
+    Stop,
     Stopped,
 )
 from protocol.spec import CheckpointManifest
@@ -48,6 +51,12 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 90.0
 POLL_S = 0.2
 TAIL_BYTES = 64 * 1024
+
+
+@dataclass
+class Prepared:
+    host: str
+    link: ExecutorLink
 
 
 class JobSupervisor(Recovery):
@@ -76,6 +85,9 @@ class JobSupervisor(Recovery):
         self.approval: asyncio.Future[bool] | None = None
         self.target: str | None = None
         """An operator's chosen failover host."""
+        self.prepared: Prepared | None = None
+        """An idle executor readied on the failover target while the old lease runs out."""
+        self._preparing: asyncio.Task[Prepared | None] | None = None
         self._warned = 0
 
     # ---------------------------------------------------------------- state
@@ -224,10 +236,42 @@ class JobSupervisor(Recovery):
             )
 
     async def _launch(self, host: str, promote_replica: bool) -> Outcome | None:
-        """Deploy, start and link an executor on ``host``; None once it runs, else why it did not."""
+        """Deploy, start and link an executor on ``host`` (unless one was prepared there), then Start it."""
         ctl = self.ctl
         self._set(JobState.DEPLOYING, f"on {host}")
         self._assign(host)
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared.host == host and prepared.link.hello is not None:
+            link = prepared.link
+        else:
+            if prepared is not None:
+                await self._discard(prepared)
+            started = await self._start_executor(host, promote_replica)
+            if isinstance(started, Outcome):
+                return started
+            link = started
+        self.rec.epoch += 1
+        ctl.store.save()
+        self.link = link
+        self.last_seen = time.monotonic()
+        self.last_lease_sent = time.time()
+        try:
+            await link.send(
+                Start(
+                    spec=self.spec,
+                    epoch=self.epoch,
+                    lease_s=ctl.inv.console.lease_s,
+                    lease_sent_at=self.last_lease_sent,
+                )
+            )
+        except LinkError as e:
+            return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
+        self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
+        return None
+
+    async def _start_executor(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
+        """An idle executor on ``host`` (torch imported, waiting for Start), linked; or why not."""
+        ctl = self.ctl
         t = ctl.fleet.hosts[host].transport
         root, python = ctl.inv.host_root(host), ctl.inv.python(host)
         workdir = job_dir(root, self.name)
@@ -237,8 +281,6 @@ class JobSupervisor(Recovery):
             await t.makedirs(workdir)
             if promote_replica:
                 await self._promote(host)
-            self.rec.epoch += 1
-            ctl.store.save()
             hb = str(ctl.inv.console.heartbeat_s)
             argv, env = executor_command(
                 python,
@@ -253,10 +295,10 @@ class JobSupervisor(Recovery):
             return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
         ctl.journal.record(
             Kind.EXECUTOR,
-            f"{self.name}: executor pid {pid} started on {host} (epoch {self.epoch})",
+            f"{self.name}: executor pid {pid} started on {host}",
             job=self.name,
             host=host,
-            data={"pid": pid, "epoch": self.epoch},
+            data={"pid": pid, "epoch": self.epoch + 1},
         )
         link = ExecutorLink(t, self._socket(host), ctl.console_id)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -272,20 +314,8 @@ class JobSupervisor(Recovery):
                 if not await self._pid_alive(host, pid):
                     return await self._exit_from_workdir(host)
                 await asyncio.sleep(POLL_S)
-        self.link = link
-        self.last_seen = time.monotonic()
-        self.last_lease_sent = time.time()
         self._phase("executor_up", pid=hello.pid, host=host)
-        await link.send(
-            Start(
-                spec=self.spec,
-                epoch=self.epoch,
-                lease_s=ctl.inv.console.lease_s,
-                lease_sent_at=self.last_lease_sent,
-            )
-        )
-        self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
-        return None
+        return link
 
     async def _promote(self, host: str) -> None:
         """Put the newest replica on ``host`` in place as the executor's only checkpoint."""
@@ -444,6 +474,7 @@ class JobSupervisor(Recovery):
                 if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
                     self.link = link
                     self.last_seen = time.monotonic()
+                    await self._cancel_preparation()
                     return None
                 link.close()
             except LinkError:
@@ -465,6 +496,13 @@ class JobSupervisor(Recovery):
                 suspect_noted = True
                 self.ctl.fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
                 self._open_incident("host_lost" if alive is None else "executor_hang", why)
+            if (
+                silent
+                and alive is None
+                and self._preparing is None
+                and decide(self.ctl.policy, failover=True) is Decision.ACT
+            ):
+                self._preparing = asyncio.create_task(self._prepare_failover(host))
             if silent and time.time() >= lease_end(self.last_lease_sent, self.ctl.detection):
                 if alive:
                     await self._kill(host, workdir)
@@ -500,3 +538,43 @@ class JobSupervisor(Recovery):
         except TransportError:
             return Outcome(Exit.CRASHED, "the executor is gone and its events cannot be read")
         return from_events_tail(b"".join(chunks).decode(errors="replace"))
+
+    # ------------------------------------------------------------ preparation
+
+    async def _prepare_failover(self, old: str) -> Prepared | None:
+        """While the lost host's lease runs out: replica in place and an idle executor up on the target.
+
+        Nothing trains until Start, which is sent only after the lease has ended.
+        """
+        target = await self._pick_target(old)
+        if target is None:
+            return None
+        fleet = self.ctl.fleet
+        fleet.hosts[target].job = self.name
+        try:
+            await self._ensure_replica(target)
+            started = await self._start_executor(target, promote_replica=True)
+        except TransportError:
+            started = None
+        if isinstance(started, ExecutorLink):
+            return Prepared(target, started)
+        if fleet.hosts[target].job == self.name:
+            fleet.hosts[target].job = None
+        return None
+
+    async def _cancel_preparation(self) -> None:
+        task, self._preparing = self._preparing, None
+        if task is None:
+            return
+        task.cancel()
+        result = await asyncio.gather(task, return_exceptions=True)
+        if isinstance(result[0], Prepared):
+            await self._discard(result[0])
+
+    async def _discard(self, prepared: Prepared) -> None:
+        with contextlib.suppress(LinkError):
+            await prepared.link.send(Stop(reason="not needed", checkpoint=False))
+        prepared.link.close()
+        rt = self.ctl.fleet.hosts[prepared.host]
+        if rt.job == self.name and prepared.host != self.host:
+            rt.job = None

@@ -40,7 +40,6 @@ from console.transport.base import (
     TransportError,
 )
 from console.transport.detach import detach_argv
-from console.transport.ssh_hostkey import host_key_refused
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +167,10 @@ class SshTransport(Transport):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_files(self) -> None:
-        for what, path in (("identity", self.target.identity), ("known_hosts", self.target.known_hosts)):
+        for what, path in (
+            ("identity", self.target.identity),
+            ("known_hosts", self.target.known_hosts),
+        ):
             if path is not None and not os.path.isfile(path):
                 raise PermanentTransportError(f"{self.name}: {what} file {path} does not exist")
 
@@ -210,10 +212,8 @@ class SshTransport(Transport):
             async with asyncio.timeout(self.target.connect_timeout + 1):
                 return await asyncssh.connect(address, **opts)
         except asyncssh.HostKeyNotVerifiable:
-            raise await host_key_refused(
-                self.name, address, port, self.target.known_hosts, self.target.connect_timeout
-            ) from None
-        except Exception as e:
+            raise await self._host_key_refused(self.name, address, port) from None
+        except (asyncssh.Error, OSError, TimeoutError, ValueError) as e:
             raise self._dial_error(e, address, port) from None
 
     async def _jump_host(self) -> asyncssh.SSHClientConnection | str:
@@ -224,25 +224,49 @@ class SshTransport(Transport):
         if self._jump is not None and not self._jump.is_closed():
             return self._jump
         user, _, hostport = spec.rpartition("@")
-        host, _, port_text = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
+        host, _, port_text = hostport.partition(":")
+        port = int(port_text) if port_text.isdigit() else 22
         opts = self._options()
-        opts["port"] = int(port_text) if port_text else 22
+        opts["port"] = port
         if user:
             opts["username"] = user
         try:
             async with asyncio.timeout(self.target.connect_timeout + 1):
                 self._jump = await asyncssh.connect(host, **opts)
         except asyncssh.HostKeyNotVerifiable:
-            raise await host_key_refused(
-                f"{self.name} (jump host {host})",
-                host,
-                int(str(opts["port"])),
-                self.target.known_hosts,
-                self.target.connect_timeout,
-            ) from None
-        except Exception as e:
-            raise self._dial_error(e, f"jump host {host}", int(str(opts["port"]))) from None
+            raise await self._host_key_refused(f"{self.name} (jump {host})", host, port) from None
+        except (asyncssh.Error, OSError, TimeoutError, ValueError) as e:
+            raise self._dial_error(e, f"jump host {host}", port) from None
         return self._jump
+
+    async def _host_key_refused(self, label: str, address: str, port: int) -> TransportError:
+        """Unknown or changed (whether known_hosts lists the host decides), and how to trust it."""
+        path = self.target.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        host = address if port == 22 else f"[{address}]:{port}"
+        try:
+            trusted, cas, *_ = asyncssh.match_known_hosts(path, address, address, port)
+            known = bool(trusted or cas)
+        except (OSError, ValueError):
+            known = False
+        seen = ""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self.target.connect_timeout):
+                key = await asyncssh.get_server_host_key(
+                    address, port, tunnel=self._jump or (), config=None
+                )
+            if key is not None:
+                seen = f", it presents {key.get_fingerprint()}"
+        file, keyscan = shlex.quote(path), f"ssh-keyscan -p {port} {address} >> {shlex.quote(path)}"
+        if known:
+            return PermanentTransportError(
+                f"{label}: host key for {host} has CHANGED from the one in {path}{seen} (possible"
+                f" man-in-the-middle); if the host was reinstalled, check the fingerprint, then:"
+                f" ssh-keygen -R {shlex.quote(host)} -f {file} && {keyscan}"
+            )
+        return PermanentTransportError(
+            f"{label}: host key for {host} is unknown (not in {path}{seen}); check the"
+            f" fingerprint, then trust it: {keyscan}"
+        )
 
     def _dial_error(self, e: Exception, address: str, port: int) -> TransportError:
         user = self.target.user or getpass.getuser()
@@ -256,7 +280,7 @@ class SshTransport(Transport):
             return PermanentTransportError(
                 f"{self.name}: cannot use identity {self.target.identity}: {_one_line(str(e))}"
             )
-        if isinstance(e, _PERMANENT_DISCONNECTS | ValueError):
+        if isinstance(e, (*_PERMANENT_DISCONNECTS, ValueError)):
             return PermanentTransportError(f"{self.name}: {where}: {_one_line(str(e))}")
         if isinstance(e, TimeoutError):
             return TemporaryTransportError(
@@ -278,16 +302,22 @@ class SshTransport(Transport):
         except TransportError:
             raise
         except TimeoutError:
-            raise TemporaryTransportError(f"{self.name}: {what}: timed out after {timeout:g}s") from None
+            raise TemporaryTransportError(
+                f"{self.name}: {what}: timed out after {timeout:g}s"
+            ) from None
         except asyncssh.ChannelOpenError as e:
             if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
-                raise PermanentTransportError(f"{self.name}: {what}: refused by sshd: {_one_line(e.reason)}") from None
+                raise PermanentTransportError(
+                    f"{self.name}: {what}: refused by sshd: {_one_line(e.reason)}"
+                ) from None
             raise TemporaryTransportError(f"{self.name}: {what}: {_one_line(e.reason)}") from None
         except (asyncssh.Error, OSError, EOFError) as e:
             reason = getattr(e, "reason", "") or str(e) or type(e).__name__
             raise TemporaryTransportError(f"{self.name}: {what}: {_one_line(reason)}") from None
 
-    async def _process(self, command: str, what: str, timeout: float) -> asyncssh.SSHClientProcess[bytes]:
+    async def _process(
+        self, command: str, what: str, timeout: float
+    ) -> asyncssh.SSHClientProcess[bytes]:
         conn = await self._connection()
         with self._errors(what, timeout):
             async with asyncio.timeout(timeout):
@@ -356,8 +386,8 @@ class SshTransport(Transport):
         timeout: float | None = None,
     ) -> int:
         _check_env(self.name, env)
-        command = shlex.join(detach_argv(argv, log_path=log_path, env=env, cwd=cwd))
-        result = await self.run(["sh", "-c", 'eval "$1"', "sh", command], timeout=timeout)
+        argv_ = detach_argv(argv, log_path=log_path, env=env, cwd=cwd)
+        result = await self.run(argv_, timeout=timeout)
         pid = result.stdout.strip()
         if result.returncode == 97:
             raise PermanentTransportError(f"{self.name}: start {argv[0]}: no folder {cwd}")
@@ -410,7 +440,9 @@ class SshTransport(Transport):
         out = await self._check(_sh('exec sha256sum < "$1"', path), f"sha256 {path}", timeout)
         digest = out[:64]
         if not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise PermanentTransportError(f"{self.name}: sha256 {path}: odd output {_one_line(out)}")
+            raise PermanentTransportError(
+                f"{self.name}: sha256 {path}: odd output {_one_line(out)}"
+            )
         return digest
 
     async def read_chunks(
@@ -450,17 +482,14 @@ class SshTransport(Transport):
         async with self._sessions:
             proc = await self._process(_sh(script, path, str(offset)), what, limit)
             try:
-                try:
+                async for block in chunks:
                     with self._errors(what, limit):
-                        async for block in chunks:
-                            proc.stdin.write(block)
-                            written += len(block)
-                            async with asyncio.timeout(limit):
-                                await proc.stdin.drain()
-                        proc.stdin.write_eof()
-                except TemporaryTransportError:
-                    if proc.exit_status in (None, 0):
-                        raise
+                        proc.stdin.write(block)
+                        async with asyncio.timeout(limit):
+                            await proc.stdin.drain()
+                    written += len(block)
+                with self._errors(what, limit):
+                    proc.stdin.write_eof()
                 fsync = limit + written / (self.tuning.disk_mb_per_s * 1e6)
                 with self._errors(what, fsync):
                     async with asyncio.timeout(fsync):
@@ -492,7 +521,9 @@ def _command(host: str, argv: Sequence[str], env: Mapping[str, str] | None) -> s
     return shlex.join(argv)
 
 
-def _exited_well(host: str, what: str, proc: asyncssh.SSHClientProcess[bytes], err: bytes | str) -> None:
+def _exited_well(
+    host: str, what: str, proc: asyncssh.SSHClientProcess[bytes], err: bytes | str
+) -> None:
     if proc.returncode is None:
         raise TemporaryTransportError(f"{host}: {what}: connection lost before it finished")
     if proc.returncode != 0:

@@ -95,20 +95,21 @@ async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -
     assert ctl.fleet.hosts["a"].state is HostState.DOWN
     (inc,) = incidents(journal(fleet))
     assert inc.fault_class == "host_lost"
-    assert list(inc.times) == [
+    assert set(inc.times) == {
         "detected",
         "decided",
         "transfer_done",
         "executor_up",
         "loaded",
         "first_step",
-    ]
+    }
     assert inc.lost_steps is not None
     assert inc.lost_steps <= 20
     lease_end = inc.fault_at + ctl.inv.console.lease_s
-    assert inc.times["executor_up"] >= lease_end - 0.5, (
-        "the spare starts only after the lease has ended"
+    assert inc.times["decided"] >= lease_end - 0.5, (
+        "the failover is decided only after the lease has ended"
     )
+    assert inc.times["loaded"] >= inc.times["decided"], "the spare trains only after the decision"
 
 
 async def test_draining_a_host_migrates_with_zero_lost_steps(fleet: Path, baseline: str) -> None:
