@@ -1,0 +1,146 @@
+"""The fleet controller over real sshd hosts: host death, a network partition, a blip."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import sshbed
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, until, write_inventory
+from netbed import ns_host
+
+from console.controller import Controller
+from console.incidents import incidents
+from console.inventory import load
+from console.journal import Kind, read
+from console.policy import Policy
+from console.states import HostState, JobState
+
+BLIP_S = 0.3
+
+
+@pytest.fixture
+def bed() -> Iterator[sshbed.SshBed]:
+    with sshbed.ssh_bed() as b:
+        yield b
+
+
+def inventory(tmp_path: Path, a: sshbed.SshHost, b: sshbed.SshHost, **job: object) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
+    )
+
+
+def controller(inv: Path) -> Controller:
+    return Controller(
+        load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV), "b": dict(EXECUTOR_ENV)}
+    )
+
+
+def journal(inv: Path) -> list:  # type: ignore[type-arg]
+    return list(read(inv.parent / "state" / "journal.jsonl"))
+
+
+async def start(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: predicate() or task.done(), timeout, what)
+    assert not task.done(), f"the run ended before {what}"
+    return task
+
+
+def executor_proc(root: Path) -> psutil.Process:
+    return psutil.Process(int((root / "jobs" / "j" / "executor.pid").read_text()))
+
+
+async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path) -> None:
+    a, b = bed.host(name="a"), bed.host(name="b")
+    inv = inventory(tmp_path, a, b)
+    digest = baseline_sha(inv, "j", tmp_path / "baseline")
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await start(
+        ctl,
+        lambda: sup.step >= 60 and ctl.replicator.replica("j", "b").manifest,
+        120,
+        "step 60 and a replica on b",
+    )
+    a.kill_all()  # sshd and every process under its root
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "b"
+    assert sup.sha256 == digest
+    (inc,) = incidents(journal(inv))
+    assert inc.fault_class == "host_lost"
+    assert inc.resolved
+    assert inc.lost_steps is not None
+    assert inc.lost_steps <= 20
+
+
+async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    a, b = ns_host(bed, 41, "a"), bed.host(name="b")
+    inv = inventory(tmp_path, a, b, steps=1200)
+    digest = baseline_sha(inv, "j", tmp_path / "baseline")
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await start(
+        ctl,
+        lambda: sup.step >= 60 and ctl.replicator.replica("j", "b").manifest,
+        120,
+        "step 60 and a replica on b",
+    )
+    old = executor_proc(a.root)
+    a.netns.cut()
+    await until(
+        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
+        30,
+        "A's executor to stop",
+    )
+    stopped_at = asyncio.get_running_loop().time()
+    events_a = [
+        json.loads(x) for x in (a.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    assert events_a[-1]["kind"] == "stopped"
+    assert events_a[-1]["reason"] == "lease_lost", "A stopped itself: its lease ran out"
+    await until(lambda: sup.host == "b" and sup.state is JobState.RUNNING, 60, "B to take over")
+    assert asyncio.get_running_loop().time() >= stopped_at
+    frozen = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
+    a.netns.heal()
+    await asyncio.wait_for(task, 240)
+    await until(lambda: ctl.fleet.hosts["a"].state is HostState.UP, 30, "A reachable again")
+    await ctl.close()
+    assert sup.sha256 == digest
+    after = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
+    assert after == frozen, "A never trains or writes again after the partition heals"
+    starts_on_a = [
+        e for e in journal(inv) if e.kind is Kind.EXECUTOR and e.host == "a" and "started" in e.msg
+    ]
+    assert len(starts_on_a) == 1
+
+
+async def test_a_short_network_blip_causes_no_failover(bed: sshbed.SshBed, tmp_path: Path) -> None:
+    a, b = ns_host(bed, 42, "a"), bed.host(name="b")
+    inv = inventory(tmp_path, a, b, steps=800)
+    digest = baseline_sha(inv, "j", tmp_path / "baseline")
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60")
+    a.netns.cut()
+    await asyncio.sleep(BLIP_S)  # the fault itself: a 300 ms outage
+    a.netns.heal()
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.sha256 == digest
+    assert sup.host == "a"
+    assert incidents(journal(inv)) == []
+    assert not [e for e in journal(inv) if e.kind is Kind.HOST_STATE and e.host == "a"], (
+        "a never even suspect"
+    )
