@@ -162,7 +162,7 @@ async def test_auth_failure_is_clear_quick_and_not_retried(
 
 
 async def test_missing_identity_file_is_permanent(host: SshHost, tmp_path: Path) -> None:
-    with pytest.raises(PermanentTransportError, match="identity file .* does not exist"):
+    with pytest.raises(PermanentTransportError, match=r"identity file .* does not exist"):
         await SshTransport(target(host, identity=str(tmp_path / "nope"))).connect()
 
 
@@ -212,11 +212,23 @@ async def test_run_reports_exit_status_stderr_and_input(host: SshHost) -> None:
     assert no_input.stdout == ""
 
 
-async def test_run_timeout_is_temporary(host: SshHost) -> None:
+async def test_run_timeout_is_temporary_and_the_command_does_not_linger(host: SshHost) -> None:
     async with SshTransport(target(host)) as t:
         with pytest.raises(TemporaryTransportError, match=f"^{host.name}: run sleep: timed out"):
-            await t.run(["sleep", "30"], timeout=0.3)
+            await t.run(["sleep", "31.5"], timeout=0.3)
         assert (await t.run(["true"])).returncode == 0
+
+    async def killed() -> bool:
+        return not [p for p in psutil.process_iter() if _cmdline(p) == ["sleep", "31.5"]]
+
+    await wait_until(killed, 6, "the timed-out command to be killed on the host")
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return [] if p.status() == psutil.STATUS_ZOMBIE else p.cmdline()
+    except psutil.Error:
+        return []
 
 
 async def test_detached_process_outlives_the_connection(host: SshHost) -> None:
