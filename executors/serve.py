@@ -85,6 +85,7 @@ class Server:
         self._log = EventLog(self.workdir / EVENTS)
         self._thread: threading.Thread | None = None
         self._client_tasks: set[asyncio.Task[None]] = set()
+        self._warmup: threading.Thread | None = None
         self._seq = 0
 
     # ------------------------------------------------------------------ life
@@ -112,6 +113,9 @@ class Server:
         ]
         if autostart is not None:
             self._start(Start(spec=autostart))
+        else:
+            self._warmup = threading.Thread(target=warm_up, name="hotspare-warmup", daemon=True)
+            self._warmup.start()
         try:
             code = await self._done
         finally:
@@ -171,6 +175,8 @@ class Server:
 
     def _train(self, spec: JobSpec, control: Control) -> None:
         code = exitcodes.FAILED
+        if self._warmup is not None:
+            self._warmup.join()  # imports must not race: torch's import machinery is not thread-safe
         try:
             kind = load_kind(spec.executor)
             runner = kind.runner(
@@ -357,3 +363,25 @@ class Server:
                     )
                 )
                 os._exit(exitcodes.LEASE_LOST)
+
+
+def warm_up() -> None:
+    """While idle (a spare waiting for Start): import the training code and run torch once.
+
+    The first forward/backward/optimizer step of a process pays for lazy kernel setup; paying
+    it before Start takes it off a failover's critical path.
+    """
+    import torch
+
+    import executors.checkpoint
+    import executors.trainer
+    import executors.workloads.charlm  # noqa: F401
+
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64))
+    opt = torch.optim.AdamW(model.parameters())
+    loss = torch.nn.functional.cross_entropy(
+        model(torch.zeros(2, 8, dtype=torch.long)).reshape(-1, 64),
+        torch.zeros(16, dtype=torch.long),
+    )
+    loss.backward()
+    opt.step()
