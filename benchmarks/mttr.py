@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import sshbed  # noqa: E402
+from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model)
 from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
@@ -32,14 +33,6 @@ from console.inventory import load  # noqa: E402
 from console.journal import read  # noqa: E402
 from console.policy import Policy  # noqa: E402
 
-CONFIG = {
-    "n_layer": 4,
-    "n_head": 8,
-    "n_embd": 320,
-    "block_size": 64,
-    "global_batch": 8,
-    "dropout": 0.0,
-}
 EVERY = 10
 
 

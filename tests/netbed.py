@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-from pathlib import Path
 
-from sshbed import SSHD, SshBed, SshdError, SshHost, _banner
-
-START_TIMEOUT = 10.0
+from sshbed import SshBed, SshHost
 
 
 def _ip(*args: str) -> None:
@@ -69,23 +65,8 @@ class NsSshHost(SshHost):
     def known_hosts_line(self) -> str:
         return f"{self.address} {self.public_key}"  # port 22: no [host]:port form
 
-    def start(self) -> None:
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", self.netns.name, SSHD, "-D", "-e", "-f", str(self.config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _banner(self.address, self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill_all()
-                raise SshdError(
-                    f"sshd in {self.netns.name} did not start: {self.log.read_text().strip()}"
-                )
-            time.sleep(0.01)
+    def sshd_argv(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns.name, *super().sshd_argv()]
 
     def stop(self) -> None:
         super().stop()

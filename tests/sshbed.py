@@ -123,12 +123,15 @@ class SshHost:
     def known_hosts_line(self) -> str:
         return f"[{self.address}]:{self.port} {self.public_key}"
 
+    def sshd_argv(self) -> list[str]:
+        return [SSHD, "-D", "-e", "-f", str(self.config)]
+
     def start(self) -> None:
         """Start sshd and wait until it greets; raise ``SshdError`` with its output if it won't."""
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(self.config)],
+                self.sshd_argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

@@ -237,3 +237,32 @@ async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
     assert inc.lost_steps == 0
     fails = [e for e in journal(fleet) if e.kind is Kind.HEALTH and e.data["severity"] == "fail"]
     assert {e.data["rule"] for e in fails} >= {"ecc_dbe", "xid_79"}
+
+
+async def test_a_lasting_gpu_warn_under_auto_migrates_with_zero_lost_steps(tmp_path: Path) -> None:
+    from executors.gpu_fake import write_state
+
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1500)}},
+    )
+    baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
+    nvml = tmp_path / "nvml-a.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
+    ctl = controller(fleet)
+    ctl.executor_env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
+    write_state(
+        nvml, {"devices": [{"name": "Fake H100", "temp_c": 91, "throttle": ["hw_thermal"]}]}
+    )
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "migrate"
+    assert inc.lost_steps == 0
+    warns = [e for e in journal(fleet) if e.kind is Kind.HEALTH and e.data["severity"] == "warn"]
+    assert {e.data["rule"] for e in warns} == {"throttle", "temperature"}
