@@ -99,6 +99,8 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     spares: list[str] = []
     priority: int = 0
     """Higher may take a spare from a lower-priority job."""
+    warm_standby: bool = False
+    """Keep an idle executor (torch imported and warmed up) on the first spare, for a faster failover."""
 
 
 @dataclass(frozen=True)

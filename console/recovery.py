@@ -85,6 +85,8 @@ class Recovery:
             host=host,
             data={"exit": outcome.exit.value, "step": outcome.step},
         )
+        if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
+            await self._drop_standby()
         if outcome.exit is Exit.FINISHED:
             self.sha256 = outcome.sha256
             self.step = outcome.step or self.step
@@ -190,7 +192,9 @@ class Recovery:
         self.rec.restarts = 0
         self._phase("decided", action="failover", host=target)
         if self.prepared is not None and self.prepared.host == target:
-            return target, False
+            if not self.prepared.promoted:
+                await self._ensure_replica(target)
+            return target, not self.prepared.promoted
         await self._ensure_replica(target)
         return target, True
 
@@ -199,13 +203,15 @@ class Recovery:
         from console.supervisor import Prepared
 
         task, self._preparing = self._preparing, None
-        if task is None:
-            return None
-        prepared = (await asyncio.gather(task, return_exceptions=True))[0]
+        prepared = (
+            (await asyncio.gather(task, return_exceptions=True))[0] if task is not None else None
+        )
         if not isinstance(prepared, Prepared):
-            return None
+            prepared, self.standby = self.standby, None
+            if prepared is None:
+                return None
         rt = self.ctl.fleet.hosts[prepared.host]
-        if rt.state is HostState.UP and prepared.host != old and prepared.link.hello is not None:
+        if rt.state is HostState.UP and prepared.host != old and self._pumping(prepared.link):
             self.prepared = prepared
             return prepared.host
         await self._discard(prepared)

@@ -55,8 +55,12 @@ TAIL_BYTES = 64 * 1024
 
 @dataclass
 class Prepared:
+    """An idle executor on a host other than the job's, ready to be told Start."""
+
     host: str
     link: ExecutorLink
+    promoted: bool = False
+    """The newest replica is already in place as its checkpoint."""
 
 
 class JobSupervisor(Recovery):
@@ -88,6 +92,10 @@ class JobSupervisor(Recovery):
         self.prepared: Prepared | None = None
         """An idle executor readied on the failover target while the old lease runs out."""
         self._preparing: asyncio.Task[Prepared | None] | None = None
+        self.standby: Prepared | None = None
+        """The warm standby on the first spare, when the job asks for one."""
+        self._standby_task: asyncio.Task[None] | None = None
+        self._pumps: dict[int, asyncio.Task[str]] = {}
         self._warned = 0
 
     # ---------------------------------------------------------------- state
@@ -241,8 +249,13 @@ class JobSupervisor(Recovery):
         self._set(JobState.DEPLOYING, f"on {host}")
         self._assign(host)
         prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared.host == host and prepared.link.hello is not None:
+        if prepared is not None and prepared.host == host and self._pumping(prepared.link):
             link = prepared.link
+            if promote_replica and not prepared.promoted:
+                try:
+                    await self._promote(host)
+                except TransportError as e:
+                    return Outcome(Exit.HOST_LOST, f"cannot promote the replica on {host}: {e}")
         else:
             if prepared is not None:
                 await self._discard(prepared)
@@ -267,6 +280,10 @@ class JobSupervisor(Recovery):
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
         self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
+        if ctl.inv.jobs[self.name].placement.warm_standby:
+            self._standby_task = asyncio.create_task(
+                self._keep_standby(), name=f"{self.name} standby"
+            )
         return None
 
     async def _start_executor(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
@@ -315,6 +332,7 @@ class JobSupervisor(Recovery):
                     return await self._exit_from_workdir(host)
                 await asyncio.sleep(POLL_S)
         self._phase("executor_up", pid=hello.pid, host=host)
+        self._pump(link)
         return link
 
     async def _promote(self, host: str) -> None:
@@ -343,7 +361,7 @@ class JobSupervisor(Recovery):
         try:
             while True:
                 assert self.link is not None
-                why = await self.link.pump(self._on_message)
+                why = await self._pump(self.link)
                 if self.exit is not None:
                     return self.exit
                 outcome = await self._after_link_loss(why)
@@ -460,63 +478,82 @@ class JobSupervisor(Recovery):
     # ------------------------------------------------------- after link loss
 
     async def _after_link_loss(self, why: str) -> Outcome | None:
-        """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters."""
+        """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters.
+
+        Probes are cut short near the lease's end, so the decision follows the end closely.
+        """
         host = self.host
         assert host is not None
         workdir = job_dir(self.ctl.inv.host_root(host), self.name)
-        suspect_noted = offline_noted = False
+        suspect_noted = offline_noted = probed = False
+        alive: bool | None = None
+        probe_s = max(0.5, 2 * self.ctl.inv.console.heartbeat_s)
         while True:
-            link = ExecutorLink(
-                self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
-            )
-            try:
-                hello = await link.open(timeout=max(1.0, self.ctl.inv.console.heartbeat_s * 2))
-                if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
-                    self.link = link
-                    self.last_seen = time.monotonic()
-                    await self._cancel_preparation()
-                    return None
-                link.close()
-            except LinkError:
-                pass
-            alive: bool | None
-            try:
-                alive = await executor_alive(
-                    self.ctl.fleet.hosts[host].transport,
-                    self.ctl.inv.python(host),
-                    workdir,
-                    timeout=3,
-                )
-            except TransportError:
-                alive = None
+            silent = is_suspect(time.monotonic(), self.last_seen, self.ctl.detection)
+            end = lease_end(self.last_lease_sent, self.ctl.detection)
+            if probed and silent and time.time() >= end:
+                if alive:
+                    await self._kill(host, workdir)
+                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                if await self.ctl.fleet.console_online(excluding=host):
+                    return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                if not offline_noted:
+                    offline_noted = True
+                    self.ctl.alert(
+                        f"the console reaches no host at all: not failing {self.name} over",
+                        job=self.name,
+                    )
+            budget = max(0.2, min(probe_s, end - time.time())) if silent else probe_s
+            if await self._relink(host, budget):
+                await self._cancel_preparation()
+                return None
+            alive = await self._probe_alive(host, workdir, budget)
+            probed = True
             if alive is False:
                 return await self._exit_from_workdir(host)
-            silent = is_suspect(time.monotonic(), self.last_seen, self.ctl.detection)
             if silent and not suspect_noted:
                 suspect_noted = True
                 self.ctl.fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
                 self._open_incident("host_lost" if alive is None else "executor_hang", why)
             if (
-                silent
-                and alive is None
+                alive is None
                 and self._preparing is None
                 and decide(self.ctl.policy, failover=True) is Decision.ACT
             ):
+                # Unreachable: ready the target now (an idle executor trains nothing); a blip cancels it.
                 self._preparing = asyncio.create_task(self._prepare_failover(host))
-            if silent and time.time() >= lease_end(self.last_lease_sent, self.ctl.detection):
-                if alive:
-                    await self._kill(host, workdir)
-                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
-                if not await self.ctl.fleet.console_online(excluding=host):
-                    if not offline_noted:
-                        offline_noted = True
-                        self.ctl.alert(
-                            f"the console reaches no host at all: not failing {self.name} over",
-                            job=self.name,
-                        )
-                    continue
-                return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
             await asyncio.sleep(POLL_S)
+
+    async def _relink(self, host: str, budget: float) -> bool:
+        """Reconnect to the same executor (same epoch, still training): the loss was a blip."""
+        link = ExecutorLink(
+            self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
+        )
+        try:
+            async with asyncio.timeout(budget):
+                hello = await link.open(timeout=budget)
+        except (LinkError, TimeoutError):
+            link.close()
+            return False
+        if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
+            self.link = link
+            self.last_seen = time.monotonic()
+            return True
+        link.close()
+        return False
+
+    async def _probe_alive(self, host: str, workdir: str, budget: float) -> bool | None:
+        """Is the executor alive (lock held)? None when the host cannot be asked within ``budget``."""
+        try:
+            async with asyncio.timeout(budget):
+                return await executor_alive(
+                    self.ctl.fleet.hosts[host].transport,
+                    self.ctl.inv.python(host),
+                    workdir,
+                    timeout=budget,
+                )
+        except (TransportError, TimeoutError):
+            return None
 
     async def _kill(self, host: str, workdir: str) -> None:
         t = self.ctl.fleet.hosts[host].transport
@@ -546,6 +583,15 @@ class JobSupervisor(Recovery):
 
         Nothing trains until Start, which is sent only after the lease has ended.
         """
+        standby = self.standby
+        if standby is not None and standby.host != old and self._pumping(standby.link):
+            try:
+                await self._ensure_replica(standby.host)
+                await self._promote(standby.host)
+            except TransportError:
+                return None
+            self.standby = None
+            return Prepared(standby.host, standby.link, promoted=True)
         target = await self._pick_target(old)
         if target is None:
             return None
@@ -557,7 +603,7 @@ class JobSupervisor(Recovery):
         except TransportError:
             started = None
         if isinstance(started, ExecutorLink):
-            return Prepared(target, started)
+            return Prepared(target, started, promoted=True)
         if fleet.hosts[target].job == self.name:
             fleet.hosts[target].job = None
         return None
@@ -578,3 +624,65 @@ class JobSupervisor(Recovery):
         rt = self.ctl.fleet.hosts[prepared.host]
         if rt.job == self.name and prepared.host != self.host:
             rt.job = None
+
+    # ------------------------------------------------------------------ pumps
+
+    def _pump(self, link: ExecutorLink) -> asyncio.Task[str]:
+        """One reader per link for its whole life, so a standby's link can become the job's link."""
+        task = self._pumps.get(id(link))
+        if task is None:
+            task = asyncio.create_task(link.pump(lambda msg: self._route(link, msg)))
+            self._pumps[id(link)] = task
+            task.add_done_callback(lambda _t: None)
+        return task
+
+    def _pumping(self, link: ExecutorLink) -> bool:
+        task = self._pumps.get(id(link))
+        return link.hello is not None and task is not None and not task.done()
+
+    def _route(self, link: ExecutorLink, msg: ExecutorMessage) -> None:
+        if link is self.link:
+            self._on_message(msg)
+            return
+        host = link.transport.name
+        if isinstance(msg, Heartbeat):
+            self.ctl.fleet.seen(host)
+        elif isinstance(msg, Health):
+            self.ctl.fleet.observe(host, msg)
+
+    # ------------------------------------------------------------ warm standby
+
+    async def _keep_standby(self) -> None:
+        """An idle executor on the first live spare: torch imported and warmed up, waiting for Start."""
+        fleet = self.ctl.fleet
+        spare = next((s for s in self.spares if fleet.hosts[s].state is HostState.UP), None)
+        current = self.standby
+        if current is not None and current.host == spare and self._pumping(current.link):
+            return
+        if current is not None:
+            self.standby = None
+            await self._discard(current)
+        if spare is None:
+            return
+        fleet.hosts[spare].job = self.name
+        started = await self._start_executor(spare, promote_replica=False)
+        if isinstance(started, ExecutorLink):
+            self.standby = Prepared(spare, started)
+            self.ctl.journal.record(
+                Kind.EXECUTOR,
+                f"{self.name}: warm standby ready on {spare}",
+                job=self.name,
+                host=spare,
+                data={"standby": True},
+            )
+        elif fleet.hosts[spare].job == self.name:
+            fleet.hosts[spare].job = None
+
+    async def _drop_standby(self) -> None:
+        task, self._standby_task = self._standby_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            await self._discard(standby)

@@ -266,3 +266,36 @@ async def test_a_lasting_gpu_warn_under_auto_migrates_with_zero_lost_steps(tmp_p
     assert inc.lost_steps == 0
     warns = [e for e in journal(fleet) if e.kind is Kind.HEALTH and e.data["severity"] == "warn"]
     assert {e.data["rule"] for e in warns} == {"throttle", "temperature"}
+
+
+async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) -> None:
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": True, **job_table()}},
+    )
+    baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 60 and sup.standby and ctl.replicator.replica("j", "b").manifest,
+        90,
+        "step 60, a standby and a replica on b",
+    )
+    standby_pid = sup.standby.link.hello.pid
+    assert ctl.fleet.hosts["b"].health, "the standby reports the spare's health"
+    ctl.kill_host("a")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    started_on_b = [
+        e.data["pid"]
+        for e in journal(fleet)
+        if e.kind is Kind.EXECUTOR and e.host == "b" and "started" in e.msg
+    ]
+    assert started_on_b == [standby_pid], "the standby itself took over"
+    (inc,) = incidents(journal(fleet))
+    assert inc.lost_steps is not None
+    assert inc.lost_steps <= 20
