@@ -49,10 +49,13 @@ class IncidentLog:
         )
         return n
 
-    def phase(self, n: int, job: str, phase: str, msg: str = "", **data: Any) -> None:
+    def phase(
+        self, n: int, job: str, phase: str, msg: str = "", *, at: float | None = None, **data: Any
+    ) -> None:
         self.journal.record(
             Kind.INCIDENT,
             msg or f"incident {n}: {phase}",
+            at=at,
             job=job,
             incident=n,
             data={"phase": phase, **data},

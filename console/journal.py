@@ -70,9 +70,10 @@ class Journal:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def record(self, kind: Kind, msg: str = "", **fields: Any) -> Event:
+    def record(self, kind: Kind, msg: str = "", *, at: float | None = None, **fields: Any) -> Event:
+        """Append an event; ``at`` back-dates one observed earlier (default: now)."""
         data = fields.pop("data", {})
-        event = Event(t=time.time(), kind=kind, msg=msg, data=data, **fields)
+        event = Event(t=time.time() if at is None else at, kind=kind, msg=msg, data=data, **fields)
         line = _enc.encode(event) + b"\n"
         with self._lock:
             self._f.write(line)

@@ -43,6 +43,7 @@ class Recovery:
             else time.time()
         )
         self.resumed_step = None
+        early, self.early_phases = self.early_phases, []
         self.incident = self.ctl.incidents.open(
             self.name,
             self.host,
@@ -52,16 +53,30 @@ class Recovery:
             msg=why,
             planned=planned,
         )
-
-    def _phase(self: JobSupervisor, phase: str, **data: object) -> None:
-        if self.incident is not None:
+        for phase, at, data in early:
             self.ctl.incidents.phase(
                 self.incident,
                 self.name,
                 phase,
                 f"incident {self.incident}: {self.name}: {phase}",
+                at=at,
                 **data,
             )
+
+    def _phase(self: JobSupervisor, phase: str, **data: object) -> None:
+        """Record a phase of the open incident; phases seen before it opens (a failover being
+        prepared while the lease runs out) are kept with their times until it does."""
+        if self.incident is None:
+            if self._preparing is not None:
+                self.early_phases.append((phase, time.time(), data))
+            return
+        self.ctl.incidents.phase(
+            self.incident,
+            self.name,
+            phase,
+            f"incident {self.incident}: {self.name}: {phase}",
+            **data,
+        )
 
     async def _pid_alive(self: JobSupervisor, host: str, pid: int) -> bool:
         """While an executor starts (before it holds its lock), its pid says whether it lives."""

@@ -96,6 +96,7 @@ class JobSupervisor(Recovery):
         """The warm standby on the first spare, when the job asks for one."""
         self._standby_task: asyncio.Task[None] | None = None
         self._pumps: dict[int, asyncio.Task[str]] = {}
+        self.early_phases: list[tuple[str, float, dict[str, object]]] = []
         self._warned = 0
 
     # ---------------------------------------------------------------- state
@@ -609,6 +610,7 @@ class JobSupervisor(Recovery):
         return None
 
     async def _cancel_preparation(self) -> None:
+        self.early_phases = []
         task, self._preparing = self._preparing, None
         if task is None:
             return
