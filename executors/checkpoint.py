@@ -256,7 +256,8 @@ class CheckpointManager:
             )
         data = verified_bytes(manifest_path.with_suffix(".pt"), manifest)
         try:
-            state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+            buf = io.BytesIO(data)
+            state = torch.load(buf, map_location=map_location, weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unpickling failure means "do not use this one"
             raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {e}") from None
         return manifest, state

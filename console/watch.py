@@ -1,0 +1,230 @@
+"""What a job supervisor watches while its executor runs, and how it reads a lost link.
+
+Messages update the job; a dropped link is relinked after a blip, or classified (crash,
+hang, host lost) once the executor is known dead or its lease has surely ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import posixpath
+import time
+from typing import TYPE_CHECKING
+
+from console.deploy import job_dir
+from console.detect import is_suspect, lease_end
+from console.journal import Kind
+from console.link import ExecutorLink, LinkError
+from console.outcome import Exit, Outcome, from_events_tail, from_stopped
+from console.policy import Decision, decide
+from console.remote import executor_alive
+from console.replicator import Source
+from console.states import HostState, JobState
+from console.transport.base import TransportError
+from protocol.messages import (
+    CheckpointSaved,
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Health,
+    Heartbeat,
+    Progress,
+    Resumed,
+    Stopped,
+)
+
+if TYPE_CHECKING:
+    from console.supervisor import JobSupervisor
+
+POLL_S = 0.2
+TAIL_BYTES = 64 * 1024
+
+
+class Watch:
+    """Mixed into JobSupervisor: messages, liveness and what a lost link means."""
+
+    def _on_message(self: JobSupervisor, msg: ExecutorMessage) -> None:
+        assert self.host is not None
+        if isinstance(msg, Heartbeat):
+            self.last_seen = time.monotonic()
+            self.ctl.fleet.seen(self.host)
+        elif isinstance(msg, Progress):
+            self.last_seen = time.monotonic()
+            self.step, self.loss, self.steps_per_s = msg.step, msg.loss, msg.steps_per_s
+            if (
+                self.incident is not None
+                and self.resumed_step is not None
+                and msg.step > self.resumed_step
+            ):
+                self._phase("first_step", step=msg.step)
+                self.incident = None
+            self.ctl.on_progress(self, msg)
+        elif isinstance(msg, CheckpointSaved):
+            self.checkpoint, self.checkpoint_path = msg.manifest, msg.path
+            self.ctl.journal.record(
+                Kind.CHECKPOINT,
+                f"{self.name}: checkpoint step {msg.manifest.step} on {self.host}",
+                job=self.name,
+                host=self.host,
+                data={
+                    "step": msg.manifest.step,
+                    "bytes": msg.manifest.size,
+                    "stall_s": msg.stall_s,
+                    "write_s": msg.write_s,
+                    "epoch": msg.manifest.epoch,
+                },
+            )
+            if msg.manifest.epoch == self.epoch:
+                self.ctl.replicator.submit(
+                    self.name, self.spares, Source(self.host, msg.path, msg.manifest)
+                )
+        elif isinstance(msg, Resumed):
+            self.resumed_step = msg.step
+            self._phase("loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint)
+        elif isinstance(msg, Health):
+            self._on_health(msg)
+        elif isinstance(msg, Fault):
+            self._on_fault(msg)
+        elif isinstance(msg, Finished):
+            self.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
+        elif isinstance(msg, Stopped):
+            self.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+
+    def _on_fault(self: JobSupervisor, msg: Fault) -> None:
+        assert self.host is not None
+        self.ctl.journal.record(
+            Kind.FAULT,
+            f"{self.name} on {self.host}: {msg.fault}: {msg.message}",
+            job=self.name,
+            host=self.host,
+            data={"fault": msg.fault, "step": msg.step},
+        )
+        if msg.fault == "preempted" and self.incident is None:
+            self._open_incident("preemption", "SIGTERM: checkpoint now, then migrate", planned=True)
+        if msg.fault == "config":
+            self.exit = Outcome(Exit.CONFIG, msg.message)
+
+    def _on_health(self: JobSupervisor, msg: Health) -> None:
+        assert self.host is not None
+        fleet = self.ctl.fleet
+        fleet.observe(self.host, msg)
+        failing = fleet.failing(self.host)
+        if failing and self.state is JobState.RUNNING:
+            why = "; ".join(f.message for f in failing)
+            self.ctl.alert(
+                f"{self.host}: GPU FAIL ({why}): draining and moving {self.name}", host=self.host
+            )
+            fleet.set_state(self.host, HostState.DRAINING, f"GPU FAIL: {why}")
+            self.request_move("gpu_fail", f"GPU FAIL on {self.host}: {why}")
+        warns = [
+            f
+            for f in fleet.hosts[self.host].findings
+            if f.rule in ("throttle", "temperature", "pcie_replays")
+        ]
+        self._warned = self._warned + 1 if warns else 0
+        if self._warned == 5 and self.ctl.policy.value == "auto" and self.state is JobState.RUNNING:
+            self.request_move("migrate", f"GPU WARN on {self.host}: {warns[0].message}")
+
+    # ------------------------------------------------------- after link loss
+
+    async def _after_link_loss(self: JobSupervisor, why: str) -> Outcome | None:
+        """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters.
+
+        Probes are cut short near the lease's end, so the decision follows the end closely.
+        """
+        host = self.host
+        assert host is not None
+        workdir = job_dir(self.ctl.inv.host_root(host), self.name)
+        suspect_noted = offline_noted = probed = False
+        alive: bool | None = None
+        probe_s = max(0.5, 2 * self.ctl.inv.console.heartbeat_s)
+        while True:
+            silent = is_suspect(time.monotonic(), self.last_seen, self.ctl.detection)
+            end = lease_end(self.last_lease_sent, self.ctl.detection)
+            if probed and silent and time.time() >= end:
+                if alive:
+                    await self._kill(host, workdir)
+                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                if await self.ctl.fleet.console_online(excluding=host):
+                    return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                if not offline_noted:
+                    offline_noted = True
+                    self.ctl.alert(
+                        f"the console reaches no host at all: not failing {self.name} over",
+                        job=self.name,
+                    )
+            budget = max(0.2, min(probe_s, end - time.time())) if silent else probe_s
+            if await self._relink(host, budget):
+                await self._cancel_preparation()
+                return None
+            alive = await self._probe_alive(host, workdir, budget)
+            probed = True
+            if alive is False:
+                return await self._exit_from_workdir(host)
+            if silent and not suspect_noted:
+                suspect_noted = True
+                self.ctl.fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+                self._open_incident("host_lost" if alive is None else "executor_hang", why)
+            if (
+                alive is None
+                and self._preparing is None
+                and decide(self.ctl.policy, failover=True) is Decision.ACT
+            ):
+                # Unreachable: ready the target now (an idle executor trains nothing); a blip cancels it.
+                self._preparing = asyncio.create_task(self._prepare_failover(host))
+            await asyncio.sleep(POLL_S)
+
+    async def _relink(self: JobSupervisor, host: str, budget: float) -> bool:
+        """Reconnect to the same executor (same epoch, still training): the loss was a blip."""
+        link = ExecutorLink(
+            self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
+        )
+        try:
+            async with asyncio.timeout(budget):
+                hello = await link.open(timeout=budget)
+        except (LinkError, TimeoutError):
+            link.close()
+            return False
+        if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
+            self.link = link
+            self.last_seen = time.monotonic()
+            return True
+        link.close()
+        return False
+
+    async def _probe_alive(
+        self: JobSupervisor, host: str, workdir: str, budget: float
+    ) -> bool | None:
+        """Is the executor alive (lock held)? None when the host cannot be asked within ``budget``."""
+        try:
+            async with asyncio.timeout(budget):
+                return await executor_alive(
+                    self.ctl.fleet.hosts[host].transport,
+                    self.ctl.inv.python(host),
+                    workdir,
+                    timeout=budget,
+                )
+        except (TransportError, TimeoutError):
+            return None
+
+    async def _kill(self: JobSupervisor, host: str, workdir: str) -> None:
+        t = self.ctl.fleet.hosts[host].transport
+        with contextlib.suppress(TransportError):
+            await t.run(["pkill", "-KILL", "-f", f"--workdir {workdir}"], timeout=10)
+
+    async def _exit_from_workdir(self: JobSupervisor, host: str) -> Outcome:
+        """The executor is gone: how did it end? Its events.jsonl says."""
+        t = self.ctl.fleet.hosts[host].transport
+        path = posixpath.join(job_dir(self.ctl.inv.host_root(host), self.name), "events.jsonl")
+        try:
+            st = await t.stat(path)
+            chunks = [
+                c
+                async for c in t.read_chunks(
+                    path, offset=max(0, (st.size if st else 0) - TAIL_BYTES)
+                )
+            ]
+        except TransportError:
+            return Outcome(Exit.CRASHED, "the executor is gone and its events cannot be read")
+        return from_events_tail(b"".join(chunks).decode(errors="replace"))
