@@ -280,7 +280,17 @@ class JobSupervisor(Watch, Standby, Recovery):
             argv, env = executor_command(
                 python,
                 bundle.path,
-                ["serve", "--workdir", workdir, "--heartbeat-s", hb, "--health-s", hb],
+                [
+                    "serve",
+                    "--workdir",
+                    workdir,
+                    "--heartbeat-s",
+                    hb,
+                    "--health-s",
+                    hb,
+                    "--idle-exit-s",
+                    "60",
+                ],
             )
             env.update(ctl.executor_env.get(host, {}))
             pid = await t.start_detached(

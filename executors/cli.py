@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--device")
     serve.add_argument("--heartbeat-s", type=float, default=1.0)
     serve.add_argument("--health-s", type=float, default=1.0)
+    serve.add_argument(
+        "--idle-exit-s",
+        type=float,
+        default=600.0,
+        help="exit when no job was started and no console was connected for this long",
+    )
     sub.add_parser("version", help="print the executor's code version")
     return p
 
@@ -127,7 +133,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, args.job) if args.spec else None
     server = Server(
-        args.workdir, device=args.device, heartbeat_s=args.heartbeat_s, health_s=args.health_s
+        args.workdir,
+        device=args.device,
+        heartbeat_s=args.heartbeat_s,
+        health_s=args.health_s,
+        idle_exit_s=args.idle_exit_s,
     )
     return asyncio.run(server.main(autostart=spec))
 

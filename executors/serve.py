@@ -72,7 +72,11 @@ class Server:
         device: str | None = None,
         heartbeat_s: float = 1.0,
         health_s: float = 1.0,
+        idle_exit_s: float = 600.0,
     ) -> None:
+        self.idle_exit_s = idle_exit_s
+        """An idle executor (no Start) with no console connected exits after this long: an orphaned
+        standby does not sit on its host's workdir forever."""
         self.workdir = workdir.resolve()
         self.device = device
         self.heartbeat_s = heartbeat_s
@@ -343,9 +347,17 @@ class Server:
             await asyncio.sleep(self.health_s)
 
     async def _watchdog(self) -> None:
-        """The backstop of the lease: if it has ended and training has not stopped, end the process."""
+        """The backstop of the lease: if it has ended and training has not stopped, end the process.
+
+        Also ends an idle executor that no console has talked to for ``idle_exit_s``.
+        """
+        alone_since = time.monotonic()
         while True:
             await asyncio.sleep(0.05)
+            if self.control is not None or self._clients:
+                alone_since = time.monotonic()
+            elif time.monotonic() - alone_since > self.idle_exit_s and not self._done.done():
+                self._finish_idle("idle: no console", exitcodes.STOPPED)
             control = self.control
             left = control.lease_left() if control else None
             if (

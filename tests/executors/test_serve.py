@@ -251,3 +251,11 @@ def test_a_served_job_runs_to_the_end_and_reports_finished(
     rc, _ = proc.finish(30)
     assert rc == exitcodes.OK
     assert json.loads((work / "events.jsonl").read_text().splitlines()[-1])["kind"] == "finished"
+
+
+def test_an_idle_executor_nobody_talks_to_exits(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    proc = ExecutorProcess(["serve", "--workdir", str(work), "--idle-exit-s", "1"])
+    rc, err = proc.finish(60)
+    assert rc == exitcodes.STOPPED, err
+    assert json.loads((work / "events.jsonl").read_text().splitlines()[-1])["reason"] == "idle: no console"
