@@ -67,9 +67,11 @@ async def trial(folder: Path, warm: bool) -> dict[str, float]:
         sup = ctl.jobs["j"]
         task = asyncio.create_task(ctl.run())
         await until(
-            lambda: sup.step >= 2 * EVERY + 3
-            and ctl.replicator.replica("j", "b").manifest
-            and (sup.standby is not None or not warm),
+            lambda: (
+                sup.step >= 2 * EVERY + 3
+                and ctl.replicator.replica("j", "b").manifest
+                and (sup.standby is not None or not warm)
+            ),
             300,
             "training, a replica (and a standby) on b",
         )

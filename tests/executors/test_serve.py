@@ -258,4 +258,7 @@ def test_an_idle_executor_nobody_talks_to_exits(tmp_path: Path) -> None:
     proc = ExecutorProcess(["serve", "--workdir", str(work), "--idle-exit-s", "1"])
     rc, err = proc.finish(60)
     assert rc == exitcodes.STOPPED, err
-    assert json.loads((work / "events.jsonl").read_text().splitlines()[-1])["reason"] == "idle: no console"
+    assert (
+        json.loads((work / "events.jsonl").read_text().splitlines()[-1])["reason"]
+        == "idle: no console"
+    )
