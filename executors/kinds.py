@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from protocol.spec import JobSpec
 
 GROUP = "hotspare.executors"
-BUILTIN = {"torch": "executors.torch_kind:TorchKind"}
+BUILTIN = {
+    "torch": "executors.torch_kind:TorchKind",
+    "command": "executors.command_kind:CommandKind",
+}
 
 
 class Runner(Protocol):

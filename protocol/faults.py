@@ -23,6 +23,9 @@ class FaultKind(StrEnum):
     LEASE_LOST = "lease_lost"
     """The lease ran out before a renewal; checkpointed and stopped."""
     CRASH = "crash"
-    """The workload raised; the executor exits non-zero."""
+    """The workload raised (or a wrapped command exited non-zero); the executor exits non-zero."""
+    HANG = "hang"
+    """A wrapped command made no progress for its ``hang_timeout_s``; it was killed and the
+    executor exits non-zero, to be restarted in place."""
     PROTOCOL = "protocol"
     """A peer sent something that is not a valid frame or message."""

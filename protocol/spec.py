@@ -7,6 +7,7 @@ inventory; placement keys (host, region, spares, priority) belong to the console
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated, Any
 
 import msgspec
@@ -17,6 +18,86 @@ PLACEMENT_KEYS = frozenset({"host", "region", "spares", "priority", "warm_standb
 JobName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+Argv = Annotated[list[str], msgspec.Meta(min_length=1)]
+
+
+def _regex(key: str, pattern: str, groups: tuple[str, ...] = ()) -> re.Pattern[str]:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{key}: not a regular expression: {e}") from None
+    missing = [g for g in groups if g not in compiled.groupindex]
+    if missing:
+        raise ValueError(f"{key}: needs a named group (?P<{missing[0]}>...), got {pattern!r}")
+    return compiled
+
+
+class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``[command]`` table of a job with ``executor = "command"``: any training command.
+
+    Placeholders ``{checkpoint_dir}``, ``{resume_from}``, ``{rank}``, ``{world_size}``,
+    ``{step}``, ``{steps}``, ``{seed}`` and ``{workdir}`` are replaced inside each ``argv``
+    element and each ``env`` value (once: a substituted value is never scanned again; any
+    other ``{...}`` stays as written). With nothing to resume from, ``{resume_from}`` is
+    "" and ``{step}`` is 0, and every ``argv`` element containing ``{resume_from}`` is left
+    out, with the element before it when that one starts with ``-`` and the left-out element
+    is exactly ``{resume_from}``: both ``["--resume", "{resume_from}"]`` and
+    ``["--resume={resume_from}"]`` vanish on a fresh start.
+    """
+
+    argv: Argv
+    """The program and its arguments, run directly (never through a shell)."""
+    env: dict[str, str] = {}
+    """Extra environment variables on top of the executor's; placeholders are replaced in values."""
+    cwd: str | None = None
+    """Working directory of the command; relative to the workdir (the default)."""
+    checkpoint_dir: str = "ckpt"
+    """Where the command writes its checkpoints; relative to the workdir. The job owns it: files
+    matching ``checkpoint_glob`` that are not the restored checkpoint are removed at start."""
+    checkpoint_glob: str = "*.pt"
+    """Which files in ``checkpoint_dir`` are checkpoints (names starting with '.' never are)."""
+    step_regex: str = r"(?P<step>\d+)(?!.*\d)"
+    """Reads the step from a checkpoint's file name (group ``step``); default: its last number."""
+    complete_marker: str | None = None
+    """A checkpoint is complete once this file exists in ``checkpoint_dir``, e.g. ``"{name}.done"``
+    (``{name}``: the checkpoint's file name, ``{stem}``: without its suffix). Without it,
+    ``settle_s`` decides."""
+    settle_s: NonNegativeFloat = 2.0
+    """Without a marker: complete once size and mtime stayed the same this long while the command
+    ran, or at once when the command exits 0."""
+    progress_regex: str | None = None
+    """Searched in each output line (stdout or stderr); named group ``step``, optional ``loss``."""
+    metrics_file: str | None = None
+    """A JSON-lines file the command appends to, with ``"step"`` and optional ``"loss"``;
+    relative to the workdir."""
+    params_regex: str | None = None
+    """Searched in each output line; the named group ``sha256`` of the last match is the
+    ``params_sha256`` of Finished. Without it (or no match), that is the sha256 of the newest
+    complete checkpoint file, which names the final state exactly but can differ between two
+    runs with equal parameters (serialisers do not promise the same bytes)."""
+    hang_timeout_s: PositiveFloat | None = None
+    """No progress (a new step parsed, or a new complete checkpoint) for this long is a ``hang``
+    fault: the command is killed and the executor exits non-zero, to be restarted in place."""
+    startup_timeout_s: PositiveFloat | None = None
+    """With ``hang_timeout_s``: how long the command may take to its first progress after it
+    starts (imports, data loading); default: ``hang_timeout_s``."""
+    grace_s: NonNegativeFloat = 10.0
+    """On Stop, Drain, SIGTERM or the lease ending: SIGTERM to the process group, then SIGKILL
+    after this many seconds."""
+
+    def __post_init__(self) -> None:
+        _regex("step_regex", self.step_regex, ("step",))
+        if self.progress_regex is not None:
+            _regex("progress_regex", self.progress_regex, ("step",))
+        if self.params_regex is not None:
+            _regex("params_regex", self.params_regex, ("sha256",))
+        if self.hang_timeout_s is not None and not (self.progress_regex or self.metrics_file):
+            raise ValueError("hang_timeout_s needs progress_regex or metrics_file to see progress")
+        if not self.checkpoint_glob or "/" in self.checkpoint_glob:
+            raise ValueError(
+                f"checkpoint_glob: a file name pattern without '/', got {self.checkpoint_glob!r}"
+            )
 
 
 class JobSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -38,13 +119,19 @@ class JobSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How many complete checkpoints to keep on this host."""
     config: dict[str, Any] = {}
     """Workload settings (model size, global batch, micro-batch, learning rate, data)."""
+    command: CommandSpec | None = None
+    """For ``executor = "command"``: the command to run (other kinds ignore it)."""
 
     def state_hash(self) -> str:
         """Hash of what decides the training state; a checkpoint from another hash is not loaded.
 
-        ``steps`` and the checkpoint cadence are left out so a run can be extended.
+        ``steps`` and the checkpoint cadence are left out so a run can be extended. A kind
+        other than ``torch`` is part of the hash (so a torch checkpoint never feeds a command);
+        a command's argv is not, so its flags can change between runs.
         """
-        key = {"workload": self.workload, "seed": self.seed, "config": self.config}
+        key: dict[str, Any] = {"workload": self.workload, "seed": self.seed, "config": self.config}
+        if self.executor != "torch":
+            key["executor"] = self.executor
         return hashlib.sha256(msgspec.json.encode(key, order="sorted")).hexdigest()[:16]
 
 
@@ -61,3 +148,6 @@ class CheckpointManifest(msgspec.Struct, kw_only=True):
     code_version: str
     created_at: float
     format: int = 1
+    source: str | None = None
+    """The command kind: the checkpoint's file name in the command's ``checkpoint_dir``, so a
+    restore puts it back under the name the command wrote."""

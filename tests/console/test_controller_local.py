@@ -299,3 +299,72 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
     (inc,) = incidents(journal(fleet))
     assert inc.lost_steps is not None
     assert inc.lost_steps <= 20
+
+
+async def test_a_plain_training_script_fails_over_like_any_job(tmp_path: Path) -> None:
+    """The `command` kind: a script that knows nothing of hotspare, its host killed midway."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "train_plain.py"
+    argv = [
+        sys.executable,
+        str(script),
+        "--checkpoint-dir",
+        "{checkpoint_dir}",
+        "--resume",
+        "{resume_from}",
+        "--steps",
+        "{steps}",
+        "--marker",
+        "--step-s",
+        "0.02",
+    ]
+    command = {
+        "argv": argv,
+        "env": {"OMP_NUM_THREADS": "1"},
+        "checkpoint_glob": "ckpt-*.pt",
+        "complete_marker": "{name}.done",
+        "progress_regex": r"step (?P<step>\d+) loss",
+        "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
+    }
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={
+            "p": {
+                "host": "a",
+                "spares": ["b"],
+                "executor": "command",
+                "steps": 150,
+                "command": command,
+            }
+        },
+    )
+    ref = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(script), "--checkpoint-dir", str(tmp_path / "ref"), "--steps", "150"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
+    reference = ref.stdout.strip().splitlines()[-1].split()[-1]
+    ctl = Controller(load(fleet), Policy.AUTO)
+    sup = ctl.jobs["p"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 45 and ctl.replicator.replica("p", "b").manifest,
+        90,
+        "step 45 and a replica on b",
+    )
+    ctl.kill_host("a")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "b"
+    assert sup.sha256 == reference, "the script's final parameters equal an uninterrupted run's"
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "host_lost"
+    assert inc.resumed_step is not None
+    assert inc.resumed_step >= 40

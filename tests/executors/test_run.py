@@ -183,7 +183,7 @@ def test_a_second_executor_on_the_same_workdir_is_refused(tmp_path: Path) -> Non
         ),
         (
             'name = "x"\nsteps = 10\nexecutor = "slurm"\n',
-            "unknown executor kind 'slurm'; available: torch",
+            "unknown executor kind 'slurm'; available: command, torch",
         ),
         ('name = "x"\nsteps = [10\n', "TOML syntax error"),
         (

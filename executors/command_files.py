@@ -1,0 +1,294 @@
+"""The command kind's checkpoints: which files a command wrote are complete, their durable
+copies in the workdir, and the restore at start.
+
+A command writes checkpoints into its own ``checkpoint_dir``. Only a complete one (its marker
+file exists, or its size and mtime stayed the same for ``settle_s``) is copied into
+``WORKDIR/checkpoints/step-N.pt`` (temp file, fsync, rename) with a manifest written last,
+exactly like a torch checkpoint, so the console replicates it the same way. At start the
+newest manifest there that verifies (size and sha256) is copied back into ``checkpoint_dir``
+under the name the command gave it; nothing else matching ``checkpoint_glob`` is left there,
+so a half-written file can never be resumed from.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from executors.checkpoint import Emit, checkpoint_name
+from executors.durable import atomic_write, fsync_dir
+from protocol.faults import FaultKind
+from protocol.messages import CheckpointSaved, Fault
+from protocol.spec import CheckpointManifest, CommandSpec
+
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A complete checkpoint file in the command's folder, as it was when judged complete."""
+
+    path: Path
+    step: int
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Restored:
+    manifest: CheckpointManifest
+    path: Path
+    """Where the checkpoint now is in the command's ``checkpoint_dir``."""
+
+
+def marker_name(template: str, name: str) -> str:
+    return template.replace("{name}", name).replace("{stem}", Path(name).stem)
+
+
+class Watcher:
+    """Finds complete checkpoints in ``folder`` by the command's completeness rule."""
+
+    def __init__(self, folder: Path, cs: CommandSpec) -> None:
+        self.folder = folder
+        self.cs = cs
+        self._step = re.compile(cs.step_regex)
+        self._seen: dict[str, tuple[int, int, float]] = {}
+        """name -> (size, mtime_ns, monotonic time it was first seen like that)."""
+
+    def files(self) -> list[tuple[Path, int]]:
+        """Checkpoint files (not markers, not hidden) with the step their name carries."""
+        names = sorted(
+            p.name for p in self.folder.glob(self.cs.checkpoint_glob) if not p.name.startswith(".")
+        )
+        markers = (
+            {marker_name(self.cs.complete_marker, n) for n in names}
+            if self.cs.complete_marker
+            else set()
+        )
+        out = []
+        for name in names:
+            m = self._step.search(name)
+            if name in markers or m is None:
+                continue
+            out.append((self.folder / name, int(m.group("step"))))
+        return out
+
+    def complete(
+        self, *, exited_ok: bool = False, ended_at: float | None = None
+    ) -> list[Candidate]:
+        """The complete checkpoints now, oldest step first.
+
+        ``ended_at`` (monotonic) is set once the command has ended: then, without a marker,
+        a file counts only if it was already settled when the command ended, since a writer
+        killed mid-write leaves a file that never changes again; ``exited_ok`` (exit 0)
+        vouches for every file.
+        """
+        now = time.monotonic()
+        found = []
+        seen, self._seen = self._seen, {}
+        for path, step in self.files():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = (st.st_size, st.st_mtime_ns)
+            before = seen.get(path.name)
+            since = before[2] if before is not None and before[:2] == key else now
+            self._seen[path.name] = (*key, since)
+            if self.cs.complete_marker:
+                try:
+                    mark = (self.folder / marker_name(self.cs.complete_marker, path.name)).stat()
+                except OSError:
+                    continue
+                ok = mark.st_mtime_ns >= st.st_mtime_ns
+            elif exited_ok:
+                ok = True
+            else:
+                ok = (ended_at if ended_at is not None else now) - since >= self.cs.settle_s
+            if ok:
+                found.append(Candidate(path, step, st.st_size, st.st_mtime_ns))
+        return sorted(found, key=lambda c: c.step)
+
+
+def _copy_hashing(src: Path, dst_tmp: Path) -> tuple[int, str]:
+    """Copy ``src`` to ``dst_tmp`` (fsynced); its size and sha256."""
+    sha, size = hashlib.sha256(), 0
+    try:
+        with open(src, "rb") as fin, open(dst_tmp, "wb") as fout:
+            while chunk := fin.read(_CHUNK):
+                sha.update(chunk)
+                size += len(chunk)
+                fout.write(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except BaseException:
+        dst_tmp.unlink(missing_ok=True)
+        raise
+    return size, sha.hexdigest()
+
+
+class Publisher:
+    """Durable copies of complete checkpoints in ``WORKDIR/checkpoints``, each with a manifest."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        job: str,
+        spec_hash: str,
+        keep: int,
+        epoch: int,
+        code_version: str,
+        emit: Emit,
+    ) -> None:
+        self.folder = folder
+        self.job, self.spec_hash, self.keep, self.epoch = job, spec_hash, keep, epoch
+        self.code_version = code_version
+        self._emit = emit
+        self.last: CheckpointManifest | None = None
+        """The newest checkpoint this run holds: the restored one, then each one published."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for tmp in folder.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        for data in folder.glob("step-*.pt"):
+            if not data.with_suffix(".json").exists():
+                data.unlink(missing_ok=True)
+
+    @property
+    def step(self) -> int | None:
+        return self.last.step if self.last else None
+
+    def publish(self, cand: Candidate) -> CheckpointSaved | None:
+        """Copy, verify it did not change meanwhile, rename, write the manifest, emit, prune."""
+        t0 = time.perf_counter()
+        name = checkpoint_name(cand.step)
+        data_path, tmp = self.folder / f"{name}.pt", self.folder / f".{name}.pt.tmp"
+        try:
+            size, sha = _copy_hashing(cand.path, tmp)
+            st = cand.path.stat()
+            if (st.st_size, st.st_mtime_ns) != (cand.size, cand.mtime_ns) or size != cand.size:
+                tmp.unlink(missing_ok=True)
+                return None  # it changed while copied: not complete after all; judged again later
+            os.replace(tmp, data_path)
+            manifest = CheckpointManifest(
+                job=self.job,
+                step=cand.step,
+                file=data_path.name,
+                size=size,
+                sha256=sha,
+                epoch=self.epoch,
+                spec_hash=self.spec_hash,
+                code_version=self.code_version,
+                created_at=time.time(),
+                source=cand.path.name,
+            )
+            manifest_path = self.folder / f"{name}.json"
+            atomic_write(manifest_path, msgspec.json.encode(manifest))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            full = e.errno == errno.ENOSPC
+            if full:
+                self._purge(1)
+            self._emit(
+                Fault(
+                    fault=(FaultKind.DISK_FULL if full else FaultKind.CHECKPOINT_WRITE).value,
+                    step=cand.step,
+                    message=f"copying checkpoint {cand.path} into {self.folder} failed: {e}",
+                )
+            )
+            return None
+        self.last = manifest
+        saved = CheckpointSaved(
+            manifest=manifest,
+            path=str(data_path),
+            manifest_path=str(manifest_path),
+            write_s=time.perf_counter() - t0,
+            stall_s=0.0,
+        )
+        self._emit(saved)
+        self._purge(self.keep)
+        return saved
+
+    def _purge(self, keep: int) -> None:
+        for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True)[keep:]:
+            manifest_path.unlink(missing_ok=True)
+            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+        try:
+            fsync_dir(self.folder)
+        except OSError:
+            pass
+
+    def restore(self, dest: Path, cs: CommandSpec) -> Restored | None:
+        """Put the newest checkpoint that verifies into ``dest``; each one skipped is a Fault."""
+        for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True):
+            try:
+                manifest = msgspec.json.decode(manifest_path.read_bytes(), type=CheckpointManifest)
+            except (OSError, msgspec.DecodeError) as e:
+                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, f"unreadable manifest: {e}")
+                continue
+            if manifest.spec_hash != self.spec_hash:
+                why = f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
+                self._skip(FaultKind.CHECKPOINT_MISMATCH, manifest_path, why)
+                continue
+            if manifest.epoch > self.epoch:
+                why = (
+                    f"written under epoch {manifest.epoch}, newer than this executor's {self.epoch}"
+                )
+                self._skip(FaultKind.CHECKPOINT_MISMATCH, manifest_path, why)
+                continue
+            source = manifest.source
+            if not source or "/" in source or source.startswith(".") or "\0" in source:
+                source = manifest.file
+            target, tmp = dest / source, dest / f".{source}.restore.tmp"
+            try:
+                size, sha = _copy_hashing(manifest_path.with_suffix(".pt"), tmp)
+            except OSError as e:
+                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, f"cannot read: {e}")
+                continue
+            if (size, sha) != (manifest.size, manifest.sha256):
+                tmp.unlink(missing_ok=True)
+                why = (
+                    f"size {size} and sha256 {sha[:12]}… do not match the manifest's "
+                    f"{manifest.size} and {manifest.sha256[:12]}…"
+                )
+                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, why)
+                continue
+            os.replace(tmp, target)
+            if cs.complete_marker:
+                (dest / marker_name(cs.complete_marker, source)).touch()
+            fsync_dir(dest)
+            self.last = manifest
+            return Restored(manifest, target)
+        return None
+
+    def _skip(self, kind: FaultKind, manifest_path: Path, why: str) -> None:
+        self._emit(
+            Fault(fault=kind.value, message=f"skipped {manifest_path.with_suffix('.pt')}: {why}")
+        )
+
+
+def clear(folder: Path, cs: CommandSpec, watcher: Watcher) -> int:
+    """Remove what a previous run left in the command's folder: checkpoints, markers, temp files
+    of restores. The workdir's manifests are the truth; returns how many files went."""
+    gone = 0
+    for path, _ in watcher.files():
+        path.unlink(missing_ok=True)
+        gone += 1
+        if cs.complete_marker:
+            (folder / marker_name(cs.complete_marker, path.name)).unlink(missing_ok=True)
+    if cs.complete_marker:  # markers left without their checkpoint
+        for mark in folder.glob(marker_name(cs.complete_marker, cs.checkpoint_glob)):
+            mark.unlink(missing_ok=True)
+    for tmp in folder.glob(".*.restore.tmp"):
+        tmp.unlink(missing_ok=True)
+    return gone

@@ -1,0 +1,310 @@
+"""The command kind's process plumbing: argv and env from the spec, the launch, the output.
+
+A command never reaches a shell: its argv is a list, placeholders are replaced inside each
+element once (a replaced value is never scanned again), and it is started with ``subprocess``
+without ``shell=True``. On Linux a tiny launcher sets ``PR_SET_PDEATHSIG`` before it execs the
+command, so a command cannot outlive an executor that is killed (its successor on the same
+host would otherwise train beside it).
+
+Output lines become ``Log`` events with level ``stdout`` or ``stderr``, each cut to
+``MAX_LINE_CHARS`` and at most ``LINES_PER_S`` a second (a burst of ``LINE_BURST``); the lines
+over the rate are counted and reported as one line. Progress is parsed from every line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from executors.checkpoint import Emit
+from protocol.errors import ConfigError
+from protocol.messages import Log, Progress
+
+MAX_LINE_CHARS = 2000
+MAX_LINE_BYTES = 64 << 10
+LINES_PER_S = 50.0
+LINE_BURST = 500
+PLACEHOLDER = re.compile(
+    r"\{(checkpoint_dir|resume_from|rank|world_size|step|steps|seed|workdir)\}"
+)
+RESUME = "{resume_from}"
+
+_LAUNCH = r"""
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(137)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as e:
+    sys.stderr.write("hotspare: cannot run %r: %s\n" % (sys.argv[2], e.strerror))
+    os._exit(127)
+"""
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def build_argv(template: list[str], values: dict[str, str]) -> list[str]:
+    """The argv to run: placeholders replaced; with nothing to resume from, the resume pieces left out."""
+    drop: set[int] = set()
+    if not values["resume_from"]:
+        for i, element in enumerate(template):
+            if i > 0 and RESUME in element:
+                drop.add(i)
+                if element == RESUME and i > 1 and template[i - 1].startswith("-"):
+                    drop.add(i - 1)
+    return [substitute(e, values) for i, e in enumerate(template) if i not in drop]
+
+
+def command_env(extra: dict[str, str], values: dict[str, str]) -> dict[str, str]:
+    """The executor's environment, unbuffered Python output, the bundle off ``PYTHONPATH`` (its
+    ``executors`` and ``protocol`` packages must not shadow the command's), then ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    bundle = Path(__file__).resolve().parent.parent
+    paths = [
+        p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != bundle
+    ]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    else:
+        env.pop("PYTHONPATH", None)
+    env.update({k: substitute(v, values) for k, v in extra.items()})
+    return env
+
+
+def check_program(argv0: str, cwd: Path, env: dict[str, str]) -> None:
+    """The program must exist before it is started; a missing one is a config error."""
+    if "/" in argv0:
+        path = cwd / argv0
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(f"command.argv[0]: {argv0!r} is not an executable file (from {cwd})")
+    elif shutil.which(argv0, path=env.get("PATH", os.defpath)) is None:
+        raise ConfigError(f"command.argv[0]: {argv0!r} not found on PATH")
+
+
+def launch(argv: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its own process group), stdin closed, output piped."""
+    full = (
+        [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *argv]
+        if sys.platform == "linux"
+        else argv
+    )
+    return subprocess.Popen(
+        full,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal the command's whole process group (its pid is the group's id)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class LineLog:
+    """Output lines as Log events, cut and rate-limited; the last stderr lines kept for a crash."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._tokens = float(LINE_BURST)
+        self._t = time.monotonic()
+        self._dropped = 0
+        self.tail: deque[str] = deque(maxlen=5)
+
+    def __call__(self, level: str, text: str) -> None:
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS] + f"… ({len(text) - MAX_LINE_CHARS} more characters)"
+        with self._lock:
+            if level == "stderr" and text.strip():
+                self.tail.append(text)
+            now = time.monotonic()
+            self._tokens = min(LINE_BURST, self._tokens + (now - self._t) * LINES_PER_S)
+            self._t = now
+            if self._tokens < 1:
+                self._dropped += 1
+                return
+            self._tokens -= 1
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._dropped_line(dropped)
+        self._emit(Log(level=level, text=text))
+
+    def flush(self) -> None:
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            self._dropped_line(dropped)
+
+    def _dropped_line(self, n: int) -> None:
+        self._emit(
+            Log(
+                level="warning",
+                text=f"{n} lines of command output dropped (over {LINES_PER_S:g}/s)",
+            )
+        )
+
+
+def read_lines(stream: IO[bytes], on_line: Callable[[str], None]) -> None:
+    """Call ``on_line`` for each line until EOF; a line longer than MAX_LINE_BYTES is cut."""
+    skipping = False
+    for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+        whole = raw.endswith(b"\n")
+        if not skipping:
+            on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        skipping = not whole
+
+
+def start_reader(name: str, stream: IO[bytes], on_line: Callable[[str], None]) -> threading.Thread:
+    t = threading.Thread(target=read_lines, args=(stream, on_line), name=name, daemon=True)
+    t.start()
+    return t
+
+
+class Meter:
+    """Steps and loss as the command reports them; Progress events at most every ``interval_s``
+    (the first one at once: it ends a recovery)."""
+
+    def __init__(self, steps: int, epoch: int, emit: Emit, interval_s: float = 0.5) -> None:
+        self.steps, self.epoch, self._emit, self.interval_s = steps, epoch, emit, interval_s
+        self._lock = threading.Lock()
+        self.step = 0
+        self.loss = math.nan
+        self.last_advance = time.monotonic()
+        """When the step last changed (or a checkpoint arrived): what hang detection watches."""
+        self._rate: deque[tuple[float, int]] = deque(maxlen=32)
+        self._updates = 0
+        self._emitted_updates = 0
+        self._last_emit = -math.inf
+        self._advanced = False
+
+    @property
+    def advanced(self) -> bool:
+        """Has the command reported progress (or a checkpoint) since it started?"""
+        return self._advanced
+
+    def update(self, step: int, loss: float | None) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if step != self.step or not self._updates:
+                self.last_advance, self._advanced = now, True
+                self._rate.append((now, step))
+            self.step = step
+            if loss is not None:
+                self.loss = loss
+            self._updates += 1
+
+    def touch(self, *, advanced: bool = True) -> None:
+        with self._lock:
+            self.last_advance = time.monotonic()
+            self._advanced = self._advanced or advanced
+
+    def maybe_emit(self, force: bool = False) -> None:
+        """A Progress event if something new was parsed and it is due (``force``: due now)."""
+        with self._lock:
+            now = time.monotonic()
+            fresh = self._updates != self._emitted_updates
+            first = self._emitted_updates == 0
+            due = force or first or now - self._last_emit >= self.interval_s
+            if not (fresh and due):
+                return
+            self._last_emit, self._emitted_updates = now, self._updates
+            rate = 0.0
+            if len(self._rate) >= 2:
+                (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
+                rate = (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else 0.0
+            left = max(0, self.steps - self.step)
+            msg = Progress(
+                step=self.step,
+                steps=self.steps,
+                loss=self.loss,
+                steps_per_s=rate,
+                eta_s=left / rate if rate > 0 else None,
+                epoch=self.epoch,
+            )
+        self._emit(msg)
+
+
+def parse_progress(pattern: re.Pattern[str], line: str) -> tuple[int, float | None] | None:
+    m = pattern.search(line)
+    if m is None:
+        return None
+    try:
+        step = int(m.group("step"))
+        loss = m.groupdict().get("loss")
+        return step, float(loss) if loss is not None else None
+    except ValueError:
+        return None
+
+
+class MetricsTail:
+    """New complete lines of a JSON-lines metrics file; starts at its end (old lines are history)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._offset = path.stat().st_size
+        except OSError:
+            self._offset = 0
+        self._partial = b""
+
+    def records(self) -> list[tuple[int, float | None]]:
+        try:
+            size = self.path.stat().st_size
+            if size < self._offset:  # replaced or truncated: read it from the start
+                self._offset, self._partial = 0, b""
+            if size == self._offset:
+                return []
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read(size - self._offset)
+        except OSError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+                step = rec["step"]
+                loss = rec.get("loss")
+                if isinstance(step, int) and not isinstance(step, bool):
+                    out.append((step, float(loss) if isinstance(loss, int | float) else None))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+        return out

@@ -1,0 +1,396 @@
+"""The built-in ``command`` executor kind: run any training command, with the same failover.
+
+A job with ``executor = "command"`` and a ``[command]`` table (``protocol.spec.CommandSpec``)
+runs a training script that knows nothing of hotspare. The runner:
+
+1. restores the newest checkpoint of ``WORKDIR/checkpoints`` that verifies (sha256) into the
+   command's ``checkpoint_dir`` (after failover the console has put the replica there) and
+   emits ``Resumed``; everything else matching ``checkpoint_glob`` there is removed first;
+2. starts the argv (placeholders replaced, ``{resume_from}`` pointing at the restored file)
+   in its own process group, never through a shell; ``PYTHONUNBUFFERED=1`` unless ``env``
+   says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``;
+3. forwards output lines as ``Log`` events and parses progress (``progress_regex`` over
+   each stdout or stderr line, or ``metrics_file``) into ``Progress`` events;
+4. copies each new complete checkpoint (by marker or settle time) into
+   ``WORKDIR/checkpoints/step-N.pt`` with its manifest, emits ``CheckpointSaved`` (the
+   console replicates it like a torch checkpoint), keeps ``keep_checkpoints``;
+5. on Stop, Drain, SIGTERM or the lease nearing its end: SIGTERM to the process group,
+   ``grace_s``, then SIGKILL; ``Stopped`` with the newest complete checkpoint's step;
+6. no progress for ``hang_timeout_s``: a ``hang`` fault, the group killed, exit FAILED (the
+   console restarts it in place); a non-zero exit: a fatal ``crash`` fault, exit FAILED;
+   exit 0: ``Finished``, whose ``params_sha256`` is, for this kind, what ``params_regex``
+   read from the output, else the sha256 of the newest complete checkpoint file ("" when
+   there is neither).
+
+``{rank}`` and ``{world_size}`` are 0 and 1 (one host per job for now); ``--device`` is not
+passed on: say it in ``env`` or ``argv``. Checkpoint requests (CheckpointNow) are not
+supported: the command checkpoints on its own schedule.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from executors import exitcodes
+from executors.checkpoint import Emit
+from executors.command_files import Publisher, Restored, Watcher, clear
+from executors.command_io import (
+    LineLog,
+    Meter,
+    MetricsTail,
+    build_argv,
+    check_program,
+    command_env,
+    describe_exit,
+    launch,
+    parse_progress,
+    signal_group,
+    start_reader,
+)
+from executors.control import Control
+from executors.inject import Injections
+from executors.trainer import Outcome
+from executors.version import code_version
+from executors.workdir import CHECKPOINTS
+from protocol.errors import ConfigError
+from protocol.faults import FaultKind
+from protocol.messages import ExecutorMessage, Fault, Finished, Log, Resumed, Stopped
+from protocol.spec import CommandSpec, JobSpec
+
+POLL_S = 0.2
+LEASE_MARGIN_S = 0.5
+"""The command is killed this long before the lease ends, whatever is left of its grace."""
+READER_JOIN_S = 2.0
+
+
+class CommandKind:
+    name = "command"
+
+    def runner(
+        self,
+        spec: JobSpec,
+        workdir: Path,
+        emit: Emit,
+        *,
+        control: Control,
+        device: str | None,
+        injections: Injections,
+    ) -> CommandRunner:
+        if spec.command is None:
+            raise ConfigError(
+                f'job {spec.name}: executor = "command" needs a [command] table with argv'
+            )
+        return CommandRunner(spec, spec.command, workdir, emit, control=control)
+
+
+class CommandRunner:
+    def __init__(
+        self,
+        spec: JobSpec,
+        cs: CommandSpec,
+        workdir: Path,
+        emit: Emit,
+        *,
+        control: Control,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.spec, self.cs, self.control, self.poll_s = spec, cs, control, poll_s
+        self.workdir = workdir.resolve()
+        self._emit_lock = threading.Lock()
+        self._emit = emit
+        ours = self.workdir / CHECKPOINTS
+        self.ckpt_dir = (self.workdir / cs.checkpoint_dir).resolve()
+        if self.ckpt_dir == ours or ours in self.ckpt_dir.parents:
+            raise ConfigError(
+                f"command.checkpoint_dir: {cs.checkpoint_dir!r} is the executor's own "
+                f"{CHECKPOINTS}/ folder; name another one"
+            )
+        self.cwd = (self.workdir / cs.cwd).resolve() if cs.cwd else self.workdir
+        self.watcher = Watcher(self.ckpt_dir, cs)
+        self.pub = Publisher(
+            ours,
+            job=spec.name,
+            spec_hash=spec.state_hash(),
+            keep=spec.keep_checkpoints,
+            epoch=control.epoch,
+            code_version=code_version(),
+            emit=self.emit,
+        )
+        self.meter = Meter(spec.steps, control.epoch, self.emit)
+        self.lines = LineLog(self.emit)
+        self._progress_re = re.compile(cs.progress_regex) if cs.progress_regex else None
+        self._params_re = re.compile(cs.params_regex) if cs.params_regex else None
+        self._params_digest: str | None = None
+        self._metrics: MetricsTail | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._readers: list[threading.Thread] = []
+        self._publishing = True
+        self._ended_at: float | None = None
+
+    def emit(self, msg: ExecutorMessage) -> None:
+        with self._emit_lock:
+            self._emit(msg)
+
+    # ----------------------------------------------------------------- run
+
+    def run(self) -> Outcome:
+        try:
+            return self._run()
+        finally:
+            self._kill_leftovers()
+
+    def _run(self) -> Outcome:
+        t0 = time.perf_counter()
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        gone = clear(self.ckpt_dir, self.cs, self.watcher)
+        if gone:
+            self.emit(
+                Log(
+                    level="info",
+                    text=f"removed {gone} checkpoint file(s) a previous run left in {self.ckpt_dir}; "
+                    "only the workdir's verified checkpoints are resumed from",
+                )
+            )
+        restored = self.pub.restore(self.ckpt_dir, self.cs)
+        self.meter.step = restored.manifest.step if restored else 0
+        self.emit(
+            Resumed(
+                step=self.meter.step,
+                checkpoint=str(restored.path) if restored else None,
+                epoch=self.control.epoch,
+                load_s=time.perf_counter() - t0,
+            )
+        )
+        argv, env = self._command(restored)
+        check_program(argv[0], self.cwd, env)
+        if self.control.stop is not None:  # asked to stop while restoring: do not start at all
+            stop = self.control.stop
+            return self._stopped(stop.reason, stop.exit_code)
+        if self.cs.metrics_file:
+            self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
+        self.proc = launch(argv, cwd=self.cwd, env=env)
+        self.meter.touch(advanced=False)
+        self.emit(
+            Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}")
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._readers = [
+            start_reader("hotspare-stdout", self.proc.stdout, lambda s: self._line("stdout", s)),
+            start_reader("hotspare-stderr", self.proc.stderr, lambda s: self._line("stderr", s)),
+        ]
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                return self._exited(code)
+            self._observe()
+            outcome = self._check()
+            if outcome is not None:
+                return outcome
+            try:
+                self.proc.wait(timeout=self.poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _command(self, restored: Restored | None) -> tuple[list[str], dict[str, str]]:
+        step, resume_from = (restored.manifest.step, str(restored.path)) if restored else (0, "")
+        values = {
+            "checkpoint_dir": str(self.ckpt_dir),
+            "resume_from": resume_from,
+            "step": str(step),
+            "rank": "0",
+            "world_size": "1",
+            "workdir": str(self.workdir),
+            "steps": str(self.spec.steps),
+            "seed": str(self.spec.seed),
+        }
+        return build_argv(self.cs.argv, values), command_env(self.cs.env, values)
+
+    def _line(self, stream: str, text: str) -> None:
+        self.lines(stream, text)
+        if self._progress_re is not None:
+            parsed = parse_progress(self._progress_re, text)
+            if parsed is not None:
+                self.meter.update(*parsed)
+        if self._params_re is not None and (m := self._params_re.search(text)):
+            self._params_digest = m.group("sha256")
+
+    # ------------------------------------------------------------ watching
+
+    def _may_publish(self) -> bool:
+        """Not after a stop without checkpoint, nor once the lease is over."""
+        left = self.control.lease_left()
+        return self._publishing and (left is None or left > 0)
+
+    def _observe(self) -> None:
+        if self._may_publish():
+            self._publish_new()
+        if self._metrics is not None:
+            for step, loss in self._metrics.records():
+                self.meter.update(step, loss)
+        self.meter.maybe_emit()
+        if self.control.take_checkpoint_request() is not None:
+            text = (
+                "the command kind cannot checkpoint on request: the command keeps its own schedule"
+            )
+            self.emit(Log(level="info", text=text))
+
+    def _publish_new(self, *, exited_ok: bool = False, ended_at: float | None = None) -> None:
+        for cand in self.watcher.complete(exited_ok=exited_ok, ended_at=ended_at):
+            last = self.pub.step
+            if last is not None and cand.step <= last:
+                continue
+            if self.pub.publish(cand) is not None:
+                self.meter.touch()
+                if self._progress_re is None and self._metrics is None:
+                    self.meter.update(cand.step, None)
+
+    def _check(self) -> Outcome | None:
+        """Between polls: a stop request, the lease, a hang."""
+        stop = self.control.stop
+        if stop is not None:
+            if stop.fault:
+                self.emit(
+                    Fault(
+                        fault=stop.fault,
+                        step=self.meter.step,
+                        message=f"{stop.reason}: SIGTERM to the command, SIGKILL after {self.cs.grace_s:g}s",
+                    )
+                )
+            return self._stop(stop.reason, stop.exit_code, publish=stop.checkpoint)
+        left = self.control.lease_left()
+        if left is not None and left <= LEASE_MARGIN_S:
+            self._lease_fault(
+                f"lease of epoch {self.control.epoch} has ended; killing the command "
+                "without taking its checkpoints"
+            )
+            return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=False)
+        if left is not None and left <= self._lease_guard():
+            self._lease_fault(
+                f"lease of epoch {self.control.epoch} ends in {left:.1f}s without renewal; "
+                "stopping the command"
+            )
+            return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=True)
+        timeout = self.cs.hang_timeout_s
+        if timeout is not None and not self.meter.advanced:
+            timeout = self.cs.startup_timeout_s or timeout
+        quiet = time.monotonic() - self.meter.last_advance
+        if timeout is not None and quiet > timeout:
+            self.emit(
+                Fault(
+                    fault=FaultKind.HANG.value,
+                    step=self.meter.step,
+                    message=f"no progress for {quiet:.1f}s (hang_timeout_s {timeout:g}) after step "
+                    f"{self.meter.step}; killing the command",
+                )
+            )
+            self._terminate()
+            self._after_end(self.proc.returncode if self.proc else None)
+            return Outcome(exitcodes.FAILED, self.meter.step, "hang")
+        return None
+
+    def _lease_guard(self) -> float:
+        """Stop this long before the lease ends: the grace, within reason, and a copy."""
+        ttl = self.control.lease_ttl_s
+        return min(0.5 * ttl, max(0.2 * ttl, min(self.cs.grace_s, 0.5 * ttl) + 1.0))
+
+    def _lease_fault(self, message: str) -> None:
+        self.emit(Fault(fault=FaultKind.LEASE_LOST.value, step=self.meter.step, message=message))
+
+    # ---------------------------------------------------------------- ends
+
+    def _stop(self, reason: str, exit_code: int, *, publish: bool) -> Outcome:
+        self._publishing = self._publishing and publish
+        self._terminate()
+        self._after_end(self.proc.returncode if self.proc else None)
+        return self._stopped(reason, exit_code)
+
+    def _stopped(self, reason: str, exit_code: int) -> Outcome:
+        step, saved = self.meter.step, self.pub.step
+        self.emit(Stopped(step=step, reason=reason, checkpoint_step=saved, exit_code=exit_code))
+        return Outcome(exit_code, step, reason)
+
+    def _terminate(self) -> None:
+        """SIGTERM to the group, ``grace_s`` (never past the lease's end), then SIGKILL."""
+        proc = self.proc
+        assert proc is not None
+        signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.cs.grace_s
+        if self.control.lease_deadline is not None:
+            deadline = min(deadline, self.control.lease_deadline - LEASE_MARGIN_S)
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now >= deadline:
+                signal_group(proc, signal.SIGKILL)
+                proc.wait()
+                break
+            self._observe()
+            try:
+                proc.wait(timeout=min(self.poll_s, max(0.0, deadline - now)))
+            except subprocess.TimeoutExpired:
+                pass
+        self._ended_at = time.monotonic()
+        signal_group(proc, signal.SIGKILL)  # what is left of the group (workers of a dead leader)
+        self.emit(Log(level="info", text=f"command {describe_exit(proc.returncode)}"))
+
+    def _exited(self, code: int) -> Outcome:
+        self._ended_at = time.monotonic()
+        assert self.proc is not None
+        signal_group(self.proc, signal.SIGKILL)
+        self._after_end(code)
+        step = self.meter.step
+        last = self.pub.last
+        if code == 0:
+            step = max(step, last.step if last else 0)
+            digest = self._params_digest or (last.sha256 if last else "")
+            if not digest:
+                self.emit(
+                    Log(
+                        level="warning",
+                        text="the command finished without a complete checkpoint or a params_regex "
+                        "match; params_sha256 is empty",
+                    )
+                )
+            self.emit(Finished(step=step, params_sha256=digest))
+            return Outcome(exitcodes.OK, step, "finished", digest)
+        tail = " | ".join(self.lines.tail)
+        self.emit(
+            Fault(
+                fault=FaultKind.CRASH.value,
+                step=step,
+                fatal=True,
+                message=f"the command {describe_exit(code)} after step {step}"
+                + (f"; stderr: {tail[-600:]}" if tail else ""),
+            )
+        )
+        return Outcome(exitcodes.FAILED, step, "crash")
+
+    def _after_end(self, code: int | None) -> None:
+        """The command has ended: drain its output, take its last complete checkpoints, report."""
+        for t in self._readers:
+            t.join(READER_JOIN_S)
+        self.lines.flush()
+        if self._metrics is not None:
+            for step, loss in self._metrics.records():
+                self.meter.update(step, loss)
+        if self._may_publish():
+            self._publish_new(exited_ok=code == 0, ended_at=self._ended_at)
+        self.meter.maybe_emit(force=True)
+
+    def _kill_leftovers(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        if not any(t.is_alive() for t in self._readers):
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
