@@ -28,10 +28,7 @@ from console.standby import Prepared, Standby
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
 from console.transport.base import TransportError
 from console.watch import POLL_S, Watch
-from protocol.messages import (
-    Lease,
-    Start,
-)
+from protocol.messages import Lease, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -135,11 +132,7 @@ class JobSupervisor(Watch, Standby, Recovery):
                 hello = await link.open(timeout=5)
             except LinkError:
                 hello = None
-            if (
-                hello is not None
-                and hello.epoch == self.epoch
-                and hello.state in ("training", "idle")
-            ):
+            if hello is not None and hello.epoch == self.epoch and hello.state == "training":
                 self.link, self.step = link, hello.step
                 self.last_seen = time.monotonic()
                 self.last_lease_sent = time.time()
@@ -159,9 +152,22 @@ class JobSupervisor(Watch, Standby, Recovery):
                 )
                 self._set(JobState.RUNNING, "reattached")
                 return None
+            if hello is not None:
+                await self._retire(link, host)
             link.close()
             return host, False
         return await self._place()
+
+    async def _retire(self, link: ExecutorLink, host: str) -> None:
+        """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
+        with contextlib.suppress(LinkError):
+            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+        workdir = job_dir(self.ctl.inv.host_root(host), self.name)
+        deadline = time.monotonic() + START_TIMEOUT_S / 6
+        while time.monotonic() < deadline:
+            if not await self._probe_alive(host, workdir, 3.0):
+                return
+            await asyncio.sleep(POLL_S)
 
     async def _place(self) -> tuple[str, bool] | None:
         while True:

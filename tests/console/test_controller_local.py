@@ -368,3 +368,33 @@ async def test_a_plain_training_script_fails_over_like_any_job(tmp_path: Path) -
     assert inc.fault_class == "host_lost"
     assert inc.resumed_step is not None
     assert inc.resumed_step >= 40
+
+
+async def test_an_idle_executor_left_on_the_host_is_retired_not_adopted(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    """Say a console died between starting an executor and telling it Start: the next one stops it."""
+    import subprocess
+    import sys
+
+    from helpers import REPO, env_with
+
+    from console.state_store import StateStore
+    from executors import exitcodes
+
+    work = tmp_path / "a" / "jobs" / "j"
+    idle = subprocess.Popen(  # noqa: ASYNC220 - started once, reaped below in a thread
+        [sys.executable, "-m", "executors.cli", "serve", "--workdir", str(work)],
+        env=env_with(),
+        cwd=REPO,
+    )
+    await until(lambda: (work / "executor.sock").exists(), 60, "the idle executor's socket")
+    store = StateStore(load(fleet).state_dir)
+    store.job("j").host, store.job("j").epoch = "a", 1
+    store.save()
+    ctl = controller(fleet)
+    await asyncio.wait_for(ctl.run(), 120)
+    await ctl.close()
+    assert await asyncio.to_thread(idle.wait, 30) == exitcodes.STOPPED
+    assert ctl.jobs["j"].sha256 == baseline
+    assert not any("reattached" in e.msg for e in journal(fleet))
