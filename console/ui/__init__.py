@@ -9,9 +9,11 @@ from console.policy import Policy
 
 
 def run_tui(inv: Inventory, policy: Policy, *, read_only: bool) -> int:
-    print(
-        "hotspare: the terminal UI is not built yet; `hotspare run --policy auto` runs the inventory's jobs "
-        "headless and `hotspare check` preflights its hosts.",
-        file=sys.stderr,
-    )
-    return 2
+    """Open the console on ``inv``; quitting leaves the executors training."""
+    from console.controller import Controller
+    from console.ui.app import QUIT_NOTE, HotspareApp
+
+    ctl = Controller(inv, policy, read_only=read_only)
+    HotspareApp(ctl).run()
+    print(f"hotspare: {QUIT_NOTE}", file=sys.stderr)
+    return 0

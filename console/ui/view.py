@@ -1,0 +1,161 @@
+"""What each table shows, as plain text cells computed from the controller's state.
+
+Kept free of Textual so the same rows can be printed or tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from console.controller import Controller
+from protocol.messages import Health
+
+Row = tuple[str, ...]
+
+FLEET_COLUMNS = (
+    "host",
+    "state",
+    "role",
+    "GPU util",
+    "GPU mem",
+    "GPU temp",
+    "GPU power",
+    "CPU",
+    "mem",
+    "disk free",
+    "heartbeat",
+    "job",
+    "alerts",
+)
+JOB_COLUMNS = (
+    "job",
+    "host -> spare",
+    "state",
+    "epoch",
+    "restarts",
+    "progress",
+    "loss",
+    "steps/s",
+    "checkpoint",
+    "replica",
+)
+REGION_PREFIX = "region:"
+BAR_WIDTH = 12
+
+
+def _num(value: float | None, unit: str = "", digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def age(seconds: float | None) -> str:
+    """A short human age: 0.4s, 12s, 3m, 2h."""
+    if seconds is None or seconds < 0:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.0f}h"
+
+
+def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
+    frac = min(max(step / steps, 0.0), 1.0) if steps else 0.0
+    full = round(frac * width)
+    return f"{'█' * full}{'░' * (width - full)} {step}/{steps} {frac:4.0%}"
+
+
+def _gpu_cells(h: Health | None) -> Row:
+    if h is None:
+        return ("-", "-", "-", "-")
+    if not h.gpus:
+        return ("no GPU", "-", "-", "-")
+    n = len(h.gpus)
+
+    def avg(xs: list[float | None]) -> float | None:
+        vals = [x for x in xs if x is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    util = avg([g.util_pct for g in h.gpus])
+    used = sum(g.mem_used_mb or 0.0 for g in h.gpus)
+    total = sum(g.mem_total_mb or 0.0 for g in h.gpus)
+    temp = max((g.temp_c for g in h.gpus if g.temp_c is not None), default=None)
+    power = sum(g.power_w for g in h.gpus if g.power_w is not None) if h.gpus else None
+    lost = sum(g.lost for g in h.gpus)
+    mem = f"{used / 1024:.0f}/{total / 1024:.0f}G" if total else "-"
+    util_s = _num(util, "%") + (f" x{n}" if n > 1 else "") + (f" {lost} lost" if lost else "")
+    return (util_s, mem, _num(temp, "C"), _num(power, "W"))
+
+
+def fleet_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
+    """Hosts grouped by region (a header row per region), keyed by host name."""
+    now = time.monotonic() if now is None else now
+    rows: dict[str, Row] = {}
+    blank = ("",) * (len(FLEET_COLUMNS) - 1)
+    for region in sorted(ctl.inv.regions, key=lambda r: (ctl.inv.regions[r].priority, r)):
+        names = sorted(n for n, h in ctl.inv.hosts.items() if h.region == region)
+        if not names:
+            continue
+        rows[REGION_PREFIX + region] = (f"▼ {region}", *blank)
+        for name in names:
+            rows[name] = host_row(ctl, name, now)
+    return rows
+
+
+def host_row(ctl: Controller, name: str, now: float) -> Row:
+    rt = ctl.fleet.hosts[name]
+    h = rt.health[-1] if rt.health else None
+    cpu = mem = disk = "-"
+    if h is not None:
+        cpu = f"{h.cpu_pct:.0f}%"
+        mem = f"{h.mem_used_pct:.0f}%"
+        disk = f"{h.disk_free_mb / 1024:.1f}G"
+    heartbeat = age(now - rt.last_seen) if rt.last_seen else "-"
+    alerts = ", ".join(f.rule for f in rt.findings) if rt.findings else ""
+    return (
+        f"  {name}",
+        rt.state.value,
+        ctl.inv.hosts[name].role,
+        *_gpu_cells(h),
+        cpu,
+        mem,
+        disk,
+        heartbeat,
+        rt.job or "",
+        alerts,
+    )
+
+
+def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
+    now = time.time() if now is None else now
+    rows: dict[str, Row] = {}
+    for name, sup in ctl.jobs.items():
+        spare = sup.spares[0] if sup.spares else None
+        route = f"{sup.host or '-'} -> {', '.join(sup.spares) or '-'}"
+        ckpt = sup.checkpoint
+        ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
+        replica = "-"
+        if spare is not None:
+            rep = ctl.replicator.replica(name, spare).manifest
+            if rep is not None:
+                replica = f"{spare} @{rep.step} (lag {max(sup.step - rep.step, 0)})"
+        state = sup.state.value
+        if sup.failure is not None:
+            state += f" ({sup.failure.value})"
+        elif sup.approval is not None and not sup.approval.done():
+            state += " (awaiting approval)"
+        rows[name] = (
+            name,
+            route,
+            state,
+            str(sup.epoch),
+            str(sup.rec.restarts),
+            progress_bar(sup.step, sup.spec.steps),
+            "-" if math.isnan(sup.loss) else f"{sup.loss:.4f}",
+            f"{sup.steps_per_s:.1f}",
+            ckpt_s,
+            replica,
+        )
+    return rows

@@ -1,0 +1,1 @@
+"""Widgets of the operator console, one concern per module."""

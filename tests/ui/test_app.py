@@ -1,0 +1,256 @@
+"""The operator console driven by keys against a real controller on local demo hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from textual.pilot import Pilot
+
+from console.controller import Controller
+from console.inventory import load
+from console.journal import Event, Kind, read
+from console.policy import Policy
+from console.states import HostState
+from console.ui.app import HotspareApp
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.fleet import FleetScreen
+from console.ui.screens.help import HelpScreen
+from console.ui.screens.jobs import JobsScreen
+from console.ui.widgets.live_table import LiveTable
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def reap_executors(tmp_path: Path) -> Iterator[None]:
+    """Quitting the console leaves executors running on purpose; this test's own are killed after."""
+    yield
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError, ValueError):
+            args = cmdline.read_bytes().split(b"\0")
+            if b"executors.cli" in args and any(str(tmp_path).encode() in a for a in args):
+                os.kill(int(cmdline.parent.name), signal.SIGKILL)
+
+
+def fleet(tmp_path: Path, **job: Any) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+            "c": local_host(tmp_path / "c", region="r2", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
+    )
+
+
+def console_app(
+    inventory: Path, policy: Policy = Policy.AUTO, *, read_only: bool = False
+) -> tuple[HotspareApp, list[Event]]:
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
+    ctl = Controller(load(inventory), policy, executor_env=env, read_only=read_only)
+    events: list[Event] = []
+    ctl.journal.subscribe(events.append)
+    return HotspareApp(ctl), events
+
+
+async def wait_for(
+    pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float, what: str
+) -> Any:
+    """Let the app run until ``predicate`` holds, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.05)
+    return value
+
+
+def table(app: HotspareApp) -> LiveTable:
+    return app.screen.query_one(LiveTable)
+
+
+def step_shown(app: HotspareApp) -> int:
+    """The step in the Jobs view's progress cell, e.g. '███░░ 120/3000  4%' -> 120."""
+    return int(table(app).cell("j", "progress").split()[1].split("/")[0])
+
+
+def notified(app: HotspareApp, text: str) -> bool:
+    return any(text in str(n.message) for n in app._notifications)
+
+
+def kinds_after(events: list[Event], action: str) -> list[Kind]:
+    at = next(i for i, e in enumerate(events) if e.kind is Kind.ACTION and action in e.msg)
+    return [e.kind for e in events[at + 1 :]]
+
+
+async def test_the_views_show_the_fleet_by_region_and_the_job_training(tmp_path: Path) -> None:
+    inventory = fleet(tmp_path, steps=5000, checkpoint_every_steps=100_000)
+    app, events = console_app(inventory)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, FleetScreen)
+        hosts = table(app)
+        assert list(hosts._shown) == ["region:r1", "a", "b", "region:r2", "c"]
+        assert hosts.cell("b", "role") == "spare"
+        await wait_for(pilot, lambda: table(app).cell("a", "job") == "j", 60, "j shown on a")
+
+        await pilot.press("2")
+        assert isinstance(app.screen, JobsScreen)
+        await wait_for(pilot, lambda: table(app).cell("j", "state") == "running", 60, "running")
+        assert table(app).cell("j", "host -> spare") == "a -> b"
+        first = await wait_for(pilot, lambda: step_shown(app), 60, "a step shown")
+        await wait_for(pilot, lambda: step_shown(app) > first, 30, "the step to advance")
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "checkpoint now" in str(app.screen.query_one("#help-keys").render())
+        await pilot.press("escape")
+        assert isinstance(app.screen, JobsScreen)
+
+        await pilot.press("c")
+        await wait_for(
+            pilot,
+            lambda: Kind.CHECKPOINT in kinds_after(events, "checkpoint j now"),
+            30,
+            "a checkpoint after pressing c",
+        )
+        await pilot.press("tab")
+        assert isinstance(app.screen, FleetScreen)
+    stopped = list(read(inventory.parent / "state" / "journal.jsonl"))[-1]
+    assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed on quit"
+
+
+async def test_killing_the_primary_from_the_fleet_view_fails_the_job_over(tmp_path: Path) -> None:
+    app, _ = console_app(fleet(tmp_path, steps=1500))
+    ctl = app.ctl
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(
+            pilot,
+            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
+            90,
+            "step 40 and a replica on b",
+        )
+        hosts = table(app)
+        hosts.move_cursor(row=hosts.get_row_index("a"))
+        await pilot.press("k")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        assert isinstance(app.screen, FleetScreen)
+        await wait_for(pilot, lambda: table(app).cell("a", "state") == "down", 30, "a down")
+        await pilot.press("2")
+        await wait_for(
+            pilot,
+            lambda: (
+                table(app).cell("j", "host -> spare").startswith("b ->")
+                and table(app).cell("j", "state") == "running"
+            ),
+            60,
+            "the job running on b",
+        )
+        assert notified(app, "incident")
+        await pilot.press("1")
+        table(app).move_cursor(row=table(app).get_row_index("a"))
+        await pilot.press("r")
+        await wait_for(pilot, lambda: table(app).cell("a", "state") == "up", 15, "a revived")
+        await pilot.press("2")
+        await wait_for(
+            pilot, lambda: table(app).cell("j", "state") == "finished", 120, "the job to finish"
+        )
+        assert table(app).cell("j", "host -> spare").startswith("b ->")
+
+
+async def test_read_only_refuses_every_action(tmp_path: Path) -> None:
+    app, events = console_app(fleet(tmp_path, steps=5000), read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert "READ-ONLY" in app.sub_title
+        hosts = table(app)
+        hosts.move_cursor(row=hosts.get_row_index("a"))
+        await pilot.press("k")
+        assert not isinstance(app.screen, ConfirmScreen), "no confirmation: the action is off"
+        assert notified(app, "read-only")
+        await pilot.press("2", "c")
+        await pilot.press("question_mark")
+        assert "(off: read-only)" in str(app.screen.query_one("#help-keys").render())
+    assert app.ctl.fleet.hosts["a"].state is not HostState.DOWN
+    assert not [e for e in events if e.kind is Kind.ACTION]
+
+
+async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
+    tmp_path: Path,
+) -> None:
+    app, events = console_app(fleet(tmp_path, steps=300), Policy.MANUAL)
+    ctl = app.ctl
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(
+            pilot,
+            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
+            90,
+            "step 40 and a replica on b",
+        )
+        ctl.kill_host("a")
+        await pilot.press("2")
+        await wait_for(
+            pilot,
+            lambda: "awaiting approval" in table(app).cell("j", "state"),
+            30,
+            "the failover to wait for approval",
+        )
+        await pilot.press("a")
+        await wait_for(pilot, lambda: table(app).cell("j", "state") == "finished", 120, "finish")
+        assert table(app).cell("j", "host -> spare").startswith("b ->")
+    assert any(e.kind is Kind.ACTION and e.msg == "approve failover of j" for e in events)
+
+
+async def test_o_toggles_cordon_and_d_drains_only_once_confirmed(tmp_path: Path) -> None:
+    app, _ = console_app(fleet(tmp_path, steps=5000))
+    async with app.run_test(size=SIZE) as pilot:
+        hosts = table(app)
+        hosts.move_cursor(row=hosts.get_row_index("c"))
+        await pilot.press("o")
+        await wait_for(pilot, lambda: table(app).cell("c", "state") == "cordoned", 5, "cordoned")
+        await pilot.press("o")
+        await wait_for(pilot, lambda: table(app).cell("c", "state") == "up", 5, "uncordoned")
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.ctl.fleet.hosts["c"].state is HostState.UP, "cancelled: nothing drained"
+        await pilot.press("d", "y")
+        await wait_for(pilot, lambda: table(app).cell("c", "state") == "drained", 5, "drained")
+
+
+async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> None:
+    app, _ = console_app(fleet(tmp_path, steps=5000))
+    ctl = app.ctl
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await wait_for(
+            pilot,
+            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
+            90,
+            "step 40 and a replica on b",
+        )
+        await pilot.press("f")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(
+            pilot,
+            lambda: (
+                table(app).cell("j", "host -> spare").startswith("b ->")
+                and table(app).cell("j", "state") == "running"
+            ),
+            60,
+            "the job running on b",
+        )
+        await pilot.press("s", "y")
+        await wait_for(
+            pilot, lambda: table(app).cell("j", "state") == "failed (stopped)", 30, "stopped"
+        )
+        await wait_for(pilot, lambda: notified(app, "every job has ended"), 10, "the run to end")
