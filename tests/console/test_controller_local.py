@@ -74,7 +74,9 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
     assert inc.fault_class == "executor_crash"
     assert inc.resolved
     assert inc.lost_steps is not None
-    assert inc.lost_steps <= 20, "at most one checkpoint interval"
+    assert inc.lost_steps <= 2 * 20, (
+        "one interval, plus a checkpoint that may be mid-write at the kill"
+    )
 
 
 async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -> None:
@@ -86,6 +88,7 @@ async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -
         90,
         "step 60 and a replica on b",
     )
+    replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
     ctl.kill_host("a")
     await asyncio.wait_for(task, 120)
     await ctl.close()
@@ -104,7 +107,9 @@ async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -
         "first_step",
     }
     assert inc.lost_steps is not None
-    assert inc.lost_steps <= 20
+    assert inc.lost_steps <= 2 * 20, "one interval, plus a checkpoint still on its way to the spare"
+    assert inc.resumed_step is not None
+    assert inc.resumed_step >= replica_at_kill, "resumed from the newest verified replica"
     lease_end = inc.fault_at + ctl.inv.console.lease_s
     assert inc.times["decided"] >= lease_end - 0.5, (
         "the failover is decided only after the lease has ended"
@@ -285,6 +290,7 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
     )
     standby_pid = sup.standby.link.hello.pid
     assert ctl.fleet.hosts["b"].health, "the standby reports the spare's health"
+    replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
     ctl.kill_host("a")
     await asyncio.wait_for(task, 120)
     await ctl.close()
@@ -298,7 +304,9 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
     assert started_on_b == [standby_pid], "the standby itself took over"
     (inc,) = incidents(journal(fleet))
     assert inc.lost_steps is not None
-    assert inc.lost_steps <= 20
+    assert inc.lost_steps <= 2 * 20, "one interval, plus a checkpoint still on its way to the spare"
+    assert inc.resumed_step is not None
+    assert inc.resumed_step >= replica_at_kill, "resumed from the newest verified replica"
 
 
 async def test_a_plain_training_script_fails_over_like_any_job(tmp_path: Path) -> None:

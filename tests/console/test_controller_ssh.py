@@ -70,6 +70,7 @@ async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path
         120,
         "step 60 and a replica on b",
     )
+    replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
     a.kill_all()  # sshd and every process under its root
     await asyncio.wait_for(task, 180)
     await ctl.close()
@@ -79,8 +80,10 @@ async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path
     (inc,) = incidents(journal(inv))
     assert inc.fault_class == "host_lost"
     assert inc.resolved
+    assert inc.resumed_step is not None
+    assert inc.resumed_step >= replica_at_kill, "resumed from the newest verified replica"
     assert inc.lost_steps is not None
-    assert inc.lost_steps <= 20
+    assert inc.lost_steps <= 2 * 20, "one interval, plus a checkpoint still on its way to the spare"
 
 
 async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
