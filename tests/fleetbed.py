@@ -31,7 +31,7 @@ POLL_S = 0.05
 
 def job_table(**over: Any) -> dict[str, Any]:
     job: dict[str, Any] = {
-        "steps": 400,
+        "steps": 800,
         "seed": 11,
         "checkpoint_every_steps": 20,
         "keep_checkpoints": 3,

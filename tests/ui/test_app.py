@@ -186,7 +186,7 @@ async def test_read_only_refuses_every_action(tmp_path: Path) -> None:
 async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
     tmp_path: Path,
 ) -> None:
-    app, events = console_app(fleet(tmp_path, steps=300), Policy.MANUAL)
+    app, events = console_app(fleet(tmp_path, steps=1500), Policy.MANUAL)
     ctl = app.ctl
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(
