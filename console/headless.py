@@ -19,7 +19,7 @@ import msgspec
 
 from console.controller import Controller
 from console.inventory import Inventory
-from console.journal import Event, Kind
+from console.journal import Event
 from console.policy import Policy
 from console.states import JobState
 
@@ -64,4 +64,4 @@ def run_headless(inv: Inventory, policy: Policy, *, as_json: bool, out: TextIO =
     return 1 if unfinished else 0
 
 
-__all__ = ["ENV_HOOK", "Kind", "run_headless"]
+__all__ = ["ENV_HOOK", "run_headless"]

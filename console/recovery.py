@@ -152,18 +152,13 @@ class Recovery:
         return await self._failover(outcome)
 
     async def _replicate_final(self: JobSupervisor, host: str, outcome: Outcome) -> None:
-        """A planned move: make sure the checkpoint at the stop reaches a spare before moving."""
+        """A planned move: make sure the checkpoint at the stop reaches every spare before moving."""
         cp = self.checkpoint
         if cp is None or self.checkpoint_path is None:
             return
         for spare in self.spares:
             await self.ctl.replicator.wait_idle(self.name, spare, REPLICATE_WAIT_S)
-            if self.ctl.replicator.replica(self.name, spare).manifest is None or (
-                self.ctl.replicator.replica(self.name, spare).manifest.step < cp.step  # type: ignore[union-attr]
-            ):
-                await self.ctl.replicator.copy(
-                    self.name, spare, Source(host, self.checkpoint_path, cp)
-                )
+            await self.ctl.replicator.copy(self.name, spare, Source(host, self.checkpoint_path, cp))
 
     def _release(self: JobSupervisor) -> None:
         fleet = self.ctl.fleet
@@ -254,45 +249,40 @@ class Recovery:
     async def _ensure_replica(self: JobSupervisor, target: str) -> None:
         """If ``target`` lacks the newest replica another reachable host holds, copy it there first."""
         ctl = self.ctl
-        have = ctl.replicator.replica(self.name, target).manifest
-        best: tuple[str, str, object] | None = None
+        best: Source | None = None
         if (
             self.checkpoint is not None
             and self.checkpoint_path
             and self.host
             and ctl.fleet.hosts[self.host].state not in (HostState.DOWN, HostState.SUSPECT)
         ):
-            best = (self.host, self.checkpoint_path, self.checkpoint)
+            best = Source(self.host, self.checkpoint_path, self.checkpoint)
         for (job, holder), st in ctl.replicator.state.items():
+            m = st.manifest
             if (
                 job == self.name
                 and holder != target
-                and st.manifest is not None
+                and m is not None
                 and ctl.fleet.hosts[holder].state is not HostState.DOWN
-                and (best is None or st.manifest.step > best[2].step)
-            ):  # type: ignore[attr-defined]
-                stem = f"step-{st.manifest.step:010d}.pt"
-                best = (
-                    holder,
-                    f"{replica_dir(ctl.inv.host_root(holder), self.name)}/{stem}",
-                    st.manifest,
-                )
+                and (best is None or m.step > best.manifest.step)
+            ):
+                path = f"{replica_dir(ctl.inv.host_root(holder), self.name)}/step-{m.step:010d}.pt"
+                best = Source(holder, path, m)
         if best is None:
             return
+        have = ctl.replicator.replica(self.name, target).manifest
         if have is None:
             try:
                 found = await list_manifests(
                     ctl.fleet.hosts[target].transport,
                     ctl.inv.python(target),
-                    __import__("console.deploy").deploy.replica_dir(
-                        ctl.inv.host_root(target), self.name
-                    ),
+                    replica_dir(ctl.inv.host_root(target), self.name),
                 )
                 have = found[-1] if found else None
             except TransportError:
                 have = None
-        if have is None or have.step < best[2].step:  # type: ignore[attr-defined]
-            await ctl.replicator.copy(self.name, target, Source(best[0], best[1], best[2]))  # type: ignore[arg-type]
+        if have is None or have.step < best.manifest.step:
+            await ctl.replicator.copy(self.name, target, best)
 
     # -------------------------------------------------------------- requests
 

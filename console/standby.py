@@ -91,7 +91,6 @@ class Standby:
         if task is None:
             task = asyncio.create_task(link.pump(lambda msg: self._route(link, msg)))
             self._pumps[id(link)] = task
-            task.add_done_callback(lambda _t: None)
         return task
 
     def _pumping(self: JobSupervisor, link: ExecutorLink) -> bool:

@@ -289,7 +289,7 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
         "step 60, a standby and a replica on b",
     )
     standby_pid = sup.standby.link.hello.pid
-    assert ctl.fleet.hosts["b"].health, "the standby reports the spare's health"
+    await until(lambda: ctl.fleet.hosts["b"].health, 10, "the standby to report the spare's health")
     replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
     ctl.kill_host("a")
     await asyncio.wait_for(task, 120)
