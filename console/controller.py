@@ -26,6 +26,7 @@ from console.replicator import Replicator
 from console.state_store import StateStore
 from console.states import HostState, JobState
 from console.supervisor import JobSupervisor
+from console.timeline import Timeline
 from console.transport.local import LocalTransport
 from console.webhook import Webhook
 from protocol.messages import Progress
@@ -51,6 +52,7 @@ class Controller:
         """Extra environment for executors per host: test hooks (fake NVML, fault injection)."""
         self.console_id = f"{socket.gethostname()}:{os.getpid()}"
         self.journal = Journal(inv.state_dir / "journal.jsonl")
+        self.timeline = Timeline(self.journal)
         self.store = StateStore(inv.state_dir)
         self.fleet = Fleet(inv, self.journal, self.store)
         self.incidents = IncidentLog(self.journal, self.store)
@@ -63,11 +65,17 @@ class Controller:
         self.alert_sinks: list[Callable[[str], None]] = []
         self._alerted: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
+        self._job_tasks: dict[str, asyncio.Task[None]] = {}
+        self._jobs_changed = asyncio.Event()
 
     # ------------------------------------------------------------------ run
 
-    async def run(self) -> dict[str, JobState]:
-        """Supervise every job until each is finished or failed; returns their final states."""
+    async def run(self, *, stay: bool = False) -> dict[str, JobState]:
+        """Supervise every job until each is finished or failed; returns their final states.
+
+        With ``stay`` (an operator's console) it keeps watching the hosts and serving actions
+        (a job started again, a host added) after the last job ends, until cancelled.
+        """
         self.journal.record(
             Kind.CONSOLE,
             f"console started (policy {self.policy.value})",
@@ -81,15 +89,38 @@ class Controller:
             self.alert_sinks.append(hook.send)
             background.append(asyncio.create_task(hook.run(), name="webhook"))
         try:
-            await asyncio.gather(*(sup.run() for sup in self.jobs.values()))
+            for name in self.jobs:
+                self._spawn(name)
+            await self._supervise(stay)
             if self.inv.console.webhook:
                 with contextlib.suppress(TimeoutError):
                     await hook.drain(10)
         finally:
-            for task in background:
+            tasks = [*background, *self._job_tasks.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         return {name: sup.state for name, sup in self.jobs.items()}
+
+    def _spawn(self, name: str) -> None:
+        self._job_tasks[name] = asyncio.create_task(self.jobs[name].run(), name=f"job {name}")
+        self._jobs_changed.set()
+
+    async def _supervise(self, stay: bool) -> None:
+        """Until every job task is done (or, with ``stay``, forever); a supervisor's bug raises."""
+        while True:
+            for task in self._job_tasks.values():
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            pending = {t for t in self._job_tasks.values() if not t.done()}
+            if not pending and not stay:
+                return
+            self._jobs_changed.clear()
+            changed = asyncio.create_task(self._jobs_changed.wait())
+            try:
+                await asyncio.wait({*pending, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
 
     async def close(self) -> None:
         for sup in self.jobs.values():
@@ -204,6 +235,17 @@ class Controller:
     def stop_job(self, job: str) -> None:
         self._act(f"stop {job}", job=job)
         self.jobs[job].request_stop()
+
+    def start_job(self, job: str) -> None:
+        """Start a stopped (or failed) job again: it resumes from its newest checkpoint."""
+        sup = self.jobs[job]
+        if not sup.state.is_terminal() or sup.state is JobState.FINISHED:
+            raise ValueError(f"{job} is {sup.state.value}; only a stopped or failed job can start")
+        if job in self._job_tasks and not self._job_tasks[job].done():
+            raise ValueError(f"{job} is still winding down; try again in a moment")
+        self._act(f"start {job}", job=job)
+        self.jobs[job] = JobSupervisor(self, job)
+        self._spawn(job)
 
     def drain_host(self, host: str) -> None:
         """Move every job off ``host`` with 0 lost steps, then leave it drained."""

@@ -50,16 +50,22 @@ def render(found: list[Incident], finished: dict[str, str], out: TextIO) -> None
             f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved incidents.\n"
         )
     for i in found:
-        out.write(f"\n## Incident {i.id}: {i.job} on {i.host} ({i.fault_class})\n\n")
-        parts = ", ".join(f"{k} {v:.2f} s" for k, v in i.breakdown().items())
-        out.write(f"- MTTR: {_fmt(i.mttr_s)}" + (f" ({parts})" if parts else "") + "\n")
-        out.write(
-            f"- lost steps: {'-' if i.lost_steps is None else i.lost_steps} "
-            f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
-        )
-        out.write(f"- fault at {_clock(i.fault_at)}\n\n")
-        for e in i.lines:
-            out.write(f"    {_clock(e.t)}  {e.data.get('phase', '')}: {e.msg}\n")
+        out.write("\n")
+        render_incident(i, out)
+
+
+def render_incident(i: Incident, out: TextIO) -> None:
+    """One incident's section: MTTR with its breakdown, lost steps, and the timeline."""
+    out.write(f"## Incident {i.id}: {i.job} on {i.host} ({i.fault_class})\n\n")
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in i.breakdown().items())
+    out.write(f"- MTTR: {_fmt(i.mttr_s)}" + (f" ({parts})" if parts else "") + "\n")
+    out.write(
+        f"- lost steps: {'-' if i.lost_steps is None else i.lost_steps} "
+        f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
+    )
+    out.write(f"- fault at {_clock(i.fault_at)}\n\n")
+    for e in i.lines:
+        out.write(f"    {_clock(e.t)}  {e.data.get('phase', '')}: {e.msg}\n")
 
 
 def write_report(state_dir: Path, out: TextIO) -> int:

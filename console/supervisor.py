@@ -14,6 +14,7 @@ import contextlib
 import math
 import posixpath
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from console.deploy import deploy, executor_command, job_dir, replica_dir
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from console.controller import Controller
 
 START_TIMEOUT_S = 90.0
+HISTORY_LEN = 600
+"""Progress samples kept for the console's curves (one per Progress message)."""
+LOG_TAIL_LEN = 200
+CHECKPOINTS_KEPT = 12
 
 
 class JobSupervisor(Watch, Standby, Recovery):
@@ -53,6 +58,12 @@ class JobSupervisor(Watch, Standby, Recovery):
         self.steps_per_s = 0.0
         self.checkpoint: CheckpointManifest | None = None
         self.checkpoint_path: str | None = None
+        self.history: deque[tuple[float, int, float, float]] = deque(maxlen=HISTORY_LEN)
+        """(time, step, loss, steps/s) per Progress message, oldest first."""
+        self.checkpoints: deque[CheckpointManifest] = deque(maxlen=CHECKPOINTS_KEPT)
+        """The newest checkpoints written by this job's executors, oldest first."""
+        self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_LEN)
+        """The executor's Log and Fault lines, newest last."""
         self.last_seen = 0.0
         self.last_lease_sent = 0.0
         self.exit: Outcome | None = None

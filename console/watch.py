@@ -29,6 +29,7 @@ from protocol.messages import (
     Finished,
     Health,
     Heartbeat,
+    Log,
     Progress,
     Resumed,
     Stopped,
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 
 POLL_S = 0.2
 TAIL_BYTES = 64 * 1024
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S")
 
 
 class Watch:
@@ -52,6 +57,7 @@ class Watch:
         elif isinstance(msg, Progress):
             self.last_seen = time.monotonic()
             self.step, self.loss, self.steps_per_s = msg.step, msg.loss, msg.steps_per_s
+            self.history.append((time.time(), msg.step, msg.loss, msg.steps_per_s))
             if (
                 self.incident is not None
                 and self.resumed_step is not None
@@ -62,6 +68,7 @@ class Watch:
             self.ctl.on_progress(self, msg)
         elif isinstance(msg, CheckpointSaved):
             self.checkpoint, self.checkpoint_path = msg.manifest, msg.path
+            self.checkpoints.append(msg.manifest)
             self.ctl.journal.record(
                 Kind.CHECKPOINT,
                 f"{self.name}: checkpoint step {msg.manifest.step} on {self.host}",
@@ -85,7 +92,10 @@ class Watch:
         elif isinstance(msg, Health):
             self._on_health(msg)
         elif isinstance(msg, Fault):
+            self.log_tail.append(f"{_clock()} FAULT {msg.fault}: {msg.message}")
             self._on_fault(msg)
+        elif isinstance(msg, Log):
+            self.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
         elif isinstance(msg, Finished):
             self.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
         elif isinstance(msg, Stopped):
