@@ -60,8 +60,8 @@ class JobSupervisor(Watch, Standby, Recovery):
         self.checkpoint_path: str | None = None
         self.history: deque[tuple[float, int, float, float]] = deque(maxlen=HISTORY_LEN)
         """(time, step, loss, steps/s) per Progress message, oldest first."""
-        self.checkpoints: deque[CheckpointManifest] = deque(maxlen=CHECKPOINTS_KEPT)
-        """The newest checkpoints written by this job's executors, oldest first."""
+        self.checkpoints: deque[tuple[str, CheckpointManifest]] = deque(maxlen=CHECKPOINTS_KEPT)
+        """(host written on, manifest) of the newest checkpoints, oldest first."""
         self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_LEN)
         """The executor's Log and Fault lines, newest last."""
         self.last_seen = 0.0
@@ -165,6 +165,8 @@ class JobSupervisor(Watch, Standby, Recovery):
                 return None
             if hello is not None:
                 await self._retire(link, host)
+            else:
+                await self._wait_gone(host)
             link.close()
             return host, False
         return await self._place()
@@ -173,6 +175,10 @@ class JobSupervisor(Watch, Standby, Recovery):
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+        await self._wait_gone(host)
+
+    async def _wait_gone(self, host: str) -> None:
+        """Until no executor holds this job's lock on ``host`` (one may still be exiting)."""
         workdir = job_dir(self.ctl.inv.host_root(host), self.name)
         deadline = time.monotonic() + START_TIMEOUT_S / 6
         while time.monotonic() < deadline:

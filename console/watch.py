@@ -68,7 +68,7 @@ class Watch:
             self.ctl.on_progress(self, msg)
         elif isinstance(msg, CheckpointSaved):
             self.checkpoint, self.checkpoint_path = msg.manifest, msg.path
-            self.checkpoints.append(msg.manifest)
+            self.checkpoints.append((self.host, msg.manifest))
             self.ctl.journal.record(
                 Kind.CHECKPOINT,
                 f"{self.name}: checkpoint step {msg.manifest.step} on {self.host}",

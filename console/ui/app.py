@@ -14,16 +14,22 @@ from typing import ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 from textual.worker import Worker
 
 from console.controller import Controller
 from console.journal import Event, Kind
+from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent
-from console.ui.screens.base import ViewScreen
+from console.ui.screens.base import LiveScreen
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.help import HelpScreen
+from console.ui.screens.host_detail import HostDetailScreen
+from console.ui.screens.incidents import IncidentsScreen
+from console.ui.screens.job_detail import JobDetailScreen
 from console.ui.screens.jobs import JobsScreen
+from protocol.errors import ConfigError
 
 REDRAW_HZ = 4.0
 NOTIFY_PHASES = frozenset({"detected", "decided", "resolved"})
@@ -33,19 +39,28 @@ QUIT_NOTE = "q quits the console only: executors keep training until their lease
 class HotspareApp(App[int]):
     CSS_PATH = "hotspare.tcss"
     TITLE = "hotspare"
-    MODES: ClassVar[dict[str, type[ViewScreen]]] = {"fleet": FleetScreen, "jobs": JobsScreen}  # type: ignore[assignment]
+    MODES: ClassVar[dict[str, type[Screen[None]]]] = {  # type: ignore[assignment]
+        "fleet": FleetScreen,
+        "jobs": JobsScreen,
+        "incidents": IncidentsScreen,
+    }
     DEFAULT_MODE = "fleet"
+    COMMANDS = App.COMMANDS | {HotspareCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("1", "view('fleet')", "fleet", id="app.fleet"),
         Binding("2", "view('jobs')", "jobs", id="app.jobs"),
+        Binding("3", "view('incidents')", "incidents", id="app.incidents"),
         Binding("tab", "next_view", "next view", id="app.next_view", priority=True),
+        Binding("colon", "command_palette", "commands", id="app.commands"),
         Binding("question_mark", "help", "keys", id="app.help"),
         Binding("q", "quit", "quit (jobs keep running)", id="app.quit"),
     ]
 
-    def __init__(self, ctl: Controller) -> None:
+    def __init__(self, ctl: Controller, *, supervise: bool = True) -> None:
+        """``supervise=False`` shows the controller's state without running it (snapshots)."""
         super().__init__()
         self.ctl = ctl
+        self.supervise = supervise
         self.last_event = ""
         self.redraws = 0
         self._controller: Worker[object] | None = None
@@ -58,15 +73,11 @@ class HotspareApp(App[int]):
             " · READ-ONLY: every action is off" if self.ctl.read_only else ""
         )
         self.ctl.journal.subscribe(lambda e: self.post_message(JournalEvent(e)))
-        self._controller = self.run_worker(
-            self._run_controller(), name="controller", exclusive=True, group="controller"
-        )
+        if self.supervise:
+            self._controller = self.run_worker(
+                self.ctl.run(stay=True), name="controller", exclusive=True, group="controller"
+            )
         self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")
-
-    async def _run_controller(self) -> None:
-        states = await self.ctl.run()
-        summary = ", ".join(f"{job} {state.value}" for job, state in states.items())
-        self.notify(f"every job has ended: {summary}", timeout=10)
 
     async def on_unmount(self) -> None:
         await self.close_controller()
@@ -84,7 +95,7 @@ class HotspareApp(App[int]):
         await self.ctl.close()
 
     def redraw(self) -> None:
-        if isinstance(self.screen, ViewScreen):
+        if isinstance(self.screen, LiveScreen):
             self.screen.redraw()
             self.redraws += 1
 
@@ -117,7 +128,7 @@ class HotspareApp(App[int]):
                 return
             try:
                 do()
-            except (PermissionError, ValueError, KeyError) as err:
+            except (PermissionError, ValueError, KeyError, ConfigError) as err:
                 self.notify(f"{what}: {err}", severity="error")
                 return
             self.notify(f"{what}: done", timeout=3)
@@ -132,18 +143,41 @@ class HotspareApp(App[int]):
         self.switch_mode(mode)
 
     def action_next_view(self) -> None:
-        if isinstance(self.screen, ViewScreen):
-            modes = list(self.MODES)
-            self.switch_mode(modes[(modes.index(self.current_mode) + 1) % len(modes)])
+        modes = list(self.MODES)
+        self.switch_mode(modes[(modes.index(self.current_mode) + 1) % len(modes)])
+
+    def open_job(self, job: str) -> None:
+        self.push_screen(JobDetailScreen(job))
+
+    def open_host(self, host: str) -> None:
+        self.push_screen(HostDetailScreen(host))
+
+    def action_add_host(self) -> None:
+        self.switch_mode("fleet")
+        screen = self.screen
+        if isinstance(screen, FleetScreen):
+            screen.action_add_host()
 
     def action_help(self) -> None:
         screen = self.screen
-        if not isinstance(screen, ViewScreen):
+        if not isinstance(screen, LiveScreen):
             return
         off = " (off: read-only)" if self.ctl.read_only else ""
-        keys = [(b.key, b.description + off) for b in _bindings(screen.BINDINGS)]
+        keys: list[tuple[str, str]] = []
+        for cls in type(screen).__mro__:
+            for b in _bindings(getattr(cls, "BINDINGS", [])):
+                entry = (b.key, b.description + (off if b.id and _is_action(b.id) else ""))
+                if b.description and entry not in keys and all(k != b.key for k, _ in keys):
+                    keys.append(entry)
         keys += [(b.key, b.description) for b in _bindings(self.BINDINGS)]
         self.push_screen(HelpScreen(screen.TITLE_TEXT, keys, QUIT_NOTE))
+
+
+def _is_action(binding_id: str) -> bool:
+    """Bindings that change the fleet (off in read-only mode), as opposed to navigation."""
+    return binding_id.split(".")[0] in ("fleet", "jobs", "host") and not binding_id.endswith(
+        ".open"
+    )
 
 
 def _bindings(bindings: list[BindingType]) -> list[Binding]:

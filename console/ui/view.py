@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping
 
 from console.controller import Controller
 from protocol.messages import Health
@@ -26,6 +27,7 @@ FLEET_COLUMNS = (
     "disk free",
     "heartbeat",
     "job",
+    "util trend",
     "alerts",
 )
 JOB_COLUMNS = (
@@ -42,6 +44,9 @@ JOB_COLUMNS = (
 )
 REGION_PREFIX = "region:"
 BAR_WIDTH = 12
+SPARK_WIDTH = 12
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+TAG_MARK = "●"
 
 
 def _num(value: float | None, unit: str = "", digits: int = 0) -> str:
@@ -65,6 +70,53 @@ def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
     frac = min(max(step / steps, 0.0), 1.0) if steps else 0.0
     full = round(frac * width)
     return f"{'█' * full}{'░' * (width - full)} {step}/{steps} {frac:4.0%}"
+
+
+def spark(values: Iterable[float | None], width: int = SPARK_WIDTH, top: float = 100.0) -> str:
+    """The last ``width`` values as a one-line sparkline scaled 0..top (a gap where unknown)."""
+    out = []
+    for v in list(values)[-width:]:
+        if v is None or math.isnan(v):
+            out.append(" ")
+        else:
+            frac = min(max(v / top, 0.0), 1.0) if top > 0 else 0.0
+            out.append(SPARK_BLOCKS[round(frac * (len(SPARK_BLOCKS) - 1))])
+    return "".join(out)
+
+
+def gpu_util(h: Health) -> float | None:
+    vals = [g.util_pct for g in h.gpus if g.util_pct is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def filtered(rows: Mapping[str, Row], text: str, is_item: Callable[[str], bool]) -> dict[str, Row]:
+    """Rows with ``text`` in any cell or in their group's header (case-insensitive); a header
+    stays while any of its rows does."""
+    if not text:
+        return dict(rows)
+    needle = text.lower()
+    out: dict[str, Row] = {}
+    header: tuple[str, Row] | None = None
+    in_header = False
+    for key, row in rows.items():
+        if not is_item(key):
+            header, in_header = (key, row), any(needle in cell.lower() for cell in row)
+            continue
+        if in_header or any(needle in cell.lower() for cell in row):
+            if header is not None:
+                out.setdefault(header[0], header[1])
+            out[key] = row
+    return out
+
+
+def tagged(rows: Mapping[str, Row], tags: set[str]) -> dict[str, Row]:
+    """Rows with a mark in their first cell where tagged."""
+    return {
+        k: ((f"{TAG_MARK}{r[0][1:]}" if r[0].startswith(" ") else f"{TAG_MARK} {r[0]}"), *r[1:])
+        if k in tags
+        else r
+        for k, r in rows.items()
+    }
 
 
 def _gpu_cells(h: Health | None) -> Row:
@@ -124,6 +176,7 @@ def host_row(ctl: Controller, name: str, now: float) -> Row:
         disk,
         heartbeat,
         rt.job or "",
+        spark(gpu_util(x) for x in rt.health) if rt.health else "",
         alerts,
     )
 

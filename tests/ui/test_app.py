@@ -23,6 +23,7 @@ from console.ui.app import HotspareApp
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.help import HelpScreen
+from console.ui.screens.incidents import IncidentsScreen
 from console.ui.screens.jobs import JobsScreen
 from console.ui.widgets.live_table import LiveTable
 
@@ -122,6 +123,8 @@ async def test_the_views_show_the_fleet_by_region_and_the_job_training(tmp_path:
             30,
             "a checkpoint after pressing c",
         )
+        await pilot.press("tab")
+        assert isinstance(app.screen, IncidentsScreen)
         await pilot.press("tab")
         assert isinstance(app.screen, FleetScreen)
     stopped = list(read(inventory.parent / "state" / "journal.jsonl"))[-1]
@@ -253,4 +256,12 @@ async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> No
         await wait_for(
             pilot, lambda: table(app).cell("j", "state") == "failed (stopped)", 30, "stopped"
         )
-        await wait_for(pilot, lambda: notified(app, "every job has ended"), 10, "the run to end")
+        stopped_at = ctl.jobs["j"].step
+        await pilot.press("g")
+        await wait_for(
+            pilot, lambda: table(app).cell("j", "state") == "running", 60, "started again"
+        )
+        await wait_for(pilot, lambda: ctl.jobs["j"].history, 60, "progress after the start")
+        first = ctl.jobs["j"].history[0][1]
+        assert stopped_at - 10 <= first <= stopped_at + 10, "resumed where it stopped, not at 0"
+        assert table(app).cell("j", "host -> spare").startswith("b ->")

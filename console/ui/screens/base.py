@@ -1,15 +1,21 @@
-"""What the Fleet and Jobs views share: a live table redrawn from the controller, and actions."""
+"""What every live screen shares (redrawn from the controller, actions), and the list views.
+
+A list view (Fleet, Jobs, Incidents) is one live table with the conventions operators know
+from k9s: `/` filters, Space tags rows so one action applies to all of them, Enter drills
+down, Esc goes back (or clears the filter and the tags).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from console.ui.view import Row
+from console.ui.view import TAG_MARK, Row, filtered, tagged
 from console.ui.widgets.live_table import LiveTable
 
 if TYPE_CHECKING:
@@ -17,9 +23,12 @@ if TYPE_CHECKING:
     from console.ui.app import HotspareApp
 
 
-class ViewScreen(Screen[None]):
+class LiveScreen(Screen[None]):
+    """A screen the app redraws at a fixed rate from the controller's state."""
+
     TITLE_TEXT = ""
-    COLUMNS: tuple[str, ...] = ()
+    NOUN = "row"
+    """What a row is, in messages: host, job, incident."""
 
     @property
     def hotspare(self) -> HotspareApp:
@@ -29,6 +38,47 @@ class ViewScreen(Screen[None]):
     def ctl(self) -> Controller:
         return self.hotspare.ctl
 
+    def on_mount(self) -> None:
+        self.redraw()
+
+    def on_screen_resume(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        raise NotImplementedError
+
+    def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
+        self.hotspare.act(what, do, confirm=confirm)
+
+    def act_on_each(
+        self, what: str, keys: list[str], do: Callable[[str], object], *, confirm: str | None = None
+    ) -> None:
+        """One action on several rows (the tagged ones), confirmed once."""
+        label = keys[0] if len(keys) == 1 else f"{len(keys)} {self.NOUN}s ({', '.join(keys)})"
+
+        def each() -> None:
+            for key in keys:
+                do(key)
+
+        self.act(f"{what} {label}", each, confirm=confirm.format(label) if confirm else None)
+
+
+class ViewScreen(LiveScreen):
+    """One live table with filter, tags and drill-down."""
+
+    COLUMNS: tuple[str, ...] = ()
+    NOUN = "row"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "filter", id="view.filter"),
+        Binding("space", "tag", "tag row", id="view.tag"),
+        Binding("escape", "clear", "clear filter/tags", id="view.clear", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter_text = ""
+        self.tags: set[str] = set()
+
     @property
     def table(self) -> LiveTable:
         return self.query_one(LiveTable)
@@ -37,23 +87,92 @@ class ViewScreen(Screen[None]):
         yield Header()
         yield Static(self.TITLE_TEXT, classes="view-title")
         yield LiveTable(self.COLUMNS)
+        yield Input(
+            placeholder="filter: any text in a row; Enter keeps it, Esc clears", id="filter"
+        )
         yield Static("", classes="last-event")
         yield Footer()
-
-    def on_mount(self) -> None:
-        self.redraw()
-
-    def on_screen_resume(self) -> None:
-        self.redraw()
 
     def rows(self) -> dict[str, Row]:
         raise NotImplementedError
 
-    def redraw(self) -> int:
-        """Bring the table up to date; returns the number of cells written."""
-        written = self.table.sync(self.rows())
-        self.query_one(".last-event", Static).update(self.hotspare.last_event)
-        return written
+    def is_item(self, key: str) -> bool:
+        """Whether a row is something to act on (not a group header)."""
+        return True
 
-    def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
-        self.hotspare.act(what, do, confirm=confirm)
+    def redraw(self) -> None:
+        rows = filtered(self.rows(), self.filter_text, self.is_item)
+        self.tags &= set(rows)
+        self.table.sync(tagged(rows, self.tags))
+        title = self.TITLE_TEXT
+        if self.filter_text:
+            title += f"   /{self.filter_text}"
+        if self.tags:
+            title += f"   {TAG_MARK} {len(self.tags)} tagged (Esc clears)"
+        self.query_one(".view-title", Static).update(title)
+        self.query_one(".last-event", Static).update(self.hotspare.last_event)
+
+    # ---------------------------------------------------------------- selection
+
+    def selected(self) -> list[str]:
+        """The tagged rows, else the row under the cursor; empty (with a note) if none."""
+        if self.tags:
+            return [k for k in self.table.row_keys() if k in self.tags]
+        key = self.table.selected
+        if key is None or not self.is_item(key):
+            self.notify(f"select a {self.NOUN} first", severity="warning")
+            return []
+        return [key]
+
+    def one(self) -> str | None:
+        """The single row an action needs: the cursor row (tags are ignored)."""
+        key = self.table.selected
+        if key is None or not self.is_item(key):
+            self.notify(f"select a {self.NOUN} first", severity="warning")
+            return None
+        return key
+
+    def action_tag(self) -> None:
+        key = self.table.selected
+        if key is None or not self.is_item(key):
+            return
+        self.tags ^= {key}
+        self.redraw()
+        table = self.table
+        table.action_cursor_down()
+        if (below := table.selected) is not None and not self.is_item(below):
+            table.action_cursor_down()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.filter_text = event.value.strip()
+            self.redraw()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.display = bool(self.filter_text)
+            self.table.focus()
+
+    def action_clear(self) -> None:
+        box = self.query_one("#filter", Input)
+        if self.filter_text or box.display:
+            box.value = ""
+            box.display = False
+            self.filter_text = ""
+        else:
+            self.tags.clear()
+        self.table.focus()
+        self.redraw()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if key is not None and self.is_item(key):
+            self.open(key)
+
+    def open(self, key: str) -> None:
+        """Enter on a row: drill down."""

@@ -48,6 +48,10 @@ class LiveTable(DataTable[str]):
         """The text shown in one cell (for tests and the help of actions)."""
         return self._shown[key][self._column_names.index(column)]
 
+    def row_keys(self) -> list[str]:
+        """The row keys shown, in order."""
+        return list(self._shown)
+
     @property
     def selected(self) -> str | None:
         """The row key under the cursor, if any."""

@@ -1,0 +1,98 @@
+"""One host: each GPU's counters, utilisation and temperature history, alerts, health events."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, Sparkline, Static
+
+from console.states import HostState
+from console.ui.screens.base import LiveScreen
+from console.ui.view import gpu_util
+from console.ui.view_detail import GPU_COLUMNS, HEALTH_KINDS, event_lines, gpu_rows, host_summary
+from console.ui.widgets.live_table import LiveTable
+
+HISTORY_LINES = 10
+
+
+class HostDetailScreen(LiveScreen):
+    TITLE_TEXT = "Host"
+    NOUN = "host"
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back", id="detail.back"),
+        Binding("d", "drain", "drain", id="host.drain"),
+        Binding("o", "cordon", "cordon/uncordon", id="host.cordon"),
+        Binding("k", "kill", "kill demo host", id="host.kill"),
+        Binding("r", "revive", "revive demo host", id="host.revive"),
+    ]
+
+    def __init__(self, host: str) -> None:
+        super().__init__()
+        self.host = host
+        self._samples = -1
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", classes="view-title", id="host-summary")
+        yield Static("GPUs (newest sample)", classes="pane-title")
+        yield LiveTable(GPU_COLUMNS, id="gpus")
+        with Horizontal(classes="curves"):
+            with Vertical():
+                yield Static("", id="util-label")
+                yield Sparkline([], id="util", summary_function=max)
+            with Vertical():
+                yield Static("", id="cpu-label")
+                yield Sparkline([], id="cpu", summary_function=max)
+        yield Static("", id="alerts")
+        yield Static("Health history", classes="pane-title")
+        yield Static("", id="health-history", markup=False)
+        yield Footer()
+
+    def redraw(self) -> None:
+        ctl = self.ctl
+        rt = ctl.fleet.hosts[self.host]
+        self.query_one("#host-summary", Static).update(host_summary(ctl, self.host))
+        self.query_one("#gpus", LiveTable).sync(gpu_rows(ctl, self.host))
+        if len(rt.health) != self._samples or not rt.health:
+            self._samples = len(rt.health)
+            utils = [u for u in (gpu_util(h) for h in rt.health) if u is not None]
+            cpus = [h.cpu_pct for h in rt.health]
+            self.query_one("#util", Sparkline).data = utils
+            self.query_one("#cpu", Sparkline).data = cpus
+            self.query_one("#util-label", Static).update(
+                f"GPU util (mean over GPUs), last {len(utils)} samples"
+                + (f": now {utils[-1]:.0f}%" if utils else "")
+            )
+            self.query_one("#cpu-label", Static).update(
+                f"CPU, last {len(cpus)} samples" + (f": now {cpus[-1]:.0f}%" if cpus else "")
+            )
+        alerts = [f"{f.severity.value.upper()} {f.message}" for f in rt.findings]
+        self.query_one("#alerts", Static).update(
+            "Alerts: " + ("; ".join(alerts) if alerts else "none")
+        )
+        events = ctl.timeline.for_host(self.host, HEALTH_KINDS, HISTORY_LINES)
+        self.query_one("#health-history", Static).update(event_lines(events) or "(nothing yet)")
+
+    def action_drain(self) -> None:
+        self.act(
+            f"drain {self.host}",
+            lambda: self.ctl.drain_host(self.host),
+            confirm=f"Drain {self.host}? Its jobs move off with 0 lost steps.",
+        )
+
+    def action_cordon(self) -> None:
+        if self.ctl.fleet.hosts[self.host].state is HostState.CORDONED:
+            self.act(f"uncordon {self.host}", lambda: self.ctl.uncordon(self.host))
+        else:
+            self.act(f"cordon {self.host}", lambda: self.ctl.cordon(self.host))
+
+    def action_kill(self) -> None:
+        self.act(
+            f"kill {self.host}",
+            lambda: self.ctl.kill_host(self.host),
+            confirm=f"Kill demo host {self.host}? Its executors get SIGKILL.",
+        )
+
+    def action_revive(self) -> None:
+        self.act(f"revive {self.host}", lambda: self.ctl.revive_host(self.host))

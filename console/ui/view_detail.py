@@ -1,0 +1,167 @@
+"""Rows and text of the detail screens (a job, a host, the incidents), free of Textual."""
+
+from __future__ import annotations
+
+import time
+
+from console.controller import Controller
+from console.incidents import Incident
+from console.journal import Event, Kind
+from console.ui.view import Row, age
+
+CHECKPOINT_COLUMNS = ("step", "written", "size", "sha256", "verified on")
+JOB_INCIDENT_COLUMNS = ("#", "class", "MTTR", "lost steps", "resolved")
+INCIDENT_COLUMNS = (
+    "#",
+    "when",
+    "job",
+    "host",
+    "class",
+    "planned",
+    "detect",
+    "MTTR",
+    "lost steps",
+    "resolved",
+)
+GPU_COLUMNS = (
+    "GPU",
+    "name",
+    "util",
+    "mem",
+    "temp",
+    "power",
+    "throttle",
+    "ECC corr/uncorr",
+    "retired/remapped",
+    "PCIe replays",
+    "XIDs",
+)
+HEALTH_KINDS = frozenset({Kind.HEALTH, Kind.HOST_STATE, Kind.ALERT})
+
+
+def clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}s"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict[str, Row]:
+    """The newest checkpoints first, each with the hosts known to hold a verified copy."""
+    now = time.time() if now is None else now
+    sup = ctl.jobs[job]
+    replicas = {h: st for (j, h), st in ctl.replicator.state.items() if j == job}
+    rows: dict[str, Row] = {}
+    for host, m in reversed(sup.checkpoints):
+        holders = [host]
+        for spare, st in sorted(replicas.items()):
+            newest = st.manifest is not None and st.manifest.sha256 == m.sha256
+            if newest or (m.step in st.kept and st.manifest is not None):
+                holders.append(f"{spare} (replica)")
+        rows[f"{m.step}:{m.sha256}"] = (
+            str(m.step),
+            f"{age(now - m.created_at)} ago",
+            _mb(m.size),
+            m.sha256[:12],
+            ", ".join(holders),
+        )
+    return rows
+
+
+def incident_row(i: Incident) -> Row:
+    return (
+        str(i.id),
+        clock(i.fault_at),
+        i.job,
+        i.host,
+        i.fault_class,
+        "yes" if i.planned else "",
+        _secs(i.breakdown().get("detect")),
+        _secs(i.mttr_s),
+        "-" if i.lost_steps is None else str(i.lost_steps),
+        "yes" if i.resolved else "no",
+    )
+
+
+def incident_rows(ctl: Controller) -> dict[str, Row]:
+    """Newest first."""
+    return {str(i.id): incident_row(i) for i in reversed(ctl.timeline.incidents())}
+
+
+def job_incident_rows(ctl: Controller, job: str) -> dict[str, Row]:
+    return {
+        str(i.id): (
+            str(i.id),
+            i.fault_class,
+            _secs(i.mttr_s),
+            "-" if i.lost_steps is None else str(i.lost_steps),
+            "yes" if i.resolved else "no",
+        )
+        for i in reversed(ctl.timeline.incidents(job))
+    }
+
+
+def _opt(x: float | int | None, fmt: str = "{:.0f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def gpu_rows(ctl: Controller, host: str) -> dict[str, Row]:
+    """Each GPU's counters from the newest health sample."""
+    rt = ctl.fleet.hosts[host]
+    if not rt.health:
+        return {}
+    rows: dict[str, Row] = {}
+    for g in rt.health[-1].gpus:
+        if g.lost:
+            rows[str(g.index)] = (str(g.index), g.name, "LOST", *("-",) * 8)
+            continue
+        mem = (
+            f"{(g.mem_used_mb or 0) / 1024:.0f}/{g.mem_total_mb / 1024:.0f}G"
+            if g.mem_total_mb
+            else "-"
+        )
+        rows[str(g.index)] = (
+            str(g.index),
+            g.name,
+            _opt(g.util_pct, "{:.0f}%"),
+            mem,
+            _opt(g.temp_c, "{:.0f}C"),
+            _opt(g.power_w, "{:.0f}W"),
+            ", ".join(g.throttle) or "",
+            f"{_opt(g.ecc_corrected)}/{_opt(g.ecc_uncorrected)}",
+            f"{_opt(g.retired_pages_dbe)}/{_opt(g.remapped_rows_uncorrected)}"
+            + (" pending" if g.remap_pending else ""),
+            _opt(g.pcie_replays),
+            ", ".join(map(str, g.xids)),
+        )
+    return rows
+
+
+def event_lines(events: list[Event]) -> str:
+    return "\n".join(f"{clock(e.t)}  {e.msg}" for e in events)
+
+
+def job_summary(ctl: Controller, job: str) -> str:
+    sup = ctl.jobs[job]
+    state = sup.state.value + (f" ({sup.failure.value})" if sup.failure else "")
+    spares = ", ".join(sup.spares) or "none"
+    return (
+        f"Job {job}   {state}   on {sup.host or '-'} -> {spares}   epoch {sup.epoch}   "
+        f"restarts {sup.rec.restarts}   step {sup.step}/{sup.spec.steps}"
+    )
+
+
+def host_summary(ctl: Controller, host: str) -> str:
+    rt = ctl.fleet.hosts[host]
+    h = ctl.inv.hosts[host]
+    seen = age(time.monotonic() - rt.last_seen) if rt.last_seen else "-"
+    status = rt.health[-1].gpu_status if rt.health else "no health sample yet"
+    return (
+        f"Host {host}   {rt.state.value}   {h.region} / {h.role}   job {rt.job or '-'}   "
+        f"heard from {seen} ago   GPUs: {status}"
+    )
