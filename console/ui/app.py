@@ -47,13 +47,13 @@ class HotspareApp(App[int]):
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {HotspareCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "view('fleet')", "fleet", id="app.fleet"),
-        Binding("2", "view('jobs')", "jobs", id="app.jobs"),
-        Binding("3", "view('incidents')", "incidents", id="app.incidents"),
-        Binding("tab", "next_view", "next view", id="app.next_view", priority=True),
+        Binding("1", "view('fleet')", "fleet", id="app.fleet", show=False),
+        Binding("2", "view('jobs')", "jobs", id="app.jobs", show=False),
+        Binding("3", "view('incidents')", "incidents", id="app.incidents", show=False),
+        Binding("tab", "next_view", "next view", id="app.next_view", priority=True, show=False),
         Binding("colon", "command_palette", "commands", id="app.commands"),
         Binding("question_mark", "help", "keys", id="app.help"),
-        Binding("q", "quit", "quit (jobs keep running)", id="app.quit"),
+        Binding("q", "quit", "quit", id="app.quit"),
     ]
 
     def __init__(self, ctl: Controller, *, supervise: bool = True) -> None:
@@ -164,12 +164,12 @@ class HotspareApp(App[int]):
             return
         off = " (off: read-only)" if self.ctl.read_only else ""
         keys: list[tuple[str, str]] = []
-        for cls in type(screen).__mro__:
-            for b in _bindings(getattr(cls, "BINDINGS", [])):
-                entry = (b.key, b.description + (off if b.id and _is_action(b.id) else ""))
-                if b.description and entry not in keys and all(k != b.key for k, _ in keys):
-                    keys.append(entry)
-        keys += [(b.key, b.description) for b in _bindings(self.BINDINGS)]
+        ours = [c for c in type(screen).__mro__ if c.__module__.startswith("console.ui")]
+        for b in [b for cls in ours for b in _bindings(cls.__dict__.get("BINDINGS", []))]:
+            key = self.get_key_display(b)
+            if b.description and all(k != key for k, _ in keys):
+                keys.append((key, b.description + (off if b.id and _is_action(b.id) else "")))
+        keys += [(self.get_key_display(b), b.description) for b in _bindings(self.BINDINGS)]
         self.push_screen(HelpScreen(screen.TITLE_TEXT, keys, QUIT_NOTE))
 
 

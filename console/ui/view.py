@@ -18,14 +18,12 @@ FLEET_COLUMNS = (
     "host",
     "state",
     "role",
-    "GPU util",
+    "GPU",
     "GPU mem",
-    "GPU temp",
-    "GPU power",
-    "CPU",
-    "mem",
-    "disk free",
-    "heartbeat",
+    "temp/power",
+    "CPU/mem",
+    "disk",
+    "seen",
     "job",
     "util trend",
     "alerts",
@@ -44,9 +42,10 @@ JOB_COLUMNS = (
 )
 REGION_PREFIX = "region:"
 BAR_WIDTH = 12
-SPARK_WIDTH = 12
+SPARK_WIDTH = 10
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 TAG_MARK = "●"
+ALERTS_WIDTH = 22
 
 
 def _num(value: float | None, unit: str = "", digits: int = 0) -> str:
@@ -70,6 +69,10 @@ def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
     frac = min(max(step / steps, 0.0), 1.0) if steps else 0.0
     full = round(frac * width)
     return f"{'█' * full}{'░' * (width - full)} {step}/{steps} {frac:4.0%}"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def spark(values: Iterable[float | None], width: int = SPARK_WIDTH, top: float = 100.0) -> str:
@@ -121,9 +124,9 @@ def tagged(rows: Mapping[str, Row], tags: set[str]) -> dict[str, Row]:
 
 def _gpu_cells(h: Health | None) -> Row:
     if h is None:
-        return ("-", "-", "-", "-")
+        return ("-", "-", "-")
     if not h.gpus:
-        return ("no GPU", "-", "-", "-")
+        return ("no GPU", "-", "-")
     n = len(h.gpus)
 
     def avg(xs: list[float | None]) -> float | None:
@@ -138,7 +141,7 @@ def _gpu_cells(h: Health | None) -> Row:
     lost = sum(g.lost for g in h.gpus)
     mem = f"{used / 1024:.0f}/{total / 1024:.0f}G" if total else "-"
     util_s = _num(util, "%") + (f" x{n}" if n > 1 else "") + (f" {lost} lost" if lost else "")
-    return (util_s, mem, _num(temp, "C"), _num(power, "W"))
+    return (util_s, mem, f"{_num(temp, 'C')} {_num(power, 'W')}")
 
 
 def fleet_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
@@ -159,20 +162,18 @@ def fleet_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
 def host_row(ctl: Controller, name: str, now: float) -> Row:
     rt = ctl.fleet.hosts[name]
     h = rt.health[-1] if rt.health else None
-    cpu = mem = disk = "-"
+    cpu_mem = disk = "-"
     if h is not None:
-        cpu = f"{h.cpu_pct:.0f}%"
-        mem = f"{h.mem_used_pct:.0f}%"
-        disk = f"{h.disk_free_mb / 1024:.1f}G"
+        cpu_mem = f"{h.cpu_pct:.0f}%/{h.mem_used_pct:.0f}%"
+        disk = f"{h.disk_free_mb / 1024:.0f}G"
     heartbeat = age(now - rt.last_seen) if rt.last_seen else "-"
-    alerts = ", ".join(f.rule for f in rt.findings) if rt.findings else ""
+    alerts = _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH)
     return (
         f"  {name}",
         rt.state.value,
         ctl.inv.hosts[name].role,
         *_gpu_cells(h),
-        cpu,
-        mem,
+        cpu_mem,
         disk,
         heartbeat,
         rt.job or "",

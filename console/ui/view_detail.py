@@ -159,9 +159,9 @@ def job_summary(ctl: Controller, job: str) -> str:
 def host_summary(ctl: Controller, host: str) -> str:
     rt = ctl.fleet.hosts[host]
     h = ctl.inv.hosts[host]
-    seen = age(time.monotonic() - rt.last_seen) if rt.last_seen else "-"
+    seen = f"{age(time.monotonic() - rt.last_seen)} ago" if rt.last_seen else "never"
     status = rt.health[-1].gpu_status if rt.health else "no health sample yet"
     return (
         f"Host {host}   {rt.state.value}   {h.region} / {h.role}   job {rt.job or '-'}   "
-        f"heard from {seen} ago   GPUs: {status}"
+        f"last heard {seen}   GPUs: {status}"
     )

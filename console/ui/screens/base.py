@@ -70,7 +70,7 @@ class ViewScreen(LiveScreen):
     NOUN = "row"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "filter", id="view.filter"),
-        Binding("space", "tag", "tag row", id="view.tag"),
+        Binding("space", "tag", "tag row", id="view.tag", show=False),
         Binding("escape", "clear", "clear filter/tags", id="view.clear", show=False),
     ]
 

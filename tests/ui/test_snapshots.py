@@ -1,0 +1,129 @@
+"""Snapshots of the main screens at 120x40 (pytest-textual-snapshot): a fixed fleet state shown
+without running the controller, so every cell is deterministic.
+
+After an intended change of the look: ``pytest tests/ui/test_snapshots.py --snapshot-update``,
+then review the SVGs in ``__snapshots__``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetbed import job_table, local_host, write_inventory
+
+from console.controller import Controller
+from console.inventory import load
+from console.journal import Kind
+from console.policy import Policy
+from console.ui.app import HotspareApp
+from protocol.messages import GpuHealth, Health
+
+SIZE = (120, 40)
+T0 = 1_796_000_000.0  # a fixed wall time: 2026-11-30 00:53:20 UTC
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def health(util: float, temp: float, *, ecc: int = 0) -> Health:
+    gpus = [
+        GpuHealth(
+            index=i,
+            name="Fake H100",
+            util_pct=util,
+            mem_used_mb=40_960,
+            mem_total_mb=81_920,
+            temp_c=temp,
+            power_w=350.0,
+            ecc_corrected=0,
+            ecc_uncorrected=ecc,
+            pcie_replays=0,
+        )
+        for i in range(2)
+    ]
+    return Health(
+        t=T0,
+        cpu_pct=42.0,
+        mem_used_pct=37.0,
+        mem_available_mb=100_000.0,
+        disk_free_mb=512_000.0,
+        disk_total_mb=1_024_000.0,
+        gpu_status="ok: 2 GPUs",
+        gpus=gpus,
+    )
+
+
+def fixed_app(tmp_path: Path) -> HotspareApp:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "gpu-a": local_host(tmp_path / "a"),
+            "gpu-b": local_host(tmp_path / "b", role="spare"),
+            "gpu-c": local_host(tmp_path / "c", region="r2", role="spare"),
+        },
+        jobs={"llm": {"host": "gpu-a", "spares": ["gpu-b"], **job_table(steps=800)}},
+    )
+    ctl = Controller(load(inventory), Policy.MANUAL)
+    for i, util in enumerate([10, 35, 60, 85, 90, 95, 97, 99]):
+        ctl.fleet.observe("gpu-a", health(util, 60 + i))
+    ctl.fleet.observe("gpu-b", health(0, 35))
+    ctl.fleet.observe("gpu-c", health(0, 91, ecc=3))
+    ctl.fleet.hosts["gpu-a"].job = "llm"
+    sup = ctl.jobs["llm"]
+    sup.host, sup.spares, sup.step, sup.loss, sup.steps_per_s = "gpu-a", ["gpu-b"], 200, 2.5, 41.0
+    j = ctl.journal
+    j.record(Kind.HOST_STATE, "gpu-c: up -> cordoned (operator)", at=T0, host="gpu-c")
+    opened = {"class": "host_lost", "fault_at": T0, "last_step": 120, "planned": False}
+    j.record(
+        Kind.INCIDENT,
+        "incident 1: llm on gpu-a: host_lost",
+        at=T0 + 2.2,
+        job="llm",
+        host="gpu-a",
+        incident=1,
+        data={"phase": "detected", **opened},
+    )
+    for dt, phase, extra in [
+        (2.4, "decided", {"action": "failover", "host": "gpu-b"}),
+        (3.1, "transfer_done", {"host": "gpu-b", "replica_step": 118}),
+        (3.4, "executor_up", {"host": "gpu-b"}),
+        (3.6, "loaded", {"step": 118}),
+        (3.8, "first_step", {"step": 119}),
+    ]:
+        j.record(
+            Kind.INCIDENT,
+            f"incident 1: {phase}",
+            at=T0 + dt,
+            job="llm",
+            incident=1,
+            data={"phase": phase, **extra},
+        )
+    return HotspareApp(ctl, supervise=False)
+
+
+Compare = Callable[..., bool]
+
+
+@pytest.mark.parametrize(
+    ("name", "press"),
+    [
+        ("fleet", []),
+        ("jobs", ["2"]),
+        ("incidents", ["3"]),
+        ("host_detail", ["down", "enter"]),
+        ("help", ["2", "question_mark"]),
+        ("filter_and_tags", ["slash", "r", "2", "enter", "down", "space"]),
+    ],
+)
+def test_screen(snap_compare: Compare, tmp_path: Path, name: str, press: list[Any]) -> None:
+    assert snap_compare(fixed_app(tmp_path), press=press, terminal_size=SIZE)
