@@ -78,6 +78,18 @@ class Recovery:
             **data,
         )
 
+    def _in_executor_incident(self: JobSupervisor, fault: str, step: int, why: str) -> None:
+        """NaN and OOM are handled inside the executor (roll back and skip the batch; halve the
+        micro-batch): no restart, but an incident all the same, resolved at the next step."""
+        self.step = max(self.step, step - 1)  # the executor got this far before the fault
+        self._open_incident(fault, why)
+        if fault == "oom":
+            self._phase("decided", action="halve the micro-batch")
+            self.resumed_step = step - 1  # the step is retried, nothing is lost
+            self._phase("loaded", step=step - 1)
+        else:
+            self._phase("decided", action="roll back and skip the batch")  # Resumed follows
+
     async def _pid_alive(self: JobSupervisor, host: str, pid: int) -> bool:
         """While an executor starts (before it holds its lock), its pid says whether it lives."""
         t = self.ctl.fleet.hosts[host].transport

@@ -53,6 +53,8 @@ class Replicator:
         self._pending: dict[tuple[str, str], Source] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._idle: dict[tuple[str, str], asyncio.Event] = {}
+        self._incidents: dict[tuple[str, str], int] = {}
+        """Open incidents of spares that replicas fail to reach: (job, spare) -> incident."""
 
     def replica(self, job: str, spare: str) -> ReplicaState:
         return self.state.setdefault((job, spare), ReplicaState())
@@ -118,6 +120,7 @@ class Replicator:
                 host=spare,
                 data={"step": src.manifest.step, "ok": False, "error": str(e)},
             )
+            self._failing(job, spare, str(e))
             return False
         st.manifest, st.at = src.manifest, time.time()
         st.kept.append(src.manifest.step)
@@ -134,8 +137,38 @@ class Replicator:
                 "epoch": src.manifest.epoch,
             },
         )
+        self._recovered(job, spare, src.manifest.step)
         await self._prune(spare, folder, st)
         return True
+
+    def _failing(self, job: str, spare: str, error: str) -> None:
+        """A spare whose disk is full is an incident until a replica reaches it again: nothing
+        is lost yet, but a failover would lose more."""
+        full = any(s in error.lower() for s in ("no space", "disk full", "quota"))
+        if not full or (job, spare) in self._incidents:
+            return  # other failures (a source or spare gone) are the host's incident
+        sup = self.ctl.jobs.get(job)
+        step = sup.step if sup is not None else 0
+        n = self.ctl.incidents.open(
+            job,
+            spare,
+            "disk_full",
+            fault_at=time.time(),
+            last_step=step,
+            msg=f"replicas to {spare} fail: {error}",
+        )
+        self.ctl.incidents.phase(n, job, "decided", action="retry with the next checkpoint")
+        self._incidents[(job, spare)] = n
+
+    def _recovered(self, job: str, spare: str, step: int) -> None:
+        n = self._incidents.pop((job, spare), None)
+        if n is None:
+            return
+        sup = self.ctl.jobs.get(job)
+        last = sup.step if sup is not None else step
+        self.ctl.incidents.phase(n, job, "transfer_done", step=step)
+        self.ctl.incidents.phase(n, job, "loaded", step=last)  # training never stopped
+        self.ctl.incidents.phase(n, job, "first_step", step=last)
 
     async def _prune(self, spare: str, folder: str, st: ReplicaState) -> None:
         keep = self.ctl.inv.console.replicas_kept

@@ -112,6 +112,8 @@ class Watch:
         )
         if msg.fault == "preempted" and self.incident is None:
             self._open_incident("preemption", "SIGTERM: checkpoint now, then migrate", planned=True)
+        if msg.fault in ("nan", "oom") and self.incident is None:
+            self._in_executor_incident(msg.fault, msg.step, msg.message)
         if msg.fault == "config":
             self.exit = Outcome(Exit.CONFIG, msg.message)
 
@@ -221,7 +223,8 @@ class Watch:
     async def _kill(self: JobSupervisor, host: str, workdir: str) -> None:
         t = self.ctl.fleet.hosts[host].transport
         with contextlib.suppress(TransportError):
-            await t.run(["pkill", "-KILL", "-f", f"--workdir {workdir}"], timeout=10)
+            # "--": the pattern starts with a dash, which pkill would read as an option
+            await t.run(["pkill", "-KILL", "-f", "--", f"--workdir {workdir}"], timeout=10)
 
     async def _exit_from_workdir(self: JobSupervisor, host: str) -> Outcome:
         """The executor is gone: how did it end? Its events.jsonl says."""

@@ -23,6 +23,7 @@ from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
 from executors.inject import Injections
 from executors.kinds import load_kind
+from executors.threadname import name_os_thread
 from executors.trainer import Outcome
 from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET
 from protocol.errors import ConfigError, ProtocolError
@@ -179,6 +180,7 @@ class Server:
 
     def _train(self, spec: JobSpec, control: Control) -> None:
         code = exitcodes.FAILED
+        name_os_thread("hotspare-train")  # visible in /proc: which executor trains, not idles
         if self._warmup is not None:
             self._warmup.join()  # imports must not race: torch's import machinery is not thread-safe
         try:

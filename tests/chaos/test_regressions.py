@@ -1,0 +1,62 @@
+"""Bugs the chaos run found, each pinned by a test of its own (local hosts: fast)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import psutil
+from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+
+from console.controller import Controller
+from console.incidents import incidents
+from console.inventory import load
+from console.journal import read
+from console.policy import Policy
+from console.states import JobState
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_a_hung_executor_is_killed_and_restarted_in_place(tmp_path: Path) -> None:
+    """SIGSTOP: the console must kill the hung executor (its pkill pattern starts with a dash,
+    once read as an option), so the restart in place gets the workdir; no failover."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={
+            "j": {"host": "a", "spares": ["b"], **job_table(steps=5000, checkpoint_every_steps=100)}
+        },
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    pid = 0
+    try:
+        await until(lambda: sup.step >= 200 or task.done(), 90, "step 200")
+        assert not task.done()
+        pid = int((tmp_path / "a" / "jobs" / "j" / "executor.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        await until(lambda: _gone(pid), 60, "the hung executor to be killed")
+        await asyncio.wait_for(task, 180)
+    finally:
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "a", "restarted in place, not failed over"
+    (inc,) = incidents(read(tmp_path / "state" / "journal.jsonl"))
+    assert inc.fault_class == "executor_hang"
+    assert inc.resolved
