@@ -72,6 +72,10 @@ def make_deterministic(device: torch.device) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Deterministic kernels, but no NaN-filling of every torch.empty: that fill cost ~18% of
+    # the steps/s of a small charlm on CPU (benchmarks/executor_overhead.py), and results of
+    # ops that never read uninitialised memory are the same either way.
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def is_oom(e: BaseException) -> bool:
