@@ -4,7 +4,7 @@ Prints: the checkpoint size, the step time, one synchronous save, the async step
 the extra training time each async checkpoint costs, and that cost as a share of training
 time at one checkpoint every 30 s. Targets: overhead <= 1%, stall <= 10% of a sync save.
 
-    python benchmarks/checkpoint_cost.py [--steps 40] [--every 10] [--rounds 3]
+    python benchmarks/checkpoint_cost.py [--steps 40] [--every 10] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from common import Figure, at_most, to_json
 
 from executors import rng
 from executors.trainer import Trainer
@@ -73,6 +74,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="also print one JSON line last")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("HOTSPARE_BENCH_DIR")) as d:
         t = make_trainer(Path(d))
@@ -110,6 +112,29 @@ def main() -> None:
     print("| figure | measured | target |\n|---|---|---|")
     for name, value, target in rows:
         print(f"| {name} | {value} | {target} |")
+    if args.json:
+        share = 100 * stall / sync_save
+        overhead = 100 * async_extra / 30
+        figures = [
+            Figure("checkpoint size", size / 1e6, "MB", ">= 50 MB", size >= 50e6),
+            Figure("step time (no checkpoints)", step_s * 1e3, "ms"),
+            Figure("synchronous save (torch.save + fsync)", sync_save, "s"),
+            Figure("async stall per checkpoint (median)", stall * 1e3, "ms"),
+            Figure("async stall / synchronous save", share, "%", "<= 10 %", at_most(share, 10)),
+            Figure("async extra training time per checkpoint", async_extra, "s"),
+            Figure(
+                "async overhead at one checkpoint per 30 s",
+                overhead,
+                "%",
+                "<= 1 %",
+                at_most(overhead, 1),
+            ),
+        ]
+        notes = (
+            f"{args.rounds} rounds x {args.steps} steps, checkpoint every {args.every}, "
+            f"{os.cpu_count()} CPUs, torch {torch.__version__}"
+        )
+        print(to_json("checkpoint_cost", figures, notes), flush=True)
 
 
 if __name__ == "__main__":

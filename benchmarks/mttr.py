@@ -5,7 +5,7 @@ lease 2 s (cold spare) or 1.5 s (``--warm``: an idle executor pre-started on the
 first step), p50/p95 and lost steps. Targets: cold spare p50 <= 5 s, warm standby <= 2.5 s; lost steps <= one
 checkpoint interval.
 
-    python benchmarks/mttr.py [--trials 5]
+    python benchmarks/mttr.py [--trials 5] [--warm] [--json]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import sshbed  # noqa: E402
 from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model)
+from common import Figure, at_most, to_json  # noqa: E402
 from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
@@ -102,6 +103,7 @@ def main() -> None:
     ap.add_argument(
         "--warm", action="store_true", help="a warm standby on the spare instead of a cold spare"
     )
+    ap.add_argument("--json", action="store_true", help="also print one JSON line last")
     args = ap.parse_args()
     rows = []
     for i in range(args.trials):
@@ -127,6 +129,24 @@ def main() -> None:
         f"\nMTTR p50 {statistics.median(mttrs):.2f} s (target <= {TARGET_S[args.warm]:g} s), p95 {p95:.2f} s; "
         f"lost steps max {max(r['lost'] for r in rows):.0f} (target <= {EVERY})"
     )
+    if args.json:
+        p50, lost = statistics.median(mttrs), max(r["lost"] for r in rows)
+        target = TARGET_S[args.warm]
+        figures = [
+            Figure("MTTR p50", p50, "s", f"<= {target:g} s", at_most(p50, target)),
+            Figure("MTTR p95", p95, "s"),
+            Figure("lost steps (max)", lost, "steps", f"<= {EVERY}", at_most(lost, EVERY)),
+        ]
+        figures += [
+            Figure(f"{c} (median)", statistics.median(r.get(c, 0.0) for r in rows), "s")
+            for c in cols
+        ]
+        notes = (
+            f"{args.trials} trials, two loopback sshd hosts, checkpoint {rows[0]['size_mb']:.0f} MB "
+            f"every {EVERY} steps, lease {LEASE_S[args.warm]:g} s, heartbeat 0.25 s"
+        )
+        name = "mttr_warm" if args.warm else "mttr_cold"
+        print(to_json(name, figures, notes), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ also includes writing ``.part``, fsync, the sha256 check on B and the rename, wh
 does not do. Prints a markdown table of MB/s (median of the rounds) and the ratio to
 ``scp -3``. Target: hotspare >= 1.0x.
 
-    python benchmarks/transfer_vs_scp.py [--mb 200] [--rounds 3] [--no-variants]
+    python benchmarks/transfer_vs_scp.py [--mb 200] [--rounds 3] [--no-variants] [--json]
 """
 
 from __future__ import annotations
@@ -24,16 +24,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "benchmarks")]
 
 import asyncssh  # noqa: E402
 import sshbed  # noqa: E402
+from common import Figure, at_least, to_json  # noqa: E402
 
 from console.transport.files import transfer  # noqa: E402
 from console.transport.ssh import SshTarget, SshTransport, SshTuning  # noqa: E402
 
 MB = 1 << 20
 SCP_TIMEOUT = 300
+HOTSPARE = "hotspare transfer (exec stream, aes128-gcm)"
 
 
 def target(host: sshbed.SshHost) -> SshTarget:
@@ -150,7 +152,7 @@ def methods(bench: Bench, variants: bool) -> dict[str, Callable[[], None]]:
     table: dict[str, Callable[[], None]] = {
         "OpenSSH scp -3 (A -> console -> B)": bench.scp3,
         "OpenSSH scp A -> local file -> B": bench.scp_via_local,
-        "hotspare transfer (exec stream, aes128-gcm)": aio(bench.hotspare),
+        HOTSPARE: aio(bench.hotspare),
     }
     if variants:
         chacha = SshTuning(ciphers=("chacha20-poly1305@openssh.com",))
@@ -170,6 +172,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200, help="file size in MiB")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-variants", action="store_true", help="skip the tuning variants")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line last")
     args = parser.parse_args()
     with sshbed.ssh_bed() as bed:
         bench = Bench(bed, args.mb * MB)
@@ -192,6 +195,20 @@ def main() -> None:
         median = statistics.median(r)
         each = ", ".join(f"{x:.0f}" for x in r)
         print(f"| {name} | {median:.0f} | {each} | {median / base:.2f}x |")
+    if args.json:
+        ours = statistics.median(rates[HOTSPARE])
+        figures = [Figure(name, statistics.median(r), "MB/s") for name, r in rates.items()]
+        figures.append(
+            Figure(
+                "hotspare transfer / scp -3",
+                ours / base,
+                "x",
+                ">= 1.0x",
+                at_least(ours / base, 1.0),
+            )
+        )
+        notes = f"{args.mb} MiB, {args.rounds} rounds, two loopback sshd hosts, {cpus} CPUs"
+        print(to_json("transfer_vs_scp", figures, notes), flush=True)
 
 
 if __name__ == "__main__":
