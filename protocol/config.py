@@ -45,6 +45,10 @@ def read_toml(path: Path) -> tuple[dict[str, Any], str]:
         ) from None
     try:
         return tomllib.loads(text), text
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(
+            f"{path}: TOML syntax error: arrays or inline tables nested too deeply"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
