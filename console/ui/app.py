@@ -19,6 +19,7 @@ from textual.worker import Worker
 
 from console.controller import Controller
 from console.journal import Event, Kind
+from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent
 from console.ui.screens.base import LiveScreen
@@ -138,6 +139,24 @@ class HotspareApp(App[int]):
             run()
         else:
             self.push_screen(ConfirmScreen(confirm), run)
+
+    def perform(self, action: Action, keys: list[str], noun: str) -> None:
+        """One action on one or several jobs or hosts, confirmed once where it asks first."""
+        label = keys[0] if len(keys) == 1 else f"{len(keys)} {noun}s ({', '.join(keys)})"
+
+        def each() -> None:
+            for key in keys:
+                action.run(self.ctl, key)
+
+        confirm = action.confirm.format(label) if action.confirm else None
+        self.act(f"{action.verb} {label}", each, confirm=confirm)
+
+    def fail_over_to(self, job: str, host: str) -> None:
+        self.act(
+            f"fail over {job} to {host}",
+            lambda: self.ctl.fail_over(job, host),
+            confirm=f"Fail {job} over to {host} now?",
+        )
 
     def action_view(self, mode: str) -> None:
         self.switch_mode(mode)

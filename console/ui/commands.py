@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from console.states import HostState, JobState
+from console.ui.actions import HOST_ACTIONS, JOB_ACTIONS
 from console.ui.screens.choose import failover_targets
 
 if TYPE_CHECKING:
@@ -29,106 +29,31 @@ class HotspareCommands(Provider):
         for mode in app.MODES:
             yield f"view {mode}", f"switch to the {mode} view", partial(app.switch_mode, mode)
         yield "add host", "append a host to the inventory", app.action_add_host
-        for job, sup in ctl.jobs.items():
+        for job in ctl.jobs:
             yield (
                 f"open job {job}",
                 "curves, checkpoints, log, incidents",
                 partial(app.open_job, job),
             )
-            if sup.state.is_terminal():
-                if sup.state is not JobState.FINISHED:
+            for action in JOB_ACTIONS.values():
+                if action.applies(ctl, job):
                     yield (
-                        f"start {job}",
-                        "start it again from its newest checkpoint",
-                        partial(app.act, f"start {job}", partial(ctl.start_job, job)),
+                        f"{action.verb} {job}",
+                        action.help,
+                        partial(app.perform, action, [job], "job"),
                     )
-                continue
-            yield (
-                f"fail over {job}",
-                "move it to its best spare now",
-                partial(
-                    app.act,
-                    f"fail over {job}",
-                    partial(ctl.fail_over, job),
-                    confirm=f"Fail {job} over to its best spare now?",
-                ),
-            )
-            for host, what in failover_targets(ctl, job):
-                yield (
-                    f"fail over {job} to {host}",
-                    what,
-                    partial(
-                        app.act,
-                        f"fail over {job} to {host}",
-                        partial(ctl.fail_over, job, host),
-                        confirm=f"Fail {job} over to {host} now?",
-                    ),
-                )
-            yield (
-                f"checkpoint {job}",
-                "checkpoint now",
-                partial(app.act, f"checkpoint {job}", partial(ctl.checkpoint_now, job)),
-            )
-            yield (
-                f"approve failover of {job}",
-                "manual policy",
-                partial(app.act, f"approve failover of {job}", partial(ctl.approve, job)),
-            )
-            yield (
-                f"deny failover of {job}",
-                "manual policy",
-                partial(
-                    app.act,
-                    f"deny failover of {job}",
-                    partial(ctl.deny, job),
-                    confirm=f"Deny the pending failover of {job}?",
-                ),
-            )
-            yield (
-                f"stop {job}",
-                "checkpoint, then its executor exits",
-                partial(app.act, f"stop {job}", partial(ctl.stop_job, job), confirm=f"Stop {job}?"),
-            )
-        for host, rt in ctl.fleet.hosts.items():
+            if JOB_ACTIONS["fail_over"].applies(ctl, job):
+                for host, what in failover_targets(ctl, job):
+                    yield f"fail over {job} to {host}", what, partial(app.fail_over_to, job, host)
+        for host in ctl.fleet.hosts:
             yield f"open host {host}", "GPU counters, health history", partial(app.open_host, host)
-            yield (
-                f"drain {host}",
-                "move its jobs off with 0 lost steps",
-                partial(
-                    app.act,
-                    f"drain {host}",
-                    partial(ctl.drain_host, host),
-                    confirm=f"Drain {host}?",
-                ),
-            )
-            if rt.state is HostState.CORDONED:
-                yield (
-                    f"uncordon {host}",
-                    "take jobs again",
-                    partial(app.act, f"uncordon {host}", partial(ctl.uncordon, host)),
-                )
-            else:
-                yield (
-                    f"cordon {host}",
-                    "keep its jobs, take no new ones",
-                    partial(app.act, f"cordon {host}", partial(ctl.cordon, host)),
-                )
-            if ctl.inv.hosts[host].transport == "local":
-                yield (
-                    f"kill {host}",
-                    "demo: SIGKILL its executors, unreachable",
-                    partial(
-                        app.act,
-                        f"kill {host}",
-                        partial(ctl.kill_host, host),
-                        confirm=f"Kill demo host {host}?",
-                    ),
-                )
-                yield (
-                    f"revive {host}",
-                    "demo: bring it back",
-                    partial(app.act, f"revive {host}", partial(ctl.revive_host, host)),
-                )
+            for action in HOST_ACTIONS.values():
+                if action.applies(ctl, host):
+                    yield (
+                        f"{action.verb} {host}",
+                        action.help,
+                        partial(app.perform, action, [host], "host"),
+                    )
 
     async def discover(self) -> Hits:
         for text, help_text, run in self.commands():

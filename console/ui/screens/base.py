@@ -15,6 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from console.ui.actions import Action
 from console.ui.view import TAG_MARK, Row, filtered, tagged
 from console.ui.widgets.live_table import LiveTable
 
@@ -50,17 +51,9 @@ class LiveScreen(Screen[None]):
     def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
         self.hotspare.act(what, do, confirm=confirm)
 
-    def act_on_each(
-        self, what: str, keys: list[str], do: Callable[[str], object], *, confirm: str | None = None
-    ) -> None:
-        """One action on several rows (the tagged ones), confirmed once."""
-        label = keys[0] if len(keys) == 1 else f"{len(keys)} {self.NOUN}s ({', '.join(keys)})"
-
-        def each() -> None:
-            for key in keys:
-                do(key)
-
-        self.act(f"{what} {label}", each, confirm=confirm.format(label) if confirm else None)
+    def perform(self, action: Action, keys: list[str]) -> None:
+        if keys:
+            self.hotspare.perform(action, keys, self.NOUN)
 
 
 class ViewScreen(LiveScreen):

@@ -6,24 +6,21 @@ from typing import Any
 
 from textual.binding import Binding
 
-from console.states import HostState
 from console.ui.screens.add_host import AddHostScreen
 from console.ui.screens.base import ViewScreen
+from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.screens.host_detail import HostDetailScreen
 from console.ui.view import FLEET_COLUMNS, REGION_PREFIX, Row, fleet_rows
 
 
-class FleetScreen(ViewScreen):
+class FleetScreen(HostActions, ViewScreen):
     TITLE_TEXT = "Fleet"
     COLUMNS = FLEET_COLUMNS
     NOUN = "host"
     BINDINGS = [
         Binding("enter", "open", "details", id="fleet.open", show=False),
-        Binding("d", "drain", "drain", id="fleet.drain"),
-        Binding("o", "cordon", "cordon/uncordon", id="fleet.cordon"),
+        *HOST_BINDINGS,
         Binding("n", "add_host", "add host", id="fleet.add_host"),
-        Binding("k", "kill", "kill demo host", id="fleet.kill"),
-        Binding("r", "revive", "revive demo host", id="fleet.revive"),
     ]
 
     def rows(self) -> dict[str, Row]:
@@ -39,34 +36,8 @@ class FleetScreen(ViewScreen):
         if host := self.one():
             self.open(host)
 
-    def action_drain(self) -> None:
-        if hosts := self.selected():
-            self.act_on_each(
-                "drain",
-                hosts,
-                self.ctl.drain_host,
-                confirm="Drain {}? Their jobs move off with 0 lost steps.",
-            )
-
-    def action_cordon(self) -> None:
-        if hosts := self.selected():
-            if all(self.ctl.fleet.hosts[h].state is HostState.CORDONED for h in hosts):
-                self.act_on_each("uncordon", hosts, self.ctl.uncordon)
-            else:
-                self.act_on_each("cordon", hosts, self.ctl.cordon)
-
-    def action_kill(self) -> None:
-        if hosts := self.selected():
-            self.act_on_each(
-                "kill",
-                hosts,
-                self.ctl.kill_host,
-                confirm="Kill demo host {}? Its executors get SIGKILL.",
-            )
-
-    def action_revive(self) -> None:
-        if hosts := self.selected():
-            self.act_on_each("revive", hosts, self.ctl.revive_host)
+    def hosts_for_action(self) -> list[str]:
+        return self.selected()
 
     def action_add_host(self) -> None:
         if self.ctl.read_only:

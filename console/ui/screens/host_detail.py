@@ -7,8 +7,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Sparkline, Static
 
-from console.states import HostState
-from console.ui.screens.base import LiveScreen
+from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.view import gpu_util
 from console.ui.view_detail import GPU_COLUMNS, HEALTH_KINDS, event_lines, gpu_rows, host_summary
 from console.ui.widgets.live_table import LiveTable
@@ -16,15 +15,12 @@ from console.ui.widgets.live_table import LiveTable
 HISTORY_LINES = 10
 
 
-class HostDetailScreen(LiveScreen):
+class HostDetailScreen(HostActions):
     TITLE_TEXT = "Host"
     NOUN = "host"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "back", id="detail.back"),
-        Binding("d", "drain", "drain", id="host.drain"),
-        Binding("o", "cordon", "cordon/uncordon", id="host.cordon"),
-        Binding("k", "kill", "kill demo host", id="host.kill"),
-        Binding("r", "revive", "revive demo host", id="host.revive"),
+        *HOST_BINDINGS,
     ]
 
     def __init__(self, host: str) -> None:
@@ -74,25 +70,5 @@ class HostDetailScreen(LiveScreen):
         events = ctl.timeline.for_host(self.host, HEALTH_KINDS, HISTORY_LINES)
         self.query_one("#health-history", Static).update(event_lines(events) or "(nothing yet)")
 
-    def action_drain(self) -> None:
-        self.act(
-            f"drain {self.host}",
-            lambda: self.ctl.drain_host(self.host),
-            confirm=f"Drain {self.host}? Its jobs move off with 0 lost steps.",
-        )
-
-    def action_cordon(self) -> None:
-        if self.ctl.fleet.hosts[self.host].state is HostState.CORDONED:
-            self.act(f"uncordon {self.host}", lambda: self.ctl.uncordon(self.host))
-        else:
-            self.act(f"cordon {self.host}", lambda: self.ctl.cordon(self.host))
-
-    def action_kill(self) -> None:
-        self.act(
-            f"kill {self.host}",
-            lambda: self.ctl.kill_host(self.host),
-            confirm=f"Kill demo host {self.host}? Its executors get SIGKILL.",
-        )
-
-    def action_revive(self) -> None:
-        self.act(f"revive {self.host}", lambda: self.ctl.revive_host(self.host))
+    def hosts_for_action(self) -> list[str]:
+        return [self.host]

@@ -1,0 +1,106 @@
+"""Every operator action once: what it says, what it asks first, and which controller call it
+makes. The list views, the detail screens and the command palette all act through these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from console.controller import Controller
+from console.states import HostState, JobState
+
+
+def _answer(yes: bool) -> Callable[[Controller, str], object]:
+    def run(ctl: Controller, job: str) -> None:
+        if not (ctl.approve(job) if yes else ctl.deny(job)):
+            raise ValueError(f"{job} has no failover waiting for approval")
+
+    return run
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str
+    """How it reads before its target: ``drain gpu-3``."""
+    run: Callable[[Controller, str], object]
+    help: str
+    confirm: str | None = None
+    """The question asked first, ``{}`` being the target(s); None for a harmless action."""
+    applies: Callable[[Controller, str], bool] = lambda ctl, key: True
+    """Whether the palette offers it for this target now."""
+
+
+def _live(ctl: Controller, job: str) -> bool:
+    return not ctl.jobs[job].state.is_terminal()
+
+
+def _startable(ctl: Controller, job: str) -> bool:
+    state = ctl.jobs[job].state
+    return state.is_terminal() and state is not JobState.FINISHED
+
+
+def _cordoned(ctl: Controller, host: str) -> bool:
+    return ctl.fleet.hosts[host].state is HostState.CORDONED
+
+
+def _local(ctl: Controller, host: str) -> bool:
+    return ctl.inv.hosts[host].transport == "local"
+
+
+JOB_ACTIONS = {
+    "fail_over": Action(
+        "fail over",
+        lambda ctl, job: ctl.fail_over(job),
+        "move it to its best spare now",
+        "Fail {} over to the best spare now?",
+        _live,
+    ),
+    "approve": Action("approve failover of", _answer(True), "manual policy", None, _live),
+    "deny": Action(
+        "deny failover of", _answer(False), "manual policy", "Deny the failover of {}?", _live
+    ),
+    "checkpoint": Action(
+        "checkpoint", lambda ctl, job: ctl.checkpoint_now(job), "checkpoint now", None, _live
+    ),
+    "stop": Action(
+        "stop",
+        lambda ctl, job: ctl.stop_job(job),
+        "checkpoint, then the executor exits",
+        "Stop {}? It checkpoints and its executor exits.",
+        _live,
+    ),
+    "start": Action(
+        "start",
+        lambda ctl, job: ctl.start_job(job),
+        "start again from its newest checkpoint",
+        None,
+        _startable,
+    ),
+}
+
+HOST_ACTIONS = {
+    "drain": Action(
+        "drain",
+        lambda ctl, host: ctl.drain_host(host),
+        "move its jobs off with 0 lost steps",
+        "Drain {}? Its jobs move off with 0 lost steps.",
+    ),
+    "cordon": Action(
+        "cordon",
+        lambda ctl, host: ctl.cordon(host),
+        "keep its jobs, take no new ones",
+        None,
+        lambda ctl, host: not _cordoned(ctl, host),
+    ),
+    "uncordon": Action(
+        "uncordon", lambda ctl, host: ctl.uncordon(host), "take jobs again", None, _cordoned
+    ),
+    "kill": Action(
+        "kill",
+        lambda ctl, host: ctl.kill_host(host),
+        "demo: SIGKILL its executors, unreachable",
+        "Kill demo host {}? Its executors get SIGKILL.",
+        _local,
+    ),
+    "revive": Action("revive", lambda ctl, host: ctl.revive_host(host), "demo: back", None, _local),
+}
