@@ -18,9 +18,9 @@ from typing import Any
 
 from console.detect import DetectionSettings
 from console.fleet import Fleet
-from console.incidents import IncidentLog
+from console.incidents import IncidentLog, unclean_exit
 from console.inventory import Inventory, append_host
-from console.journal import Journal, Kind
+from console.journal import Journal, Kind, read
 from console.policy import Policy
 from console.replicator import Replicator
 from console.state_store import StateStore
@@ -76,11 +76,14 @@ class Controller:
         With ``stay`` (an operator's console) it keeps watching the hosts and serving actions
         (a job started again, a host added) after the last job ends, until cancelled.
         """
+        died = unclean_exit(read(self.journal.path))
         self.journal.record(
             Kind.CONSOLE,
             f"console started (policy {self.policy.value})",
             data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
         )
+        if died is not None:
+            self._console_died(*died)
         background = [asyncio.create_task(self._monitor_hosts(), name="host monitor")]
         if self.inv.console.webhook:
             hook = Webhook(
@@ -101,6 +104,25 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return {name: sup.state for name, sup in self.jobs.items()}
+
+    def _console_died(self, at: float, steps: dict[str, int]) -> None:
+        """The console before this one was killed: an incident per job it left running, resolved
+        at the job's next step under this console (reattached, or restarted)."""
+        for name, sup in self.jobs.items():
+            if sup.rec.finished_sha256 or not sup.rec.host:
+                continue
+            step = steps.get(name, 0)
+            n = self.incidents.open(
+                name,
+                sup.rec.host,
+                "console_restart",
+                fault_at=at,
+                last_step=step,
+                msg="the console before this one died; reattaching",
+            )
+            self.incidents.phase(n, name, "decided", action="reattach")
+            self.incidents.phase(n, name, "loaded", step=step)  # a reattached executor lost none
+            sup.incident, sup.resumed_step = n, step
 
     def _spawn(self, name: str) -> None:
         self._job_tasks[name] = asyncio.create_task(self.jobs[name].run(), name=f"job {name}")

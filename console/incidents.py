@@ -136,3 +136,18 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
         inc.times.setdefault(phase, e.t)
         inc.data.setdefault(phase, dict(e.data))
     return sorted(found.values(), key=lambda i: i.id)
+
+
+def unclean_exit(events: Iterable[Event]) -> tuple[float, dict[str, int]] | None:
+    """If the last console of this journal died without "console stopped": when it was last
+    heard of, and the last step it knew of each job; None after a clean stop."""
+    started = False
+    last_t = 0.0
+    steps: dict[str, int] = {}
+    for e in events:
+        last_t = e.t
+        if e.kind is Kind.CONSOLE:
+            started = e.msg.startswith("console started")
+        elif e.job and "step" in e.data and e.kind in (Kind.PROGRESS, Kind.CHECKPOINT):
+            steps[e.job] = max(steps.get(e.job, 0), int(e.data["step"]))
+    return (last_t, steps) if started else None

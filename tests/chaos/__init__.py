@@ -1,0 +1,1 @@
+"""Fault injection over a real fleet: seeded, randomized, with invariant checks."""

@@ -1,0 +1,225 @@
+"""The fault injectors: one function per kind in the fault table, each acting on real parts
+(signals to real executors, sshd and its processes killed, a namespace's link downed, bytes
+of a checkpoint on disk changed, a tmpfs filled, the console killed, the fake NVML rewritten).
+
+Each returns an ``Injected``: what was done, when, to which job and host, and what the console
+is expected to record (the incident classes that count, or none for a blip)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netbed import NsSshHost
+
+from chaos.fleet import FAILING_GPU, HEALTHY_GPU, Fleet
+from chaos.observe import events_size
+from executors.gpu_fake import write_state
+
+BLIP_S = 0.3
+"""A flap's outage: well under the console's suspect_after_s (1 s)."""
+UP_S = 0.9
+"""A flap's link up between two outages."""
+
+
+@dataclass
+class Injected:
+    kind: str
+    job: str
+    host: str
+    t: float
+    expect: tuple[str, ...]
+    """Incident classes that record this fault; empty: no incident and no failover expected."""
+    corrupted: list[tuple[str, str, int]] = field(default_factory=list)
+    """(host, data file path, events.jsonl size of the loading workdir at that moment)."""
+    heal: Callable[[], None] | None = None
+    """Undo what outlives the fault (a dead sshd, a downed link, a full disk, a failing GPU),
+    called once the job runs elsewhere or the fault has been seen."""
+    note: str = ""
+
+
+@dataclass
+class Target:
+    fleet: Fleet
+    job: str
+    host: str
+    spare: str | None
+    rng: random.Random
+
+
+def _pid(fleet: Fleet, host: str, job: str) -> int:
+    return int((fleet.workdir(host, job) / "executor.pid").read_text().strip())
+
+
+def sigkill(t: Target) -> Injected:
+    os.kill(_pid(t.fleet, t.host, t.job), signal.SIGKILL)
+    return Injected("sigkill", t.job, t.host, time.time(), ("executor_crash",))
+
+
+def sigstop(t: Target) -> Injected:
+    """A hang: the process and its connection stay, heartbeats stop. The console must fence
+    and kill it; it is never continued (teardown SIGKILLs whatever is left)."""
+    os.kill(_pid(t.fleet, t.host, t.job), signal.SIGSTOP)
+    return Injected("sigstop", t.job, t.host, time.time(), ("executor_hang",))
+
+
+def _restart_sshd(fleet: Fleet, host: str) -> Callable[[], None]:
+    def heal() -> None:
+        if not fleet.hosts[host].running:
+            fleet.hosts[host].start()
+
+    return heal
+
+
+def host_kill(t: Target) -> Injected:
+    t.fleet.hosts[t.host].kill_all()
+    return Injected(
+        "host_kill", t.job, t.host, time.time(), ("host_lost",), heal=_restart_sshd(t.fleet, t.host)
+    )
+
+
+def partition(t: Target) -> Injected:
+    host = t.fleet.hosts[t.host]
+    assert isinstance(host, NsSshHost)
+    host.netns.cut()
+    return Injected("partition", t.job, t.host, time.time(), ("host_lost",), heal=host.netns.heal)
+
+
+def flap(t: Target) -> Injected:
+    """Two short outages of the job's host link: a blip, which must cause no failover."""
+    host = t.fleet.hosts[t.host]
+    assert isinstance(host, NsSshHost)
+    at = time.time()
+    for _ in range(2):
+        host.netns.cut()
+        time.sleep(BLIP_S)  # the fault itself: the link is down this long
+        host.netns.heal()
+        time.sleep(UP_S)
+    return Injected("flap", t.job, t.host, at, ())
+
+
+def newest_complete(folder: Path) -> Path | None:
+    """The newest data file that has its manifest (a complete checkpoint or replica)."""
+    done = sorted(p for p in folder.glob("step-*.json"))
+    for manifest in reversed(done):
+        data = manifest.with_suffix(".pt")
+        if data.exists():
+            return data
+    return None
+
+
+def _damage(path: Path, rng: random.Random) -> str:
+    """Flip bytes in place or truncate (in place: hard links share the damage); how."""
+    size = path.stat().st_size
+    if rng.random() < 0.5:
+        with open(path, "r+b") as f:
+            f.truncate(size // 2)
+        return f"truncated to {size // 2} of {size} bytes"
+    with open(path, "r+b") as f:
+        at = rng.randrange(0, max(1, size - 16))
+        f.seek(at)
+        old = f.read(16)
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in old))
+        f.flush()
+        os.fsync(f.fileno())
+    return f"16 bytes flipped at offset {at} of {size}"
+
+
+def corrupt_checkpoint(t: Target) -> Injected:
+    """Kill the executor, then damage its newest complete checkpoint before the restart loads it."""
+    workdir = t.fleet.workdir(t.host, t.job)
+    os.kill(_pid(t.fleet, t.host, t.job), signal.SIGKILL)
+    at = time.time()
+    victim = newest_complete(workdir / "checkpoints")
+    inj = Injected("corrupt_checkpoint", t.job, t.host, at, ("executor_crash",))
+    if victim is not None:
+        inj.note = _damage(victim, t.rng)
+        inj.corrupted.append((t.host, str(victim), events_size(workdir)))
+    return inj
+
+
+def corrupt_replica(t: Target) -> Injected:
+    """The job's host dies, then its spare's newest replica is damaged before the failover."""
+    assert t.spare is not None
+    t.fleet.hosts[t.host].kill_all()
+    at = time.time()
+    victim = newest_complete(t.fleet.replicas(t.spare, t.job))
+    inj = Injected(
+        "corrupt_replica",
+        t.job,
+        t.host,
+        at,
+        ("host_lost",),
+        heal=_restart_sshd(t.fleet, t.host),
+    )
+    if victim is not None:
+        inj.note = _damage(victim, t.rng)
+        loading = t.fleet.workdir(t.spare, t.job)
+        promoted = loading / "checkpoints" / victim.name  # where a failover puts it
+        inj.corrupted.append((t.spare, str(promoted), events_size(loading)))
+    return inj
+
+
+def disk_full(t: Target) -> Injected:
+    """Fill the spare's disk (its tmpfs) to the last byte; healing deletes the filler."""
+    assert t.spare is not None
+    filler = t.fleet.hosts[t.spare].root / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+
+    def heal() -> None:
+        filler.unlink(missing_ok=True)
+
+    return Injected("disk_full", t.job, t.spare, time.time(), ("disk_full",), heal=heal)
+
+
+def console_restart(t: Target) -> Injected:
+    t.fleet.kill_console()
+    at = time.time()
+    t.fleet.start_console()
+    return Injected("console_restart", t.job, t.host, at, ("console_restart",))
+
+
+def gpu_fail(t: Target) -> Injected:
+    nvml = t.fleet.nvml(t.host)
+    write_state(nvml, FAILING_GPU)
+    return Injected(
+        "gpu_fail",
+        t.job,
+        t.host,
+        time.time(),
+        ("gpu_fail",),
+        heal=lambda: write_state(nvml, HEALTHY_GPU),
+    )
+
+
+INJECTORS: dict[str, Callable[[Target], Injected]] = {
+    "sigkill": sigkill,
+    "sigstop": sigstop,
+    "host_kill": host_kill,
+    "partition": partition,
+    "flap": flap,
+    "corrupt_checkpoint": corrupt_checkpoint,
+    "corrupt_replica": corrupt_replica,
+    "disk_full": disk_full,
+    "console_restart": console_restart,
+    "gpu_fail": gpu_fail,
+}
+ARMED = ("nan", "oom")
+"""Faults armed before the run (HOTSPARE_INJECT=nan@STEP,oom@STEP): they fire at a step."""
+NEEDS_NAMESPACE = {"partition", "flap"}
+NEEDS_REPLICA = {"corrupt_replica", "disk_full"}
+KINDS = (*INJECTORS, *ARMED)

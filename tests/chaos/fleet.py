@@ -1,0 +1,237 @@
+"""The chaos fleet: real sshd hosts (most inside network namespaces), each host's disk a small
+tmpfs, a fake NVML state file per host, the inventory, and the headless console as a process
+that can be killed and started again. Everything made here is undone by ``close``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetbed import EXECUTOR_ENV, write_inventory
+from helpers import REPO, TINY_CONFIG, env_with
+from netbed import NsSshHost
+from sshbed import SshBed, SshHost
+
+from executors.gpu_fake import write_state
+
+DISK_MB = 48
+"""Each host's disk: big enough for the bundle, checkpoints and replicas; small to fill."""
+HEALTHY_GPU: dict[str, Any] = {"devices": [{"name": "Fake H100", "temp_c": 50}]}
+FAILING_GPU: dict[str, Any] = {
+    "devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]
+}
+CONSOLE = [sys.executable, "-m", "console.cli"]
+# name, namespaced, region, role
+LAYOUT = (("a", True, "r1", "primary"), ("b", True, "r1", "spare"), ("c", False, "r2", "spare"))
+LAYOUT += (("d", True, "r2", "primary"),)
+
+
+@dataclass
+class JobPlan:
+    name: str
+    host: str
+    spare: str
+    steps: int
+    seed: int
+
+
+@dataclass
+class Fleet:
+    folder: Path
+    bed: SshBed
+    hosts: dict[str, SshHost] = field(default_factory=dict)
+    mounts: list[Path] = field(default_factory=list)
+    jobs: list[JobPlan] = field(default_factory=list)
+    inventory: Path | None = None
+    inject: str = ""
+    console: subprocess.Popen[bytes] | None = None
+    console_starts: int = 0
+
+    # ------------------------------------------------------------ building
+
+    @classmethod
+    def build(cls, seed: int) -> Fleet:
+        folder = Path(tempfile.mkdtemp(prefix="cz-", dir="/tmp"))
+        fleet = cls(folder, SshBed(folder / "bed"))
+        try:
+            base = 60 + (os.getpid() % 60) * 3  # a /24 of our own per namespace (10.213.N)
+            for i, (name, namespaced, _, _) in enumerate(LAYOUT):
+                host = fleet._host(name, base + i if namespaced else None)
+                fleet.hosts[name] = host
+                fleet._mount(host.root)  # before sshd starts: a namespaced sshd copies the mounts
+                host.start()
+                write_state(fleet.nvml(name), HEALTHY_GPU)
+        except BaseException:
+            fleet.close()
+            raise
+        return fleet
+
+    def _host(self, name: str, index: int | None) -> SshHost:
+        """A host in the bed (and its known_hosts), not started yet (netbed.ns_host starts)."""
+        if index is None:
+            return self.bed.host(name=name, start=False)
+        taken = {
+            int(h.address.rsplit(".", 1)[1]) for h in self.bed.hosts if h.address[:4] == "127."
+        }
+        host = NsSshHost(self.bed, next(i for i in range(2, 250) if i not in taken), name, index)
+        self.bed.hosts.append(host)
+        with open(self.bed.known_hosts, "a") as f:
+            f.write(host.known_hosts_line + "\n")
+        return host
+
+    def _mount(self, root: Path) -> None:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"cannot mount a tmpfs on {root} (root needed): {done.stderr}")
+        self.mounts.append(root)
+
+    def nvml(self, host: str) -> Path:
+        return self.folder / f"nvml-{host}.json"
+
+    def namespaced(self, host: str) -> bool:
+        return isinstance(self.hosts[host], NsSshHost)
+
+    def write_inventory(self, jobs: list[JobPlan], checkpoint_every: int) -> Path:
+        self.jobs = jobs
+        hosts = {
+            name: self.hosts[name].inventory_table(region, role=role)
+            for name, _, region, role in LAYOUT
+        }
+        table = {
+            j.name: {
+                "host": j.host,
+                "spares": [j.spare],
+                "workload": "charlm",
+                "steps": j.steps,
+                "seed": j.seed,
+                "checkpoint_every_steps": checkpoint_every,
+                "keep_checkpoints": 3,
+                "config": dict(TINY_CONFIG, micro_batch=4),
+            }
+            for j in jobs
+        }
+        self.inventory = write_inventory(
+            self.folder / "inventory.toml",
+            hosts=hosts,
+            jobs=table,
+            min_free_disk_gb=0.0,
+            health={"disk_free_warn_gb": 0.001},
+        )
+        return self.inventory
+
+    def executor_env(self) -> dict[str, dict[str, str]]:
+        env = {}
+        for name in self.hosts:
+            extra = {**EXECUTOR_ENV, "HOTSPARE_FAKE_NVML": str(self.nvml(name))}
+            if self.inject:
+                extra["HOTSPARE_INJECT"] = self.inject
+            env[name] = extra
+        return env
+
+    @property
+    def state_dir(self) -> Path:
+        return self.folder / "state"
+
+    def workdir(self, host: str, job: str) -> Path:
+        return self.hosts[host].root / "jobs" / job
+
+    def replicas(self, host: str, job: str) -> Path:
+        return self.hosts[host].root / "replicas" / job
+
+    # ------------------------------------------------------------ console
+
+    def start_console(self) -> None:
+        assert self.inventory is not None
+        self.console_starts += 1
+        n = self.console_starts
+        out, err = self.folder / f"console-{n}.out", self.folder / f"console-{n}.err"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            self.console = subprocess.Popen(
+                [*CONSOLE, "--inventory", str(self.inventory), "run", "--policy", "auto", "--json"],
+                stdout=stdout,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+                env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps(self.executor_env())),
+            )
+
+    def kill_console(self) -> None:
+        """The console dies at once (SIGKILL): nothing tells the executors."""
+        proc, self.console = self.console, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def check_console(self) -> None:
+        """Raise if the console has ended (with its last words)."""
+        if self.console is not None and self.console.poll() not in (None, 0):
+            raise AssertionError(
+                f"hotspare run exited {self.console.returncode}: {self.console_stderr()[-1500:]}"
+            )
+
+    def console_exit(self, timeout: float) -> int:
+        assert self.console is not None
+        return self.console.wait(timeout=timeout)
+
+    def console_stderr(self) -> str:
+        return "".join(
+            p.read_text(errors="replace") for p in sorted(self.folder.glob("console-*.err"))
+        )
+
+    def report(self) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "console.cli", "report", "--state-dir", str(self.state_dir)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env_with(),
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"hotspare report failed: {done.stderr.strip()}")
+        return done.stdout
+
+    # ------------------------------------------------------------ teardown
+
+    def close(self, keep: bool = False) -> None:
+        """Every process, namespace and mount made here goes, even after a failure."""
+        with contextlib.suppress(Exception):
+            self.kill_console()
+        for host in self.hosts.values():
+            if isinstance(host, NsSshHost):
+                with contextlib.suppress(Exception):
+                    host.netns.heal()
+        with contextlib.suppress(Exception):
+            self.bed.stop()  # kill_all per host; namespaces deleted
+        for root in self.mounts:
+            subprocess.run(["umount", "-l", str(root)], capture_output=True, timeout=30)
+        self.mounts.clear()
+        if not keep:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll until truthy; AssertionError naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,40 @@
+"""The short chaos seed of the default suite: one fleet (four sshd hosts, three of them behind
+network namespaces), one torch job under ``hotspare run --policy auto``, and nine kinds of
+fault in a seeded order, each checked against the guarantees (see chaos.invariants)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from chaos.episode import Config, Episode
+from chaos.runner import summary
+
+SEED = 3
+KINDS = [
+    "corrupt_checkpoint",  # SIGKILL, then the newest checkpoint damaged before the restart
+    "sigstop",
+    "corrupt_replica",  # the host killed (sshd and all under it), then the spare's replica damaged
+    "flap",
+    "console_restart",
+    "gpu_fail",
+    "disk_full",
+    "nan",
+    "oom",
+]
+"""Partition and plain SIGKILL / host kill run in the long mode (scripts/chaos)."""
+
+
+@pytest.mark.chaos
+@pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 (network namespaces)")
+def test_a_seeded_chaos_run_keeps_every_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
+    lines: list[str] = []
+    result = Episode(Config(seed=SEED, kinds=list(KINDS), steps=9000, log=lines.append)).run()
+    with capsys.disabled():
+        print("\n" + "\n".join(lines) + "\n" + summary([result], result.wall_s))
+    assert result.violations == []
+    assert sorted(f.kind for f in result.faults) == sorted(KINDS), result.skipped
+    assert all(m.ok for m in result.matches)
+    assert result.corrupt_skips >= 1, "a damaged checkpoint was met and skipped"
+    assert result.false_failovers == 0
