@@ -1,0 +1,64 @@
+"""An operator's console keeps watching hosts after the last job ends (``run(stay=True)``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from fleetbed import job_table, local_host, until, write_inventory
+
+from console.controller import Controller
+from console.inventory import load
+from console.policy import Policy
+from console.state_store import StateStore
+from console.states import HostState, JobState
+
+
+def finished_fleet(tmp_path: Path) -> Path:
+    """A fleet whose only job finished before this console started (nothing to launch)."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+    store = StateStore(tmp_path / "state")
+    rec = store.job("j")
+    rec.host, rec.finished_sha256, rec.finished_step = "a", "0" * 64, 800
+    store.save()
+    return inventory
+
+
+async def test_without_stay_run_returns_once_every_job_has_ended(tmp_path: Path) -> None:
+    ctl = Controller(load(finished_fleet(tmp_path)), Policy.AUTO)
+    states = await asyncio.wait_for(ctl.run(), 10)
+    await ctl.close()
+    assert states == {"j": JobState.FINISHED}
+
+
+async def test_with_stay_hosts_are_still_watched_after_the_last_job_ended(tmp_path: Path) -> None:
+    ctl = Controller(load(finished_fleet(tmp_path)), Policy.AUTO)
+    task = asyncio.create_task(ctl.run(stay=True))
+    try:
+        await until(lambda: ctl.jobs["j"].state is JobState.FINISHED, 10, "j finished")
+        ctl.kill_host("b")
+        await until(lambda: ctl.fleet.hosts["b"].state is HostState.DOWN, 10, "b seen down")
+        ctl.revive_host("b")
+        await until(lambda: ctl.fleet.hosts["b"].state is HostState.UP, 10, "b seen up again")
+        assert not task.done(), "still running: the console stays until it is closed"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await ctl.close()
+
+
+async def test_a_finished_job_cannot_be_started_again(tmp_path: Path) -> None:
+    ctl = Controller(load(finished_fleet(tmp_path)), Policy.AUTO)
+    await asyncio.wait_for(ctl.run(), 10)
+    try:
+        with pytest.raises(ValueError, match="only a stopped or failed job can start"):
+            ctl.start_job("j")
+    finally:
+        await ctl.close()
