@@ -13,6 +13,7 @@ import errno
 import hashlib
 import io
 import os
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +31,7 @@ from protocol.spec import CheckpointManifest
 
 Emit = Callable[[ExecutorMessage], None]
 _READ_CHUNK = 8 << 20
+MAX_MANIFEST = 1 << 20
 
 
 class CorruptCheckpoint(Exception):
@@ -243,7 +245,11 @@ class CheckpointManager:
         self, manifest_path: Path, map_location: torch.device | str
     ) -> tuple[CheckpointManifest, dict[str, Any]]:
         try:
-            manifest = msgspec.json.decode(manifest_path.read_bytes(), type=CheckpointManifest)
+            with _open_regular(manifest_path) as f:
+                raw = f.read(MAX_MANIFEST + 1)
+            if len(raw) > MAX_MANIFEST:
+                raise CorruptCheckpoint(f"manifest over {MAX_MANIFEST} bytes")
+            manifest = msgspec.json.decode(raw, type=CheckpointManifest)
         except (OSError, msgspec.DecodeError) as e:
             raise CorruptCheckpoint(f"unreadable manifest: {e}") from None
         if manifest.spec_hash != self.spec_hash:
@@ -259,7 +265,9 @@ class CheckpointManager:
             buf = io.BytesIO(data)
             state = torch.load(buf, map_location=map_location, weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unpickling failure means "do not use this one"
-            raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {e}") from None
+            text = " ".join(str(e).split())  # torch's errors span lines; an event is one
+            text = text if len(text) <= 500 else f"{text[:497]}..."
+            raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {text}") from None
         return manifest, state
 
 
@@ -271,18 +279,27 @@ def _root_errno(e: BaseException | None) -> int | None:
     return None
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """Open a regular file for reading; a FIFO, device or folder is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptCheckpoint(f"{path.name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
     """The file's bytes, only if their size and sha256 match the manifest."""
     try:
-        size = path.stat().st_size
-        if size != manifest.size:
-            raise CorruptCheckpoint(
-                f"size {size} bytes, manifest says {manifest.size} (truncated?)"
-            )
-        buf = bytearray()
-        sha = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(_READ_CHUNK):
+        with _open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size != manifest.size:
+                raise CorruptCheckpoint(
+                    f"size {size} bytes, manifest says {manifest.size} (truncated?)"
+                )
+            buf = bytearray()
+            sha = hashlib.sha256()
+            while len(buf) < size and (chunk := f.read(min(_READ_CHUNK, size - len(buf)))):
                 sha.update(chunk)
                 buf += chunk
     except OSError as e:
