@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,8 @@ def run_cli(folder: Path, window: Window, every_s: float, timeout: float) -> flo
     cmd = [*EXECUTOR, "run", "--spec", str(spec), "--workdir", str(folder / "w"), "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + timeout
+    watchdog = threading.Timer(timeout, proc.kill)  # a silent executor cannot block the read
+    watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -163,6 +166,7 @@ def run_cli(folder: Path, window: Window, every_s: float, timeout: float) -> flo
                 raise TimeoutError(f"run: no steady-state window within {timeout:g} s")
         raise RuntimeError(f"run: the executor exited {proc.wait(timeout=60)} before the window")
     finally:
+        watchdog.cancel()
         _stop(proc)
 
 
