@@ -23,16 +23,22 @@ print(json.dumps(out))
 """
 
 _PROMOTE = r"""
-import os, shutil, sys
+import glob, os, shutil, sys
 src, dst, stem = sys.argv[1:4]
 shutil.rmtree(dst, ignore_errors=True)
 os.makedirs(dst)
-for ext in (".pt", ".json"):
-    a, b = os.path.join(src, stem + ext), os.path.join(dst, stem + ext)
-    try:
-        os.link(a, b)
-    except OSError:
-        shutil.copyfile(a, b)
+# the chosen replica and every older one: if the newest turns out damaged, the executor's
+# loader skips it for the one before, as with its own checkpoints
+for manifest in sorted(glob.glob(os.path.join(src, "step-*.json"))):
+    name = os.path.basename(manifest)[: -len(".json")]
+    if name > stem or not os.path.exists(os.path.join(src, name + ".pt")):
+        continue
+    for ext in (".pt", ".json"):
+        a, b = os.path.join(src, name + ext), os.path.join(dst, name + ext)
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copyfile(a, b)
 fd = os.open(dst, os.O_RDONLY)
 os.fsync(fd)
 """
@@ -76,7 +82,7 @@ async def promote(
     *,
     timeout: float = 60,
 ) -> None:
-    """Make one replica the only checkpoint in an executor's checkpoint folder."""
+    """Make one replica (and the older ones kept beside it) an executor's checkpoints."""
     stem = f"step-{step:010d}"
     result = await t.run(
         [python, "-c", _PROMOTE, replica_folder, checkpoints, stem], timeout=timeout

@@ -119,9 +119,10 @@ class Episode:
         t0 = time.monotonic()
         fleet = Fleet.build(self.cfg.seed)
         sampler: Sampler | None = None
+        baselines: dict[str, subprocess.Popen[str]] = {}
         try:
             self._plan(fleet)
-            baselines = {j.name: _baseline(fleet, j.name) for j in fleet.jobs}
+            baselines.update({j.name: _baseline(fleet, j.name) for j in fleet.jobs})
             sampler = Sampler(
                 {j.name: [fleet.workdir(h, j.name) for h in fleet.hosts] for j in fleet.jobs}
             ).start()
@@ -142,6 +143,10 @@ class Episode:
         finally:
             if sampler is not None:
                 sampler.stop()
+            for proc in baselines.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
             for f in self.result.faults:
                 if f.heal is not None:
                     try:
@@ -175,7 +180,8 @@ class Episode:
                 break
             kind = next((k for k in todo if self._fits(fleet, job, k)), None)
             if kind is None:
-                self.result.skipped.append(f"{todo} (no host fits now)")
+                self.result.skipped += [f"{k} (no host fits it now)" for k in todo]
+                todo = []
                 break
             todo.remove(kind)
             view = job_view(journal(fleet.state_dir), job)

@@ -32,8 +32,9 @@ FAILING_GPU: dict[str, Any] = {
 }
 CONSOLE = [sys.executable, "-m", "console.cli"]
 # name, namespaced, region, role
-LAYOUT = (("a", True, "r1", "primary"), ("b", True, "r1", "spare"), ("c", False, "r2", "spare"))
-LAYOUT += (("d", True, "r2", "primary"),)
+# d, the one loopback host, is a job's last choice, so a partition most often finds a target
+LAYOUT = (("a", True, "r1", "primary"), ("b", True, "r1", "spare"), ("c", True, "r2", "spare"))
+LAYOUT += (("d", False, "r2", "primary"),)
 
 
 @dataclass

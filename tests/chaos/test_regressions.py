@@ -60,3 +60,43 @@ async def test_a_hung_executor_is_killed_and_restarted_in_place(tmp_path: Path) 
     (inc,) = incidents(read(tmp_path / "state" / "journal.jsonl"))
     assert inc.fault_class == "executor_hang"
     assert inc.resolved
+
+
+async def test_a_damaged_newest_replica_is_skipped_for_the_one_before(tmp_path: Path) -> None:
+    """The failover promoted only the newest replica; damaged, the job started over from step
+    0. Every kept replica is promoted now, so the loader falls back to the one before."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={
+            "j": {"host": "a", "spares": ["b"], **job_table(steps=4000, checkpoint_every_steps=100)}
+        },
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    replicas = tmp_path / "b" / "replicas" / "j"
+    try:
+        await until(
+            lambda: len(list(replicas.glob("step-*.json"))) >= 2 or task.done(), 90, "2 replicas"
+        )
+        assert not task.done()
+        ctl.kill_host("a")
+        *older, newest = sorted(replicas.glob("step-*.json"))
+        data = newest.with_suffix(".pt")
+        with open(data, "r+b") as f:
+            f.truncate(data.stat().st_size // 2)
+        previous = int(older[-1].stem.split("-")[1])
+        await asyncio.wait_for(task, 180)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.host == "b"
+    events = list(read(tmp_path / "state" / "journal.jsonl"))
+    (inc,) = incidents(events)
+    assert inc.fault_class == "host_lost"
+    assert inc.resumed_step == previous, "resumed from the replica before the damaged one"
+    assert any(e.data.get("fault") == "checkpoint_corrupt" for e in events), "the skip is an event"
