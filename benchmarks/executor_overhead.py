@@ -233,7 +233,7 @@ def measure() -> None:
         plain_worker(args.warmup, args.steps)
         return
     if args.quick:
-        args.rounds, args.warmup, args.steps, args.checkpoint_every_s = 1, 10, 40, 1.0
+        args.rounds, args.warmup, args.steps, args.checkpoint_every_s = 1, 10, 40, 2.0
     if min(args.rounds, args.warmup, args.steps) < 1 or args.checkpoint_every_s <= 0:
         ap.error("--rounds, --warmup, --steps and --checkpoint-every-s must be positive")
     plain: list[float] = []
