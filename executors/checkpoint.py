@@ -244,14 +244,7 @@ class CheckpointManager:
     def _load(
         self, manifest_path: Path, map_location: torch.device | str
     ) -> tuple[CheckpointManifest, dict[str, Any]]:
-        try:
-            with _open_regular(manifest_path) as f:
-                raw = f.read(MAX_MANIFEST + 1)
-            if len(raw) > MAX_MANIFEST:
-                raise CorruptCheckpoint(f"manifest over {MAX_MANIFEST} bytes")
-            manifest = msgspec.json.decode(raw, type=CheckpointManifest)
-        except (OSError, msgspec.DecodeError) as e:
-            raise CorruptCheckpoint(f"unreadable manifest: {e}") from None
+        manifest = read_manifest(manifest_path)
         if manifest.spec_hash != self.spec_hash:
             raise CorruptCheckpoint(
                 f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
@@ -279,7 +272,19 @@ def _root_errno(e: BaseException | None) -> int | None:
     return None
 
 
-def _open_regular(path: Path) -> BinaryIO:
+def read_manifest(path: Path) -> CheckpointManifest:
+    """A manifest from a regular file of at most MAX_MANIFEST bytes, else CorruptCheckpoint."""
+    try:
+        with open_regular(path) as f:
+            raw = f.read(MAX_MANIFEST + 1)
+        if len(raw) > MAX_MANIFEST:
+            raise CorruptCheckpoint(f"manifest over {MAX_MANIFEST} bytes")
+        return msgspec.json.decode(raw, type=CheckpointManifest)
+    except (OSError, msgspec.DecodeError) as e:
+        raise CorruptCheckpoint(f"unreadable manifest: {e}") from None
+
+
+def open_regular(path: Path) -> BinaryIO:
     """Open a regular file for reading; a FIFO, device or folder is refused, never waited on."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -291,7 +296,7 @@ def _open_regular(path: Path) -> BinaryIO:
 def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
     """The file's bytes, only if their size and sha256 match the manifest."""
     try:
-        with _open_regular(path) as f:
+        with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             if size != manifest.size:
                 raise CorruptCheckpoint(

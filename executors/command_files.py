@@ -23,7 +23,13 @@ from pathlib import Path
 
 import msgspec
 
-from executors.checkpoint import Emit, checkpoint_name
+from executors.checkpoint import (
+    CorruptCheckpoint,
+    Emit,
+    checkpoint_name,
+    open_regular,
+    read_manifest,
+)
 from executors.durable import atomic_write, fsync_dir
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
@@ -124,7 +130,7 @@ def _copy_hashing(src: Path, dst_tmp: Path) -> tuple[int, str]:
     """Copy ``src`` to ``dst_tmp`` (fsynced); its size and sha256."""
     sha, size = hashlib.sha256(), 0
     try:
-        with open(src, "rb") as fin, open(dst_tmp, "wb") as fout:
+        with open_regular(src) as fin, open(dst_tmp, "wb") as fout:
             while chunk := fin.read(_CHUNK):
                 sha.update(chunk)
                 size += len(chunk)
@@ -194,6 +200,9 @@ class Publisher:
             )
             manifest_path = self.folder / f"{name}.json"
             atomic_write(manifest_path, msgspec.json.encode(manifest))
+        except CorruptCheckpoint:  # not a regular file: not a checkpoint, whatever its name
+            tmp.unlink(missing_ok=True)
+            return None
         except OSError as e:
             tmp.unlink(missing_ok=True)
             full = e.errno == errno.ENOSPC
@@ -232,9 +241,9 @@ class Publisher:
         """Put the newest checkpoint that verifies into ``dest``; each one skipped is a Fault."""
         for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True):
             try:
-                manifest = msgspec.json.decode(manifest_path.read_bytes(), type=CheckpointManifest)
-            except (OSError, msgspec.DecodeError) as e:
-                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, f"unreadable manifest: {e}")
+                manifest = read_manifest(manifest_path)
+            except CorruptCheckpoint as e:
+                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, str(e))
                 continue
             if manifest.spec_hash != self.spec_hash:
                 why = f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
@@ -252,7 +261,7 @@ class Publisher:
             target, tmp = dest / source, dest / f".{source}.restore.tmp"
             try:
                 size, sha = _copy_hashing(manifest_path.with_suffix(".pt"), tmp)
-            except OSError as e:
+            except (OSError, CorruptCheckpoint) as e:
                 self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, f"cannot read: {e}")
                 continue
             if (size, sha) != (manifest.size, manifest.sha256):
