@@ -35,6 +35,8 @@ class ExecutorLink:
         self.hello: ExecutorHello | None = None
         self._reader: StreamReaderLike | None = None
         self._writer: StreamWriterLike | None = None
+        self._pumping: asyncio.Task[str] | None = None
+        self._closed_here = False
 
     async def open(self, timeout: float = HELLO_TIMEOUT_S) -> ExecutorHello:
         try:
@@ -80,6 +82,7 @@ class ExecutorLink:
         """Deliver messages until the link ends; returns why it ended (one line)."""
         if self._reader is None:
             return "link is closed"
+        self._pumping = asyncio.current_task()
         try:
             while True:
                 msg = await read_message(self._reader, EXECUTOR_MESSAGES)  # type: ignore[arg-type]
@@ -89,6 +92,9 @@ class ExecutorLink:
         except ProtocolError as e:
             return f"protocol error: {e}"
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed_here and task is not None and task.uncancel() == 0:
+                return "closed by the console"
             raise
         except Exception as e:  # noqa: BLE001 - a dropped stream of any transport ends the link
             return f"connection lost: {type(e).__name__}: {e}".rstrip(": ")
@@ -100,3 +106,10 @@ class ExecutorLink:
             with contextlib.suppress(Exception):
                 self._writer.close()
         self._reader = self._writer = None
+        # A read over a dead path (a partition) does not end when the stream is closed: an SSH
+        # channel waits for the peer's close, i.e. for the keepalive to give up. Stop it here.
+        task, self._pumping = self._pumping, None
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing is pumping
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                self._closed_here = True
+                task.cancel()

@@ -100,3 +100,44 @@ async def test_a_damaged_newest_replica_is_skipped_for_the_one_before(tmp_path: 
     assert inc.fault_class == "host_lost"
     assert inc.resumed_step == previous, "resumed from the replica before the damaged one"
     assert any(e.data.get("fault") == "checkpoint_corrupt" for e in events), "the skip is an event"
+
+
+async def test_a_partitioned_host_is_suspected_within_seconds_not_at_the_keepalive(
+    tmp_path: Path,
+) -> None:
+    """Closing a link over a dead path left its reader waiting for the SSH keepalive (15 s):
+    a partition was detected ~18 s late. The close now ends the read at once."""
+    import time
+
+    import sshbed
+    from netbed import ns_host
+
+    with sshbed.ssh_bed() as bed:
+        a, b = ns_host(bed, 200 + os.getpid() % 50, "a"), bed.host(name="b")
+        inv = write_inventory(
+            tmp_path / "inventory.toml",
+            hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
+            jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=6000)}},
+        )
+        env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+        ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+        sup = ctl.jobs["j"]
+        task = asyncio.create_task(ctl.run())
+        try:
+            await until(lambda: sup.step >= 100 or task.done(), 90, "step 100")
+            assert not task.done()
+            a.netns.cut()
+            cut_at = time.time()
+            await until(lambda: incidents(read(tmp_path / "state" / "journal.jsonl")), 30, "one")
+            detected = time.time() - cut_at
+            await until(lambda: sup.host == "b" and sup.incident is None, 60, "b to take over")
+            a.netns.heal()
+            await asyncio.wait_for(task, 180)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await ctl.close()
+    (inc,) = incidents(read(tmp_path / "state" / "journal.jsonl"))
+    assert inc.fault_class == "host_lost"
+    assert detected < 6, f"the partition was noticed {detected:.1f}s after the cut"
+    assert inc.mttr_s is not None and inc.mttr_s < 14, f"MTTR {inc.mttr_s}"
