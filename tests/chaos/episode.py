@@ -61,6 +61,8 @@ class Result:
     leftover: list[Any] = field(default_factory=list)
     false_failovers: int = 0
     corrupt_skips: int = 0
+    loads: int = 0
+    """Checkpoints loaded by executors (resumes and NaN rollbacks), each checked."""
     wall_s: float = 0.0
     report: str = ""
 
@@ -294,6 +296,9 @@ class Episode:
             workdirs = [fleet.workdir(h, j.name) for h in fleet.hosts]
             r.violations += inv.journal_epochs(events, j.name)
             r.violations += inv.checkpoint_epochs(events, workdirs, j.name)
+            bad, loads = inv.loads_whole(workdirs, j.name)
+            r.violations += bad
+            r.loads += loads
         bad, r.corrupt_skips = inv.corrupt_loads(r.faults)
         r.violations += bad
         r.report = fleet.report()

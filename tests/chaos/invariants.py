@@ -124,6 +124,25 @@ def corrupt_loads(faults: list[Injected]) -> tuple[list[str], int]:
     return out, skipped
 
 
+def loads_whole(workdirs: list[Path], job: str) -> tuple[list[str], int]:
+    """Every checkpoint an executor loaded (a resume or a NaN rollback) is one some executor
+    wrote whole: its step is that of a CheckpointSaved (which follows the manifest's rename).
+    Also how many loads there were."""
+    saved, loaded = set(), []
+    for w in workdirs:
+        for ev in executor_events(w):
+            if ev.get("kind") == "checkpoint":
+                saved.add(ev["manifest"]["step"])
+            elif ev.get("kind") == "resumed" and ev.get("checkpoint"):
+                loaded.append((w, ev["step"], ev["checkpoint"]))
+    bad = [
+        f"{job}: {w} loaded {path} (step {step}), which no executor reported written whole"
+        for w, step, path in loaded
+        if step not in saved
+    ]
+    return bad, len(loaded)
+
+
 @dataclass
 class Match:
     fault: Injected

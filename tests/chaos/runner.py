@@ -91,7 +91,8 @@ def summary(results: list[Result], wall_s: float) -> str:
     out.append(
         f"episodes {len(results)}, false failovers {sum(r.false_failovers for r in results)}, "
         f"incidents no fault explains {leftover}, damaged checkpoints met and skipped "
-        f"{sum(r.corrupt_skips for r in results)}, "
+        f"{sum(r.corrupt_skips for r in results)}, checkpoint loads checked "
+        f"{sum(r.loads for r in results)}, "
         f"violations {sum(len(r.violations) for r in results)}, wall {wall_s / 60:.1f} min"
     )
     for r in results:

@@ -38,4 +38,5 @@ def test_a_seeded_chaos_run_keeps_every_guarantee(capsys: pytest.CaptureFixture[
     assert sorted(f.kind for f in result.faults) == sorted(KINDS), result.skipped
     assert all(m.ok for m in result.matches)
     assert result.corrupt_skips >= 1, "a damaged checkpoint was met and skipped"
+    assert result.loads >= 3, "resumes and a rollback loaded checkpoints, each one checked"
     assert result.false_failovers == 0
