@@ -17,6 +17,15 @@ from console.transport.factory import open_transport
 from protocol.messages import Health
 
 PROBE_TIMEOUT_S = 3.0
+HEALTH_KEPT = 2
+HISTORY_LEN = 120
+"""Samples of the utilisation and CPU history kept per host, as plain numbers: a thousand hosts'
+whole Health objects would be millions of objects for the garbage collector to walk."""
+
+
+def mean_gpu_util(h: Health) -> float | None:
+    vals = [g.util_pct for g in h.gpus if g.util_pct is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 @dataclass
@@ -24,7 +33,13 @@ class HostRuntime:
     name: str
     transport: Transport
     machine: Machine[HostState]
-    health: deque[Health] = field(default_factory=lambda: deque(maxlen=120))
+    health: deque[Health] = field(default_factory=lambda: deque(maxlen=HEALTH_KEPT))
+    """The newest samples whole (the rules compare the last two)."""
+    util_history: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
+    """Mean GPU utilisation per sample (None: no GPU figure), oldest first."""
+    cpu_history: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_LEN))
+    samples: int = 0
+    """Health samples seen in all."""
     findings: list[Finding] = field(default_factory=list)
     last_seen: float = 0.0
     """Monotonic time of the last heartbeat or successful probe."""
@@ -96,6 +111,9 @@ class Fleet:
         rt = self.hosts[name]
         previous = rt.health[-1] if rt.health else None
         rt.health.append(health)
+        rt.util_history.append(mean_gpu_util(health))
+        rt.cpu_history.append(health.cpu_pct)
+        rt.samples += 1
         findings = evaluate(health, previous, self.inv.console.health)
         old = {(f.rule, f.message) for f in rt.findings}
         rt.findings = findings

@@ -96,8 +96,9 @@ class HotspareApp(App[int]):
         await self.ctl.close()
 
     def redraw(self) -> None:
-        if isinstance(self.screen, LiveScreen):
-            self.screen.redraw()
+        screen = self.screen
+        if isinstance(screen, LiveScreen) and screen.ready:
+            screen.redraw()
             self.redraws += 1
 
     # --------------------------------------------------------------- events

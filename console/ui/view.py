@@ -5,9 +5,10 @@ Kept free of Textual so the same rows can be printed or tested without a termina
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from console.controller import Controller
 from protocol.messages import Health
@@ -65,6 +66,12 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.0f}h"
 
 
+def seen(ago: float, heartbeat_s: float) -> str:
+    """``ok`` while heartbeats arrive on time, else how long ago the last one was (a cell that
+    does not change on every redraw for every healthy host)."""
+    return "ok" if ago <= 2 * heartbeat_s else age(ago)
+
+
 def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
     frac = min(max(step / steps, 0.0), 1.0) if steps else 0.0
     full = round(frac * width)
@@ -75,21 +82,16 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def spark(values: Iterable[float | None], width: int = SPARK_WIDTH, top: float = 100.0) -> str:
+def spark(values: Sequence[float | None], width: int = SPARK_WIDTH, top: float = 100.0) -> str:
     """The last ``width`` values as a one-line sparkline scaled 0..top (a gap where unknown)."""
     out = []
-    for v in list(values)[-width:]:
+    for v in itertools.islice(values, max(len(values) - width, 0), None):
         if v is None or math.isnan(v):
             out.append(" ")
         else:
             frac = min(max(v / top, 0.0), 1.0) if top > 0 else 0.0
             out.append(SPARK_BLOCKS[round(frac * (len(SPARK_BLOCKS) - 1))])
     return "".join(out)
-
-
-def gpu_util(h: Health) -> float | None:
-    vals = [g.util_pct for g in h.gpus if g.util_pct is not None]
-    return sum(vals) / len(vals) if vals else None
 
 
 def filtered(rows: Mapping[str, Row], text: str, is_item: Callable[[str], bool]) -> dict[str, Row]:
@@ -166,7 +168,7 @@ def host_row(ctl: Controller, name: str, now: float) -> Row:
     if h is not None:
         cpu_mem = f"{h.cpu_pct:.0f}%/{h.mem_used_pct:.0f}%"
         disk = f"{h.disk_free_mb / 1024:.0f}G"
-    heartbeat = age(now - rt.last_seen) if rt.last_seen else "-"
+    heartbeat = seen(now - rt.last_seen, ctl.detection.heartbeat_s) if rt.last_seen else "-"
     alerts = _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH)
     return (
         f"  {name}",
@@ -177,7 +179,7 @@ def host_row(ctl: Controller, name: str, now: float) -> Row:
         disk,
         heartbeat,
         rt.job or "",
-        spark(gpu_util(x) for x in rt.health) if rt.health else "",
+        spark(rt.util_history),
         alerts,
     )
 

@@ -20,12 +20,23 @@ async def test_sync_touches_only_changed_cells_and_follows_row_order() -> None:
         assert t.sync({"a": ("a", "up", "1"), "b": ("b", "up", "2")}) == 6
         assert t.sync({"a": ("a", "up", "1"), "b": ("b", "up", "2")}) == 0
         assert t.sync({"a": ("a", "down", "1"), "b": ("b", "up", "3")}) == 2
-        assert t.get_row("a") == ["a", "down", "1"]
+        assert [str(cell) for cell in t.get_row("a")] == ["a", "down", "1"]
         t.sync({"a": ("a", "down", "1"), "c": ("c", "up", "0"), "b": ("b", "up", "3")})
         assert [r.key.value for r in t.ordered_rows] == ["a", "c", "b"]
         t.sync({"b": ("b", "up", "3")})
         assert [r.key.value for r in t.ordered_rows] == ["b"]
         assert t.selected == "b"
+
+
+async def test_cells_are_shown_as_written_not_as_markup_and_columns_fit_them() -> None:
+    app = TableApp()
+    async with app.run_test(size=(80, 10)):
+        t = app.query_one(LiveTable)
+        t.sync({"x": ("[red]host[/red]", "up", "1")})
+        assert str(t.get_row("x")[0]) == "[red]host[/red]"
+        assert t.columns[t.ordered_columns[0].key].content_width == len("[red]host[/red]")
+        t.sync({"x": ("h", "up", "1")})
+        assert t.columns[t.ordered_columns[0].key].content_width == len("name"), "shrinks back"
 
 
 def test_cells_render_progress_and_ages() -> None:

@@ -39,7 +39,11 @@ class LiveScreen(Screen[None]):
     def ctl(self) -> Controller:
         return self.hotspare.ctl
 
+    ready = False
+    """Composed and mounted: the app's redraw timer may call ``redraw`` (not before)."""
+
     def on_mount(self) -> None:
+        self.ready = True
         self.redraw()
 
     def on_screen_resume(self) -> None:

@@ -8,7 +8,6 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Sparkline, Static
 
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
-from console.ui.view import gpu_util
 from console.ui.view_detail import GPU_COLUMNS, HEALTH_KINDS, event_lines, gpu_rows, host_summary
 from console.ui.widgets.live_table import LiveTable
 
@@ -50,10 +49,10 @@ class HostDetailScreen(HostActions):
         rt = ctl.fleet.hosts[self.host]
         self.query_one("#host-summary", Static).update(host_summary(ctl, self.host))
         self.query_one("#gpus", LiveTable).sync(gpu_rows(ctl, self.host))
-        if len(rt.health) != self._samples or not rt.health:
-            self._samples = len(rt.health)
-            utils = [u for u in (gpu_util(h) for h in rt.health) if u is not None]
-            cpus = [h.cpu_pct for h in rt.health]
+        if rt.samples != self._samples or not rt.samples:
+            self._samples = rt.samples
+            utils = [u for u in rt.util_history if u is not None]
+            cpus = list(rt.cpu_history)
             self.query_one("#util", Sparkline).data = utils
             self.query_one("#cpu", Sparkline).data = cpus
             self.query_one("#util-label", Static).update(
