@@ -155,7 +155,12 @@ class Controller:
     async def _monitor_hosts(self) -> None:
         """Hosts without a running job are probed, so up and down are known before they are needed."""
         while True:
-            idle = [n for n, rt in self.fleet.hosts.items() if rt.job is None]
+            now = time.monotonic()
+            idle = [  # a host heard from just now (a standby's heartbeat) needs no probe
+                n
+                for n, rt in self.fleet.hosts.items()
+                if rt.job is None and now - rt.last_seen > MONITOR_EVERY_S
+            ]
             results = await asyncio.gather(*(self.fleet.probe(n) for n in idle))
             for name, ok in zip(idle, results, strict=True):
                 state = self.fleet.hosts[name].state
