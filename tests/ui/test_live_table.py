@@ -39,6 +39,15 @@ async def test_cells_are_shown_as_written_not_as_markup_and_columns_fit_them() -
         assert t.columns[t.ordered_columns[0].key].content_width == len("name"), "shrinks back"
 
 
+async def test_a_sync_before_the_table_is_mounted_writes_nothing_and_does_not_fail() -> None:
+    app = TableApp()
+    async with app.run_test(size=(80, 10)):
+        early = LiveTable(("a", "b"))  # composed but not mounted: no columns yet
+        assert early.sync({"x": ("1", "2")}) == 0
+        await app.mount(early)
+        assert early.sync({"x": ("1", "2")}) == 2
+
+
 def test_cells_render_progress_and_ages() -> None:
     assert progress_bar(50, 200, width=4) == "█░░░ 50/200  25%"
     assert progress_bar(0, 0, width=2).startswith("░░ 0/0")

@@ -35,6 +35,8 @@ class LiveTable(DataTable[Text]):
 
     def sync(self, rows: Mapping[str, tuple[str, ...]]) -> int:
         """Show ``rows`` (in their order); returns how many cells were written."""
+        if not self.ordered_columns:  # not mounted yet: a redraw can come before on_mount
+            return 0
         written = 0
         keys = list(rows)
         if keys != list(self._shown):
