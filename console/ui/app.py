@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.worker import Worker
@@ -96,7 +96,10 @@ class HotspareApp(App[int]):
         await self.ctl.close()
 
     def redraw(self) -> None:
-        screen = self.screen
+        try:
+            screen = self.screen
+        except ScreenStackError:  # a tick while the app shuts down
+            return
         if isinstance(screen, LiveScreen) and screen.ready:
             screen.redraw()
             self.redraws += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import App, ComposeResult
 
 from console.ui.view import age, progress_bar
@@ -66,3 +68,12 @@ def test_a_newer_progress_event_replaces_a_queued_one_for_the_same_job() -> None
     assert msg(Kind.PROGRESS, "j").can_replace(msg(Kind.PROGRESS, "j"))
     assert not msg(Kind.PROGRESS, "j").can_replace(msg(Kind.PROGRESS, "k"))
     assert not msg(Kind.ALERT, "j").can_replace(msg(Kind.ALERT, "j"))
+
+
+async def test_a_redraw_tick_while_the_app_shuts_down_is_ignored(tmp_path: Path) -> None:
+    from test_snapshots import fixed_app
+
+    app = fixed_app(tmp_path)
+    async with app.run_test(size=(120, 40)):
+        assert app.redraws >= 0
+    app.redraw()  # no screen left on the stack: nothing to do, and no ScreenStackError
