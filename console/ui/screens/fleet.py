@@ -10,7 +10,7 @@ from console.ui.screens.add_host import AddHostScreen
 from console.ui.screens.base import ViewScreen
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.screens.host_detail import HostDetailScreen
-from console.ui.view import FLEET_COLUMNS, REGION_PREFIX, Row, fleet_rows
+from console.ui.view import FLEET_COLUMNS, REGION_PREFIX, Row, RowCache, fleet_rows
 
 
 class FleetScreen(HostActions, ViewScreen):
@@ -23,8 +23,12 @@ class FleetScreen(HostActions, ViewScreen):
         Binding("n", "add_host", "add host", id="fleet.add_host"),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: RowCache = {}
+
     def rows(self) -> dict[str, Row]:
-        return fleet_rows(self.ctl)
+        return fleet_rows(self.ctl, cache=self._rows)
 
     def is_item(self, key: str) -> bool:
         return not key.startswith(REGION_PREFIX)
