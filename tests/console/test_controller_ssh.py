@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +48,10 @@ def journal(inv: Path) -> list:  # type: ignore[type-arg]
     return list(read(inv.parent / "state" / "journal.jsonl"))
 
 
-async def start(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
-    task = asyncio.create_task(ctl.run())
+async def start(
+    ctl: Controller, predicate, timeout: float, what: str, *, stay: bool = False
+) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(ctl.run(stay=stay))
     await until(lambda: predicate() or task.done(), timeout, what)
     assert not task.done(), f"the run ended before {what}"
     return task
@@ -94,11 +97,12 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
     ctl = controller(inv)
     sup = ctl.jobs["j"]
-    task = await start(
+    task = await start(  # stay: the console keeps watching A after the job ends
         ctl,
         lambda: sup.step >= 60 and ctl.replicator.replica("j", "b").manifest,
         120,
         "step 60 and a replica on b",
+        stay=True,
     )
     old = executor_proc(a.root)
     a.netns.cut()
@@ -117,8 +121,11 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     assert asyncio.get_running_loop().time() >= stopped_at
     frozen = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
     a.netns.heal()
-    await asyncio.wait_for(task, 240)
+    await until(lambda: sup.state.is_terminal(), 240, "the job to end")
     await until(lambda: ctl.fleet.hosts["a"].state is HostState.UP, 30, "A reachable again")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     await ctl.close()
     assert sup.sha256 == digest
     after = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
