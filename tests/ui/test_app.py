@@ -88,6 +88,17 @@ def notified(app: HotspareApp, text: str) -> bool:
     return any(text in str(n.message) for n in app._notifications)
 
 
+def replica_on_b(ctl: Controller) -> bool:
+    return ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest is not None
+
+
+def running_on_b(app: HotspareApp) -> bool:
+    jobs = table(app)
+    return (
+        jobs.cell("j", "host -> spare").startswith("b ->") and jobs.cell("j", "state") == "running"
+    )
+
+
 def kinds_after(events: list[Event], action: str) -> list[Kind]:
     at = next(i for i, e in enumerate(events) if e.kind is Kind.ACTION and action in e.msg)
     return [e.kind for e in events[at + 1 :]]
@@ -135,12 +146,7 @@ async def test_killing_the_primary_from_the_fleet_view_fails_the_job_over(tmp_pa
     app, _ = console_app(fleet(tmp_path, steps=1500))
     ctl = app.ctl
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(
-            pilot,
-            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
-            90,
-            "step 40 and a replica on b",
-        )
+        await wait_for(pilot, lambda: replica_on_b(ctl), 90, "step 40 and a replica on b")
         hosts = table(app)
         hosts.move_cursor(row=hosts.get_row_index("a"))
         await pilot.press("k")
@@ -149,15 +155,7 @@ async def test_killing_the_primary_from_the_fleet_view_fails_the_job_over(tmp_pa
         assert isinstance(app.screen, FleetScreen)
         await wait_for(pilot, lambda: table(app).cell("a", "state") == "down", 30, "a down")
         await pilot.press("2")
-        await wait_for(
-            pilot,
-            lambda: (
-                table(app).cell("j", "host -> spare").startswith("b ->")
-                and table(app).cell("j", "state") == "running"
-            ),
-            60,
-            "the job running on b",
-        )
+        await wait_for(pilot, lambda: running_on_b(app), 60, "the job running on b")
         assert notified(app, "incident")
         await pilot.press("1")
         table(app).move_cursor(row=table(app).get_row_index("a"))
@@ -192,12 +190,7 @@ async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
     app, events = console_app(fleet(tmp_path, steps=1500), Policy.MANUAL)
     ctl = app.ctl
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(
-            pilot,
-            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
-            90,
-            "step 40 and a replica on b",
-        )
+        await wait_for(pilot, lambda: replica_on_b(ctl), 90, "step 40 and a replica on b")
         ctl.kill_host("a")
         await pilot.press("2")
         await wait_for(
@@ -234,24 +227,11 @@ async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> No
     ctl = app.ctl
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
-        await wait_for(
-            pilot,
-            lambda: ctl.jobs["j"].step >= 40 and ctl.replicator.replica("j", "b").manifest,
-            90,
-            "step 40 and a replica on b",
-        )
+        await wait_for(pilot, lambda: replica_on_b(ctl), 90, "step 40 and a replica on b")
         await pilot.press("f")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
-        await wait_for(
-            pilot,
-            lambda: (
-                table(app).cell("j", "host -> spare").startswith("b ->")
-                and table(app).cell("j", "state") == "running"
-            ),
-            60,
-            "the job running on b",
-        )
+        await wait_for(pilot, lambda: running_on_b(app), 60, "the job running on b")
         await pilot.press("s", "y")
         await wait_for(
             pilot, lambda: table(app).cell("j", "state") == "failed (stopped)", 30, "stopped"

@@ -64,7 +64,6 @@ class ViewScreen(LiveScreen):
     """One live table with filter, tags and drill-down."""
 
     COLUMNS: tuple[str, ...] = ()
-    NOUN = "row"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "filter", id="view.filter"),
         Binding("space", "tag", "tag row", id="view.tag", show=False),
@@ -173,3 +172,7 @@ class ViewScreen(LiveScreen):
 
     def open(self, key: str) -> None:
         """Enter on a row: drill down."""
+
+    def action_open(self) -> None:
+        if key := self.one():
+            self.open(key)

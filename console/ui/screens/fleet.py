@@ -16,7 +16,6 @@ from console.ui.view import FLEET_COLUMNS, REGION_PREFIX, Row, RowCache, fleet_r
 class FleetScreen(HostActions, ViewScreen):
     TITLE_TEXT = "Fleet"
     COLUMNS = FLEET_COLUMNS
-    NOUN = "host"
     BINDINGS = [
         Binding("enter", "open", "details", id="fleet.open", show=False),
         *HOST_BINDINGS,
@@ -35,10 +34,6 @@ class FleetScreen(HostActions, ViewScreen):
 
     def open(self, key: str) -> None:
         self.app.push_screen(HostDetailScreen(key))
-
-    def action_open(self) -> None:
-        if host := self.one():
-            self.open(host)
 
     def hosts_for_action(self) -> list[str]:
         return self.selected()

@@ -16,7 +16,6 @@ HISTORY_LINES = 10
 
 class HostDetailScreen(HostActions):
     TITLE_TEXT = "Host"
-    NOUN = "host"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "back", id="detail.back"),
         *HOST_BINDINGS,

@@ -27,10 +27,6 @@ class IncidentsScreen(ViewScreen):
     def open(self, key: str) -> None:
         self.app.push_screen(IncidentReportScreen(int(key)))
 
-    def action_open(self) -> None:
-        if key := self.one():
-            self.open(key)
-
 
 class IncidentReportScreen(LiveScreen):
     """The post-mortem of one incident, as ``hotspare report`` writes it."""

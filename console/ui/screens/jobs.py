@@ -13,7 +13,6 @@ from console.ui.view import JOB_COLUMNS, Row, job_rows
 class JobsScreen(JobActions, ViewScreen):
     TITLE_TEXT = "Jobs"
     COLUMNS = JOB_COLUMNS
-    NOUN = "job"
     BINDINGS = [Binding("enter", "open", "details", id="jobs.open", show=False), *JOB_BINDINGS]
 
     def rows(self) -> dict[str, Row]:
@@ -24,7 +23,3 @@ class JobsScreen(JobActions, ViewScreen):
 
     def open(self, key: str) -> None:
         self.app.push_screen(JobDetailScreen(key))
-
-    def action_open(self) -> None:
-        if job := self.one():
-            self.open(job)
