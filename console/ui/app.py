@@ -14,7 +14,6 @@ from typing import ClassVar
 
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.worker import Worker
 
 from console.controller import Controller
@@ -40,11 +39,12 @@ QUIT_NOTE = "q quits the console only: executors keep training until their lease
 class HotspareApp(App[int]):
     CSS_PATH = "hotspare.tcss"
     TITLE = "hotspare"
-    MODES: ClassVar[dict[str, type[Screen[None]]]] = {  # type: ignore[assignment]
+    VIEWS: ClassVar[dict[str, type[LiveScreen]]] = {
         "fleet": FleetScreen,
         "jobs": JobsScreen,
         "incidents": IncidentsScreen,
     }
+    """The list views, one Textual mode each, switched with 1, 2, 3 (and tab)."""
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {HotspareCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -66,6 +66,10 @@ class HotspareApp(App[int]):
         self.redraws = 0
         self._controller: Worker[object] | None = None
         self._closed = False
+        self.views = {name: view() for name, view in self.VIEWS.items()}
+        for name, screen in self.views.items():
+            self.add_mode(name, lambda screen=screen: screen)  # type: ignore[misc]
+        self._instant_switch = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -101,7 +105,7 @@ class HotspareApp(App[int]):
         except ScreenStackError:  # a tick while the app shuts down
             return
         if isinstance(screen, LiveScreen) and screen.ready:
-            screen.redraw()
+            screen.draw()
             self.redraws += 1
 
     # --------------------------------------------------------------- events
@@ -163,11 +167,30 @@ class HotspareApp(App[int]):
         )
 
     def action_view(self, mode: str) -> None:
-        self.switch_mode(mode)
+        """Show a list view, redrawn first if it has been shown before.
+
+        Textual holds the first frame after a mode switch for 50 ms, to hide a screen still
+        composing. A view already mounted is redrawn here instead, so its first frame is
+        current and is not held: that delay was half the latency budget of a key press.
+        """
+        view = self.views[mode]
+        if mode == self.current_mode:
+            return
+        if view.ready:
+            view.draw()
+            self._instant_switch = True
+        try:
+            self.switch_mode(mode)
+        finally:
+            self._instant_switch = False
+
+    def delay_update(self, delay: float = 0.05) -> None:
+        if not self._instant_switch:
+            super().delay_update(delay)
 
     def action_next_view(self) -> None:
-        modes = list(self.MODES)
-        self.switch_mode(modes[(modes.index(self.current_mode) + 1) % len(modes)])
+        modes = list(self.VIEWS)
+        self.action_view(modes[(modes.index(self.current_mode) + 1) % len(modes)])
 
     def open_job(self, job: str) -> None:
         self.push_screen(JobDetailScreen(job))
@@ -176,7 +199,7 @@ class HotspareApp(App[int]):
         self.push_screen(HostDetailScreen(host))
 
     def action_add_host(self) -> None:
-        self.switch_mode("fleet")
+        self.action_view("fleet")
         screen = self.screen
         if isinstance(screen, FleetScreen):
             screen.action_add_host()

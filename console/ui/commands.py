@@ -26,8 +26,8 @@ class HotspareCommands(Provider):
     def commands(self) -> Iterator[Command]:
         app = self.hotspare
         ctl = app.ctl
-        for mode in app.MODES:
-            yield f"view {mode}", f"switch to the {mode} view", partial(app.switch_mode, mode)
+        for mode in app.VIEWS:
+            yield f"view {mode}", f"switch to the {mode} view", partial(app.action_view, mode)
         yield "add host", "append a host to the inventory", app.action_add_host
         for job in ctl.jobs:
             yield (

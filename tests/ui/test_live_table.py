@@ -1,4 +1,4 @@
-"""The live table writes only the cells that changed, and keeps rows in the order given."""
+"""The live table: diffs snapshots, keeps row order and the cursor row, scrolls, selects."""
 
 from __future__ import annotations
 
@@ -11,43 +11,100 @@ from console.ui.widgets.live_table import LiveTable
 
 
 class TableApp(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.selected: list[str] = []
+
     def compose(self) -> ComposeResult:
         yield LiveTable(("name", "state", "step"))
 
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
+        self.selected.append(event.key)
 
-async def test_sync_touches_only_changed_cells_and_follows_row_order() -> None:
+
+def shown(t: LiveTable) -> list[str]:
+    """The table's lines as a terminal would show them (header first), trailing blanks cut."""
+    return [t.render_line(y).text.rstrip() for y in range(t.size.height)]
+
+
+async def test_sync_counts_changed_cells_follows_row_order_and_keeps_the_cursor_row() -> None:
     app = TableApp()
-    async with app.run_test(size=(80, 10)):
+    async with app.run_test(size=(80, 10)) as pilot:
         t = app.query_one(LiveTable)
         assert t.sync({"a": ("a", "up", "1"), "b": ("b", "up", "2")}) == 6
         assert t.sync({"a": ("a", "up", "1"), "b": ("b", "up", "2")}) == 0
         assert t.sync({"a": ("a", "down", "1"), "b": ("b", "up", "3")}) == 2
-        assert [str(cell) for cell in t.get_row("a")] == ["a", "down", "1"]
+        assert t.cell("a", "state") == "down"
+        await pilot.pause()  # the layout follows the rows
+        assert shown(t)[:3] == [" name  state  step", " a     down   1", " b     up     3"]
+        t.move_cursor(row=1)
         t.sync({"a": ("a", "down", "1"), "c": ("c", "up", "0"), "b": ("b", "up", "3")})
-        assert [r.key.value for r in t.ordered_rows] == ["a", "c", "b"]
-        t.sync({"b": ("b", "up", "3")})
-        assert [r.key.value for r in t.ordered_rows] == ["b"]
-        assert t.selected == "b"
+        assert t.row_keys() == ["a", "c", "b"]
+        assert t.selected == "b", "the cursor stays on the row it was on"
+        t.sync({"c": ("c", "up", "0")})
+        assert t.row_keys() == ["c"]
+        assert t.selected == "c"
+        t.clear()
+        assert t.row_count == 0 and t.selected is None
+        assert shown(t)[1] == ""
 
 
 async def test_cells_are_shown_as_written_not_as_markup_and_columns_fit_them() -> None:
     app = TableApp()
-    async with app.run_test(size=(80, 10)):
+    async with app.run_test(size=(80, 10)) as pilot:
         t = app.query_one(LiveTable)
         t.sync({"x": ("[red]host[/red]", "up", "1")})
-        assert str(t.get_row("x")[0]) == "[red]host[/red]"
-        assert t.columns[t.ordered_columns[0].key].content_width == len("[red]host[/red]")
+        await pilot.pause()
+        assert shown(t)[1].startswith(" [red]host[/red]  up")
+        assert t.column_width("name") == len("[red]host[/red]")
         t.sync({"x": ("h", "up", "1")})
-        assert t.columns[t.ordered_columns[0].key].content_width == len("name"), "shrinks back"
+        assert t.column_width("name") == len("name"), "shrinks back"
+        assert shown(t)[1].startswith(" h     up")
 
 
-async def test_a_sync_before_the_table_is_mounted_writes_nothing_and_does_not_fail() -> None:
+async def test_the_cursor_scrolls_into_view_and_the_header_stays() -> None:
+    app = TableApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        t = app.query_one(LiveTable)
+        t.sync({f"h{i:02}": (f"h{i:02}", "up", str(i)) for i in range(50)})
+        await pilot.pause()
+        await pilot.press("end")
+        assert t.selected == "h49"
+        lines = shown(t)
+        assert lines[0].startswith(" name") and lines[-1].startswith(" h49")
+        await pilot.press("home", "down", "down", "pagedown")
+        assert t.cursor_row == 2 + t.size.height - 2
+        assert shown(t)[0].startswith(" name")
+        assert t.selected in " ".join(shown(t))
+        cursor = t.render_line(1 + t.cursor_row - int(t.scroll_y))
+        other = t.render_line(1 + t.cursor_row - int(t.scroll_y) - 1)
+        assert cursor.text.startswith(f" {t.selected}")
+        assert {s.style for s in cursor} != {s.style for s in other}, "the cursor row stands out"
+
+
+async def test_enter_and_a_click_on_the_cursor_row_select_it() -> None:
+    app = TableApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        t = app.query_one(LiveTable)
+        t.sync({"a": ("a", "up", "1"), "b": ("b", "up", "2"), "c": ("c", "up", "3")})
+        await pilot.pause()
+        await pilot.press("down", "enter")
+        await pilot.click(LiveTable, offset=(2, 3))  # the row of c: the cursor moves
+        assert t.selected == "c"
+        await pilot.click(LiveTable, offset=(2, 3))  # again: opens it
+        await pilot.click(LiveTable, offset=(2, 0))  # the header: nothing
+        await pilot.pause()
+        assert app.selected == ["b", "c"]
+
+
+async def test_a_sync_before_the_table_is_mounted_is_shown_once_it_is() -> None:
     app = TableApp()
     async with app.run_test(size=(80, 10)):
-        early = LiveTable(("a", "b"))  # composed but not mounted: no columns yet
-        assert early.sync({"x": ("1", "2")}) == 0
-        await app.mount(early)
+        early = LiveTable(("a", "b"))  # composed but not mounted yet
         assert early.sync({"x": ("1", "2")}) == 2
+        await app.mount(early)
+        assert early.row_keys() == ["x"]
+        assert early.sync({"x": ("1", "2")}) == 0
 
 
 def test_cells_render_progress_and_ages() -> None:

@@ -7,21 +7,28 @@ down, Esc goes back (or clears the filter and the tags).
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import Header, Input, Static
 
 from console.ui.actions import Action
 from console.ui.view import TAG_MARK, Row, filtered, tagged
+from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
 if TYPE_CHECKING:
     from console.controller import Controller
     from console.ui.app import HotspareApp
+
+
+FRESH_S = 0.1
+"""A screen drawn this recently is not drawn again when it is shown."""
 
 
 class LiveScreen(Screen[None]):
@@ -42,12 +49,21 @@ class LiveScreen(Screen[None]):
     ready = False
     """Composed and mounted: the app's redraw timer may call ``redraw`` (not before)."""
 
+    drawn_at = -math.inf
+    """When ``draw`` last ran (monotonic seconds)."""
+
     def on_mount(self) -> None:
         self.ready = True
-        self.redraw()
+        self.draw()
 
     def on_screen_resume(self) -> None:
+        if time.monotonic() - self.drawn_at > FRESH_S:  # not just drawn by the app's switch
+            self.draw()
+
+    def draw(self) -> None:
+        """Redraw from the controller's state now."""
         self.redraw()
+        self.drawn_at = time.monotonic()
 
     def redraw(self) -> None:
         raise NotImplementedError
@@ -87,7 +103,7 @@ class ViewScreen(LiveScreen):
             placeholder="filter: any text in a row; Enter keeps it, Esc clears", id="filter"
         )
         yield Static("", classes="last-event")
-        yield Footer()
+        yield KeyBar()
 
     def rows(self) -> dict[str, Row]:
         raise NotImplementedError
@@ -165,10 +181,9 @@ class ViewScreen(LiveScreen):
         self.table.focus()
         self.redraw()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
-        if key is not None and self.is_item(key):
-            self.open(key)
+    def on_live_table_row_selected(self, event: LiveTable.RowSelected) -> None:
+        if self.is_item(event.key):
+            self.open(event.key)
 
     def open(self, key: str) -> None:
         """Enter on a row: drill down."""

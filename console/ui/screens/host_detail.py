@@ -5,10 +5,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Sparkline, Static
+from textual.widgets import Header, Sparkline, Static
 
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.view_detail import GPU_COLUMNS, HEALTH_KINDS, event_lines, gpu_rows, host_summary
+from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
 HISTORY_LINES = 10
@@ -41,7 +42,7 @@ class HostDetailScreen(HostActions):
         yield Static("", id="alerts")
         yield Static("Health history", classes="pane-title")
         yield Static("", id="health-history", markup=False)
-        yield Footer()
+        yield KeyBar()
 
     def redraw(self) -> None:
         ctl = self.ctl

@@ -7,12 +7,13 @@ import io
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Header, Markdown, Static
+from textual.widgets import Header, Markdown, Static
 
 from console.report import render_incident
 from console.ui.screens.base import LiveScreen, ViewScreen
 from console.ui.view import Row
 from console.ui.view_detail import INCIDENT_COLUMNS, incident_rows
+from console.ui.widgets.key_bar import KeyBar
 
 
 class IncidentsScreen(ViewScreen):
@@ -44,7 +45,7 @@ class IncidentReportScreen(LiveScreen):
         yield Static(f"Incident {self.incident}", classes="view-title")
         with VerticalScroll():
             yield Markdown("", id="report")
-        yield Footer()
+        yield KeyBar()
 
     def redraw(self) -> None:
         found = self.ctl.timeline.incident(self.incident)

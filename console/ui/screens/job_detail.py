@@ -7,7 +7,7 @@ import math
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Sparkline, Static
+from textual.widgets import Header, Sparkline, Static
 
 from console.ui.screens.job_actions import JOB_BINDINGS, JobActions
 from console.ui.view_detail import (
@@ -18,6 +18,7 @@ from console.ui.view_detail import (
     job_incident_rows,
     job_summary,
 )
+from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
 LOG_LINES = 12
@@ -63,7 +64,7 @@ class JobDetailScreen(JobActions):
                 yield LiveTable(JOB_INCIDENT_COLUMNS, id="incidents")
         yield Static("Log tail", classes="pane-title")
         yield Static("", id="log-tail", markup=False)
-        yield Footer()
+        yield KeyBar()
 
     def jobs_for_action(self) -> list[str]:
         return [self.job]

@@ -1,93 +1,269 @@
-"""A DataTable fed whole snapshots that touches only the cells that changed.
+"""A table of plain-text rows, fed whole snapshots, that redraws only what changed.
 
-At a thousand rows the costs that matter are DataTable's: every cell written drops its cache
-of rendered lines, and ``update_width=True`` re-measures the whole column for each narrower
-cell. So cells are plain ``Text`` (no markup parsing, and a host called ``[red]x`` shows as
-written), only rows in or near the viewport are written (the others catch up when they
-scroll into view), and column widths are set once per sync from the plain strings.
+Textual's DataTable was the console's cost at a thousand hosts: any cell written (and any
+screen switch, which re-applies CSS) dropped its whole cache of rendered cells, so a redraw
+or a view switch re-rendered every visible cell through Rich. This table is a line-API
+``ScrollView``: cells are plain strings (no markup, so a host called ``[red]x`` shows as
+written), a line is a handful of segments built on demand, and a sync refreshes only the
+lines whose text changed. The header stays on the first line while the rows scroll.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
-from rich.cells import cell_len
-from rich.text import Text
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
-VISIBLE_MARGIN = 20
-"""Rows written beyond the viewport, above and below."""
+PAD = 1
+"""Blank cells either side of each cell's text."""
 
 
-class LiveTable(DataTable[Text]):
+class LiveTable(ScrollView, can_focus=True):
     """Rows keyed by a domain name (host, job); ``sync`` diffs against what is shown."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select", "select", show=False),
+        Binding("up", "cursor_up", "up", show=False),
+        Binding("down", "cursor_down", "down", show=False),
+        Binding("pageup", "page_up", "page up", show=False),
+        Binding("pagedown", "page_down", "page down", show=False),
+        Binding("home", "first", "first row", show=False),
+        Binding("end", "last", "last row", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "live-table--header",
+        "live-table--cursor",
+        "live-table--odd-row",
+        "live-table--even-row",
+    }
+    DEFAULT_CSS = """
+    LiveTable {
+        background: $surface;
+        color: $foreground;
+        height: auto;
+        max-height: 100%;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .live-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+        }
+        & > .live-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        & > .live-table--even-row {
+            background: $surface-lighten-1 50%;
+        }
+        &:dark > .live-table--even-row {
+            background: $surface-darken-1 40%;
+        }
+        & > .live-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+
+    class RowSelected(Message):
+        """Enter (or a click on the cursor row) on a row."""
+
+        def __init__(self, table: LiveTable, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> LiveTable:
+            return self.table
+
     def __init__(self, columns: Sequence[str], **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self._column_names = tuple(columns)
         self._shown: dict[str, tuple[str, ...]] = {}
+        self._keys: list[str] = []
+        self._index: dict[str, int] = {}
         self._widths = [cell_len(name) for name in columns]
+        self.cursor_row = 0
+        self.virtual_size = Size(self._total_width(), 1)
 
-    def on_mount(self) -> None:
-        for name in self._column_names:
-            self.add_column(name, key=name)
+    # ------------------------------------------------------------------ data
 
     def sync(self, rows: Mapping[str, tuple[str, ...]]) -> int:
-        """Show ``rows`` (in their order); returns how many cells were written."""
-        if not self.ordered_columns:  # not mounted yet: a redraw can come before on_mount
-            return 0
+        """Show ``rows`` (in their order); returns how many cells changed."""
         written = 0
         keys = list(rows)
-        if keys != list(self._shown):
-            kept = [k for k in self._shown if k in rows]
-            if keys[: len(kept)] != kept:
-                self.clear()
-                self._shown.clear()
-            for key in [k for k in self._shown if k not in rows]:
-                self.remove_row(key)
-                del self._shown[key]
-        top = int(self.scroll_y) - VISIBLE_MARGIN
-        bottom = int(self.scroll_y) + self.size.height + VISIBLE_MARGIN
+        reordered = keys != self._keys
+        changed: list[int] = []
         for index, (key, row) in enumerate(rows.items()):
             before = self._shown.get(key)
             if before is None:
-                self.add_row(*(Text(cell) for cell in row), key=key)
                 written += len(row)
-            elif not top <= index <= bottom:
-                continue
+            elif before != row:
+                written += sum(old != new for old, new in zip(before, row, strict=True))
+                changed.append(index)
             else:
-                for column, old, new in zip(self._column_names, before, row, strict=True):
-                    if old != new:
-                        self.update_cell(key, column, Text(new))
-                        written += 1
+                continue
             self._shown[key] = row
-        if written:
-            self._fit_columns()
+        if reordered:
+            selected = self.selected
+            for key in [k for k in self._shown if k not in rows]:
+                del self._shown[key]
+            self._keys = keys
+            self._index = {key: i for i, key in enumerate(keys)}
+            if selected in self._index:
+                self.cursor_row = self._index[selected]
+            self.cursor_row = max(0, min(self.cursor_row, len(keys) - 1))
+        widened = bool(written) and self._fit_columns()
+        if reordered or widened:
+            self.virtual_size = Size(self._total_width(), len(self._keys) + 1)
+            self.refresh()
+        else:
+            top = int(self.scroll_y)
+            bottom = top + self.size.height
+            for index in changed:
+                if top <= index < bottom:
+                    self.refresh_line(index + 1)
         return written
 
-    def _fit_columns(self) -> None:
+    def _fit_columns(self) -> bool:
+        """Widths from the text shown (and the column names); whether any changed."""
+        fitted = False
         for i, name in enumerate(self._column_names):
             width = max(
                 max((cell_len(r[i]) for r in self._shown.values()), default=0), cell_len(name)
             )
             if width != self._widths[i]:
                 self._widths[i] = width
-                self.columns[ColumnKey(name)].content_width = width
-                self._require_update_dimensions = True
+                fitted = True
+        return fitted
+
+    def _total_width(self) -> int:
+        return sum(w + 2 * PAD for w in self._widths)
+
+    def clear(self) -> None:
+        self.sync({})
 
     def cell(self, key: str, column: str) -> str:
-        """The text last written to one cell (for tests and the help of actions)."""
+        """The text shown in one cell."""
         return self._shown[key][self._column_names.index(column)]
+
+    def column_width(self, column: str) -> int:
+        """The width of a column's text (without padding)."""
+        return self._widths[self._column_names.index(column)]
 
     def row_keys(self) -> list[str]:
         """The row keys shown, in order."""
-        return list(self._shown)
+        return list(self._keys)
+
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
+
+    def get_row_index(self, key: str) -> int:
+        return self._index[key]
 
     @property
     def selected(self) -> str | None:
         """The row key under the cursor, if any."""
-        if not self.row_count:
-            return None
-        row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
-        return row_key.value
+        return self._keys[self.cursor_row] if self._keys else None
+
+    # ---------------------------------------------------------------- cursor
+
+    def move_cursor(self, *, row: int) -> None:
+        """Put the cursor on ``row`` (clamped) and scroll it into view."""
+        old = self.cursor_row
+        self.cursor_row = max(0, min(row, len(self._keys) - 1))
+        if self.cursor_row == old:
+            return
+        rows_shown = max(1, self.size.height - 1)
+        top = int(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + rows_shown:
+            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
+        self.refresh_line(old + 1)
+        self.refresh_line(self.cursor_row + 1)
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(row=self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(row=self.cursor_row + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(row=self.cursor_row - max(1, self.size.height - 2))
+
+    def action_page_down(self) -> None:
+        self.move_cursor(row=self.cursor_row + max(1, self.size.height - 2))
+
+    def action_first(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_last(self) -> None:
+        self.move_cursor(row=len(self._keys) - 1)
+
+    def action_select(self) -> None:
+        if (key := self.selected) is not None:
+            self.post_message(self.RowSelected(self, key))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y == 0:
+            return
+        row = offset.y - 1 + int(self.scroll_y)
+        if row >= len(self._keys):
+            return
+        if row == self.cursor_row:
+            self.action_select()
+        else:
+            self.move_cursor(row=row)
+
+    # ---------------------------------------------------------------- render
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if y == 0:
+            line = self._line(self._column_names, base + self._style("live-table--header"))
+        else:
+            index = y - 1 + int(self.scroll_y)
+            if index >= len(self._keys):
+                return Strip.blank(width, base)
+            if index == self.cursor_row and self._keys:
+                part = "live-table--cursor"
+            else:
+                part = "live-table--odd-row" if index % 2 else "live-table--even-row"
+            line = self._line(self._shown[self._keys[index]], base + self._style(part))
+        scroll_x = int(self.scroll_x)
+        return line.crop_extend(scroll_x, scroll_x + width, base)
+
+    def _style(self, part: str) -> Style:
+        return self.get_component_rich_style(part)
+
+    def _line(self, cells: Sequence[str], style: Style) -> Strip:
+        pad = " " * PAD
+        return Strip(
+            [
+                Segment(pad + set_cell_size(text, width) + pad, style)
+                for text, width in zip(cells, self._widths, strict=True)
+            ],
+            self._total_width(),
+        )

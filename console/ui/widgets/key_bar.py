@@ -1,0 +1,61 @@
+"""The current screen's keys on one line, k9s style.
+
+Textual's Footer builds one widget per key and rebuilds them all whenever a screen's
+bindings change, which includes every view switch; at a thousand hosts that CSS work was
+a third of the time from pressing ``1`` to seeing the Fleet view. This bar is one widget
+that renders the bindings as a line of text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.screen import Screen
+from textual.widget import Widget
+
+
+class KeyBar(Widget):
+    """Key and description of every shown binding, in the order Textual resolves them."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"key-bar--key", "key-bar--description"}
+    DEFAULT_CSS = """
+    KeyBar {
+        dock: bottom;
+        height: 1;
+        background: $footer-background;
+        color: $footer-foreground;
+        & > .key-bar--key {
+            color: $footer-key-foreground;
+            background: $footer-key-background;
+            text-style: bold;
+        }
+        & > .key-bar--description {
+            color: $footer-description-foreground;
+            background: $footer-description-background;
+        }
+    }
+    """
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _bindings_changed(self, screen: Screen[object]) -> None:
+        if self.is_attached and screen is self.screen:
+            self.refresh()
+
+    def render(self) -> Text:
+        key_style = self.get_component_rich_style("key-bar--key")
+        text_style = self.get_component_rich_style("key-bar--description")
+        line = Text(no_wrap=True, overflow="ellipsis", end="")
+        actions: set[str] = set()
+        for _node, binding, enabled, _tip in self.screen.active_bindings.values():
+            if not binding.show or binding.action in actions:
+                continue
+            actions.add(binding.action)
+            line.append(f" {self.app.get_key_display(binding)} ", key_style)
+            line.append(f"{binding.description} ", text_style if enabled else text_style + "dim")
+        return line
