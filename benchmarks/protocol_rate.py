@@ -45,7 +45,7 @@ def health(i: int) -> Health:
             mem_total_mb=81_559.0,
             temp_c=70.0 + g,
             power_w=612.25,
-            throttle=["sw_power_cap"] if g == 3 else [],
+            throttle=("sw_power_cap",) if g == 3 else (),
             ecc_corrected=12,
             ecc_uncorrected=0,
             retired_pages_sbe=0,
@@ -55,7 +55,7 @@ def health(i: int) -> Health:
             remap_pending=False,
             remap_failure=False,
             pcie_replays=3,
-            xids=[],
+            xids=(),
         )
         for g in range(8)
     ]
@@ -71,7 +71,7 @@ def health(i: int) -> Health:
         net_rx_bps=1e6,
         net_tx_bps=2e6,
         gpu_status="8 GPUs",
-        gpus=gpus,
+        gpus=tuple(gpus),
     )
 
 

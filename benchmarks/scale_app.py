@@ -114,7 +114,7 @@ class ScaleApp(HotspareApp):
     CSS_PATH = str(Path(ui_app.__file__).parent / str(HotspareApp.CSS_PATH))
 
     def __init__(self, ctl: Controller) -> None:
-        super().__init__(ctl)
+        super().__init__(ctl, freeze_startup=True)  # as the hotspare command runs it
         self.frames = 0
         self.out_bytes = 0
         self.probe: Probe | None = None

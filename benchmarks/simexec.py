@@ -127,7 +127,7 @@ class SimHost:
             net_rx_bps=round(r.uniform(0, 2e9)),
             net_tx_bps=round(r.uniform(0, 2e9)),
             gpu_status="ok",
-            gpus=gpus,
+            gpus=tuple(gpus),
         )
 
 

@@ -236,7 +236,7 @@ class GpuSampler:
         milliwatts = self._read("nvmlDeviceGetPowerUsage", h)
         if milliwatts is not None:
             g.power_w = milliwatts / 1000.0
-        g.throttle = self._throttle(h)
+        g.throttle = tuple(self._throttle(h))
 
         g.ecc_corrected = self._ecc(h, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED)
         g.ecc_uncorrected = self._ecc(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
@@ -307,7 +307,7 @@ class GpuSampler:
                 except Exception:
                     continue
             if 0 <= index < len(out):
-                out[index].xids.append(int(event.eventData))
+                out[index].xids = (*out[index].xids, int(event.eventData))
 
     # ------------------------------------------------------------------ teardown
 

@@ -72,7 +72,7 @@ class HealthSampler:
             net_rx_bps=self._net_rx.update(now, _attr(net, "bytes_recv")),
             net_tx_bps=self._net_tx.update(now, _attr(net, "bytes_sent")),
             gpu_status=self.gpu.status,
-            gpus=self.gpu.sample(),
+            gpus=tuple(self.gpu.sample()),
         )
 
     def _disk_space(self) -> tuple[float, float]:

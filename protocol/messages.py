@@ -122,8 +122,14 @@ class Heartbeat(_Msg, tag="heartbeat"):
     nonce: int | None = None
 
 
-class GpuHealth(msgspec.Struct, kw_only=True):
-    """One GPU as NVML reports it; None where the device does not support a counter."""
+class GpuHealth(msgspec.Struct, kw_only=True, gc=False):
+    """One GPU as NVML reports it; None where the device does not support a counter.
+
+    ``Health`` and ``GpuHealth`` are plain data that can hold no cycle: tuples, and structs the
+    garbage collector does not track (``gc=False``), so a console that keeps the last samples of
+    a thousand hosts gives the collector nothing to scan for them (lists made each sample
+    26 tracked objects, promoted into the oldest generation by the thousand a second).
+    """
 
     index: int
     name: str = ""
@@ -132,7 +138,7 @@ class GpuHealth(msgspec.Struct, kw_only=True):
     mem_total_mb: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
-    throttle: list[str] = []
+    throttle: tuple[str, ...] = ()
     ecc_corrected: int | None = None
     ecc_uncorrected: int | None = None
     retired_pages_sbe: int | None = None
@@ -142,11 +148,11 @@ class GpuHealth(msgspec.Struct, kw_only=True):
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     pcie_replays: int | None = None
-    xids: list[int] = []
+    xids: tuple[int, ...] = ()
     lost: bool = False  # NVML says the device fell off the bus / needs a reset; fields are None
 
 
-class Health(_Msg, tag="health"):
+class Health(_Msg, tag="health", gc=False):
     """One sample of the host as seen from the executor; rates are per second since the last."""
 
     t: float
@@ -160,7 +166,7 @@ class Health(_Msg, tag="health"):
     net_rx_bps: float = 0.0
     net_tx_bps: float = 0.0
     gpu_status: str = "no GPU"
-    gpus: list[GpuHealth] = []
+    gpus: tuple[GpuHealth, ...] = ()
 
 
 class Progress(_Msg, tag="progress"):

@@ -14,6 +14,6 @@ def run_tui(inv: Inventory, policy: Policy, *, read_only: bool) -> int:
     from console.ui.app import QUIT_NOTE, HotspareApp
 
     ctl = Controller(inv, policy, read_only=read_only)
-    HotspareApp(ctl).run()
+    HotspareApp(ctl, freeze_startup=True).run()
     print(f"hotspare: {QUIT_NOTE}", file=sys.stderr)
     return 0

@@ -5,7 +5,6 @@ Kept free of Textual so the same rows can be printed or tested without a termina
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -84,13 +83,15 @@ def _short(text: str, width: int) -> str:
 
 def spark(values: Sequence[float | None], width: int = SPARK_WIDTH, top: float = 100.0) -> str:
     """The last ``width`` values as a one-line sparkline scaled 0..top (a gap where unknown)."""
+    steps = len(SPARK_BLOCKS) - 1
+    scale = steps / top if top > 0 else 0.0
     out = []
-    for v in itertools.islice(values, max(len(values) - width, 0), None):
-        if v is None or math.isnan(v):
+    for i in range(max(len(values) - width, 0), len(values)):  # a deque indexes its ends fast
+        v = values[i]
+        if v is None or v != v:  # unknown, or NaN
             out.append(" ")
         else:
-            frac = min(max(v / top, 0.0), 1.0) if top > 0 else 0.0
-            out.append(SPARK_BLOCKS[round(frac * (len(SPARK_BLOCKS) - 1))])
+            out.append(SPARK_BLOCKS[round(min(max(v * scale, 0.0), steps))])
     return "".join(out)
 
 

@@ -103,7 +103,7 @@ def health(*gpus: GpuHealth, disk_free_mb: float = 50_000) -> Health:
         disk_free_mb=disk_free_mb,
         disk_total_mb=100_000,
         gpu_status="ok",
-        gpus=list(gpus),
+        gpus=tuple(gpus),
     )
 
 
@@ -112,11 +112,11 @@ def health(*gpus: GpuHealth, disk_free_mb: float = 50_000) -> Health:
     [
         (health(gpu(ecc_uncorrected=1)), {"ecc_dbe"}, Severity.FAIL),
         (health(gpu(remap_failure=True)), {"row_remap_failure"}, Severity.FAIL),
-        (health(gpu(xids=[79])), {"xid_79"}, Severity.FAIL),
-        (health(gpu(xids=[13])), set(), None),
+        (health(gpu(xids=(79,))), {"xid_79"}, Severity.FAIL),
+        (health(gpu(xids=(13,))), set(), None),
         (health(gpu(lost=True)), {"gpu_lost"}, Severity.FAIL),
-        (health(gpu(throttle=["hw_thermal", "sw_power_cap"])), {"throttle"}, Severity.WARN),
-        (health(gpu(throttle=["sw_power_cap"])), set(), None),
+        (health(gpu(throttle=("hw_thermal", "sw_power_cap"))), {"throttle"}, Severity.WARN),
+        (health(gpu(throttle=("sw_power_cap",))), set(), None),
         (health(gpu(temp_c=90)), {"temperature"}, Severity.WARN),
         (health(gpu(temp_c=70, ecc_corrected=50)), set(), None),
         (health(disk_free_mb=1000), {"disk"}, Severity.WARN),

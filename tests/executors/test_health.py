@@ -88,7 +88,7 @@ def test_every_field_lands_in_health(sampler: GpuSampler, tmp_path: Path) -> Non
         mem_total_mb=81920.0,
         temp_c=91.0,
         power_w=412.5,
-        throttle=["sw_power_cap", "hw_thermal"],  # idle / app clocks are not trouble
+        throttle=("sw_power_cap", "hw_thermal"),  # idle / app clocks are not trouble
         ecc_corrected=3,
         ecc_uncorrected=2,
         retired_pages_sbe=1,
@@ -98,7 +98,7 @@ def test_every_field_lands_in_health(sampler: GpuSampler, tmp_path: Path) -> Non
         remap_pending=True,
         remap_failure=True,
         pcie_replays=7,
-        xids=[79],
+        xids=(79,),
         lost=False,
     )
     assert good == GpuHealth(
@@ -109,7 +109,7 @@ def test_every_field_lands_in_health(sampler: GpuSampler, tmp_path: Path) -> Non
         mem_total_mb=40960.0,
         temp_c=38.0,
         power_w=61.0,
-        throttle=[],
+        throttle=(),
         ecc_corrected=0,
         ecc_uncorrected=0,
         retired_pages_sbe=0,
@@ -119,7 +119,7 @@ def test_every_field_lands_in_health(sampler: GpuSampler, tmp_path: Path) -> Non
         remap_pending=False,
         remap_failure=False,
         pcie_replays=0,
-        xids=[],
+        xids=(),
     )
     # and it survives the wire
     back = msgspec.json.decode(msgspec.json.encode(h), type=Health)
@@ -127,13 +127,13 @@ def test_every_field_lands_in_health(sampler: GpuSampler, tmp_path: Path) -> Non
 
 
 def test_xids_are_reported_once(fake: FakeNvml, sampler: GpuSampler) -> None:
-    assert [g.xids for g in sampler.sample()] == [[79], []]
-    assert [g.xids for g in sampler.sample()] == [[], []]
+    assert [g.xids for g in sampler.sample()] == [(79,), ()]
+    assert [g.xids for g in sampler.sample()] == [(), ()]
     fake.inject_xid(1, 48)
     fake.inject_xid(1, 63)
     fake.inject_xid(0, 94)
-    assert [g.xids for g in sampler.sample()] == [[94], [48, 63]]
-    assert [g.xids for g in sampler.sample()] == [[], []]
+    assert [g.xids for g in sampler.sample()] == [(94,), (48, 63)]
+    assert [g.xids for g in sampler.sample()] == [(), ()]
 
 
 def test_handles_and_names_are_read_once(fake: FakeNvml, sampler: GpuSampler) -> None:
@@ -166,15 +166,15 @@ def test_not_supported_counter_is_none_rest_still_read() -> None:
     assert bad.remapped_rows_corrected is None
     assert bad.remap_pending is None
     assert bad.remap_failure is None
-    assert bad.xids == []  # no event registration on this board, so no XIDs from it
+    assert bad.xids == ()  # no event registration on this board, so no XIDs from it
     # ... while everything else on it, and the other device, still reads
     assert bad.temp_c == 91.0
     assert bad.retired_pages_dbe == 2
-    assert bad.throttle == ["sw_power_cap", "hw_thermal"]
+    assert bad.throttle == ("sw_power_cap", "hw_thermal")
     assert not bad.lost
     assert good.pcie_replays == 0
     assert good.ecc_uncorrected == 0
-    assert good.xids == [13]
+    assert good.xids == (13,)
 
 
 def test_throttle_falls_back_to_old_name_on_old_driver() -> None:
@@ -182,7 +182,7 @@ def test_throttle_falls_back_to_old_name_on_old_driver() -> None:
     state["missing"] = ["nvmlDeviceGetCurrentClocksEventReasons"]
     fake = FakeNvml.from_state(state)
     with GpuSampler(nvml=fake) as s:
-        assert s.sample()[0].throttle == ["sw_power_cap", "hw_thermal"]
+        assert s.sample()[0].throttle == ("sw_power_cap", "hw_thermal")
     assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
 
 
@@ -250,7 +250,7 @@ def test_loader_that_raises_means_no_gpu(tmp_path: Path) -> None:
     assert s.sample() == []
     h = HealthSampler(tmp_path, gpu=s).sample()
     assert h.gpu_status.startswith("no GPU")
-    assert h.gpus == []
+    assert h.gpus == ()
 
 
 def test_loader_without_pynvml_means_no_gpu() -> None:
@@ -267,7 +267,7 @@ def test_nvml_library_not_found_means_no_gpu(tmp_path: Path) -> None:
     assert fake.calls["nvmlDeviceGetCount"] == 0
     h = HealthSampler(tmp_path, gpu=s).sample()
     assert h.gpu_status == "no GPU (NVML library not found)"
-    assert h.gpus == []
+    assert h.gpus == ()
     s.close()
     assert fake.calls["nvmlShutdown"] == 0  # never initialised, so nothing to shut down
 
@@ -310,7 +310,7 @@ def test_file_fake_picks_up_rewritten_state(tmp_path: Path) -> None:
     with GpuSampler(nvml=fake) as s:
         first = s.sample()[0]
         assert first.ecc_uncorrected == 2
-        assert first.xids == []
+        assert first.xids == ()
         loads = fake.loads
         s.sample()
         assert fake.loads == loads  # unchanged file: not re-read
@@ -320,8 +320,8 @@ def test_file_fake_picks_up_rewritten_state(tmp_path: Path) -> None:
         write_state(path, state)
         second = s.sample()[0]
         assert second.ecc_uncorrected == 3
-        assert second.xids == [48]
-        assert s.sample()[0].xids == []  # the file still lists 48: delivered once only
+        assert second.xids == (48,)
+        assert s.sample()[0].xids == ()  # the file still lists 48: delivered once only
 
         # another process (here: another fake on the same file) injects faults
         injector = FakeNvml(path)
@@ -330,8 +330,8 @@ def test_file_fake_picks_up_rewritten_state(tmp_path: Path) -> None:
         injector.set_throttle(1, "hw_slowdown")
         d0, d1 = s.sample()
         assert d0.ecc_uncorrected == 4
-        assert d0.xids == [79]
-        assert d1.throttle == ["hw_slowdown"]
+        assert d0.xids == (79,)
+        assert d1.throttle == ("hw_slowdown",)
 
         injector.lose(1)
         assert s.sample()[1].lost is True
@@ -353,7 +353,7 @@ def test_env_var_selects_the_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert nvml.path == path
     with GpuSampler() as s:
         assert s.status == "ok: 2 GPUs"
-        assert s.sample()[0].xids == [79]
+        assert s.sample()[0].xids == (79,)
 
 
 def test_without_env_var_loads_real_pynvml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -429,7 +429,7 @@ def test_host_sample_is_sane(tmp_path: Path) -> None:
     assert (first.disk_read_bps, first.disk_write_bps) == (0.0, 0.0)
     assert (first.net_rx_bps, first.net_tx_bps) == (0.0, 0.0)
     assert first.gpu_status == "no GPU (pynvml not installed)"
-    assert first.gpus == []
+    assert first.gpus == ()
 
 
 def test_disk_of_a_workdir_not_yet_created(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ MANIFEST = CheckpointManifest(
     code_version="0.1.0",
     created_at=1.5,
 )
-GPU = GpuHealth(index=0, name="H100", util_pct=99.0, temp_c=70.0, throttle=["sw"], xids=[79])
+GPU = GpuHealth(index=0, name="H100", util_pct=99.0, temp_c=70.0, throttle=("sw",), xids=(79,))
 CONSOLE = [
     ConsoleHello(version=PROTOCOL_VERSION, console_id="c"),
     Start(spec=SPEC, epoch=3, lease_s=10.0, lease_sent_at=5.0),
@@ -97,7 +97,7 @@ EXECUTOR = [
         mem_available_mb=3.0,
         disk_free_mb=4.0,
         disk_total_mb=5.0,
-        gpus=[GPU, GpuHealth(index=1, lost=True)],
+        gpus=(GPU, GpuHealth(index=1, lost=True)),
     ),
     Progress(step=1, steps=2, loss=0.5, steps_per_s=3.0, eta_s=None),
     CheckpointSaved(manifest=MANIFEST, path="/p", manifest_path="/m", write_s=0.1, stall_s=0.0),

@@ -98,7 +98,7 @@ GPU_OK = GpuHealth(
     mem_total_mb=81_559.0,
     temp_c=71.0,
     power_w=612.25,
-    throttle=[],
+    throttle=(),
     ecc_corrected=12,
     ecc_uncorrected=0,
     retired_pages_sbe=0,
@@ -108,15 +108,15 @@ GPU_OK = GpuHealth(
     remap_pending=False,
     remap_failure=False,
     pcie_replays=3,
-    xids=[],
+    xids=(),
 )
 GPU_BAD = GpuHealth(
     index=1,
     name="NVIDIA H100 80GB HBM3",
-    throttle=["hw_thermal_slowdown", "sw_power_cap"],
+    throttle=("hw_thermal_slowdown", "sw_power_cap"),
     ecc_uncorrected=2,
     remap_failure=True,
-    xids=[48, 79],
+    xids=(48, 79),
 )
 GPU_LOST = GpuHealth(index=2, lost=True)
 
@@ -166,7 +166,7 @@ EXECUTOR_EXAMPLES: list[Any] = [
         net_rx_bps=1e3,
         net_tx_bps=0.0,
         gpu_status="3 GPUs",
-        gpus=[GPU_OK, GPU_BAD, GPU_LOST],
+        gpus=(GPU_OK, GPU_BAD, GPU_LOST),
     ),
     Health(
         t=0.0,
@@ -258,7 +258,7 @@ def test_nested_records_decode_as_their_types() -> None:
     got_health = EXECUTOR_MESSAGES.decode(encode_frame(health)[4:])
     assert isinstance(got_health, Health)
     assert [type(g) for g in got_health.gpus] == [GpuHealth] * 3
-    assert got_health.gpus[1].xids == [48, 79]
+    assert got_health.gpus[1].xids == (48, 79)
     assert got_health.gpus[2].lost is True
     got_saved = EXECUTOR_MESSAGES.decode(encode_frame(saved)[4:])
     assert isinstance(got_saved, CheckpointSaved)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
-from console.ui.view import age, progress_bar
+from console.ui.view import age, progress_bar, spark
 from console.ui.widgets.live_table import LiveTable
 
 
@@ -62,6 +66,30 @@ async def test_cells_are_shown_as_written_not_as_markup_and_columns_fit_them() -
         assert shown(t)[1].startswith(" h     up")
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from("abcdef"),
+            st.tuples(st.text("xy▇界", max_size=6), st.text("z", max_size=3)),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_column_widths_always_fit_the_widest_cell_shown(
+    snapshots: list[dict[str, tuple[str, str]]],
+) -> None:
+    t = LiveTable(("c1", "c2"))  # widths are kept as rows come and go, measured once per cell
+    for rows in snapshots:
+        t.sync(rows)
+        for i, name in enumerate(("c1", "c2")):
+            widest = max([cell_len(name)] + [cell_len(r[i]) for r in rows.values()])
+            assert t.column_width(name) == widest
+        assert t.row_keys() == list(rows)
+
+
 async def test_the_cursor_scrolls_into_view_and_the_header_stays() -> None:
     app = TableApp()
     async with app.run_test(size=(80, 10)) as pilot:
@@ -113,6 +141,16 @@ def test_cells_render_progress_and_ages() -> None:
     assert age(3.25) == "3.2s"
     assert age(300) == "5m"
     assert age(None) == "-"
+
+
+def test_a_sparkline_shows_the_last_values_scaled_with_gaps_for_unknowns() -> None:
+    from collections import deque
+
+    values = deque([100.0, 0.0, 50.0, None, math.nan, 1e9, -5.0, math.inf], maxlen=8)
+    assert spark(values, width=7) == "▁▅  █▁█"
+    assert spark(values, width=20) == "█▁▅  █▁█"
+    assert spark([], width=4) == ""
+    assert spark([3.0], top=0.0) == "▁"
 
 
 def test_a_newer_progress_event_replaces_a_queued_one_for_the_same_job() -> None:

@@ -59,7 +59,7 @@ def health(util: float, temp: float, *, ecc: int = 0) -> Health:
         disk_free_mb=512_000.0,
         disk_total_mb=1_024_000.0,
         gpu_status="ok: 2 GPUs",
-        gpus=gpus,
+        gpus=tuple(gpus),
     )
 
 

@@ -97,6 +97,11 @@ class LiveTable(ScrollView, can_focus=True):
         self._keys: list[str] = []
         self._index: dict[str, int] = {}
         self._widths = [cell_len(name) for name in columns]
+        self._cell_widths: dict[str, list[int]] = {}
+        """Each row's cell widths, so a column is measured again only where it may narrow."""
+        self._refit: set[int] = set()
+        self._widened = False
+        """Widths changed since the last layout (wider or narrower)."""
         self.cursor_row = 0
         self.virtual_size = Size(self._total_width(), 1)
 
@@ -108,27 +113,44 @@ class LiveTable(ScrollView, can_focus=True):
         keys = list(rows)
         reordered = keys != self._keys
         changed: list[int] = []
+        widths = self._widths
         for index, (key, row) in enumerate(rows.items()):
             before = self._shown.get(key)
-            if before is None:
-                written += len(row)
-            elif before != row:
-                written += sum(old != new for old, new in zip(before, row, strict=True))
-                changed.append(index)
-            else:
+            if before == row:
                 continue
+            cells = self._cell_widths.get(key)
+            if before is None or cells is None:
+                written += len(row)
+                cells = [cell_len(text) for text in row]
+            else:
+                changed.append(index)
+                for i, (old, new) in enumerate(zip(before, row, strict=True)):
+                    if old != new:
+                        written += 1
+                        if cells[i] == widths[i]:
+                            self._refit.add(i)  # it may have been the widest
+                        cells[i] = cell_len(new)
+            for i, width in enumerate(cells):
+                if width > widths[i]:
+                    widths[i] = width
+                    self._widened = True
             self._shown[key] = row
+            self._cell_widths[key] = cells
         if reordered:
             selected = self.selected
             for key in [k for k in self._shown if k not in rows]:
+                for i, width in enumerate(self._cell_widths.pop(key)):
+                    if width == widths[i]:
+                        self._refit.add(i)
                 del self._shown[key]
             self._keys = keys
             self._index = {key: i for i, key in enumerate(keys)}
             if selected in self._index:
                 self.cursor_row = self._index[selected]
             self.cursor_row = max(0, min(self.cursor_row, len(keys) - 1))
-        widened = bool(written) and self._fit_columns()
-        if reordered or widened:
+        self._fit_columns()
+        if reordered or self._widened:
+            self._widened = False
             self.virtual_size = Size(self._total_width(), len(self._keys) + 1)
             self.refresh()
         else:
@@ -139,17 +161,17 @@ class LiveTable(ScrollView, can_focus=True):
                     self.refresh_line(index + 1)
         return written
 
-    def _fit_columns(self) -> bool:
-        """Widths from the text shown (and the column names); whether any changed."""
-        fitted = False
-        for i, name in enumerate(self._column_names):
+    def _fit_columns(self) -> None:
+        """Columns whose widest cell may have narrowed: measured again over every row."""
+        for i in self._refit:
             width = max(
-                max((cell_len(r[i]) for r in self._shown.values()), default=0), cell_len(name)
+                max((cells[i] for cells in self._cell_widths.values()), default=0),
+                cell_len(self._column_names[i]),
             )
             if width != self._widths[i]:
                 self._widths[i] = width
-                fitted = True
-        return fitted
+                self._widened = True
+        self._refit.clear()
 
     def _total_width(self) -> int:
         return sum(w + 2 * PAD for w in self._widths)
