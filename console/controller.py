@@ -271,6 +271,8 @@ class Controller:
         if job in self._job_tasks and not self._job_tasks[job].done():
             raise ValueError(f"{job} is still winding down; try again in a moment")
         self._act(f"start {job}", job=job)
+        sup.rec.stopped = False
+        self.store.save()
         self.jobs[job] = JobSupervisor(self, job)
         self._spawn(job)
 

@@ -134,6 +134,8 @@ class Recovery:
             self._release()
             return None
         if outcome.exit is Exit.STOPPED:
+            self.rec.stopped = True
+            ctl.store.save()
             self._fail(FailureKind.STOPPED, outcome.why)
             self._release()
             return None
@@ -198,6 +200,8 @@ class Recovery:
             approved = await self.approval
             self.approval = None
             if not approved:
+                self.rec.stopped = True
+                ctl.store.save()
                 self._fail(FailureKind.STOPPED, "failover denied by an operator")
                 self._release()
                 return None

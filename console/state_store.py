@@ -19,6 +19,8 @@ class JobRecord(msgspec.Struct, kw_only=True):
     restarts: int = 0
     finished_sha256: str | None = None
     finished_step: int | None = None
+    stopped: bool = False
+    """Stopped by an operator: a console started later leaves it stopped until started."""
 
 
 class HostRecord(msgspec.Struct, kw_only=True):

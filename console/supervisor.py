@@ -119,6 +119,10 @@ class JobSupervisor(Watch, Standby, Recovery):
             self._set(JobState.RUNNING, "finished before this console started")
             self._set(JobState.FINISHED)
             return
+        if self.rec.stopped:
+            self.failure = FailureKind.STOPPED
+            self._set(JobState.FAILED, "stopped by an operator before this console started")
+            return
         launch = await self._first_launch()
         while not self.state.is_terminal():
             if launch is not None:

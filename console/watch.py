@@ -86,6 +86,8 @@ class Watch:
                 self.ctl.replicator.submit(
                     self.name, self.spares, Source(self.host, msg.path, msg.manifest)
                 )
+                if self.rec.restarts and msg.manifest.step > (self.resumed_step or 0):
+                    self._restarts_paid_off(msg.manifest.step)
         elif isinstance(msg, Resumed):
             self.resumed_step = msg.step
             self._phase("loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint)
@@ -100,6 +102,20 @@ class Watch:
             self.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
         elif isinstance(msg, Stopped):
             self.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+
+    def _restarts_paid_off(self: JobSupervisor, step: int) -> None:
+        """A checkpoint past the step a restart resumed from: the job got over that crash, so
+        ``restart_limit`` counts again from zero (it bounds a crash loop, not crashes ever)."""
+        self.ctl.journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: checkpoint at step {step} after {self.rec.restarts} restart(s); "
+            "the restart count starts again",
+            job=self.name,
+            host=self.host,
+            data={"restarts": self.rec.restarts, "step": step},
+        )
+        self.rec.restarts = 0
+        self.ctl.store.save()
 
     def _on_fault(self: JobSupervisor, msg: Fault) -> None:
         assert self.host is not None

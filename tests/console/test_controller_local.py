@@ -70,6 +70,8 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
     assert sup.state is JobState.FINISHED
     assert sup.sha256 == baseline
     assert sup.host == "a", "restarted in place"
+    assert ctl.store.job("j").restarts == 0, "checkpoints after the restart reset the count"
+    assert any("restart count starts again" in e.msg for e in journal(fleet))
     (inc,) = incidents(journal(fleet))
     assert inc.fault_class == "executor_crash"
     assert inc.resolved

@@ -1,4 +1,5 @@
-"""An operator's console keeps watching hosts after the last job ends (``run(stay=True)``)."""
+"""An operator's console keeps watching hosts after the last job ends (``run(stay=True)``),
+and what an operator stopped stays stopped under the next console."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from fleetbed import job_table, local_host, until, write_inventory
+from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
+from console.journal import Kind, read
 from console.policy import Policy
 from console.state_store import StateStore
-from console.states import HostState, JobState
+from console.states import FailureKind, HostState, JobState
 
 
 def finished_fleet(tmp_path: Path) -> Path:
@@ -62,3 +64,52 @@ async def test_a_finished_job_cannot_be_started_again(tmp_path: Path) -> None:
             ctl.start_job("j")
     finally:
         await ctl.close()
+
+
+async def test_a_stopped_job_stays_stopped_under_a_new_console_until_it_is_started(
+    tmp_path: Path,
+) -> None:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+
+    def console() -> tuple[Controller, asyncio.Task[object]]:
+        ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+        return ctl, asyncio.create_task(ctl.run(stay=True))
+
+    async def close(ctl: Controller, task: asyncio.Task[object]) -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await ctl.close()
+
+    first, task = console()
+    try:
+        await until(lambda: first.jobs["j"].step >= 30, 90, "j at step 30")
+        first.stop_job("j")
+        await until(lambda: first.jobs["j"].state is JobState.FAILED, 60, "j stopped")
+        stopped_at = first.jobs["j"].step
+    finally:
+        await close(first, task)
+
+    second, task = console()
+    try:
+        sup = second.jobs["j"]
+        await until(lambda: sup.state.is_terminal(), 10, "j's state under the new console")
+        assert (sup.state, sup.failure) == (JobState.FAILED, FailureKind.STOPPED)
+        journal = list(read(tmp_path / "state" / "journal.jsonl"))
+        since = max(i for i, e in enumerate(journal) if e.kind is Kind.CONSOLE)
+        assert not [e for e in journal[since:] if e.kind is Kind.EXECUTOR], "nothing launched"
+
+        second.start_job("j")
+        started = second.jobs["j"]
+        await until(lambda: started.step > stopped_at, 90, "j training again")
+        assert started.resumed_step is not None and started.resumed_step >= stopped_at - 20, (
+            "it resumed from the checkpoint taken at the stop, not from the start"
+        )
+        assert StateStore(tmp_path / "state").job("j").stopped is False
+    finally:
+        await close(second, task)
