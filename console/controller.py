@@ -20,7 +20,7 @@ from console.detect import DetectionSettings
 from console.fleet import Fleet
 from console.incidents import IncidentLog, unclean_exit
 from console.inventory import Inventory, append_host
-from console.journal import Journal, Kind, read
+from console.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
 from console.policy import Policy
 from console.replicator import Replicator
 from console.state_store import StateStore
@@ -76,7 +76,10 @@ class Controller:
         With ``stay`` (an operator's console) it keeps watching the hosts and serving actions
         (a job started again, a host added) after the last job ends, until cancelled.
         """
-        died = unclean_exit(read(self.journal.path))
+        path = self.journal.path
+        died = unclean_exit(
+            read(path, tail_bytes=TAIL_BYTES), whole=not is_longer_than(path, TAIL_BYTES)
+        )
         self.journal.record(
             Kind.CONSOLE,
             f"console started (policy {self.policy.value})",

@@ -138,16 +138,26 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
     return sorted(found.values(), key=lambda i: i.id)
 
 
-def unclean_exit(events: Iterable[Event]) -> tuple[float, dict[str, int]] | None:
+def unclean_exit(
+    events: Iterable[Event], *, whole: bool = True
+) -> tuple[float, dict[str, int]] | None:
     """If the last console of this journal died without "console stopped": when it was last
-    heard of, and the last step it knew of each job; None after a clean stop."""
+    heard of, and the last step it knew of each job; None after a clean stop.
+
+    ``whole=False``: ``events`` are the journal's tail. A tail without any console event lies
+    within one console's run, which did not stop cleanly (its last event would say so).
+    """
     started = False
+    seen_console = False
     last_t = 0.0
     steps: dict[str, int] = {}
     for e in events:
         last_t = e.t
         if e.kind is Kind.CONSOLE:
+            seen_console = True
             started = e.msg.startswith("console started")
         elif e.job and "step" in e.data and e.kind in (Kind.PROGRESS, Kind.CHECKPOINT):
             steps[e.job] = max(steps.get(e.job, 0), int(e.data["step"]))
+    if not whole and not seen_console and last_t:
+        started = True
     return (last_t, steps) if started else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -88,17 +88,46 @@ class Journal:
         self._f.close()
 
 
-def read(path: Path) -> Iterator[Event]:
-    """Every complete event in a journal; a torn last line (a crash mid-write) is skipped."""
+TAIL_BYTES = 8 * 1024 * 1024
+"""How much of a journal a console reads back for recent history (tens of thousands of events):
+a journal grows for as long as the fleet runs, and startup must not grow with it."""
+
+
+def read(
+    path: Path, *, kinds: Collection[Kind] | None = None, tail_bytes: int | None = None
+) -> Iterator[Event]:
+    """Every complete event in a journal; a torn last line (a crash mid-write) is skipped.
+
+    ``kinds``: only events of these kinds; other lines are passed over on their bytes, not
+    decoded (a long journal is mostly progress). ``tail_bytes``: only the events that start in
+    the last ``tail_bytes`` bytes of the file.
+    """
+    needles = None if kinds is None else tuple(b'"kind":"%s"' % k.encode() for k in kinds)
     try:
         f = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
         return
     with f:
+        if tail_bytes is not None:
+            size = os.fstat(f.fileno()).st_size
+            if size > tail_bytes:
+                f.seek(size - tail_bytes - 1)
+                f.readline()  # the end of a line that started before the tail (or its newline)
         for line in f:
             if not line.endswith(b"\n"):
                 break
+            if needles is not None and not any(n in line for n in needles):
+                continue
             try:
-                yield _dec.decode(line)
+                event = _dec.decode(line)
             except msgspec.DecodeError:
                 continue
+            if kinds is None or event.kind in kinds:
+                yield event
+
+
+def is_longer_than(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size > size
+    except FileNotFoundError:
+        return False

@@ -76,7 +76,7 @@ def write_report(state_dir: Path, out: TextIO) -> int:
             file=sys.stderr,
         )
         return 2
-    events = list(read(path))
+    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED)))
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }

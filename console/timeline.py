@@ -1,8 +1,10 @@
 """The journal as the console reads it back: recent events by job and host, and incidents.
 
-A restarted console sees what happened before it (the journal file is read once at start);
-after that, events arrive as they are recorded. Memory is bounded: the newest events per job
-and per host, and every incident event (there are few).
+A restarted console sees what happened before it, read once at start: every incident event
+(there are few, picked out of the file without decoding the rest) and the recent events of
+the journal's last ``TAIL_BYTES``, so startup does not grow with a journal months long.
+After that, events arrive as they are recorded. Memory is bounded: the newest events per job
+and per host, and every incident event.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 
 from console.incidents import Incident, incidents
-from console.journal import Event, Journal, Kind, read
+from console.journal import TAIL_BYTES, Event, Journal, Kind, read
 
 PER_KEY = 500
 """Events kept per job and per host."""
@@ -23,21 +25,25 @@ class Timeline:
         self._by_job: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=PER_KEY))
         self._by_host: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=PER_KEY))
         self._incident_events: list[Event] = []
-        self._incidents: list[Incident] | None = []
-        for event in read(journal.path):
-            self.add(event)
+        self._incidents: list[Incident] | None = None
+        self._incident_events = list(read(journal.path, kinds=(Kind.INCIDENT,)))
+        for event in read(journal.path, tail_bytes=TAIL_BYTES):
+            self._add_recent(event)
         journal.subscribe(self.add)
 
     def add(self, e: Event) -> None:
+        self._add_recent(e)
+        if e.kind is Kind.INCIDENT:
+            self._incident_events.append(e)
+            self._incidents = None
+
+    def _add_recent(self, e: Event) -> None:
         if e.kind in QUIET:
             return
         if e.job:
             self._by_job[e.job].append(e)
         if e.host:
             self._by_host[e.host].append(e)
-        if e.kind is Kind.INCIDENT:
-            self._incident_events.append(e)
-            self._incidents = None
 
     def for_job(self, job: str, n: int = PER_KEY) -> list[Event]:
         """The newest ``n`` events of one job, oldest first."""
