@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -98,11 +98,10 @@ def read(
 ) -> Iterator[Event]:
     """Every complete event in a journal; a torn last line (a crash mid-write) is skipped.
 
-    ``kinds``: only events of these kinds; other lines are passed over on their bytes, not
-    decoded (a long journal is mostly progress). ``tail_bytes``: only the events that start in
-    the last ``tail_bytes`` bytes of the file.
+    ``kinds``: only events of these kinds, found on their bytes and only those lines decoded
+    (a long journal is mostly progress). ``tail_bytes``: only the events that start in the
+    last ``tail_bytes`` bytes of the file.
     """
-    needles = None if kinds is None else tuple(b'"kind":"%s"' % k.encode() for k in kinds)
     try:
         f = open(path, "rb")  # noqa: SIM115
     except FileNotFoundError:
@@ -113,17 +112,40 @@ def read(
             if size > tail_bytes:
                 f.seek(size - tail_bytes - 1)
                 f.readline()  # the end of a line that started before the tail (or its newline)
-        for line in f:
+        if kinds is None:
+            lines: Iterator[bytes] = iter(f)
+        else:
+            lines = matching_lines(f, [b'"kind":"%s"' % k.encode() for k in kinds])
+        for line in lines:
             if not line.endswith(b"\n"):
                 break
-            if needles is not None and not any(n in line for n in needles):
-                continue
             try:
                 event = _dec.decode(line)
             except msgspec.DecodeError:
                 continue
             if kinds is None or event.kind in kinds:
                 yield event
+
+
+def matching_lines(f: BinaryIO, needles: list[bytes], chunk: int = 1 << 22) -> Iterator[bytes]:
+    """The complete lines of ``f`` that contain any of ``needles``, in file order: searched in
+    large blocks (a rare kind in a 170 MB journal takes a fraction of a second, not a pass
+    over every line in Python)."""
+    carry = b""
+    while block := f.read(chunk):
+        data = carry + block
+        end = data.rfind(b"\n") + 1
+        data, carry = data[:end], data[end:]
+        found: dict[int, int] = {}
+        for needle in needles:
+            at = data.find(needle)
+            while at != -1:
+                start = data.rfind(b"\n", 0, at) + 1
+                stop = data.index(b"\n", at) + 1
+                found[start] = stop
+                at = data.find(needle, stop)
+        for start in sorted(found):
+            yield data[start : found[start]]
 
 
 def is_longer_than(path: Path, size: int) -> bool:

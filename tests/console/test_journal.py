@@ -3,10 +3,14 @@ and whether the last console stopped cleanly, from the tail alone."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from console.incidents import unclean_exit
-from console.journal import Event, Journal, Kind, read
+from console.journal import Event, Journal, Kind, matching_lines, read
 from console.timeline import Timeline
 
 
@@ -53,6 +57,20 @@ def test_picking_kinds_out_of_the_whole_file_skips_lookalikes(tmp_path: Path) ->
         "second",
     ]
     assert list(read(tmp_path / "absent.jsonl", kinds=(Kind.INCIDENT,))) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"ab", b"xNy", b"NN", b"", b"zzzzzzN", b"q"]), max_size=30),
+    st.booleans(),
+    st.integers(1, 12),
+)
+def test_lines_are_found_across_block_boundaries(
+    lines: list[bytes], torn: bool, chunk: int
+) -> None:
+    data = b"".join(line + b"\n" for line in lines) + (b"Ntorn" if torn else b"")
+    found = list(matching_lines(io.BytesIO(data), [b"N", b"zz"], chunk=chunk))
+    assert found == [line + b"\n" for line in lines if b"N" in line or b"zz" in line]
 
 
 def test_the_timeline_has_every_incident_and_the_recent_events_only(tmp_path: Path) -> None:
