@@ -51,6 +51,7 @@ BENCHES = [
     Bench("console_scale", "console_scale.py", [], ["--quick"], 1800, optional=True),
     Bench("protocol_rate", "protocol_rate.py", [], ["--quick"], 600, 300),
     Bench("executor_overhead", "executor_overhead.py", [], ["--quick"], 1800),
+    Bench("journal_startup", "journal_startup.py", [], ["--events", "100000"], 600, 300),
 ]
 
 
