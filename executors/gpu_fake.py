@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -292,9 +293,10 @@ class FakeNvml:
         return str(self._dev("nvmlDeviceGetName", handle)["name"])
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:
-        return FakeUtilization(
-            gpu=int(self._dev("nvmlDeviceGetUtilizationRates", handle)["util_pct"])
-        )
+        dev = self._dev("nvmlDeviceGetUtilizationRates", handle)
+        reads = self.calls["nvmlDeviceGetUtilizationRates"]
+        util = dev["util_pct"] + dev["util_wave"] * math.sin(0.9 * reads + handle.index)
+        return FakeUtilization(gpu=round(min(max(util, 0.0), 100.0)))
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: Any = None) -> FakeMemory:
         dev = self._dev("nvmlDeviceGetMemoryInfo", handle)

@@ -13,6 +13,8 @@ State format (JSON object; every key optional)::
         {
           "name": "Fake H100",
           "util_pct": 0,           # nvmlDeviceGetUtilizationRates().gpu
+          "util_wave": 0,          # +- this much around util_pct, a step per read (a demo's
+                                   #   sparkline moves); 0: util_pct exactly
           "mem_used_mb": 0,        # MiB; the fake reports bytes like NVML
           "mem_total_mb": 81920,
           "temp_c": 40,
@@ -95,6 +97,7 @@ MIB = 1024 * 1024
 DEFAULT_DEVICE: dict[str, Any] = {
     "name": "Fake H100",
     "util_pct": 0,
+    "util_wave": 0,
     "mem_used_mb": 0,
     "mem_total_mb": 81920,
     "temp_c": 40,

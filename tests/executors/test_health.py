@@ -490,3 +490,17 @@ def test_health_sampler_owns_a_default_gpu_sampler(
     hs.close()
     assert isinstance(fake, FakeNvml)
     assert fake.calls["nvmlShutdown"] == 1
+
+
+def test_the_fake_can_wobble_utilisation_around_a_value_for_the_demo() -> None:
+    fake = FakeNvml.from_state({"devices": [{"util_pct": 50, "util_wave": 10}] * 2})
+    fake.nvmlInit()
+    handles = [fake.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+    reads = [[fake.nvmlDeviceGetUtilizationRates(h).gpu for h in handles] for _ in range(12)]
+    flat = [u for pair in reads for u in pair]
+    assert all(40 <= u <= 60 for u in flat)
+    assert len(set(flat)) > 4, "it moves from read to read"
+    steady = FakeNvml.from_state({"devices": [{"util_pct": 50}]})
+    steady.nvmlInit()
+    h = steady.nvmlDeviceGetHandleByIndex(0)
+    assert {steady.nvmlDeviceGetUtilizationRates(h).gpu for _ in range(5)} == {50}
