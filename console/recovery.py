@@ -134,8 +134,9 @@ class Recovery:
             self._release()
             return None
         if outcome.exit is Exit.STOPPED:
-            self.rec.stopped = True
-            ctl.store.save()
+            if self.stop_requested:  # an operator's stop, not an executor's own
+                self.rec.stopped = True
+                ctl.store.save()
             self._fail(FailureKind.STOPPED, outcome.why)
             self._release()
             return None
@@ -314,6 +315,7 @@ class Recovery:
         self._send(CheckpointNow(reason="operator"))
 
     def request_stop(self: JobSupervisor) -> None:
+        self.stop_requested = True
         self._send(Stop(reason="operator", checkpoint=True))
 
     def answer(self: JobSupervisor, approved: bool, target: str | None = None) -> bool:

@@ -76,9 +76,16 @@ class Standby:
             await self._discard(result[0])
 
     async def _discard(self: JobSupervisor, prepared: Prepared) -> None:
+        """Stop a readied executor that will not be used, and wait until it has let go of the
+        workdir: the next executor started there (a failover may pick the same host again)
+        must not find it still holding the lock and serving the socket."""
+        if prepared.link.hello is not None:
+            self.dismissed.add((prepared.host, prepared.link.hello.pid))
         with contextlib.suppress(LinkError):
             await prepared.link.send(Stop(reason="not needed", checkpoint=False))
         prepared.link.close()
+        if prepared.host != self.host:
+            await self._wait_gone(prepared.host)
         rt = self.ctl.fleet.hosts[prepared.host]
         if rt.job == self.name and prepared.host != self.host:
             rt.job = None

@@ -80,6 +80,11 @@ class JobSupervisor(Watch, Standby, Recovery):
         self.standby: Prepared | None = None
         """The warm standby on the first spare, when the job asks for one."""
         self._standby_task: asyncio.Task[None] | None = None
+        self.stop_requested = False
+        """An operator asked this job to stop (remembered across consoles once it has)."""
+        self.dismissed: set[tuple[str, int]] = set()
+        """(host, pid) of readied executors told they are not needed: one may still answer on
+        the socket a new executor on that host is about to serve."""
         self._pumps: dict[int, asyncio.Task[str]] = {}
         self.early_phases: list[tuple[str, float, dict[str, object]]] = []
         self._warned = 0
@@ -177,6 +182,8 @@ class JobSupervisor(Watch, Standby, Recovery):
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
+        if link.hello is not None:
+            self.dismissed.add((host, link.hello.pid))
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason="not adopted by the console", checkpoint=False))
         await self._wait_gone(host)
@@ -332,20 +339,26 @@ class JobSupervisor(Watch, Standby, Recovery):
             host=host,
             data={"pid": pid, "epoch": self.epoch + 1},
         )
-        link = ExecutorLink(t, self._socket(host), ctl.console_id)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
+            link = ExecutorLink(t, self._socket(host), ctl.console_id)
             try:
                 hello = await link.open(timeout=5)
-                break
+                if (host, hello.pid) not in self.dismissed:
+                    break
+                # An executor this console told to stop still serves the socket, on its way
+                # out: its messages, its Stopped above all, are not the new executor's.
+                link.close()
+                why = f"pid {hello.pid}, told to stop, still answers on the socket"
             except LinkError as e:
-                if time.monotonic() > deadline:
-                    return Outcome(
-                        Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {e}"
-                    )
-                if not await self._pid_alive(host, pid):
-                    return await self._exit_from_workdir(host)
-                await asyncio.sleep(POLL_S)
+                why = str(e)
+            if time.monotonic() > deadline:
+                return Outcome(
+                    Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {why}"
+                )
+            if not await self._pid_alive(host, pid):
+                return await self._exit_from_workdir(host)
+            await asyncio.sleep(POLL_S)
         self._phase("executor_up", pid=hello.pid, host=host)
         self._pump(link)
         return link

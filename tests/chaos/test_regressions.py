@@ -15,7 +15,10 @@ from console.controller import Controller
 from console.incidents import incidents
 from console.inventory import load
 from console.journal import read
+from console.link import ExecutorLink
+from console.outcome import Outcome
 from console.policy import Policy
+from console.standby import Prepared
 from console.states import JobState
 
 
@@ -141,3 +144,55 @@ async def test_a_partitioned_host_is_suspected_within_seconds_not_at_the_keepali
     assert inc.fault_class == "host_lost"
     assert detected < 6, f"the partition was noticed {detected:.1f}s after the cut"
     assert inc.mttr_s is not None and inc.mttr_s < 14, f"MTTR {inc.mttr_s}"
+
+
+def _one_job_fleet(tmp_path: Path) -> Controller:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+    return Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
+
+
+async def test_an_executor_told_to_stop_is_never_taken_for_the_next_one_on_its_host(
+    tmp_path: Path,
+) -> None:
+    """Chaos seed 32: a failover target readied during the lease wait was dismissed, the
+    failover picked the same host, and the new link reached the dismissed executor, still
+    serving the socket; its Stopped("not needed") then failed the job. Here the dismissed
+    executor is kept alive, so the new one cannot take the workdir: the start must fail, not
+    hand back a link to the old one."""
+    ctl = _one_job_fleet(tmp_path)
+    sup = ctl.jobs["j"]
+    old = await sup._start_executor("b", promote_replica=False)
+    assert isinstance(old, ExecutorLink) and old.hello is not None
+    try:
+        sup.dismissed.add(("b", old.hello.pid))  # told to stop, not gone yet
+        again = await sup._start_executor("b", promote_replica=False)
+        assert isinstance(again, Outcome), (
+            f"linked to pid {again.hello.pid if again.hello else '?'}"
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.hello.pid, signal.SIGKILL)
+        old.close()
+        await ctl.close()
+
+
+async def test_dismissing_a_readied_executor_waits_until_it_has_let_go_of_the_workdir(
+    tmp_path: Path,
+) -> None:
+    ctl = _one_job_fleet(tmp_path)
+    sup = ctl.jobs["j"]
+    try:
+        old = await sup._start_executor("b", promote_replica=False)
+        assert isinstance(old, ExecutorLink) and old.hello is not None
+        await sup._discard(Prepared("b", old))
+        assert _gone(old.hello.pid), "gone once the discard returns"
+        new = await sup._start_executor("b", promote_replica=False)
+        assert isinstance(new, ExecutorLink) and new.hello is not None
+        assert new.hello.pid != old.hello.pid
+        await sup._discard(Prepared("b", new))
+    finally:
+        await ctl.close()
