@@ -24,9 +24,8 @@ class Timeline:
     def __init__(self, journal: Journal) -> None:
         self._by_job: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=PER_KEY))
         self._by_host: defaultdict[str, deque[Event]] = defaultdict(lambda: deque(maxlen=PER_KEY))
-        self._incident_events: list[Event] = []
         self._incidents: list[Incident] | None = None
-        self._incident_events = list(read(journal.path, kinds=(Kind.INCIDENT,)))
+        self._incident_events: list[Event] = list(read(journal.path, kinds=(Kind.INCIDENT,)))
         for event in read(journal.path, tail_bytes=TAIL_BYTES):
             self._add_recent(event)
         journal.subscribe(self.add)
