@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import Figure, emit
 
-from console.incidents import unclean_exit
-from console.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
-from console.timeline import Timeline
+from console.records.incidents import unclean_exit
+from console.records.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
+from console.records.timeline import Timeline
 
 
 def write_journal(path: Path, events: int) -> None:

@@ -3,7 +3,7 @@
 A representative mix per host and second (executor defaults): 1 Heartbeat, 1 Health with 8
 GPUs, 2 Progress (every 0.5 s), and a CheckpointSaved now and then (here 1 in 40 messages,
 far more often than one per 30 s). Measures ``encode_frame``, the sans-I/O ``FrameBuffer``
-and ``read_message`` on an asyncio StreamReader (the path ``console/link.py`` uses), in
+and ``read_message`` on an asyncio StreamReader (the path ``console/fleet/link.py`` uses), in
 messages/s and MB/s, best of the rounds (the least disturbed by other load).
 
 Target, tied to need: a console watching 1000 hosts receives about 4000 messages/s; it must

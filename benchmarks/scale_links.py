@@ -1,6 +1,6 @@
 """The fleet side of benchmarks/console_scale.py: the inventory of N local hosts in four regions,
 the simulated executors' process (benchmarks/simexec.py), and one ExecutorLink per host whose
-messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's do (console/standby.py
+messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's do (console/jobs/standby.py
 ``_route``).
 
 Imported by ``console_scale.py``, which puts the repository root and ``benchmarks/`` on
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tomli_w
 from simexec import host_name, socket_path
 
-from console.controller import Controller
-from console.link import ExecutorLink, LinkError
+from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.controller import Controller
 from protocol.messages import ExecutorMessage, Health, Heartbeat
 
 REGIONS = ("us-east", "us-west", "eu-west", "ap-south")

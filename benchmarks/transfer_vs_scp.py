@@ -30,8 +30,8 @@ import asyncssh  # noqa: E402
 import sshbed  # noqa: E402
 from common import Figure, at_least, to_json  # noqa: E402
 
-from console.transport.files import transfer  # noqa: E402
-from console.transport.ssh import SshTarget, SshTransport, SshTuning  # noqa: E402
+from console.reach.transport.files import transfer  # noqa: E402
+from console.reach.transport.ssh import SshTarget, SshTransport, SshTuning  # noqa: E402
 
 MB = 1 << 20
 SCP_TIMEOUT = 300

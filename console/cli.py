@@ -66,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from console.inventory import load
-    from console.policy import Policy
+    from console.jobs.policy import Policy
 
     if args.command == "report" and args.state_dir is not None:
-        from console.report import write_report
+        from console.records.report import write_report
 
         return write_report(args.state_dir, sys.stdout)
     inv = load(args.inventory)
     if args.command == "check":
-        from console.check import run_check
+        from console.reach.check import run_check
 
         return run_check(inv, as_json=args.json, do_deploy=args.deploy)
     if args.command == "run":
@@ -82,7 +82,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_headless(inv, Policy.parse(args.policy), as_json=args.json)
     if args.command == "report":
-        from console.report import write_report
+        from console.records.report import write_report
 
         return write_report(inv.state_dir, sys.stdout)
     from console.ui import run_tui

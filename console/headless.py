@@ -17,10 +17,10 @@ from typing import TextIO
 
 import msgspec
 
-from console.controller import Controller
 from console.inventory import Inventory
-from console.journal import Event
-from console.policy import Policy
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Event
 from console.states import JobState
 
 ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"

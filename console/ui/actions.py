@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from console.controller import Controller
+from console.jobs.controller import Controller
 from console.states import HostState, JobState
 
 

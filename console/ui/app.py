@@ -17,8 +17,8 @@ from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.worker import Worker
 
-from console.controller import Controller
-from console.journal import Event, Kind
+from console.jobs.controller import Controller
+from console.records.journal import Event, Kind
 from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from console.journal import Event, Kind
+from console.records.journal import Event, Kind
 
 COALESCED = frozenset({Kind.PROGRESS, Kind.REPLICA})
 """Kinds where only the newest event for a job matters to the view."""

@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from console.controller import Controller
+from console.jobs.controller import Controller
 from protocol.messages import Health
 
 Row = tuple[str, ...]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from console.controller import Controller
-from console.incidents import Incident
-from console.journal import Event, Kind
+from console.jobs.controller import Controller
+from console.records.incidents import Incident
+from console.records.journal import Event, Kind
 from console.ui.view import Row, age
 
 CHECKPOINT_COLUMNS = ("step", "written", "size", "sha256", "verified on")

@@ -30,7 +30,7 @@ from chaos.faults import (
 )
 from chaos.fleet import Fleet, JobPlan, wait_until
 from chaos.observe import Sampler, job_view, journal, last_step
-from console.journal import Kind
+from console.records.journal import Kind
 
 FAULT_TIMEOUT_S = 120.0
 """From a fault to a recovered job (a failover after a lease, a start, a load)."""

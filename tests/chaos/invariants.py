@@ -15,8 +15,8 @@ from pathlib import Path
 
 from chaos.faults import Injected
 from chaos.observe import Sampler, executor_events, json_lines
-from console.incidents import Incident, incidents
-from console.journal import Event, Kind
+from console.records.incidents import Incident, incidents
+from console.records.journal import Event, Kind
 
 MATCH_SLACK_S = 2.0
 """An incident may be detected this long before the injector returned (it acts first)."""

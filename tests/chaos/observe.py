@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.incidents import Incident, incidents
-from console.journal import Event, Kind, read
+from console.records.incidents import Incident, incidents
+from console.records.journal import Event, Kind, read
 
 TRAIN_THREAD = "hotspare-train"
 """The OS name of an executor's training thread (executors/serve.py); idle executors have none."""

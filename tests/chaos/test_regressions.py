@@ -11,14 +11,14 @@ from pathlib import Path
 import psutil
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
-from console.controller import Controller
-from console.incidents import incidents
+from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.journal import read
-from console.link import ExecutorLink
-from console.outcome import Outcome
-from console.policy import Policy
-from console.standby import Prepared
+from console.jobs.controller import Controller
+from console.jobs.outcome import Outcome
+from console.jobs.policy import Policy
+from console.jobs.standby import Prepared
+from console.records.incidents import incidents
+from console.records.journal import read
 from console.states import JobState
 
 

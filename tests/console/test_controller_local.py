@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 
-from console.controller import Controller
-from console.incidents import incidents
 from console.inventory import load
-from console.journal import Kind, read
-from console.policy import Policy
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
 from console.states import HostState, JobState
 
 
@@ -389,7 +389,7 @@ async def test_an_idle_executor_left_on_the_host_is_retired_not_adopted(
 
     from helpers import REPO, env_with
 
-    from console.state_store import StateStore
+    from console.records.state_store import StateStore
     from executors import exitcodes
 
     work = tmp_path / "a" / "jobs" / "j"

@@ -14,11 +14,11 @@ import sshbed
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, until, write_inventory
 from netbed import ns_host
 
-from console.controller import Controller
-from console.incidents import incidents
 from console.inventory import load
-from console.journal import Kind, read
-from console.policy import Policy
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
 from console.states import HostState, JobState
 
 BLIP_S = 0.3

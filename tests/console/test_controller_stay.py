@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
-from console.controller import Controller
 from console.inventory import load
-from console.journal import Kind, read
-from console.policy import Policy
-from console.state_store import StateStore
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Kind, read
+from console.records.state_store import StateStore
 from console.states import FailureKind, HostState, JobState
 
 

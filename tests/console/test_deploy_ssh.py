@@ -9,9 +9,9 @@ from pathlib import Path
 from fleetbed import write_inventory
 from helpers import REPO, env_with
 
-from console.deploy import build_bundle, deploy
 from console.inventory import load
-from console.transport.factory import open_transport
+from console.reach.deploy import build_bundle, deploy
+from console.reach.transport.factory import open_transport
 
 
 async def test_deploying_twice_uploads_once_and_the_bundle_runs(ssh_hosts, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -13,10 +13,10 @@ import pytest
 import tomli_w
 from helpers import REPO, env_with, wait_for
 
-from console.deploy import build_bundle, bundle_dir, deploy
 from console.inventory import Inventory, append_host, load
-from console.preflight import preflight
-from console.transport.local import LocalTransport
+from console.reach.deploy import build_bundle, bundle_dir, deploy
+from console.reach.preflight import preflight
+from console.reach.transport.local import LocalTransport
 from protocol.errors import ConfigError
 from protocol.spec import JobSpec
 
@@ -440,8 +440,8 @@ def test_an_empty_inventory_is_valid_and_checks_nothing(tmp_path: Path, body: st
 def test_the_console_does_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import console.cli, console.inventory, console.check, console.deploy, console.preflight\n"
-        "import console.transport.factory\n"
+        "import console.cli, console.inventory, console.reach.check, console.reach.deploy, console.reach.preflight\n"
+        "import console.reach.transport.factory\n"
         "assert 'console.inventory' in sys.modules\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))\n"
     )

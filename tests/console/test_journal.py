@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from console.incidents import unclean_exit
-from console.journal import Event, Journal, Kind, matching_lines, read
-from console.timeline import Timeline
+from console.records.incidents import unclean_exit
+from console.records.journal import Event, Journal, Kind, matching_lines, read
+from console.records.timeline import Timeline
 
 
 def long_journal(path: Path, progress: int) -> Journal:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from fleetbed import local_host, write_inventory
 
-from console.detect import DetectionSettings, is_suspect, lease_end
-from console.health_rules import Severity, evaluate
+from console.fleet.detect import DetectionSettings, is_suspect, lease_end
+from console.fleet.health_rules import Severity, evaluate
 from console.inventory import HealthThresholds, load
-from console.journal import Journal, Kind, read
-from console.placement import choose_primary, choose_spares, rank
+from console.jobs.placement import choose_primary, choose_spares, rank
+from console.records.journal import Journal, Kind, read
 from console.states import (
     HOST_TRANSITIONS,
     JOB_TRANSITIONS,

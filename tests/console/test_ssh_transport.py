@@ -16,9 +16,9 @@ import psutil
 import pytest
 from sshbed import SshBed, SshHost
 
-from console.transport import ssh as ssh_module
-from console.transport.base import PermanentTransportError, TemporaryTransportError
-from console.transport.ssh import SshTarget, SshTransport
+from console.reach.transport import ssh as ssh_module
+from console.reach.transport.base import PermanentTransportError, TemporaryTransportError
+from console.reach.transport.ssh import SshTarget, SshTransport
 
 MB = 1 << 20
 HOSTILE = [

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from console.transport.base import CHUNK, TemporaryTransportError
-from console.transport.files import TransferCorrupt, get_file, put_file, transfer
-from console.transport.local import LocalTransport
+from console.reach.transport.base import CHUNK, TemporaryTransportError
+from console.reach.transport.files import TransferCorrupt, get_file, put_file, transfer
+from console.reach.transport.local import LocalTransport
 
 SIZE = 20 * CHUNK + 12345
 

@@ -154,7 +154,7 @@ def test_a_sparkline_shows_the_last_values_scaled_with_gaps_for_unknowns() -> No
 
 
 def test_a_newer_progress_event_replaces_a_queued_one_for_the_same_job() -> None:
-    from console.journal import Event, Kind
+    from console.records.journal import Event, Kind
     from console.ui.messages import JournalEvent
 
     def msg(kind: Kind, job: str) -> JournalEvent:

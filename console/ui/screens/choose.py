@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from console.controller import Controller
+from console.jobs.controller import Controller
 
 
 def failover_targets(ctl: Controller, job: str) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Header, Markdown, Static
 
-from console.report import render_incident
+from console.records.report import render_incident
 from console.ui.screens.base import LiveScreen, ViewScreen
 from console.ui.view import Row
 from console.ui.view_detail import INCIDENT_COLUMNS, incident_rows

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from console.incidents import Incident, incidents
-from console.journal import TAIL_BYTES, Event, Journal, Kind, read
+from console.records.incidents import Incident, incidents
+from console.records.journal import TAIL_BYTES, Event, Journal, Kind, read
 
 PER_KEY = 500
 """Events kept per job and per host."""

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 import asyncssh
 
-from console.transport.base import (
+from console.reach.transport.base import (
     CHUNK,
     FileStat,
     PermanentTransportError,
@@ -30,8 +30,8 @@ from console.transport.base import (
     Transport,
     TransportError,
 )
-from console.transport.detach import detach_argv
-from console.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
+from console.reach.transport.detach import detach_argv
+from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
 
 __all__ = ["SshTarget", "SshTransport", "SshTuning"]
 

@@ -12,16 +12,16 @@ import posixpath
 import time
 from typing import TYPE_CHECKING
 
-from console.deploy import job_dir
-from console.detect import is_suspect, lease_end
-from console.journal import Kind
-from console.link import ExecutorLink, LinkError
-from console.outcome import Exit, Outcome, from_events_tail, from_stopped
-from console.policy import Decision, decide
-from console.remote import executor_alive
-from console.replicator import Source
+from console.fleet.detect import is_suspect, lease_end
+from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.outcome import Exit, Outcome, from_events_tail, from_stopped
+from console.jobs.policy import Decision, decide
+from console.jobs.replicator import Source
+from console.reach.deploy import job_dir
+from console.reach.remote import executor_alive
+from console.reach.transport.base import TransportError
+from console.records.journal import Kind
 from console.states import HostState, JobState
-from console.transport.base import TransportError
 from protocol.messages import (
     CheckpointSaved,
     ExecutorMessage,
@@ -36,7 +36,7 @@ from protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from console.supervisor import JobSupervisor
+    from console.jobs.supervisor import JobSupervisor
 
 POLL_S = 0.2
 TAIL_BYTES = 64 * 1024

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from console.deploy import replica_dir
-from console.journal import Kind
-from console.transport.base import TransportError
-from console.transport.files import transfer
+from console.reach.deploy import replica_dir
+from console.reach.transport.base import TransportError
+from console.reach.transport.files import transfer
+from console.records.journal import Kind
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
-    from console.controller import Controller
+    from console.jobs.controller import Controller
 
 
 @dataclass

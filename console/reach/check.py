@@ -7,11 +7,11 @@ import json
 import sys
 from typing import TextIO
 
-from console.deploy import build_bundle, deploy
 from console.inventory import Inventory
-from console.preflight import Preflight, preflight
-from console.transport.base import TransportError
-from console.transport.factory import open_transport
+from console.reach.deploy import build_bundle, deploy
+from console.reach.preflight import Preflight, preflight
+from console.reach.transport.base import TransportError
+from console.reach.transport.factory import open_transport
 
 
 async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight:

@@ -6,7 +6,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from console.transport.base import StreamReaderLike, StreamWriterLike, Transport, TransportError
+from console.reach.transport.base import (
+    StreamReaderLike,
+    StreamWriterLike,
+    Transport,
+    TransportError,
+)
 from protocol.errors import ProtocolError
 from protocol.framing import EXECUTOR_MESSAGES, check_hello, encode_frame, read_message
 from protocol.messages import (

@@ -17,23 +17,23 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from console.deploy import deploy, executor_command, job_dir, replica_dir
-from console.detect import is_suspect, renew_every
-from console.journal import Kind
-from console.link import ExecutorLink, LinkError
-from console.outcome import Exit, Outcome
-from console.placement import choose_primary, choose_spares
-from console.recovery import Recovery
-from console.remote import list_manifests, promote
-from console.standby import Prepared, Standby
+from console.fleet.detect import is_suspect, renew_every
+from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.outcome import Exit, Outcome
+from console.jobs.placement import choose_primary, choose_spares
+from console.jobs.recovery import Recovery
+from console.jobs.standby import Prepared, Standby
+from console.jobs.watch import POLL_S, Watch
+from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
+from console.reach.remote import list_manifests, promote
+from console.reach.transport.base import TransportError
+from console.records.journal import Kind
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
-from console.transport.base import TransportError
-from console.watch import POLL_S, Watch
 from protocol.messages import Lease, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
-    from console.controller import Controller
+    from console.jobs.controller import Controller
 
 START_TIMEOUT_S = 90.0
 HISTORY_LEN = 600

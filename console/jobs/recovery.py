@@ -10,19 +10,19 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from console.deploy import replica_dir
-from console.journal import Kind
-from console.outcome import Exit, Outcome
-from console.placement import rank
-from console.policy import Decision, decide
-from console.remote import list_manifests
-from console.replicator import Source
+from console.jobs.outcome import Exit, Outcome
+from console.jobs.placement import rank
+from console.jobs.policy import Decision, decide
+from console.jobs.replicator import Source
+from console.reach.deploy import replica_dir
+from console.reach.remote import list_manifests
+from console.reach.transport.base import TransportError
+from console.records.journal import Kind
 from console.states import FailureKind, HostState, JobState
-from console.transport.base import TransportError
 from protocol.messages import CheckpointNow, Drain, Stop
 
 if TYPE_CHECKING:
-    from console.supervisor import JobSupervisor
+    from console.jobs.supervisor import JobSupervisor
 
 REPLICATE_WAIT_S = 120.0
 
@@ -227,7 +227,7 @@ class Recovery:
 
     async def _take_prepared(self: JobSupervisor, old: str | None) -> str | None:
         """The target readied during the lease wait, if it is still fit to use."""
-        from console.supervisor import Prepared
+        from console.jobs.supervisor import Prepared
 
         task, self._preparing = self._preparing, None
         prepared = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from console.deploy import Bundle, bundle_dir
-from console.transport.base import Transport, TransportError
+from console.reach.deploy import Bundle, bundle_dir
+from console.reach.transport.base import Transport, TransportError
 
 MIN_PYTHON = (3, 11)
 

@@ -138,13 +138,13 @@ class Transport(ABC):
 
     async def put(self, local: str, remote: str, *, progress: Progress | None = None) -> None:
         """Copy a local file to the host, streamed."""
-        from console.transport.files import put_file
+        from console.reach.transport.files import put_file
 
         await put_file(self, local, remote, progress=progress)
 
     async def get(self, remote: str, local: str, *, progress: Progress | None = None) -> None:
         """Copy a file from the host to this machine, streamed."""
-        from console.transport.files import get_file
+        from console.reach.transport.files import get_file
 
         await get_file(self, remote, local, progress=progress)
 

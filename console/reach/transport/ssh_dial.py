@@ -25,7 +25,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from console.transport.base import (
+from console.reach.transport.base import (
     PermanentTransportError,
     TemporaryTransportError,
     TransportError,

@@ -10,14 +10,14 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from console.journal import Kind
-from console.link import ExecutorLink, LinkError
+from console.fleet.link import ExecutorLink, LinkError
+from console.reach.transport.base import TransportError
+from console.records.journal import Kind
 from console.states import HostState
-from console.transport.base import TransportError
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
 if TYPE_CHECKING:
-    from console.supervisor import JobSupervisor
+    from console.jobs.supervisor import JobSupervisor
 
 
 @dataclass

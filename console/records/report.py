@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from console.incidents import Incident, incidents
-from console.journal import Kind, read
+from console.records.incidents import Incident, incidents
+from console.records.journal import Kind, read
 
 
 def _clock(t: float) -> str:

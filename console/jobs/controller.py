@@ -16,18 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from console.detect import DetectionSettings
-from console.fleet import Fleet
-from console.incidents import IncidentLog, unclean_exit
+from console.fleet.detect import DetectionSettings
+from console.fleet.hosts import Fleet
 from console.inventory import Inventory, append_host
-from console.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
-from console.policy import Policy
-from console.replicator import Replicator
-from console.state_store import StateStore
+from console.jobs.policy import Policy
+from console.jobs.replicator import Replicator
+from console.jobs.supervisor import JobSupervisor
+from console.reach.transport.local import LocalTransport
+from console.records.incidents import IncidentLog, unclean_exit
+from console.records.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
+from console.records.state_store import StateStore
+from console.records.timeline import Timeline
 from console.states import HostState, JobState
-from console.supervisor import JobSupervisor
-from console.timeline import Timeline
-from console.transport.local import LocalTransport
 from console.webhook import Webhook
 from protocol.messages import Progress
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from console.transport.base import PermanentTransportError, Transport
+from console.reach.transport.base import PermanentTransportError, Transport
 from protocol.version import bundle_files, source_hash
 
 _EXTRACT = r"""

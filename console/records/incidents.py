@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.journal import Event, Journal, Kind
-from console.state_store import StateStore
+from console.records.journal import Event, Journal, Kind
+from console.records.state_store import StateStore
 
 PHASES = ("detected", "decided", "transfer_done", "executor_up", "loaded", "first_step")
 

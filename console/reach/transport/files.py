@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from console.transport.base import (
+from console.reach.transport.base import (
     CHUNK,
     PermanentTransportError,
     Progress,

@@ -7,7 +7,7 @@ import posixpath
 
 import msgspec
 
-from console.transport.base import PermanentTransportError, Transport
+from console.reach.transport.base import PermanentTransportError, Transport
 from protocol.spec import CheckpointManifest
 
 _LIST = r"""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from console.inventory import Inventory
-from console.transport.base import Transport
-from console.transport.local import LocalTransport
+from console.reach.transport.base import Transport
+from console.reach.transport.local import LocalTransport
 
 
 def open_transport(inv: Inventory, name: str) -> Transport:
@@ -15,7 +15,7 @@ def open_transport(inv: Inventory, name: str) -> Transport:
     settings = inv.console
     if host.transport == "local":
         return LocalTransport(name, default_timeout=settings.command_timeout_s)
-    from console.transport.ssh import SshTarget, SshTransport
+    from console.reach.transport.ssh import SshTarget, SshTransport
 
     def expand(p: str | None) -> str | None:
         return os.path.expanduser(p) if p else None

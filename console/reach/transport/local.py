@@ -13,7 +13,7 @@ import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
-from console.transport.base import (
+from console.reach.transport.base import (
     CHUNK,
     FileStat,
     PermanentTransportError,
@@ -23,7 +23,7 @@ from console.transport.base import (
     TemporaryTransportError,
     Transport,
 )
-from console.transport.detach import detach_argv
+from console.reach.transport.detach import detach_argv
 
 
 class LocalTransport(Transport):

@@ -7,13 +7,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from console.health_rules import Finding, Severity, evaluate
+from console.fleet.health_rules import Finding, Severity, evaluate
 from console.inventory import Inventory
-from console.journal import Journal, Kind
-from console.state_store import StateStore
+from console.reach.transport.base import Transport, TransportError
+from console.reach.transport.factory import open_transport
+from console.records.journal import Journal, Kind
+from console.records.state_store import StateStore
 from console.states import HOST_TRANSITIONS, HostState, Machine
-from console.transport.base import Transport, TransportError
-from console.transport.factory import open_transport
 from protocol.messages import Health
 
 PROBE_TIMEOUT_S = 3.0
