@@ -69,7 +69,17 @@ class FailureKind(StrEnum):
 
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.PENDING: frozenset({JobState.DEPLOYING, JobState.RUNNING, JobState.FAILED}),
+    # PENDING -> RESTARTING / FAILING_OVER: a console started while the job's host was
+    # unreachable waits out the old lease, then acts on what it finds.
+    JobState.PENDING: frozenset(
+        {
+            JobState.DEPLOYING,
+            JobState.RUNNING,
+            JobState.RESTARTING,
+            JobState.FAILING_OVER,
+            JobState.FAILED,
+        }
+    ),
     JobState.DEPLOYING: frozenset(
         {
             JobState.RUNNING,

@@ -6,8 +6,9 @@ Set from any thread; the trainer reads them at step boundaries only.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
+
+from executors import clock
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class StopRequest:
 
 class Control:
     def __init__(
-        self, epoch: int = 0, lease_s: float = 0.0, lease_sent_at: float | None = None
+        self, epoch: int = 0, lease_s: float = 0.0, lease_anchor: float | None = None
     ) -> None:
         self._lock = threading.Lock()
         self._checkpoint_reason: str | None = None
@@ -30,12 +31,7 @@ class Control:
         self.lease_ttl_s = lease_s
         self.lease_deadline: float | None = None
         if lease_s > 0:
-            left = (
-                lease_s
-                if lease_sent_at is None
-                else min(lease_s, lease_sent_at + lease_s - time.time())
-            )
-            self.lease_deadline = time.monotonic() + left
+            self.lease_deadline = _from(lease_anchor) + lease_s
 
     def request_checkpoint(self, reason: str) -> None:
         with self._lock:
@@ -57,18 +53,32 @@ class Control:
     def stop(self) -> StopRequest | None:
         return self._stop
 
-    def renew(self, epoch: int, ttl_s: float, sent_at: float | None = None) -> bool:
-        """Extend the lease to ``sent_at + ttl_s`` (console clock); refused for another epoch or when stale."""
+    def renew(self, epoch: int, ttl_s: float, anchor: float | None = None) -> bool:
+        """Extend the lease to ``anchor + ttl_s`` (this executor's clock); refused for another
+        epoch, when already stale, or once the lease has ended (a lapsed lease stays lapsed)."""
         with self._lock:
             if epoch != self.epoch:
                 return False
-            left = ttl_s if sent_at is None else min(ttl_s, sent_at + ttl_s - time.time())
-            if left <= 0:
+            if self.lease_deadline is not None and self.lease_deadline <= clock.now():
+                return False
+            until = _from(anchor) + ttl_s
+            if until <= clock.now():
                 return False
             self.lease_ttl_s = ttl_s
-            self.lease_deadline = max(self.lease_deadline or 0.0, time.monotonic() + left)
+            self.lease_deadline = max(self.lease_deadline or 0.0, until)
             return True
 
     def lease_left(self) -> float | None:
         deadline = self.lease_deadline
-        return None if deadline is None else deadline - time.monotonic()
+        return None if deadline is None else deadline - clock.now()
+
+    def lease_valid(self, margin_s: float = 0.0) -> bool:
+        """No lease (fencing off), or one with more than ``margin_s`` left."""
+        left = self.lease_left()
+        return left is None or left > margin_s
+
+
+def _from(anchor: float | None) -> float:
+    """Where a lease starts: its anchor, never later than now (a console cannot grant the future)."""
+    t = clock.now()
+    return t if anchor is None else min(anchor, t)

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from executors import exitcodes
+from executors import clock, exitcodes
 from executors.control import Control
 from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
@@ -169,9 +169,7 @@ class Server:
             )
             return
         self.spec = msg.spec
-        self.control = Control(
-            epoch=msg.epoch, lease_s=msg.lease_s, lease_sent_at=msg.lease_sent_at
-        )
+        self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s, lease_anchor=msg.lease_anchor)
         self.state = ExecutorState.TRAINING
         self._thread = threading.Thread(
             target=self._train, args=(msg.spec, self.control), name="hotspare-train", daemon=True
@@ -265,6 +263,7 @@ class Server:
             job=self.spec.name if self.spec else None,
             epoch=self.control.epoch if self.control else 0,
             step=self.step,
+            clock=clock.now(),
         )
 
     def _handle(self, msg: ConsoleMessage, writer: asyncio.StreamWriter) -> None:
@@ -292,7 +291,7 @@ class Server:
             self.state = ExecutorState.STOPPING
 
     def _lease(self, msg: Lease, control: Control) -> None:
-        if control.renew(msg.epoch, msg.ttl_s, msg.sent_at):
+        if control.renew(msg.epoch, msg.ttl_s, msg.anchor):
             return
         if msg.epoch > control.epoch:
             self.emit(
@@ -328,6 +327,7 @@ class Server:
         return Heartbeat(
             seq=self._seq,
             t=time.time(),
+            clock=clock.now(),
             state=self.state.value,
             step=self.step,
             epoch=control.epoch if control else 0,

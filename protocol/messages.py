@@ -13,7 +13,7 @@ import msgspec
 
 from protocol.spec import CheckpointManifest, JobSpec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class ExecutorState(StrEnum):
@@ -52,23 +52,25 @@ class Start(_Msg, tag="start"):
     spec: JobSpec
     epoch: int = 0
     lease_s: float = 0.0
-    lease_sent_at: float | None = None
-    """The console's wall clock when it sent this Start; the first lease runs from it (see Lease)."""
+    lease_anchor: float | None = None
+    """An executor clock reading the first lease runs from (see Lease)."""
     rank: int = 0
     world_size: int = 1
 
 
 class Lease(_Msg, tag="lease"):
-    """Grant or renew the right to train under ``epoch`` until ``sent_at + ttl_s``.
+    """Grant or renew the right to train under ``epoch`` until ``anchor + ttl_s``.
 
-    ``sent_at`` is the console's wall clock when it sent the lease: a lease delayed in a
-    buffer (a partition that heals) cannot outlive what the console counted on, up to the
-    clock skew between the two machines. Without ``sent_at`` the lease runs from receipt.
+    ``anchor`` is a reading of the *executor's* clock (the ``clock`` of a Hello or Heartbeat
+    the console had received before it sent this lease), so the lease runs from an instant
+    before the console's send on both machines' monotonic clocks: a lease delayed in a
+    buffer (a partition that heals) cannot outlive what the console counted on, and no wall
+    clock is compared with another. Without ``anchor`` the lease runs from receipt.
     """
 
     epoch: int
     ttl_s: float
-    sent_at: float | None = None
+    anchor: float | None = None
 
 
 class CheckpointNow(_Msg, tag="checkpoint_now"):
@@ -110,6 +112,8 @@ class ExecutorHello(_Msg, tag="hello"):
     job: str | None = None
     epoch: int = 0
     step: int = 0
+    clock: float = 0.0
+    """The executor's monotonic clock (CLOCK_BOOTTIME: it counts through a suspend) at send."""
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
@@ -120,6 +124,8 @@ class Heartbeat(_Msg, tag="heartbeat"):
     epoch: int
     lease_left_s: float | None = None
     nonce: int | None = None
+    clock: float = 0.0
+    """The executor's monotonic clock at send: what a Lease is anchored to."""
 
 
 class GpuHealth(msgspec.Struct, kw_only=True, gc=False):

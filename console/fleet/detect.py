@@ -23,11 +23,6 @@ def is_suspect(now: float, last_seen: float, s: DetectionSettings) -> bool:
     return silence >= s.suspect_after_s and silence >= s.missed_heartbeats * s.heartbeat_s
 
 
-def lease_end(last_lease_sent_at: float, s: DetectionSettings) -> float:
-    """Wall-clock instant after which the executor cannot be training under that lease."""
-    return last_lease_sent_at + s.lease_s + s.clock_skew_s
-
-
 def renew_every(s: DetectionSettings) -> float:
     """Renew three times per lease, so two lost renewals do not end it."""
     return s.lease_s / 3

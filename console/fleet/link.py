@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from console import clock
 from console.reach.transport.base import (
     StreamReaderLike,
     StreamWriterLike,
@@ -20,6 +21,7 @@ from protocol.messages import (
     ConsoleMessage,
     ExecutorHello,
     ExecutorMessage,
+    Heartbeat,
 )
 
 HELLO_TIMEOUT_S = 10.0
@@ -38,6 +40,9 @@ class ExecutorLink:
         self.socket_path = socket_path
         self.console_id = console_id
         self.hello: ExecutorHello | None = None
+        self.anchor: tuple[float, float] | None = None
+        """(the executor's clock, this console's ``clock.mono()`` when that reading arrived)
+        from its newest Hello or Heartbeat: what a lease is anchored to."""
         self._reader: StreamReaderLike | None = None
         self._writer: StreamWriterLike | None = None
         self._pumping: asyncio.Task[str] | None = None
@@ -65,6 +70,7 @@ class ExecutorLink:
             raise LinkError(f"{self.transport.name}: {e}") from None
         assert isinstance(hello, ExecutorHello)
         self.hello = hello
+        self.anchor = (hello.clock, clock.mono())
         return hello
 
     async def send(self, msg: ConsoleMessage) -> None:
@@ -93,6 +99,8 @@ class ExecutorLink:
                 msg = await read_message(self._reader, EXECUTOR_MESSAGES)  # type: ignore[arg-type]
                 if msg is None:
                     return "the executor closed the connection"
+                if isinstance(msg, Heartbeat):
+                    self.anchor = (msg.clock, clock.mono())
                 on_message(msg)
         except ProtocolError as e:
             return f"protocol error: {e}"

@@ -19,10 +19,12 @@ from typing import Any
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory, append_host
+from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.replicator import Replicator
 from console.jobs.supervisor import JobSupervisor
 from console.reach.transport.local import LocalTransport
+from console.records.console_lock import ConsoleLock
 from console.records.incidents import IncidentLog, unclean_exit
 from console.records.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
 from console.records.state_store import StateStore
@@ -51,9 +53,13 @@ class Controller:
         self.executor_env = executor_env or {}
         """Extra environment for executors per host: test hooks (fake NVML, fault injection)."""
         self.console_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.journal = Journal(inv.state_dir / "journal.jsonl")
+        self.lock = ConsoleLock(inv.state_dir)
+        """Held for this console's life; a read-only console watches and takes none."""
+        if not read_only:
+            self.lock.acquire()
+        self.journal = Journal(inv.state_dir / "journal.jsonl", read_only=read_only)
         self.timeline = Timeline(self.journal)
-        self.store = StateStore(inv.state_dir)
+        self.store = StateStore(inv.state_dir, read_only=read_only)
         self.fleet = Fleet(inv, self.journal, self.store)
         self.incidents = IncidentLog(self.journal, self.store)
         self.replicator = Replicator(self)
@@ -85,9 +91,11 @@ class Controller:
             f"console started (policy {self.policy.value})",
             data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
         )
-        if died is not None:
+        if died is not None and not self.read_only:
             self._console_died(*died)
         background = [asyncio.create_task(self._monitor_hosts(), name="host monitor")]
+        if self.read_only:
+            background.append(asyncio.create_task(self._follow_state(), name="follow state"))
         if self.inv.console.webhook:
             hook = Webhook(
                 self.inv.console.webhook, on_failure=lambda m: self.journal.record(Kind.ALERT, m)
@@ -153,7 +161,16 @@ class Controller:
                 sup.link.close()
         await self.fleet.close()
         self.journal.record(Kind.CONSOLE, "console stopped")
+        self.journal.sync()
         self.journal.close()
+        self.lock.release()
+
+    async def _follow_state(self) -> None:
+        """A read-only console reads the owner's state file again now and then."""
+        while True:
+            await asyncio.sleep(FOLLOW_EVERY_S)
+            with contextlib.suppress(RuntimeError):  # caught mid-replace: next time
+                self.store.reload()
 
     async def _monitor_hosts(self) -> None:
         """Hosts without a running job are probed, so up and down are known before they are needed."""

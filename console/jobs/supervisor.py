@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from console.fleet.detect import is_suspect, renew_every
 from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.lease import JobLease
+from console.jobs.observe import Observe
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_primary, choose_spares
 from console.jobs.recovery import Recovery
@@ -29,7 +31,7 @@ from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import TransportError
 from console.records.journal import Kind
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
-from protocol.messages import Lease, Start, Stop
+from protocol.messages import Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ LOG_TAIL_LEN = 200
 CHECKPOINTS_KEPT = 12
 
 
-class JobSupervisor(Watch, Standby, Recovery):
+class JobSupervisor(Watch, Standby, Recovery, Observe):
     def __init__(self, ctl: Controller, name: str) -> None:
         self.ctl = ctl
         self.name = name
@@ -65,7 +67,8 @@ class JobSupervisor(Watch, Standby, Recovery):
         self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_LEN)
         """The executor's Log and Fault lines, newest last."""
         self.last_seen = 0.0
-        self.last_lease_sent = 0.0
+        c = ctl.inv.console
+        self.lease = JobLease(self.rec, ctl.store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
         self.exit: Outcome | None = None
         self.incident: int | None = None
         self.resumed_step: int | None = None
@@ -119,6 +122,9 @@ class JobSupervisor(Watch, Standby, Recovery):
     # ------------------------------------------------------------------ run
 
     async def run(self) -> None:
+        if self.ctl.read_only:
+            await self._observe()
+            return
         if self.rec.finished_sha256:
             self.step = self.rec.finished_step or self.spec.steps
             self._set(JobState.RUNNING, "finished before this console started")
@@ -128,23 +134,25 @@ class JobSupervisor(Watch, Standby, Recovery):
             self.failure = FailureKind.STOPPED
             self._set(JobState.FAILED, "stopped by an operator before this console started")
             return
-        launch = await self._first_launch()
+        nxt = await self._first_launch()
         while not self.state.is_terminal():
-            if launch is not None:
-                host, promote_replica = launch
-                outcome = await self._launch(host, promote_replica)
-            else:
-                outcome = None
+            outcome = await self._launch(*nxt) if isinstance(nxt, tuple) else nxt
             if outcome is None:
                 outcome = await self._watch()
-            launch = await self._recover(outcome)
+            nxt = await self._recover(outcome)
 
-    async def _first_launch(self) -> tuple[str, bool] | None:
-        """Reattach to a live executor from an earlier console, or say where to start."""
+    async def _first_launch(self) -> tuple[str, bool] | Outcome | None:
+        """Reattach to a live executor from an earlier console, or say where to start.
+
+        A job's host that cannot be reached is not taken for one whose executor is gone: the
+        executor may still be training under the lease the console before this one granted,
+        so it is treated as a link lost under that lease (persisted, and waited out).
+        """
         host = self.rec.host
         if host and host in self.ctl.fleet.hosts:
             self.host = host
             self.ctl.fleet.hosts[host].job = self.name
+            self.lease.restore()
             link = ExecutorLink(
                 self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
             )
@@ -155,30 +163,38 @@ class JobSupervisor(Watch, Standby, Recovery):
             if hello is not None and hello.epoch == self.epoch and hello.state == "training":
                 self.link, self.step = link, hello.step
                 self.last_seen = time.monotonic()
-                self.last_lease_sent = time.time()
-                await link.send(
-                    Lease(
-                        epoch=self.epoch,
-                        ttl_s=self.ctl.inv.console.lease_s,
-                        sent_at=self.last_lease_sent,
-                    )
-                )
-                self.ctl.journal.record(
-                    Kind.EXECUTOR,
-                    f"{self.name}: reattached to executor pid {hello.pid} on {host}",
-                    job=self.name,
-                    host=host,
-                    data={"pid": hello.pid, "epoch": hello.epoch},
-                )
-                self._set(JobState.RUNNING, "reattached")
+                with contextlib.suppress(LinkError):
+                    await link.send(self.lease.renewal(link, host, self.epoch))
+                self._note_reattached(host)
                 return None
+            if hello is None and self.epoch > 0 and await self._wait_gone(host) is not True:
+                link.close()
+                self.last_seen = time.monotonic()
+                self._set(
+                    JobState.PENDING,
+                    f"{host} not reachable at console start: waiting out its lease "
+                    f"({max(0.0, self.lease.left()):.0f} s left at most)",
+                )
+                outcome = await self._after_link_loss("not reachable at console start")
+                if outcome is None:
+                    self._note_reattached(host)
+                return outcome
             if hello is not None:
                 await self._retire(link, host)
-            else:
-                await self._wait_gone(host)
             link.close()
             return host, False
         return await self._place()
+
+    def _note_reattached(self, host: str) -> None:
+        hello = self.link.hello if self.link is not None else None
+        self.ctl.journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: reattached to executor pid {hello.pid if hello else '?'} on {host}",
+            job=self.name,
+            host=host,
+            data={"pid": hello.pid if hello else None, "epoch": self.epoch},
+        )
+        self._set(JobState.RUNNING, "reattached")
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
@@ -188,14 +204,22 @@ class JobSupervisor(Watch, Standby, Recovery):
             await link.send(Stop(reason="not adopted by the console", checkpoint=False))
         await self._wait_gone(host)
 
-    async def _wait_gone(self, host: str) -> None:
-        """Until no executor holds this job's lock on ``host`` (one may still be exiting)."""
+    async def _wait_gone(self, host: str) -> bool | None:
+        """Until no executor holds this job's lock on ``host`` (one may still be exiting).
+
+        True once seen gone; False if one still held it at the deadline; None if the host
+        could not be asked (unreachable is not gone).
+        """
         workdir = job_dir(self.ctl.inv.host_root(host), self.name)
         deadline = time.monotonic() + START_TIMEOUT_S / 6
         while time.monotonic() < deadline:
-            if not await self._probe_alive(host, workdir, 3.0):
-                return
+            alive = await self._probe_alive(host, workdir, 3.0)
+            if alive is None:
+                return None
+            if alive is False:
+                return True
             await asyncio.sleep(POLL_S)
+        return False
 
     async def _place(self) -> tuple[str, bool] | None:
         while True:
@@ -279,16 +303,8 @@ class JobSupervisor(Watch, Standby, Recovery):
         ctl.store.save()
         self.link = link
         self.last_seen = time.monotonic()
-        self.last_lease_sent = time.time()
         try:
-            await link.send(
-                Start(
-                    spec=self.spec,
-                    epoch=self.epoch,
-                    lease_s=ctl.inv.console.lease_s,
-                    lease_sent_at=self.last_lease_sent,
-                )
-            )
+            await link.send(self.lease.start(link, host, self.spec, self.epoch))
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
         self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
@@ -401,16 +417,13 @@ class JobSupervisor(Watch, Standby, Recovery):
             self.link = None
 
     async def _renew_leases(self) -> None:
-        settings = self.ctl.inv.console
         while True:
             await asyncio.sleep(renew_every(self.ctl.detection))
-            link = self.link
-            if link is None or link.hello is None:
+            link, host = self.link, self.host
+            if link is None or link.hello is None or host is None:
                 continue
-            sent_at = time.time()
             with contextlib.suppress(LinkError):
-                await link.send(Lease(epoch=self.epoch, ttl_s=settings.lease_s, sent_at=sent_at))
-                self.last_lease_sent = sent_at
+                await link.send(self.lease.renewal(link, host, self.epoch))
 
     async def _liveness(self) -> None:
         """A hung executor keeps its connection but stops heartbeating: close the link to react."""

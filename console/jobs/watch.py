@@ -12,7 +12,7 @@ import posixpath
 import time
 from typing import TYPE_CHECKING
 
-from console.fleet.detect import is_suspect, lease_end
+from console.fleet.detect import is_suspect
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.outcome import Exit, Outcome, from_events_tail, from_stopped
 from console.jobs.policy import Decision, decide
@@ -169,8 +169,7 @@ class Watch:
         probe_s = max(0.5, 2 * self.ctl.inv.console.heartbeat_s)
         while True:
             silent = is_suspect(time.monotonic(), self.last_seen, self.ctl.detection)
-            end = lease_end(self.last_lease_sent, self.ctl.detection)
-            if probed and silent and time.time() >= end:
+            if probed and silent and self.lease.ended():
                 if alive:
                     await self._kill(host, workdir)
                     return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
@@ -182,7 +181,7 @@ class Watch:
                         f"the console reaches no host at all: not failing {self.name} over",
                         job=self.name,
                     )
-            budget = max(0.2, min(probe_s, end - time.time())) if silent else probe_s
+            budget = max(0.2, min(probe_s, self.lease.left())) if silent else probe_s
             if await self._relink(host, budget):
                 await self._cancel_preparation()
                 return None
@@ -217,6 +216,8 @@ class Watch:
         if hello.epoch == self.epoch and hello.state in ("training", "stopping"):
             self.link = link
             self.last_seen = time.monotonic()
+            with contextlib.suppress(LinkError):  # at once: the lease may be about to end
+                await link.send(self.lease.renewal(link, host, self.epoch))
             return True
         link.close()
         return False

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
+
+from console import clock
 
 
 class Kind(StrEnum):
@@ -60,10 +61,13 @@ Listener = Callable[[Event], None]
 
 
 class Journal:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
-        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the console
+        self._f: BinaryIO | None = None
+        """None for a read-only console: its events reach its listeners, not the file."""
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the console
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
 
@@ -73,19 +77,22 @@ class Journal:
     def record(self, kind: Kind, msg: str = "", *, at: float | None = None, **fields: Any) -> Event:
         """Append an event; ``at`` back-dates one observed earlier (default: now)."""
         data = fields.pop("data", {})
-        event = Event(t=time.time() if at is None else at, kind=kind, msg=msg, data=data, **fields)
-        line = _enc.encode(event) + b"\n"
-        with self._lock:
-            self._f.write(line)
+        event = Event(t=clock.wall() if at is None else at, kind=kind, msg=msg, data=data, **fields)
+        if self._f is not None:
+            line = _enc.encode(event) + b"\n"
+            with self._lock:
+                self._f.write(line)
         for listener in self._listeners:
             listener(event)
         return event
 
     def sync(self) -> None:
-        os.fsync(self._f.fileno())
+        if self._f is not None:
+            os.fsync(self._f.fileno())
 
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
 
 
 TAIL_BYTES = 8 * 1024 * 1024

@@ -12,6 +12,20 @@ from pathlib import Path
 import msgspec
 
 
+class LeaseRecord(msgspec.Struct, kw_only=True):
+    """The bound on the newest lease a console granted, written before the lease is sent, so
+    the next console knows how long the executor may still be training."""
+
+    host: str
+    epoch: int
+    until: float
+    """The console's monotonic clock (CLOCK_BOOTTIME) past which that lease has surely ended,
+    before ``clock_skew_s`` is added."""
+    boot_id: str
+    """The console machine's boot: ``until`` means nothing on another."""
+    ttl_s: float
+
+
 class JobRecord(msgspec.Struct, kw_only=True):
     host: str | None = None
     spares: list[str] = []
@@ -21,6 +35,7 @@ class JobRecord(msgspec.Struct, kw_only=True):
     finished_step: int | None = None
     stopped: bool = False
     """Stopped by an operator: a console started later leaves it stopped until started."""
+    lease: LeaseRecord | None = None
 
 
 class HostRecord(msgspec.Struct, kw_only=True):
@@ -35,9 +50,16 @@ class OperatorState(msgspec.Struct, kw_only=True):
 
 
 class StateStore:
-    def __init__(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
+        if not read_only:
+            state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "state.json"
+        self.read_only = read_only
+        """A console watching another's state dir: it reads, and never writes."""
+        self.state = self._load()
+
+    def reload(self) -> None:
+        """Read the file again (a read-only console follows the console that writes it)."""
         self.state = self._load()
 
     def _load(self) -> OperatorState:
@@ -63,6 +85,8 @@ class StateStore:
         return n
 
     def save(self) -> None:
+        if self.read_only:
+            return
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "wb") as f:
             f.write(msgspec.json.format(msgspec.json.encode(self.state)))

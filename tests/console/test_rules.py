@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from fleetbed import local_host, write_inventory
 
-from console.fleet.detect import DetectionSettings, is_suspect, lease_end
+from console.fleet.detect import DetectionSettings, is_suspect
 from console.fleet.health_rules import Severity, evaluate
 from console.inventory import HealthThresholds, load
 from console.jobs.placement import choose_primary, choose_spares, rank
@@ -46,7 +46,6 @@ def test_suspect_needs_both_the_window_and_the_count() -> None:
         "count but no window"
     )
     assert is_suspect(now=3.0, last_seen=0.0, s=S)
-    assert lease_end(100.0, S) == 109.5
 
 
 @pytest.fixture

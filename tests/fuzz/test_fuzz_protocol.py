@@ -78,8 +78,8 @@ MANIFEST = CheckpointManifest(
 GPU = GpuHealth(index=0, name="H100", util_pct=99.0, temp_c=70.0, throttle=("sw",), xids=(79,))
 CONSOLE = [
     ConsoleHello(version=PROTOCOL_VERSION, console_id="c"),
-    Start(spec=SPEC, epoch=3, lease_s=10.0, lease_sent_at=5.0),
-    Lease(epoch=3, ttl_s=10.0, sent_at=1.0),
+    Start(spec=SPEC, epoch=3, lease_s=10.0, lease_anchor=5.0),
+    Lease(epoch=3, ttl_s=10.0, anchor=1.0),
     CheckpointNow(),
     Stop(checkpoint=False),
     Drain(),

@@ -1,0 +1,87 @@
+"""The lease a console grants a job's executor, and the bound on it that outlives the console.
+
+A lease is anchored to a reading of the executor's own clock (from a Heartbeat or Hello the
+console had received), so it runs from an instant before the console sent it, on both
+machines' monotonic clocks. The console's bound on it is when that reading *arrived* plus the
+ttl, which is later than the executor's own end; ``clock_skew_s`` covers the clocks' rates.
+The bound is persisted before the lease is sent: a console started after this one died
+cannot see the lease, but it can wait out the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console import clock
+from console.fleet.link import ExecutorLink
+from console.records.state_store import JobRecord, LeaseRecord
+from protocol.messages import Lease, Start
+from protocol.spec import JobSpec
+
+
+class NoAnchor(Exception):
+    """The executor has sent no clock reading yet: nothing to anchor a lease to."""
+
+
+class JobLease:
+    def __init__(
+        self, rec: JobRecord, save: Callable[[], None], *, ttl_s: float, skew_s: float
+    ) -> None:
+        self._rec = rec
+        self._save = save
+        self.ttl_s = ttl_s
+        self.skew_s = skew_s
+        self.until = 0.0
+        """``clock.mono()`` after which the newest lease granted has surely ended (skew not added)."""
+
+    # ------------------------------------------------------------ granting
+
+    def start(self, link: ExecutorLink, host: str, spec: JobSpec, epoch: int) -> Start:
+        """A Start whose first lease is bounded and persisted; send it next."""
+        anchor = self._grant(link, host, epoch)
+        return Start(spec=spec, epoch=epoch, lease_s=self.ttl_s, lease_anchor=anchor)
+
+    def renewal(self, link: ExecutorLink, host: str, epoch: int) -> Lease:
+        """A Lease bounded and persisted; send it next."""
+        anchor = self._grant(link, host, epoch)
+        return Lease(epoch=epoch, ttl_s=self.ttl_s, anchor=anchor)
+
+    def _grant(self, link: ExecutorLink, host: str, epoch: int) -> float:
+        if link.anchor is None:
+            raise NoAnchor(f"{host}: the executor has sent no clock reading")
+        executor_clock, arrived = link.anchor
+        until = arrived + self.ttl_s
+        if until > self.until or self._rec.lease is None or self._rec.lease.epoch != epoch:
+            self.until = max(self.until, until)
+            self._rec.lease = LeaseRecord(
+                host=host, epoch=epoch, until=self.until, boot_id=clock.boot_id(), ttl_s=self.ttl_s
+            )
+            self._save()  # before the lease leaves this machine
+        return executor_clock
+
+    # ------------------------------------------------------------ waiting
+
+    def restore(self) -> None:
+        """A new console: take the bound the console before it persisted.
+
+        From another boot of this machine the bound cannot be read, so the whole ttl is waited
+        from now; a record with an epoch but no lease (written before leases were persisted)
+        is treated the same.
+        """
+        rec = self._rec.lease
+        now = clock.mono()
+        if rec is not None and rec.boot_id == clock.boot_id():
+            self.until = min(rec.until, now + rec.ttl_s)
+        elif rec is not None:
+            self.until = now + rec.ttl_s
+        elif self._rec.epoch > 0:
+            self.until = now + self.ttl_s
+        else:
+            self.until = 0.0
+
+    def left(self) -> float:
+        """Seconds until the newest lease has surely ended, clock skew included (<= 0: ended)."""
+        return self.until + self.skew_s - clock.mono()
+
+    def ended(self) -> bool:
+        return self.left() <= 0
