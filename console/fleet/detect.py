@@ -26,3 +26,33 @@ def is_suspect(now: float, last_seen: float, s: DetectionSettings) -> bool:
 def renew_every(s: DetectionSettings) -> float:
     """Renew three times per lease, so two lost renewals do not end it."""
     return s.lease_s / 3
+
+
+class ClockPace:
+    """Does an executor's clock keep the console's pace? A lease assumes the two monotonic
+    clocks agree to within ``clock_skew_s`` over one lease; this checks it against heartbeats.
+
+    Each heartbeat gives ``arrived - sent`` (console clock minus executor clock): a constant,
+    plus the message's delay, plus whatever the clocks drifted apart. The smallest value of a
+    window of one lease is the least delayed, so two windows' smallest values differ by the
+    drift over one lease (give or take the least delay of each).
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._start: float | None = None
+        self._low: float | None = None
+        self._prev_low: float | None = None
+
+    def sample(self, executor_clock: float, arrived: float) -> float | None:
+        """Feed one heartbeat; at each window's end, the drift over it (seconds), else None."""
+        offset = arrived - executor_clock
+        if self._start is None:
+            self._start = arrived
+        if self._low is None or offset < self._low:
+            self._low = offset
+        if arrived - self._start < self.window_s:
+            return None
+        low, prev = self._low, self._prev_low
+        self._start, self._low, self._prev_low = arrived, None, low
+        return None if prev is None else low - prev

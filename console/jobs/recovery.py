@@ -14,12 +14,12 @@ from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import rank
 from console.jobs.policy import Decision, decide
 from console.jobs.replicator import Source
-from console.reach.deploy import replica_dir
+from console.reach.deploy import replica_dir, replica_file
 from console.reach.remote import list_manifests
 from console.reach.transport.base import TransportError
 from console.records.journal import Kind
 from console.states import FailureKind, HostState, JobState
-from protocol.messages import CheckpointNow, Drain, Stop
+from protocol.messages import CheckpointNow, ConsoleMessage, Drain, Stop
 
 if TYPE_CHECKING:
     from console.jobs.supervisor import JobSupervisor
@@ -173,7 +173,14 @@ class Recovery:
             return
         for spare in self.spares:
             await self.ctl.replicator.wait_idle(self.name, spare, REPLICATE_WAIT_S)
-            await self.ctl.replicator.copy(self.name, spare, Source(host, self.checkpoint_path, cp))
+            if not await self.ctl.replicator.copy(
+                self.name, spare, Source(host, self.checkpoint_path, cp)
+            ):
+                self.ctl.alert(
+                    f"{self.name}: the checkpoint at the stop (step {cp.step}) did not reach "
+                    f"{spare}; a move there resumes from an older replica and loses steps",
+                    job=self.name,
+                )
 
     def _release(self: JobSupervisor) -> None:
         fleet = self.ctl.fleet
@@ -211,11 +218,13 @@ class Recovery:
         target = await self._take_prepared(old)
         while target is None:
             target = await self._pick_target(old)
-            if target is not None:
+            if target is not None or self.stop_requested:
                 break
             self._wait_note(f"no spare left for {self.name}: it waits for a host")
             await ctl.wait_for_hosts()
         self.target = None
+        if target is None:  # an operator stopped the job while it waited for a host
+            return old or "", False
         self.rec.restarts = 0
         self._phase("decided", action="failover", host=target)
         if self.prepared is not None and self.prepared.host == target:
@@ -283,8 +292,7 @@ class Recovery:
                 and ctl.fleet.hosts[holder].state is not HostState.DOWN
                 and (best is None or m.step > best.manifest.step)
             ):
-                path = f"{replica_dir(ctl.inv.host_root(holder), self.name)}/step-{m.step:010d}.pt"
-                best = Source(holder, path, m)
+                best = Source(holder, replica_file(ctl.inv.host_root(holder), self.name, m.step), m)
         if best is None:
             return
         have = ctl.replicator.replica(self.name, target).manifest
@@ -309,14 +317,26 @@ class Recovery:
             self.target = target
         self._open_incident(reason, why, planned=True)
         self._set(JobState.CHECKPOINTING, why)
-        self._send(Drain(reason=reason))
+        self._send(Drain(reason=reason), "drain")
 
     def request_checkpoint(self: JobSupervisor) -> None:
-        self._send(CheckpointNow(reason="operator"))
+        self._send(CheckpointNow(reason="operator"), "checkpoint now")
 
     def request_stop(self: JobSupervisor) -> None:
+        """Stop at the next step boundary; with no executor to tell (the job waits for a host,
+        an approval, or a lease to run out), it stops before anything else is started."""
         self.stop_requested = True
-        self._send(Stop(reason="operator", checkpoint=True))
+        if self.link is None:
+            self.ctl.journal.record(
+                Kind.ACTION,
+                f"{self.name}: no executor to tell; it stops before anything is started again",
+                job=self.name,
+                data={"order": "stop", "delivered": False, "deferred": True},
+            )
+            self.answer(False)
+            self.ctl.fleet.changed.set()  # wakes a supervisor waiting for a host
+            return
+        self._send(Stop(reason="operator", checkpoint=True), "stop")
 
     def answer(self: JobSupervisor, approved: bool, target: str | None = None) -> bool:
         if self.approval is None or self.approval.done():
@@ -325,9 +345,27 @@ class Recovery:
         self.approval.set_result(approved)
         return True
 
-    def _send(self: JobSupervisor, msg: object) -> None:
+    def _send(self: JobSupervisor, msg: ConsoleMessage, order: str) -> None:
+        """Send an operator's order; one that cannot be delivered is journalled and alerted as
+        such, never taken as done."""
         link = self.link
         if link is None:
+            self._undelivered(order, "no executor is linked")
             return
-        task = asyncio.get_running_loop().create_task(link.send(msg))  # type: ignore[arg-type]
-        task.add_done_callback(lambda t: t.exception())
+        task = asyncio.get_running_loop().create_task(link.send(msg))
+
+        def sent(t: asyncio.Task[None]) -> None:
+            if not t.cancelled() and t.exception() is not None:
+                self._undelivered(order, str(t.exception()))
+
+        task.add_done_callback(sent)
+
+    def _undelivered(self: JobSupervisor, order: str, why: str) -> None:
+        self.ctl.journal.record(
+            Kind.ACTION,
+            f"{self.name}: {order} NOT delivered: {why}",
+            job=self.name,
+            host=self.host,
+            data={"order": order, "delivered": False, "error": why},
+        )
+        self.ctl.alert(f"{order} of {self.name} could not be delivered: {why}", job=self.name)

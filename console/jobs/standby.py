@@ -54,16 +54,18 @@ class Standby:
             return None
         fleet = self.ctl.fleet
         fleet.hosts[target].job = self.name
+        started: ExecutorLink | object = None
         try:
             await self._ensure_replica(target)
             started = await self._start_executor(target, promote_replica=True)
         except TransportError:
-            started = None
-        if isinstance(started, ExecutorLink):
-            return Prepared(target, started, promoted=True)
-        if fleet.hosts[target].job == self.name:
-            fleet.hosts[target].job = None
-        return None
+            pass
+        finally:  # also when cancelled: the target is free again unless readied
+            if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == self.name:
+                fleet.hosts[target].job = None
+        return (
+            Prepared(target, started, promoted=True) if isinstance(started, ExecutorLink) else None
+        )
 
     async def _cancel_preparation(self: JobSupervisor) -> None:
         self.early_phases = []

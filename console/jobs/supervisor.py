@@ -15,9 +15,10 @@ import math
 import posixpath
 import time
 from collections import deque
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
-from console.fleet.detect import is_suspect, renew_every
+from console.fleet.detect import ClockPace, is_suspect, renew_every
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.lease import JobLease
 from console.jobs.observe import Observe
@@ -69,6 +70,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         self.last_seen = 0.0
         c = ctl.inv.console
         self.lease = JobLease(self.rec, ctl.store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
+        self.pace = ClockPace(c.lease_s)
         self.exit: Outcome | None = None
         self.incident: int | None = None
         self.resumed_step: int | None = None
@@ -89,6 +91,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         """(host, pid) of readied executors told they are not needed: one may still answer on
         the socket a new executor on that host is about to serve."""
         self._pumps: dict[int, asyncio.Task[str]] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
         self.early_phases: list[tuple[str, float, dict[str, object]]] = []
         self._warned = 0
 
@@ -136,6 +139,8 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
             return
         nxt = await self._first_launch()
         while not self.state.is_terminal():
+            if isinstance(nxt, tuple) and self._stop_before_start():
+                return
             outcome = await self._launch(*nxt) if isinstance(nxt, tuple) else nxt
             if outcome is None:
                 outcome = await self._watch()
@@ -231,10 +236,20 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
                 reserved=ctl.reserved(self.name),
                 priority=ctl.priorities(),
             )
-            if host is not None:
-                return host, False
+            if host is not None or self.stop_requested:
+                return host, False  # a stop is honoured before the launch
             self._wait_note(f"no usable host for {self.name}")
             await ctl.wait_for_hosts()
+
+    def _stop_before_start(self) -> bool:
+        """An operator's stop that found no executor to tell is honoured here, before any start."""
+        if not self.stop_requested:
+            return False
+        self.rec.stopped = True
+        self.ctl.store.save()
+        self._fail(FailureKind.STOPPED, "stopped by an operator")
+        self._release()
+        return True
 
     def _wait_note(self, why: str) -> None:
         if self.state is not JobState.PENDING:
@@ -302,6 +317,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         self.rec.epoch += 1
         ctl.store.save()
         self.link = link
+        self.pace = ClockPace(ctl.inv.console.lease_s)  # another executor, another clock
         self.last_seen = time.monotonic()
         try:
             await link.send(self.lease.start(link, host, self.spec, self.epoch))
@@ -355,17 +371,32 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
             host=host,
             data={"pid": pid, "epoch": self.epoch + 1},
         )
+        try:
+            linked = await self._link_started(host, pid)
+        except asyncio.CancelledError:
+            # A preparation cancelled (a blip ended the lease wait): the executor started for
+            # it must not sit on the host holding the job's workdir.
+            self._cleanup(self._stop_unlinked(host, pid))
+            raise
+        if isinstance(linked, Outcome):
+            return linked
+        self._pump(linked)
+        return linked
+
+    async def _link_started(self, host: str, pid: int) -> ExecutorLink | Outcome:
+        """A link to the executor just started as ``pid``, and to no other: one this console
+        told to stop may still serve the socket on its way out, and its messages, its
+        Stopped above all, are not the new executor's."""
+        t = self.ctl.fleet.hosts[host].transport
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            link = ExecutorLink(t, self._socket(host), ctl.console_id)
+            link = ExecutorLink(t, self._socket(host), self.ctl.console_id)
             try:
                 hello = await link.open(timeout=5)
-                if (host, hello.pid) not in self.dismissed:
+                if hello.pid == pid and (host, pid) not in self.dismissed:
                     break
-                # An executor this console told to stop still serves the socket, on its way
-                # out: its messages, its Stopped above all, are not the new executor's.
                 link.close()
-                why = f"pid {hello.pid}, told to stop, still answers on the socket"
+                why = f"pid {hello.pid} answers on the socket, not the new executor (pid {pid})"
             except LinkError as e:
                 why = str(e)
             if time.monotonic() > deadline:
@@ -376,8 +407,44 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
                 return await self._exit_from_workdir(host)
             await asyncio.sleep(POLL_S)
         self._phase("executor_up", pid=hello.pid, host=host)
-        self._pump(link)
         return link
+
+    async def _stop_unlinked(self, host: str, pid: int) -> None:
+        """Stop an executor started as ``pid`` that no link was taken for, and wait it out."""
+        self.dismissed.add((host, pid))
+        link = ExecutorLink(
+            self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
+        )
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S / 3):
+                while await self._pid_alive(host, pid):
+                    with contextlib.suppress(LinkError):
+                        hello = await link.open(timeout=5)
+                        if hello.pid == pid:
+                            await link.send(Stop(reason="not needed", checkpoint=False))
+                    link.close()
+                    await asyncio.sleep(POLL_S)
+        except TimeoutError:
+            self.ctl.journal.record(
+                Kind.EXECUTOR,
+                f"{self.name}: executor pid {pid} on {host}, started for a cancelled "
+                "failover, did not stop (it exits by itself when idle)",
+                job=self.name,
+                host=host,
+                data={"pid": pid},
+            )
+        finally:
+            link.close()
+        rt = self.ctl.fleet.hosts[host]
+        if rt.job == self.name and host != self.host:
+            rt.job = None
+        self.ctl.fleet.changed.set()
+
+    def _cleanup(self, work: Coroutine[object, object, None]) -> None:
+        """Run clean-up that must outlive the task it comes from (kept referenced until done)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _promote(self, host: str) -> None:
         """Put the newest replica on ``host`` in place as the executor's only checkpoint."""

@@ -12,12 +12,13 @@ import posixpath
 import time
 from typing import TYPE_CHECKING
 
+from console import clock
 from console.fleet.detect import is_suspect
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.outcome import Exit, Outcome, from_events_tail, from_stopped
 from console.jobs.policy import Decision, decide
 from console.jobs.replicator import Source
-from console.reach.deploy import job_dir
+from console.reach.deploy import checkpoint_file, job_dir
 from console.reach.remote import executor_alive
 from console.reach.transport.base import TransportError
 from console.records.journal import Kind
@@ -54,6 +55,7 @@ class Watch:
         if isinstance(msg, Heartbeat):
             self.last_seen = time.monotonic()
             self.ctl.fleet.seen(self.host)
+            self._check_pace(msg.clock)
         elif isinstance(msg, Progress):
             self.last_seen = time.monotonic()
             self.step, self.loss, self.steps_per_s = msg.step, msg.loss, msg.steps_per_s
@@ -67,7 +69,10 @@ class Watch:
                 self.incident = None
             self.ctl.on_progress(self, msg)
         elif isinstance(msg, CheckpointSaved):
-            self.checkpoint, self.checkpoint_path = msg.manifest, msg.path
+            self.checkpoint = msg.manifest
+            self.checkpoint_path = checkpoint_file(
+                self.ctl.inv.host_root(self.host), self.name, msg.manifest.step
+            )
             self.checkpoints.append((self.host, msg.manifest))
             self.ctl.journal.record(
                 Kind.CHECKPOINT,
@@ -84,7 +89,7 @@ class Watch:
             )
             if msg.manifest.epoch == self.epoch:
                 self.ctl.replicator.submit(
-                    self.name, self.spares, Source(self.host, msg.path, msg.manifest)
+                    self.name, self.spares, Source(self.host, self.checkpoint_path, msg.manifest)
                 )
                 if self.rec.restarts and msg.manifest.step > (self.resumed_step or 0):
                     self._restarts_paid_off(msg.manifest.step)
@@ -102,6 +107,17 @@ class Watch:
             self.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
         elif isinstance(msg, Stopped):
             self.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+
+    def _check_pace(self: JobSupervisor, executor_clock: float) -> None:
+        drift = self.pace.sample(executor_clock, clock.mono())
+        skew = self.ctl.inv.console.clock_skew_s
+        if drift is not None and abs(drift) > skew:
+            self.ctl.alert(
+                f"{self.host}: its clock and the console's drifted {drift:+.2f} s apart over one "
+                f"lease, more than clock_skew_s ({skew:g} s): leases may not hold; raise "
+                "clock_skew_s or check the host's clock",
+                host=self.host,
+            )
 
     def _restarts_paid_off(self: JobSupervisor, step: int) -> None:
         """A checkpoint past the step a restart resumed from: the job got over that crash, so

@@ -78,6 +78,16 @@ def replica_dir(root: str, job: str) -> str:
     return posixpath.join(root, "replicas", job)
 
 
+def checkpoint_file(root: str, job: str, step: int) -> str:
+    """Where an executor of ``job`` keeps the data of its checkpoint at ``step``: derived here,
+    never taken from what a host reports (a host's word is no path to read from)."""
+    return posixpath.join(job_dir(root, job), "checkpoints", f"step-{step:010d}.pt")
+
+
+def replica_file(root: str, job: str, step: int) -> str:
+    return posixpath.join(replica_dir(root, job), f"step-{step:010d}.pt")
+
+
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 

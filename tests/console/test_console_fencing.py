@@ -1,0 +1,198 @@
+"""Fencing across consoles: a restarted console waits out the lease it cannot see, a second
+console on one state dir is refused, an order that cannot be delivered says so, and a
+failover prepared and then cancelled leaves nothing behind. Evidence comes from /proc (the
+training threads) and the files on disk, not from the console's own account."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chaos.observe import Sampler
+from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from helpers import REPO, env_with
+
+from console import clock
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.console_lock import StateDirBusy
+from console.records.journal import Kind, read
+from console.states import FailureKind, JobState
+
+LEASE_S = 6.0
+
+
+def _fleet(tmp_path: Path, **console: object) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        **console,
+    )
+
+
+def _console(inventory: Path) -> Controller:
+    return Controller(
+        load(inventory), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"}
+    )
+
+
+async def _die(ctl: Controller, task: asyncio.Task[object]) -> None:
+    """The console is killed: nothing more is sent or written, and the kernel drops its lock."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    for sup in ctl.jobs.values():
+        if sup.link is not None:
+            sup.link.close()
+    await ctl.fleet.close()
+    ctl.journal.close()
+    ctl.lock.release()
+
+
+async def _stop(ctl: Controller, task: asyncio.Task[object]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+
+
+def _kill_executors(root: Path) -> None:
+    for pidfile in root.glob("jobs/*/executor.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text()), 9)
+
+
+async def test_a_console_started_while_the_host_is_cut_off_waits_out_the_old_lease(
+    tmp_path: Path,
+) -> None:
+    """Issue 12, found 1: console 2 took 'unreachable' for 'gone' and failed over at once,
+    while A trained on under console 1's lease for as long again."""
+    inventory = _fleet(tmp_path, lease_s=LEASE_S)
+    sampler = Sampler({"j": [tmp_path / "a" / "jobs" / "j", tmp_path / "b" / "jobs" / "j"]})
+    sampler.start()
+    first = _console(inventory)
+    task: asyncio.Task[object] = asyncio.create_task(first.run())
+    second: Controller | None = None
+    try:
+        sup = first.jobs["j"]
+        await until(
+            lambda: sup.step >= 40 and first.replicator.replica("j", "b").manifest, 90, "a replica"
+        )
+        bound = first.store.job("j").lease
+        assert bound is not None and bound.epoch == sup.epoch
+        await until(lambda: first.store.job("j").lease.until > bound.until, 10, "a renewal")
+        granted = first.store.job("j").lease.until  # die right after renewing
+        await _die(first, task)
+        died_at = clock.mono()
+
+        second = _console(inventory)
+        second.fleet.hosts["a"].transport.set_down(True)  # a cannot be reached from now on
+        task = asyncio.create_task(second.run())
+        sup2 = second.jobs["j"]
+        await until(lambda: sup2.host == "b" and sup2.step > 0, 90, "j training on b")
+        started_on_b = clock.mono()
+    finally:
+        sampler.stop()
+        if second is not None:
+            await _stop(second, task)
+        _kill_executors(tmp_path / "a")
+        _kill_executors(tmp_path / "b")
+    assert sampler.overlaps == [], (
+        f"two trainers of j at once, {len(sampler.overlaps)} samples from {sampler.overlaps[0]}"
+    )
+    assert sampler.max_training["j"] == 1
+    assert started_on_b >= granted + 0.2, "the spare trained only after the old lease's bound"
+    extra = started_on_b - died_at
+    assert extra <= LEASE_S + 0.2 + 15, f"waited {extra:.1f} s, far past the lease"
+    events = list(read(tmp_path / "state" / "journal.jsonl"))
+    moved = [e for e in events if e.kind is Kind.JOB_STATE and "epoch 2" in e.msg]
+    assert moved and moved[0].host == "b"
+
+
+def test_a_second_console_on_one_state_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
+    inventory = _fleet(tmp_path)
+    first = Controller(load(inventory), Policy.AUTO)
+    try:
+        with pytest.raises(StateDirBusy) as e:
+            Controller(load(inventory), Policy.AUTO)
+        assert f"pid {os.getpid()} on " in str(e.value)
+        journal = tmp_path / "state" / "journal.jsonl"
+        size = journal.stat().st_size if journal.exists() else 0
+        watcher = Controller(load(inventory), Policy.AUTO, read_only=True)
+        watcher.journal.record(Kind.ALERT, "a read-only console writes nothing")
+        watcher.store.save()
+        after = journal.stat().st_size if journal.exists() else 0
+        assert after == size, "a read-only console wrote to the journal"
+        proc = subprocess.run(
+            [sys.executable, "-m", "console.cli", "--inventory", str(inventory), "run"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env_with(),
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "another console holds this state dir" in lines[0], lines
+        assert f"pid {os.getpid()}" in lines[0]
+    finally:
+        first.lock.release()
+        first.journal.close()
+    again = Controller(load(inventory), Policy.AUTO)  # released: the next one may start
+    again.lock.release()
+    again.journal.close()
+
+
+async def test_a_stop_with_no_executor_to_tell_is_kept_not_lost(tmp_path: Path) -> None:
+    """No usable host: the job waits; an operator's stop meanwhile is journalled as not
+    delivered and honoured before anything starts."""
+    inventory = _fleet(tmp_path)
+    ctl = _console(inventory)
+    for host in ("a", "b"):
+        ctl.fleet.hosts[host].transport.set_down(True)
+        ctl.cordon(host)
+    task: asyncio.Task[object] = asyncio.create_task(ctl.run())
+    try:
+        sup = ctl.jobs["j"]
+        await until(lambda: ctl.alerted("no usable host for j"), 20, "j waiting for a host")
+        ctl.stop_job("j")
+        await until(lambda: sup.state is JobState.FAILED, 20, "j stopped")
+        assert sup.failure is FailureKind.STOPPED
+    finally:
+        await _stop(ctl, task)
+    events = list(read(tmp_path / "state" / "journal.jsonl"))
+    assert [e for e in events if e.data.get("order") == "stop" and e.data.get("delivered") is False]
+    assert not [e for e in events if e.kind is Kind.EXECUTOR and "started" in e.msg]
+    assert not list((tmp_path / "a").glob("jobs/*/executor.pid"))
+
+
+async def test_a_cancelled_preparation_stops_its_executor_and_frees_the_host(
+    tmp_path: Path,
+) -> None:
+    inventory = _fleet(tmp_path)
+    ctl = _console(inventory)
+    sup = ctl.jobs["j"]
+    started: list[int] = []
+    ctl.journal.subscribe(
+        lambda e: (
+            started.append(e.data["pid"])
+            if e.kind is Kind.EXECUTOR and e.host == "b" and "started" in e.msg
+            else None
+        )
+    )
+    preparing = asyncio.create_task(sup._prepare_failover("a"))
+    try:
+        await until(lambda: started, 60, "an executor started on b")
+        assert ctl.fleet.hosts["b"].job == "j"
+        preparing.cancel()  # a blip: the old host answers again
+        await asyncio.gather(preparing, return_exceptions=True)
+        assert ctl.fleet.hosts["b"].job is None, "the host is free again at once"
+        await until(lambda: not Path(f"/proc/{started[0]}").exists(), 60, "its executor gone")
+    finally:
+        _kill_executors(tmp_path / "b")
+        await ctl.close()
