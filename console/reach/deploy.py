@@ -3,22 +3,25 @@
 Host layout under the host's ``root``::
 
     bundles/HASH/          the unpacked bundle; HASH/.complete marks it usable
+    bundles/HASH.staging-* a deploy under way (renamed to HASH once whole)
     jobs/JOB/              an executor's workdir (checkpoints, socket, events)
     replicas/JOB/          checkpoints replicated here from the job's primary
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import posixpath
+import secrets
 import tarfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from console.reach.transport.base import PermanentTransportError, Transport
+from console.reach.transport.base import PermanentTransportError, Transport, TransportError
 from protocol.version import bundle_files, source_hash
 
 _EXTRACT = r"""
@@ -31,7 +34,18 @@ with tarfile.open(sys.argv[1]) as t:
             if not m.isfile() or m.name.startswith("/") or ".." in m.name.split("/"):
                 sys.exit("unsafe member in bundle: %r" % m.name)
         t.extractall(sys.argv[2])
+for folder, _, names in os.walk(sys.argv[2]):  # whole on disk before it is renamed into place
+    for name in [*names, "."]:
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
 """
+
+
+MARKER = ".complete"
+STAGING = ".staging-"
+"""A deploy unpacks to ``HASH.staging-RANDOM`` beside its place, then renames it there."""
+STALE = ".stale-"
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,7 @@ class Bundle:
 class Deployed:
     path: str
     uploaded: bool
+    """This call's copy is the one in place (False: it was there, or another deploy won)."""
 
 
 def _source_root() -> Path:
@@ -93,25 +108,74 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 
 async def deploy(t: Transport, root: str, python: str, bundle: Bundle | None = None) -> Deployed:
-    """Make the bundle usable on the host; uploads only when this hash is not there yet."""
+    """Make the bundle usable on the host; uploads only when this hash is not there yet.
+
+    The bundle is unpacked under a unique name beside its place, marked complete there and
+    renamed into place in one step, so a folder at its place is always whole: two consoles
+    (or two jobs of one console) deploying at once both succeed, and the loser uses the
+    winner's copy.
+    """
     bundle = bundle or build_bundle()
     dest = bundle_dir(root, bundle)
-    marker = posixpath.join(dest, ".complete")
-    if await t.stat(marker) is not None:
+    if await t.stat(posixpath.join(dest, MARKER)) is not None:
         return Deployed(dest, uploaded=False)
-    await t.remove(dest)
-    await t.makedirs(dest)
-    tar_path = f"{dest}.tar.gz"
+    staging = f"{dest}{STAGING}{secrets.token_hex(6)}"
+    placed = False
+    try:
+        await _unpack(t, python, bundle, staging)
+        placed = await _place(t, staging, dest)
+    finally:
+        if not placed:
+            for leftover in (f"{staging}.tar.gz", staging):
+                with contextlib.suppress(TransportError):
+                    await t.remove(leftover)
+    return Deployed(dest, uploaded=placed)
+
+
+async def _unpack(t: Transport, python: str, bundle: Bundle, folder: str) -> None:
+    """The bundle unpacked and synced into ``folder``, its completion marker last."""
+    await t.makedirs(folder)
+    tar_path = f"{folder}.tar.gz"
     await t.write_chunks(tar_path, _once(bundle.tarball))
-    result = await t.run([python, "-c", _EXTRACT, tar_path, dest])
-    await t.remove(tar_path)
+    try:
+        result = await t.run([python, "-c", _EXTRACT, tar_path, folder])
+    finally:
+        await t.remove(tar_path)
     if result.returncode != 0:
         line = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise PermanentTransportError(
             f"{t.name}: unpacking the executor bundle with {python} failed: {line}"
         )
-    await t.write_chunks(marker, _once(bundle.hash.encode()))
-    return Deployed(dest, uploaded=True)
+    await t.write_chunks(posixpath.join(folder, MARKER), _once(bundle.hash.encode()))
+
+
+async def _place(t: Transport, staging: str, dest: str) -> bool:
+    """Rename the staged bundle to ``dest``; False when another deploy put a whole one there.
+
+    rename(2) never replaces a folder that has files, so a winner's bundle stays. A folder
+    there without the marker was left by a console older than staged deploys and is moved
+    aside (one step, like the winner's rename), never deleted in place: if a winner's whole
+    bundle was what got moved, it goes back.
+    """
+    marker = posixpath.join(dest, MARKER)
+    for _ in range(3):
+        with contextlib.suppress(PermanentTransportError):
+            await t.rename(staging, dest)
+            return True
+        if await t.stat(marker) is not None:
+            return False
+        if await t.stat(dest) is None:
+            continue  # it went between our rename and the look: try again
+        aside = f"{dest}{STALE}{secrets.token_hex(6)}"
+        with contextlib.suppress(PermanentTransportError):
+            await t.rename(dest, aside)
+        if await t.stat(posixpath.join(aside, MARKER)) is not None:
+            with contextlib.suppress(PermanentTransportError):
+                await t.rename(aside, dest)
+        await t.remove(aside)
+    if await t.stat(marker) is not None:
+        return False
+    raise PermanentTransportError(f"{t.name}: could not put the executor bundle at {dest}")
 
 
 def executor_command(

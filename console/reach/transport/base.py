@@ -10,6 +10,8 @@ strings: a transport that needs a shell quotes every argument with ``shlex``.
 from __future__ import annotations
 
 import asyncio
+import errno as errno_
+import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,17 @@ CHUNK = 1 << 20
 
 class TransportError(Exception):
     """Something failed on the way to or on a host; ``str()`` is one line naming the host."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+        """The OS error number behind it, when the host's OS gave one (ENOSPC, ENOENT...):
+        callers decide on this, never on the words of the message."""
+
+    @property
+    def disk_full(self) -> bool:
+        """The host's disk (or the user's quota on it) has no room for what was written."""
+        return self.errno in (errno_.ENOSPC, errno_.EDQUOT)
 
 
 class TemporaryTransportError(TransportError):
@@ -45,6 +58,32 @@ class FileStat:
     size: int
     mtime: float
     is_dir: bool
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """The filesystem holding a path, as statvfs(3) sees it."""
+
+    free: int
+    """Bytes an unprivileged writer may still use (f_bavail x f_frsize)."""
+    total: int
+    block: int
+    """Allocation unit: a file takes whole blocks, however small."""
+
+
+_STRERROR = {os.strerror(n): n for n in sorted(errno_.errorcode, reverse=True)}
+
+
+def errno_of(stderr: str) -> int | None:
+    """The errno a coreutils command died of, read back from its last line.
+
+    GNU tools end an OS error with ``: strerror(errno)``; run under ``LC_ALL=C`` that text is
+    the C library's fixed name of the number, and this maps it back (None when it is not one).
+    """
+    lines = stderr.strip().splitlines()
+    if not lines:
+        return None
+    return _STRERROR.get(lines[-1].rpartition(": ")[2].strip())
 
 
 class StreamReaderLike(Protocol):
@@ -114,11 +153,27 @@ class Transport(ABC):
 
     async def rename(self, src: str, dst: str, *, timeout: float | None = None) -> None:
         """Atomically replace ``dst`` with ``src`` (same filesystem)."""
-        result = await self.run(["mv", "-f", "--", src, dst], timeout=timeout)
+        result = await self.run(["mv", "-f", "-T", "--", src, dst], timeout=timeout)
         if result.returncode != 0:
             raise PermanentTransportError(
-                f"{self.name}: rename {src} -> {dst}: {result.stderr.strip()}"
+                f"{self.name}: rename {src} -> {dst}: {result.stderr.strip()}",
+                errno=errno_of(result.stderr),
             )
+
+    async def disk_usage(self, path: str, *, timeout: float | None = None) -> DiskUsage:
+        """Free and total bytes of the filesystem holding ``path``: one cheap statvfs."""
+        result = await self.run(
+            ["env", "LC_ALL=C", "stat", "-f", "-L", "-c", "%a %b %S", "--", path],
+            timeout=timeout,
+        )
+        fields = result.stdout.split()
+        if result.returncode != 0 or len(fields) != 3 or not all(f.isdigit() for f in fields):
+            reason = result.stderr.strip() or f"odd output {result.stdout.strip()!r}"
+            raise PermanentTransportError(
+                f"{self.name}: statvfs {path}: {reason}", errno=errno_of(result.stderr)
+            )
+        avail, blocks, size = map(int, fields)
+        return DiskUsage(free=avail * size, total=blocks * size, block=size)
 
     @abstractmethod
     async def sha256(self, path: str, *, timeout: float | None = None) -> str:

@@ -8,10 +8,11 @@ the destination host and only then renames it into place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -42,9 +43,20 @@ class TransferResult:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
+@contextlib.contextmanager
+def _this_machine(what: str) -> Iterator[None]:
+    """An OS error on the console's own disk, as a transport error with its errno."""
+    try:
+        yield
+    except OSError as e:
+        raise PermanentTransportError(
+            f"this machine: {what}: {e.strerror or e}", errno=e.errno
+        ) from None
+
+
 async def _local_chunks(path: str, progress: Progress | None, total: int) -> AsyncIterator[bytes]:
     done = 0
-    with open(path, "rb") as f:
+    with _this_machine(f"read {path}"), open(path, "rb") as f:
         while block := await asyncio.to_thread(f.read, CHUNK):
             done += len(block)
             if progress:
@@ -55,7 +67,9 @@ async def _local_chunks(path: str, progress: Progress | None, total: int) -> Asy
 async def put_file(
     t: Transport, local: str, remote: str, *, progress: Progress | None = None
 ) -> None:
-    await t.write_chunks(remote, _local_chunks(local, progress, os.path.getsize(local)))
+    with _this_machine(f"stat {local}"):
+        size = os.path.getsize(local)
+    await t.write_chunks(remote, _local_chunks(local, progress, size))
 
 
 async def get_file(
@@ -65,14 +79,14 @@ async def get_file(
     if st is None:
         raise PermanentTransportError(f"{t.name}: {remote}: no such file")
     done = 0
-    with open(local, "wb") as f:
+    with _this_machine(f"write {local}"), open(local, "wb") as f:
         async for block in t.read_chunks(remote):
             await asyncio.to_thread(f.write, block)
             done += len(block)
             if progress:
                 progress(done, st.size)
-        f.flush()
-        os.fsync(f.fileno())
+        await asyncio.to_thread(f.flush)
+        await asyncio.to_thread(os.fsync, f.fileno())
 
 
 async def _counted(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from console.reach.transport.base import (
     CHUNK,
+    DiskUsage,
     FileStat,
     PermanentTransportError,
     RunResult,
@@ -74,7 +75,8 @@ class LocalTransport(Transport):
             )
         except OSError as e:
             raise PermanentTransportError(
-                f"{self.name}: cannot run {argv[0]}: {e.strerror}"
+                f"{self.name}: cannot run {argv[0]}: {e.strerror}",
+                errno=e.errno,
             ) from None
         try:
             async with asyncio.timeout(self._t(timeout)):
@@ -123,7 +125,8 @@ class LocalTransport(Transport):
             raise TemporaryTransportError(f"{self.name}: connecting to {path} timed out") from None
         except OSError as e:
             raise TemporaryTransportError(
-                f"{self.name}: cannot connect to {path}: {e.strerror}"
+                f"{self.name}: cannot connect to {path}: {e.strerror}",
+                errno=e.errno,
             ) from None
 
     async def stat(self, path: str, *, timeout: float | None = None) -> FileStat | None:
@@ -133,7 +136,9 @@ class LocalTransport(Transport):
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: stat {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: stat {path}: {e.strerror}", errno=e.errno
+            ) from None
         return FileStat(size=st.st_size, mtime=st.st_mtime, is_dir=os.path.isdir(path))
 
     async def remove(self, path: str, *, timeout: float | None = None) -> None:
@@ -141,8 +146,25 @@ class LocalTransport(Transport):
         p = Path(path)
         if p.is_dir() and not p.is_symlink():
             await asyncio.to_thread(shutil.rmtree, p, True)
-        else:
+            return
+        try:
             p.unlink(missing_ok=True)
+        except OSError as e:
+            raise PermanentTransportError(
+                f"{self.name}: remove {path}: {e.strerror}", errno=e.errno
+            ) from None
+
+    async def disk_usage(self, path: str, *, timeout: float | None = None) -> DiskUsage:
+        self._guard()
+        try:
+            st = os.statvfs(path)
+        except OSError as e:
+            raise PermanentTransportError(
+                f"{self.name}: statvfs {path}: {e.strerror}", errno=e.errno
+            ) from None
+        return DiskUsage(
+            free=st.f_bavail * st.f_frsize, total=st.f_blocks * st.f_frsize, block=st.f_frsize
+        )
 
     async def rename(self, src: str, dst: str, *, timeout: float | None = None) -> None:
         self._guard()
@@ -150,7 +172,8 @@ class LocalTransport(Transport):
             os.replace(src, dst)
         except OSError as e:
             raise PermanentTransportError(
-                f"{self.name}: rename {src} -> {dst}: {e.strerror}"
+                f"{self.name}: rename {src} -> {dst}: {e.strerror}",
+                errno=e.errno,
             ) from None
 
     async def makedirs(self, path: str, *, timeout: float | None = None) -> None:
@@ -158,7 +181,9 @@ class LocalTransport(Transport):
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: mkdir {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: mkdir {path}: {e.strerror}", errno=e.errno
+            ) from None
 
     async def sha256(self, path: str, *, timeout: float | None = None) -> str:
         self._guard()
@@ -173,7 +198,9 @@ class LocalTransport(Transport):
         try:
             return await asyncio.to_thread(digest)
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: sha256 {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: sha256 {path}: {e.strerror}", errno=e.errno
+            ) from None
 
     async def read_chunks(
         self, path: str, *, offset: int = 0, chunk: int = CHUNK
@@ -182,7 +209,9 @@ class LocalTransport(Transport):
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed in finally across awaits
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: read {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: read {path}: {e.strerror}", errno=e.errno
+            ) from None
         try:
             f.seek(offset)
             while block := await asyncio.to_thread(f.read, chunk):
@@ -198,7 +227,9 @@ class LocalTransport(Transport):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: write {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: write {path}: {e.strerror}", errno=e.errno
+            ) from None
         try:
             os.ftruncate(fd, offset)
             os.lseek(fd, offset, os.SEEK_SET)
@@ -207,7 +238,9 @@ class LocalTransport(Transport):
                 written += len(block)
             await asyncio.to_thread(os.fsync, fd)
         except OSError as e:
-            raise PermanentTransportError(f"{self.name}: write {path}: {e.strerror}") from None
+            raise PermanentTransportError(
+                f"{self.name}: write {path}: {e.strerror}", errno=e.errno
+            ) from None
         finally:
             os.close(fd)
         return written

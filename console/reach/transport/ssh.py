@@ -3,7 +3,8 @@
 Host keys are always checked (the target's known_hosts, else ``~/.ssh/known_hosts``) and
 ``~/.ssh/config`` applies where the target leaves a value out; dialling is ``ssh_dial``.
 Commands are argv lists joined with ``shlex``; file helpers are coreutils commands whose
-paths travel as positional parameters of ``sh -c``, never spliced into a script. Bulk data
+paths travel as positional parameters of ``sh -c``, never spliced into a script, run in the
+C locale so a failure carries its errno (ENOSPC, EDQUOT) read back from the error text. Bulk data
 rides a raw exec channel (``cat``/``tail`` out, ``dd`` in), not SFTP: it measured faster
 (``benchmarks/transfer_vs_scp.py``), and resuming is an offset on the command line.
 """
@@ -29,6 +30,7 @@ from console.reach.transport.base import (
     TemporaryTransportError,
     Transport,
     TransportError,
+    errno_of,
 )
 from console.reach.transport.detach import detach_argv
 from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
@@ -36,6 +38,8 @@ from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_l
 __all__ = ["SshTarget", "SshTransport", "SshTuning"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_C_LOCALE = "env LC_ALL=C"
+"""File helpers run in the C locale, so their error text maps back to an errno (errno_of)."""
 
 
 def _sh(script: str, *args: str) -> str:
@@ -105,7 +109,10 @@ class SshTransport(Transport):
             raise TemporaryTransportError(f"{self.name}: {what}: {one_line(e.reason)}") from None
         except (asyncssh.Error, OSError, EOFError) as e:
             reason = getattr(e, "reason", "") or str(e) or type(e).__name__
-            raise TemporaryTransportError(f"{self.name}: {what}: {one_line(reason)}") from None
+            raise TemporaryTransportError(
+                f"{self.name}: {what}: {one_line(reason)}",
+                errno=e.errno if isinstance(e, OSError) else None,
+            ) from None
 
     async def _process(
         self, command: str, what: str, timeout: float
@@ -151,11 +158,13 @@ class SshTransport(Transport):
         return RunResult(proc.returncode, _text(out), _text(err))
 
     async def _check(self, command: str, what: str, timeout: float | None) -> str:
-        """A helper command whose failure is a permanent error carrying its stderr."""
-        result = await self._exec(command, what, self._t(timeout))
+        """A helper command whose failure is a permanent error carrying its stderr and errno."""
+        result = await self._exec(f"{_C_LOCALE} {command}", what, self._t(timeout))
         if result.returncode != 0:
             reason = one_line(result.stderr) or f"exit status {result.returncode}"
-            raise PermanentTransportError(f"{self.name}: {what}: {reason}")
+            raise PermanentTransportError(
+                f"{self.name}: {what}: {reason}", errno=errno_of(result.stderr)
+            )
         return result.stdout
 
     async def start_detached(
@@ -193,12 +202,14 @@ class SshTransport(Transport):
     async def stat(self, path: str, *, timeout: float | None = None) -> FileStat | None:
         script = '[ -e "$1" ] || exit 3; exec stat -L -c "%s %Y %f %y" -- "$1"'
         what = f"stat {path}"
-        result = await self._exec(_sh(script, path), what, self._t(timeout))
+        result = await self._exec(f"{_C_LOCALE} {_sh(script, path)}", what, self._t(timeout))
         if result.returncode == 3:
             return None
         if result.returncode != 0:
             reason = one_line(result.stderr) or f"exit status {result.returncode}"
-            raise PermanentTransportError(f"{self.name}: {what}: {reason}")
+            raise PermanentTransportError(
+                f"{self.name}: {what}: {reason}", errno=errno_of(result.stderr)
+            )
         size, mtime, mode, _date, clock, *_ = result.stdout.split()
         fraction = clock.partition(".")[2]
         return FileStat(
@@ -238,7 +249,7 @@ class SshTransport(Transport):
         what = f"read {path}"
         limit = self.target.command_timeout
         async with self._sessions:
-            proc = await self._process(shlex.join(argv), what, limit)
+            proc = await self._process(f"{_C_LOCALE} {shlex.join(argv)}", what, limit)
             try:
                 while True:
                     with self._errors(what, limit):
@@ -259,7 +270,7 @@ class SshTransport(Transport):
         self, path: str, chunks: AsyncIterator[bytes], *, offset: int = 0
     ) -> int:
         script = (
-            'umask 077; exec dd of="$1" bs=1M seek="$2" oflag=seek_bytes iflag=fullblock'
+            'umask 077; LC_ALL=C; export LC_ALL; exec dd of="$1" bs=1M seek="$2" oflag=seek_bytes iflag=fullblock'
             " conv=fsync status=none"
         )
         what = f"write {path}"
@@ -328,4 +339,4 @@ def _exited_well(
         raise TemporaryTransportError(f"{host}: {what}: connection lost before it finished")
     if proc.returncode != 0:
         reason = one_line(_text(err)) or f"exit status {proc.returncode}"
-        raise PermanentTransportError(f"{host}: {what}: {reason}")
+        raise PermanentTransportError(f"{host}: {what}: {reason}", errno=errno_of(_text(err)))
