@@ -91,12 +91,7 @@ class Recovery:
             self._phase("decided", action="roll back and skip the batch")  # Resumed follows
 
     async def _pid_alive(self: JobSupervisor, host: str, pid: int) -> bool:
-        """While an executor starts (before it holds its lock), its pid says whether it lives."""
-        t = self.ctl.fleet.hosts[host].transport
-        try:
-            return (await t.run(["kill", "-0", str(pid)], timeout=10)).returncode == 0
-        except TransportError:
-            return False
+        return await self.launcher.pid_alive(host, pid)
 
     # ---------------------------------------------------------------- recover
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import posixpath
 import time
 from collections import deque
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from console.fleet.detect import ClockPace, is_suspect, renew_every
 from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.launcher import START_TIMEOUT_S, Launcher
 from console.jobs.lease import JobLease
 from console.jobs.observe import Observe
 from console.jobs.outcome import Exit, Outcome
@@ -27,8 +26,7 @@ from console.jobs.placement import choose_primary, choose_spares
 from console.jobs.recovery import Recovery
 from console.jobs.standby import Prepared, Standby
 from console.jobs.watch import POLL_S, Watch
-from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
-from console.reach.remote import list_manifests, promote
+from console.reach.deploy import job_dir
 from console.reach.transport.base import TransportError
 from console.records.journal import Kind
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
@@ -38,7 +36,6 @@ from protocol.spec import CheckpointManifest
 if TYPE_CHECKING:
     from console.jobs.controller import Controller
 
-START_TIMEOUT_S = 90.0
 HISTORY_LEN = 600
 """Progress samples kept for the console's curves (one per Progress message)."""
 LOG_TAIL_LEN = 200
@@ -87,11 +84,19 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         self._standby_task: asyncio.Task[None] | None = None
         self.stop_requested = False
         """An operator asked this job to stop (remembered across consoles once it has)."""
-        self.dismissed: set[tuple[str, int]] = set()
-        """(host, pid) of readied executors told they are not needed: one may still answer on
-        the socket a new executor on that host is about to serve."""
+        self.launcher = Launcher(
+            name,
+            inv=ctl.inv,
+            transport=lambda h: ctl.fleet.hosts[h].transport,
+            journal=ctl.journal,
+            phase=self._phase,
+            console_id=ctl.console_id,
+            executor_env=ctl.executor_env,
+            ended=self._exit_from_workdir,
+        )
+        self.dismissed = self.launcher.dismissed
+        """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
         self._pumps: dict[int, asyncio.Task[str]] = {}
-        self._cleanups: set[asyncio.Task[None]] = set()
         self.early_phases: list[tuple[str, float, dict[str, object]]] = []
         self._warned = 0
 
@@ -260,7 +265,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
     # --------------------------------------------------------------- launch
 
     def _socket(self, host: str) -> str:
-        return posixpath.join(job_dir(self.ctl.inv.host_root(host), self.name), "executor.sock")
+        return self.launcher.socket(host)
 
     def _assign(self, host: str) -> None:
         fleet = self.ctl.fleet
@@ -331,138 +336,23 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         return None
 
     async def _start_executor(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
-        """An idle executor on ``host`` (torch imported, waiting for Start), linked; or why not."""
-        ctl = self.ctl
-        t = ctl.fleet.hosts[host].transport
-        root, python = ctl.inv.host_root(host), ctl.inv.python(host)
-        workdir = job_dir(root, self.name)
-        try:
-            await t.connect()
-            bundle = await deploy(t, root, python)
-            await t.makedirs(workdir)
-            if promote_replica:
-                await self._promote(host)
-            hb = str(ctl.inv.console.heartbeat_s)
-            argv, env = executor_command(
-                python,
-                bundle.path,
-                [
-                    "serve",
-                    "--workdir",
-                    workdir,
-                    "--heartbeat-s",
-                    hb,
-                    "--health-s",
-                    hb,
-                    "--idle-exit-s",
-                    "60",
-                ],
-            )
-            env.update(ctl.executor_env.get(host, {}))
-            pid = await t.start_detached(
-                argv, log_path=posixpath.join(workdir, "executor.log"), env=env, cwd=workdir
-            )
-        except TransportError as e:
-            return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
-        ctl.journal.record(
-            Kind.EXECUTOR,
-            f"{self.name}: executor pid {pid} started on {host}",
-            job=self.name,
-            host=host,
-            data={"pid": pid, "epoch": self.epoch + 1},
+        """An idle executor on ``host``, linked and pumped; or why not."""
+        started = await self.launcher.start(
+            host, promote_upto=self.epoch if promote_replica else None, released=self._freed
         )
-        try:
-            linked = await self._link_started(host, pid)
-        except asyncio.CancelledError:
-            # A preparation cancelled (a blip ended the lease wait): the executor started for
-            # it must not sit on the host holding the job's workdir.
-            self._cleanup(self._stop_unlinked(host, pid))
-            raise
-        if isinstance(linked, Outcome):
-            return linked
-        self._pump(linked)
-        return linked
+        if isinstance(started, ExecutorLink):
+            self._pump(started)
+        return started
 
-    async def _link_started(self, host: str, pid: int) -> ExecutorLink | Outcome:
-        """A link to the executor just started as ``pid``, and to no other: one this console
-        told to stop may still serve the socket on its way out, and its messages, its
-        Stopped above all, are not the new executor's."""
-        t = self.ctl.fleet.hosts[host].transport
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            link = ExecutorLink(t, self._socket(host), self.ctl.console_id)
-            try:
-                hello = await link.open(timeout=5)
-                if hello.pid == pid and (host, pid) not in self.dismissed:
-                    break
-                link.close()
-                why = f"pid {hello.pid} answers on the socket, not the new executor (pid {pid})"
-            except LinkError as e:
-                why = str(e)
-            if time.monotonic() > deadline:
-                return Outcome(
-                    Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {why}"
-                )
-            if not await self._pid_alive(host, pid):
-                return await self._exit_from_workdir(host)
-            await asyncio.sleep(POLL_S)
-        self._phase("executor_up", pid=hello.pid, host=host)
-        return link
+    async def _promote(self, host: str) -> None:
+        await self.launcher.promote(host, self.epoch)
 
-    async def _stop_unlinked(self, host: str, pid: int) -> None:
-        """Stop an executor started as ``pid`` that no link was taken for, and wait it out."""
-        self.dismissed.add((host, pid))
-        link = ExecutorLink(
-            self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
-        )
-        try:
-            async with asyncio.timeout(START_TIMEOUT_S / 3):
-                while await self._pid_alive(host, pid):
-                    with contextlib.suppress(LinkError):
-                        hello = await link.open(timeout=5)
-                        if hello.pid == pid:
-                            await link.send(Stop(reason="not needed", checkpoint=False))
-                    link.close()
-                    await asyncio.sleep(POLL_S)
-        except TimeoutError:
-            self.ctl.journal.record(
-                Kind.EXECUTOR,
-                f"{self.name}: executor pid {pid} on {host}, started for a cancelled "
-                "failover, did not stop (it exits by itself when idle)",
-                job=self.name,
-                host=host,
-                data={"pid": pid},
-            )
-        finally:
-            link.close()
+    def _freed(self, host: str) -> None:
+        """A host readied for this job and then not used is free for others again."""
         rt = self.ctl.fleet.hosts[host]
         if rt.job == self.name and host != self.host:
             rt.job = None
         self.ctl.fleet.changed.set()
-
-    def _cleanup(self, work: Coroutine[object, object, None]) -> None:
-        """Run clean-up that must outlive the task it comes from (kept referenced until done)."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-
-    async def _promote(self, host: str) -> None:
-        """Put the newest replica on ``host`` in place as the executor's only checkpoint."""
-        ctl = self.ctl
-        t = ctl.fleet.hosts[host].transport
-        root, python = ctl.inv.host_root(host), ctl.inv.python(host)
-        checkpoints = posixpath.join(job_dir(root, self.name), "checkpoints")
-        replicas = [
-            m
-            for m in await list_manifests(t, python, replica_dir(root, self.name))
-            if m.epoch <= self.epoch
-        ]
-        if replicas:
-            await promote(t, python, replica_dir(root, self.name), checkpoints, replicas[-1].step)
-        else:
-            await t.remove(checkpoints)
-        step = replicas[-1].step if replicas else 0
-        self._phase("transfer_done", host=host, replica_step=step)
 
     # ---------------------------------------------------------------- watch
 

@@ -1,0 +1,208 @@
+"""Starting one job's executors on hosts: deploy, the replica put in place, the detached
+process, and a link to that process and no other.
+
+It is given what it needs (the hosts' transports, the inventory's paths, the journal, a way
+to mark incident phases), not the controller: supervision decides *where* and *when*, this
+only knows *how*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import posixpath
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from console.fleet.link import ExecutorLink, LinkError
+from console.inventory import Inventory
+from console.jobs.outcome import Exit, Outcome
+from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
+from console.reach.remote import list_manifests, promote
+from console.reach.transport.base import Transport, TransportError
+from console.records.journal import Journal, Kind
+from protocol.messages import Stop
+
+START_TIMEOUT_S = 90.0
+POLL_S = 0.2
+IDLE_EXIT_S = 60
+"""An executor started here that no console talks to and that was never told Start exits
+after this long: an orphan cannot sit on a host's workdir."""
+
+
+class Phase(Protocol):
+    def __call__(self, phase: str, **data: object) -> None: ...
+
+
+class Launcher:
+    def __init__(
+        self,
+        job: str,
+        *,
+        inv: Inventory,
+        transport: Callable[[str], Transport],
+        journal: Journal,
+        phase: Phase,
+        console_id: str,
+        executor_env: dict[str, dict[str, str]],
+        ended: Callable[[str], Awaitable[Outcome]],
+    ) -> None:
+        self.job = job
+        self._inv = inv
+        self._transport = transport
+        self._journal = journal
+        self._phase = phase
+        self._console_id = console_id
+        self._env = executor_env
+        self._ended = ended
+        """How an executor that is gone ended (read from its workdir)."""
+        self.dismissed: set[tuple[str, int]] = set()
+        """(host, pid) of executors told they are not needed: one may still answer on the
+        socket a new executor on that host is about to serve."""
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    def socket(self, host: str) -> str:
+        return posixpath.join(self.workdir(host), "executor.sock")
+
+    def workdir(self, host: str) -> str:
+        return job_dir(self._inv.host_root(host), self.job)
+
+    def link(self, host: str) -> ExecutorLink:
+        """A new, unopened link to whatever serves the job's socket on ``host``."""
+        return ExecutorLink(self._transport(host), self.socket(host), self._console_id)
+
+    # ------------------------------------------------------------ starting
+
+    async def start(
+        self, host: str, *, promote_upto: int | None, released: Callable[[str], None]
+    ) -> ExecutorLink | Outcome:
+        """An idle executor on ``host`` (torch imported, waiting for Start), linked; or why not.
+
+        ``promote_upto``: put the newest replica of at most that epoch in place first.
+        ``released``: called with the host once an executor started for a start that was
+        cancelled has been stopped (the host is free again).
+        """
+        t = self._transport(host)
+        root, python = self._inv.host_root(host), self._inv.python(host)
+        workdir = self.workdir(host)
+        try:
+            await t.connect()
+            bundle = await deploy(t, root, python)
+            await t.makedirs(workdir)
+            if promote_upto is not None:
+                await self.promote(host, promote_upto)
+            hb = str(self._inv.console.heartbeat_s)
+            args = ["serve", "--workdir", workdir, "--heartbeat-s", hb, "--health-s", hb]
+            argv, env = executor_command(
+                python, bundle.path, [*args, "--idle-exit-s", str(IDLE_EXIT_S)]
+            )
+            env.update(self._env.get(host, {}))
+            pid = await t.start_detached(
+                argv, log_path=posixpath.join(workdir, "executor.log"), env=env, cwd=workdir
+            )
+        except TransportError as e:
+            return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.job}: executor pid {pid} started on {host}",
+            job=self.job,
+            host=host,
+            data={"pid": pid},
+        )
+        try:
+            return await self._link_started(host, pid)
+        except asyncio.CancelledError:
+            # A preparation cancelled (a blip ended the lease wait): the executor started for
+            # it must not sit on the host holding the job's workdir.
+            self._outlive(self.stop_unlinked(host, pid, released))
+            raise
+
+    async def _link_started(self, host: str, pid: int) -> ExecutorLink | Outcome:
+        """A link to the executor just started as ``pid``, and to no other: one this console
+        told to stop may still serve the socket on its way out, and its messages, its
+        Stopped above all, are not the new executor's."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            link = self.link(host)
+            try:
+                hello = await link.open(timeout=5)
+                if hello.pid == pid and (host, pid) not in self.dismissed:
+                    break
+                link.close()
+                why = f"pid {hello.pid} answers on the socket, not the new executor (pid {pid})"
+            except LinkError as e:
+                why = str(e)
+            if time.monotonic() > deadline:
+                return Outcome(
+                    Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {why}"
+                )
+            if not await self.pid_alive(host, pid):
+                return await self._ended(host)
+            await asyncio.sleep(POLL_S)
+        self._phase("executor_up", pid=hello.pid, host=host)
+        return link
+
+    async def promote(self, host: str, upto_epoch: int) -> None:
+        """Put the newest replica on ``host`` (of at most ``upto_epoch``) in place as the
+        executor's checkpoints; with none, the executor starts from step 0."""
+        t = self._transport(host)
+        root, python = self._inv.host_root(host), self._inv.python(host)
+        checkpoints = posixpath.join(self.workdir(host), "checkpoints")
+        replicas = [
+            m
+            for m in await list_manifests(t, python, replica_dir(root, self.job))
+            if m.epoch <= upto_epoch
+        ]
+        if replicas:
+            await promote(t, python, replica_dir(root, self.job), checkpoints, replicas[-1].step)
+        else:
+            await t.remove(checkpoints)
+        step = replicas[-1].step if replicas else 0
+        self._phase("transfer_done", host=host, replica_step=step)
+
+    # ------------------------------------------------------------ stopping
+
+    async def pid_alive(self, host: str, pid: int) -> bool:
+        """While an executor starts (before it holds its lock), its pid says whether it lives."""
+        try:
+            result = await self._transport(host).run(["kill", "-0", str(pid)], timeout=10)
+        except TransportError:
+            return False
+        return result.returncode == 0
+
+    async def stop_unlinked(self, host: str, pid: int, released: Callable[[str], None]) -> None:
+        """Stop an executor started as ``pid`` that no link was taken for, and wait it out."""
+        self.dismissed.add((host, pid))
+        link = self.link(host)
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S / 3):
+                while await self.pid_alive(host, pid):
+                    with contextlib.suppress(LinkError):
+                        hello = await link.open(timeout=5)
+                        if hello.pid == pid:
+                            await link.send(Stop(reason="not needed", checkpoint=False))
+                    link.close()
+                    await asyncio.sleep(POLL_S)
+        except TimeoutError:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.job}: executor pid {pid} on {host}, started for a cancelled failover, "
+                f"did not stop (idle, it exits by itself within {IDLE_EXIT_S} s)",
+                job=self.job,
+                host=host,
+                data={"pid": pid},
+            )
+        finally:
+            link.close()
+        released(host)
+
+    def _outlive(self, work: Awaitable[None]) -> None:
+        """Run clean-up that must outlive the task it comes from (kept referenced until done)."""
+
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
