@@ -10,6 +10,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from console import clock
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import rank
 from console.jobs.policy import Decision, decide
@@ -38,9 +39,9 @@ class Recovery:
         if self.incident is not None or self.host is None:
             return
         fault_at = (
-            time.time() - max(0.0, time.monotonic() - self.last_seen)
+            clock.wall() - max(0.0, time.monotonic() - self.last_seen)
             if self.last_seen
-            else time.time()
+            else clock.wall()
         )
         self.resumed_step = None
         early, self.early_phases = self.early_phases, []
@@ -68,7 +69,7 @@ class Recovery:
         prepared while the lease runs out) are kept with their times until it does."""
         if self.incident is None:
             if self._preparing is not None:
-                self.early_phases.append((phase, time.time(), data))
+                self.early_phases.append((phase, clock.wall(), data))
             return
         self.ctl.incidents.phase(
             self.incident,

@@ -59,7 +59,7 @@ class Watch:
         elif isinstance(msg, Progress):
             self.last_seen = time.monotonic()
             self.step, self.loss, self.steps_per_s = msg.step, msg.loss, msg.steps_per_s
-            self.history.append((time.time(), msg.step, msg.loss, msg.steps_per_s))
+            self.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
             if (
                 self.incident is not None
                 and self.resumed_step is not None
