@@ -3,13 +3,23 @@
 Copies stream host to host through the console (sha256 checked on the spare). A newer
 checkpoint replaces one still waiting, so a slow link replicates the newest, not a backlog.
 A replica is complete once its manifest is in place; the last ``replicas_kept`` are kept.
+
+Before each copy the replicas it would retire go first (never the newest complete one), then
+the spare's free space is measured: the copy must leave ``min_free_disk_gb``, and at least
+room for one more checkpoint (a promoted spare writes its next one before pruning). Pruning
+after the copy instead let a disk filled between a copy and its prune look healthy for ever:
+each later copy fit in exactly the space the prune freed (chaos seed 11). A copy that does not
+fit writes nothing and fails as the spare's disk being full; any failed copy leaves no partial
+file behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import posixpath
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,13 +28,22 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from console.reach.deploy import replica_dir
-from console.reach.transport.base import TransportError
+from console.reach.transport.base import (
+    DiskUsage,
+    PermanentTransportError,
+    Transport,
+    TransportError,
+)
 from console.reach.transport.files import transfer
 from console.records.journal import Kind
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
     from console.jobs.controller import Controller
+
+CLEANUP_TIMEOUT_S = 10.0
+"""Removing a failed copy's files; what is not removed then goes before the next copy."""
+_NAME = re.compile(r"step-(\d{10})\.(pt|json)(\.part)?")
 
 
 @dataclass
@@ -33,6 +52,11 @@ class ReplicaState:
     at: float = 0.0
     """Wall time the newest replica was verified."""
     kept: list[int] = field(default_factory=list)
+    """Steps of the complete replicas on the spare, as last seen."""
+    disk: DiskUsage | None = None
+    """The spare's disk under its replicas, as last measured."""
+    disk_at: float = 0.0
+    """Wall time ``disk`` was measured."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +66,24 @@ class Source:
     manifest: CheckpointManifest
 
 
+class SpareDiskFull(PermanentTransportError):
+    """The replica would not fit on the spare with its reserve kept free; nothing was written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, errno=errno.ENOSPC)
+
+
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
+
+
+def _blocks(n: int, block: int) -> int:
+    """Bytes a file of ``n`` bytes takes on disk: whole blocks."""
+    return -(-n // block) * block
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class Replicator:
@@ -55,6 +95,8 @@ class Replicator:
         self._idle: dict[tuple[str, str], asyncio.Event] = {}
         self._incidents: dict[tuple[str, str], int] = {}
         """Open incidents of spares that replicas fail to reach: (job, spare) -> incident."""
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        """One copy at a time into a spare's folder (the worker's and a failover's)."""
 
     def replica(self, job: str, spare: str) -> ReplicaState:
         return self.state.setdefault((job, spare), ReplicaState())
@@ -90,6 +132,10 @@ class Replicator:
 
     async def copy(self, job: str, spare: str, src: Source) -> bool:
         """One checkpoint to one spare; True when verified there. Failures are journalled, not raised."""
+        async with self._locks.setdefault((job, spare), asyncio.Lock()):
+            return await self._copy(job, spare, src)
+
+    async def _copy(self, job: str, spare: str, src: Source) -> bool:
         ctl = self.ctl
         st = self.replica(job, spare)
         if st.manifest is not None and st.manifest.step >= src.manifest.step:
@@ -97,55 +143,109 @@ class Replicator:
         src_t = ctl.fleet.hosts[src.host].transport
         dst_t = ctl.fleet.hosts[spare].transport
         folder = replica_dir(ctl.inv.host_root(spare), job)
-        stem = f"step-{src.manifest.step:010d}"
+        step = src.manifest.step
+        stem = posixpath.join(folder, f"step-{step:010d}")
+        manifest = msgspec.json.encode(src.manifest)
         t0 = time.perf_counter()
         try:
             await dst_t.connect()
             await dst_t.makedirs(folder)
+            older = await self._make_room(job, spare, dst_t, folder, src.manifest, len(manifest))
             result = await transfer(
-                src_t,
-                src.path,
-                dst_t,
-                posixpath.join(folder, stem + ".pt"),
-                sha256=src.manifest.sha256,
+                src_t, src.path, dst_t, stem + ".pt", sha256=src.manifest.sha256
             )
-            part = posixpath.join(folder, stem + ".json.part")
-            await dst_t.write_chunks(part, _once(msgspec.json.encode(src.manifest)))
-            await dst_t.rename(part, posixpath.join(folder, stem + ".json"))
+            await dst_t.write_chunks(stem + ".json.part", _once(manifest))
+            await dst_t.rename(stem + ".json.part", stem + ".json")
         except TransportError as e:
+            if isinstance(e, PermanentTransportError):  # the spare answers: clean up now
+                await self._discard(dst_t, stem)
             ctl.journal.record(
                 Kind.REPLICA,
-                f"{job}: replica of step {src.manifest.step} to {spare} failed: {e}",
+                f"{job}: replica of step {step} to {spare} failed: {e}",
                 job=job,
                 host=spare,
-                data={"step": src.manifest.step, "ok": False, "error": str(e)},
+                data={"step": step, "ok": False, "error": str(e), "errno": e.errno},
             )
-            self._failing(job, spare, str(e))
+            self._failing(job, spare, e)
             return False
         st.manifest, st.at = src.manifest, time.time()
-        st.kept.append(src.manifest.step)
+        stay = ctl.inv.console.replicas_kept - 1  # with this one, replicas_kept in all
+        retire = older[: max(len(older) - stay, 0)]
+        st.kept = [*older[len(retire) :], step]
+        with contextlib.suppress(TransportError):
+            await self._remove_steps(dst_t, folder, retire)
+            self._measured(st, await dst_t.disk_usage(folder))
         ctl.journal.record(
             Kind.REPLICA,
-            f"{job}: step {src.manifest.step} replicated to {spare} ({result.mb_per_s:.0f} MB/s)",
+            f"{job}: step {step} replicated to {spare} ({result.mb_per_s:.0f} MB/s)",
             job=job,
             host=spare,
             data={
-                "step": src.manifest.step,
+                "step": step,
                 "ok": True,
                 "seconds": time.perf_counter() - t0,
                 "bytes": src.manifest.size,
                 "epoch": src.manifest.epoch,
+                "free_bytes": st.disk.free if st.disk else None,
             },
         )
-        self._recovered(job, spare, src.manifest.step)
-        await self._prune(spare, folder, st)
+        self._recovered(job, spare, step)
         return True
 
-    def _failing(self, job: str, spare: str, error: str) -> None:
+    async def _make_room(
+        self,
+        job: str,
+        spare: str,
+        t: Transport,
+        folder: str,
+        m: CheckpointManifest,
+        manifest_bytes: int,
+    ) -> list[int]:
+        """Retire what this copy would retire, drop leftovers, then check the copy fits with
+        its reserve; the complete replicas older than it that stay, oldest first.
+
+        Raises SpareDiskFull (writing nothing) when it does not fit."""
+        complete, leftovers = _survey(await t.listdir(folder))
+        older = [s for s in complete if s < m.step]
+        keep = max(self.ctl.inv.console.replicas_kept - 1, 1)  # never the newest complete
+        retire, older = older[:-keep], older[-keep:]
+        for name in leftovers:
+            await t.remove(posixpath.join(folder, name))
+        await self._remove_steps(t, folder, retire)
+        disk = await t.disk_usage(folder)
+        self._measured(self.replica(job, spare), disk)
+        need = _blocks(m.size, disk.block) + _blocks(manifest_bytes, disk.block)
+        floor = int(self.ctl.inv.console.min_free_disk_gb * 2**30)
+        reserve = max(floor, _blocks(m.size, disk.block))
+        if disk.free < need + reserve:
+            raise SpareDiskFull(
+                f"{spare}: disk full: {_mb(disk.free)} free under {folder}; the replica of step "
+                f"{m.step} needs {_mb(need)} and {_mb(reserve)} must stay free"
+            )
+        return older
+
+    def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
+        st.disk, st.disk_at = disk, time.time()
+
+    async def _remove_steps(self, t: Transport, folder: str, steps: list[int]) -> None:
+        for old in steps:
+            stem = posixpath.join(folder, f"step-{old:010d}")
+            await t.remove(stem + ".json")  # the manifest first: never a manifest without data
+            await t.remove(stem + ".pt")
+
+    async def _discard(self, t: Transport, stem: str) -> None:
+        """A failed copy's files on the spare: its parts, and data whose manifest never came."""
+        with contextlib.suppress(TransportError, TimeoutError):
+            async with asyncio.timeout(CLEANUP_TIMEOUT_S):
+                if await t.stat(stem + ".json") is None:
+                    await t.remove(stem + ".pt", timeout=CLEANUP_TIMEOUT_S)
+                for part in (".pt.part", ".json.part"):
+                    await t.remove(stem + part, timeout=CLEANUP_TIMEOUT_S)
+
+    def _failing(self, job: str, spare: str, error: TransportError) -> None:
         """A spare whose disk is full is an incident until a replica reaches it again: nothing
         is lost yet, but a failover would lose more."""
-        full = any(s in error.lower() for s in ("no space", "disk full", "quota"))
-        if not full or (job, spare) in self._incidents:
+        if not error.disk_full or (job, spare) in self._incidents:
             return  # other failures (a source or spare gone) are the host's incident
         sup = self.ctl.jobs.get(job)
         step = sup.step if sup is not None else 0
@@ -170,12 +270,18 @@ class Replicator:
         self.ctl.incidents.phase(n, job, "loaded", step=last)  # training never stopped
         self.ctl.incidents.phase(n, job, "first_step", step=last)
 
-    async def _prune(self, spare: str, folder: str, st: ReplicaState) -> None:
-        keep = self.ctl.inv.console.replicas_kept
-        old, st.kept = st.kept[:-keep], st.kept[-keep:]
-        dst_t = self.ctl.fleet.hosts[spare].transport
-        for step in old:
-            stem = posixpath.join(folder, f"step-{step:010d}")
-            with contextlib.suppress(TransportError):
-                await dst_t.remove(stem + ".json")
-                await dst_t.remove(stem + ".pt")
+
+def _survey(names: list[str]) -> tuple[list[int], list[str]]:
+    """Steps of the complete replicas in a folder (oldest first), and the leftovers of copies
+    that did not finish (parts, data without its manifest, a manifest without its data)."""
+    found: dict[int, set[str]] = {}
+    for name in names:
+        if (match := _NAME.fullmatch(name)) is not None:
+            found.setdefault(int(match[1]), set()).add(name)
+    complete, leftovers = [], []
+    for step, have in sorted(found.items()):
+        whole = {f"step-{step:010d}.pt", f"step-{step:010d}.json"}
+        if whole <= have:
+            complete.append(step)
+        leftovers += sorted(have - whole if whole <= have else have)
+    return complete, leftovers

@@ -160,6 +160,19 @@ class Transport(ABC):
                 errno=errno_of(result.stderr),
             )
 
+    async def listdir(self, path: str, *, timeout: float | None = None) -> list[str]:
+        """The names in a folder (none when there is no folder)."""
+        script = '[ -d "$1" ] || exit 0; exec find "$1" -mindepth 1 -maxdepth 1 -printf "%f\\0"'
+        result = await self.run(
+            ["env", "LC_ALL=C", "sh", "-c", script, "sh", path], timeout=timeout
+        )
+        if result.returncode != 0:
+            raise PermanentTransportError(
+                f"{self.name}: list {path}: {result.stderr.strip()}",
+                errno=errno_of(result.stderr),
+            )
+        return sorted(name for name in result.stdout.split("\0") if name)
+
     async def disk_usage(self, path: str, *, timeout: float | None = None) -> DiskUsage:
         """Free and total bytes of the filesystem holding ``path``: one cheap statvfs."""
         result = await self.run(

@@ -154,6 +154,17 @@ class LocalTransport(Transport):
                 f"{self.name}: remove {path}: {e.strerror}", errno=e.errno
             ) from None
 
+    async def listdir(self, path: str, *, timeout: float | None = None) -> list[str]:
+        self._guard()
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise PermanentTransportError(
+                f"{self.name}: list {path}: {e.strerror}", errno=e.errno
+            ) from None
+
     async def disk_usage(self, path: str, *, timeout: float | None = None) -> DiskUsage:
         self._guard()
         try:
