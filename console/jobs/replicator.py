@@ -57,6 +57,8 @@ class ReplicaState:
     """The spare's disk under its replicas, as last measured."""
     disk_at: float = 0.0
     """Wall time ``disk`` was measured."""
+    full: bool = False
+    """The last copy failed for want of space on the spare."""
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,10 @@ class Replicator:
                 host=spare,
                 data={"step": step, "ok": False, "error": str(e), "errno": e.errno},
             )
+            st.full = e.disk_full
             self._failing(job, spare, e)
             return False
-        st.manifest, st.at = src.manifest, time.time()
+        st.manifest, st.at, st.full = src.manifest, time.time(), False
         stay = ctl.inv.console.replicas_kept - 1  # with this one, replicas_kept in all
         retire = older[: max(len(older) - stay, 0)]
         st.kept = [*older[len(retire) :], step]

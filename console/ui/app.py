@@ -128,32 +128,32 @@ class HotspareApp(App[int]):
         self.last_event = _event_line(e)
         match e.kind:
             case Kind.ALERT:
-                self.notify(e.msg, title="alert", severity="error", timeout=10)
+                self.notify(e.msg, title="alert", severity="error", timeout=10, markup=False)
             case Kind.FAULT:
-                self.notify(e.msg, title="fault", severity="warning", timeout=8)
+                self.notify(e.msg, title="fault", severity="warning", timeout=8, markup=False)
             case Kind.INCIDENT if e.data.get("phase") in NOTIFY_PHASES:
-                self.notify(e.msg, title="incident", severity="warning", timeout=8)
+                self.notify(e.msg, title="incident", severity="warning", timeout=8, markup=False)
             case Kind.FINISHED:
-                self.notify(e.msg, title="finished", timeout=8)
+                self.notify(e.msg, title="finished", timeout=8, markup=False)
 
     # -------------------------------------------------------------- actions
 
     def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
         """Run an operator action, asking first when ``confirm`` is given."""
         if self.ctl.read_only:
-            self.notify(f"read-only console: {what} is off", severity="warning")
+            self.notify(f"read-only console: {what} is off", severity="warning", markup=False)
             return
 
         def run(yes: bool | None = True) -> None:
             if not yes:
-                self.notify(f"{what}: cancelled", timeout=3)
+                self.notify(f"{what}: cancelled", timeout=3, markup=False)
                 return
             try:
                 do()
             except (PermissionError, ValueError, KeyError, ConfigError) as err:
-                self.notify(f"{what}: {err}", severity="error")
+                self.notify(f"{what}: {err}", severity="error", markup=False)
                 return
-            self.notify(f"{what}: done", timeout=3)
+            self.notify(f"{what}: done", timeout=3, markup=False)
             self.redraw()
 
         if confirm is None:

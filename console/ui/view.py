@@ -197,6 +197,26 @@ def host_row(ctl: Controller, name: str, heartbeat: str) -> Row:
     )
 
 
+def size(n: float) -> str:
+    """A short human size: 980K, 12M, 1.5G."""
+    if n < 2**20:
+        return f"{n / 2**10:.0f}K"
+    if n < 2**30:
+        return f"{n / 2**20:.0f}M"
+    return f"{n / 2**30:.1f}G"
+
+
+def replica_cell(ctl: Controller, job: str, spare: str, step: int) -> str:
+    """The spare's newest replica and its lag; DISK FULL while copies to it fail for space."""
+    st = ctl.replicator.replica(job, spare)
+    text = "-" if st.manifest is None else f"{spare} @{st.manifest.step}"
+    if st.manifest is not None:
+        text += f" (lag {max(step - st.manifest.step, 0)})"
+    if st.full:
+        return f"{spare} DISK FULL" if st.manifest is None else f"{text} DISK FULL"
+    return text
+
+
 def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
     now = time.time() if now is None else now
     rows: dict[str, Row] = {}
@@ -205,11 +225,7 @@ def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
         route = f"{sup.host or '-'} -> {', '.join(sup.spares) or '-'}"
         ckpt = sup.checkpoint
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
-        replica = "-"
-        if spare is not None:
-            rep = ctl.replicator.replica(name, spare).manifest
-            if rep is not None:
-                replica = f"{spare} @{rep.step} (lag {max(sup.step - rep.step, 0)})"
+        replica = "-" if spare is None else replica_cell(ctl, name, spare, sup.step)
         state = sup.state.value
         if sup.failure is not None:
             state += f" ({sup.failure.value})"

@@ -7,7 +7,7 @@ import time
 from console.jobs.controller import Controller
 from console.records.incidents import Incident
 from console.records.journal import Event, Kind
-from console.ui.view import Row, age
+from console.ui.view import Row, age, size
 
 CHECKPOINT_COLUMNS = ("step", "written", "size", "sha256", "verified on")
 JOB_INCIDENT_COLUMNS = ("#", "class", "MTTR", "lost steps", "resolved")
@@ -71,6 +71,28 @@ def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict
             ", ".join(holders),
         )
     return rows
+
+
+def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
+    """Per spare: its newest verified replica, and its disk as last measured before a copy."""
+    now = time.time() if now is None else now
+    sup = ctl.jobs[job]
+    holders = dict.fromkeys(sup.spares) | {h: None for (j, h) in ctl.replicator.state if j == job}
+    lines = []
+    for spare in holders:
+        st = ctl.replicator.replica(job, spare)
+        line = f"{spare}: " + (
+            f"step {st.manifest.step}, verified {age(now - st.at)} ago"
+            if st.manifest is not None
+            else "no replica yet"
+        )
+        if st.disk is not None:
+            line += (
+                f"; disk {size(st.disk.free)} free of {size(st.disk.total)}"
+                f" (measured {age(now - st.disk_at)} ago)"
+            )
+        lines.append(line + ("  DISK FULL" if st.full else ""))
+    return "\n".join(lines) or "no spares"
 
 
 def incident_row(i: Incident) -> Row:

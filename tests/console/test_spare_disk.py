@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import local_host, write_inventory
+from fleetbed import job_table, local_host, write_inventory
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -29,6 +29,8 @@ from console.reach.transport.base import Transport
 from console.reach.transport.local import LocalTransport
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
+from console.ui.view import replica_cell, size
+from console.ui.view_detail import replica_lines
 from protocol.spec import CheckpointManifest
 
 DISK = 4 << 20
@@ -78,7 +80,7 @@ class Bed:
         inv = write_inventory(
             tmp_path / "inventory.toml",
             hosts={"a": local_host(self.a_root), "b": spare},
-            jobs={},
+            jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},  # never started here
             min_free_disk_gb=0.0,
             replicas_kept=2,
         )
@@ -151,7 +153,10 @@ async def test_a_full_spare_fails_cleanly_opens_an_incident_and_recovers(
     (incident,) = bed.disk_incidents()
     assert (incident.host, incident.resolved) == ("b", False)
     st = bed.ctl.replicator.replica("j", "b")
-    assert st.disk is not None and st.disk.free == 0, "the free space it measured is shown"
+    assert st.disk is not None and st.disk.free == 0
+    shown = replica_lines(bed.ctl, "j")
+    assert shown.startswith("b: step 100") and "disk 0K free of 4M" in shown
+    assert shown.endswith("DISK FULL") and replica_cell(bed.ctl, "j", "b", 0).endswith("DISK FULL")
 
     filler.unlink()
     assert await bed.copy(300)
@@ -161,6 +166,9 @@ async def test_a_full_spare_fails_cleanly_opens_an_incident_and_recovers(
     vfs = os.statvfs(small_disk)
     assert st.disk is not None and st.disk.free == vfs.f_bavail * vfs.f_frsize
     assert time.time() - st.disk_at < 30
+    shown = replica_lines(bed.ctl, "j")
+    assert "step 300" in shown and f"disk {size(vfs.f_bavail * vfs.f_frsize)} free" in shown
+    assert "DISK FULL" not in shown and replica_cell(bed.ctl, "j", "b", 300) == "b @300 (lag 0)"
 
 
 async def test_filled_between_the_write_and_the_prune_is_caught(

@@ -49,7 +49,7 @@ class AddHostScreen(ModalScreen[tuple[str, dict[str, Any]] | None]):
                 yield Select(
                     [("spare", "spare"), ("primary", "primary")], value="spare", id="host-role"
                 )
-            yield Label("", id="add-host-error", classes="error")
+            yield Label("", id="add-host-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Add", variant="primary", id="add")
                 yield Button("Cancel", id="cancel")

@@ -97,12 +97,12 @@ class ViewScreen(LiveScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(self.TITLE_TEXT, classes="view-title")
+        yield Static(self.TITLE_TEXT, classes="view-title", markup=False)
         yield LiveTable(self.COLUMNS)
         yield Input(
             placeholder="filter: any text in a row; Enter keeps it, Esc clears", id="filter"
         )
-        yield Static("", classes="last-event")
+        yield Static("", classes="last-event", markup=False)
         yield KeyBar()
 
     def rows(self) -> dict[str, Row]:
@@ -132,7 +132,7 @@ class ViewScreen(LiveScreen):
             return [k for k in self.table.row_keys() if k in self.tags]
         key = self.table.selected
         if key is None or not self.is_item(key):
-            self.notify(f"select a {self.NOUN} first", severity="warning")
+            self.notify(f"select a {self.NOUN} first", severity="warning", markup=False)
             return []
         return [key]
 
@@ -140,7 +140,7 @@ class ViewScreen(LiveScreen):
         """The single row an action needs: the cursor row (tags are ignored)."""
         key = self.table.selected
         if key is None or not self.is_item(key):
-            self.notify(f"select a {self.NOUN} first", severity="warning")
+            self.notify(f"select a {self.NOUN} first", severity="warning", markup=False)
             return None
         return key
 

@@ -48,7 +48,7 @@ class ChooseHostScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="choose"):
-            yield Label(self.question, id="choose-question")
+            yield Label(self.question, id="choose-question", markup=False)
             yield OptionList(*(Option(f"{n}  ({what})", id=n) for n, what in self.hosts))
             yield Label("Enter picks, Esc cancels", classes="hint")
 

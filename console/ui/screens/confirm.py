@@ -21,7 +21,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Grid(id="confirm"):
-            yield Label(self.question, id="question")
+            yield Label(self.question, id="question", markup=False)
             yield Button("Yes (y)", variant="error", id="yes")
             yield Button("No (n)", variant="primary", id="no")
 

@@ -29,7 +29,7 @@ class HostDetailScreen(HostActions):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", classes="view-title", id="host-summary")
+        yield Static("", classes="view-title", id="host-summary", markup=False)
         yield Static("GPUs (newest sample)", classes="pane-title")
         yield LiveTable(GPU_COLUMNS, id="gpus")
         with Horizontal(classes="curves"):
@@ -39,7 +39,7 @@ class HostDetailScreen(HostActions):
             with Vertical():
                 yield Static("", id="cpu-label")
                 yield Sparkline([], id="cpu", summary_function=max)
-        yield Static("", id="alerts")
+        yield Static("", id="alerts", markup=False)
         yield Static("Health history", classes="pane-title")
         yield Static("", id="health-history", markup=False)
         yield KeyBar()

@@ -36,7 +36,7 @@ class JobActions(LiveScreen):
         job = jobs[0]
         targets = failover_targets(self.ctl, job)
         if not targets:
-            self.notify(f"no usable host to move {job} to", severity="warning")
+            self.notify(f"no usable host to move {job} to", severity="warning", markup=False)
             return
 
         def chosen(host: str | None) -> None:

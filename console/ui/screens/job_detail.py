@@ -17,6 +17,7 @@ from console.ui.view_detail import (
     event_lines,
     job_incident_rows,
     job_summary,
+    replica_lines,
 )
 from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
@@ -47,7 +48,7 @@ class JobDetailScreen(JobActions):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", classes="view-title", id="job-summary")
+        yield Static("", classes="view-title", id="job-summary", markup=False)
         with Horizontal(classes="curves"):
             with Vertical():
                 yield Static("", id="loss-label")
@@ -62,6 +63,8 @@ class JobDetailScreen(JobActions):
             with Vertical(classes="narrow"):
                 yield Static("Incidents", classes="pane-title")
                 yield LiveTable(JOB_INCIDENT_COLUMNS, id="incidents")
+        yield Static("Replicas", classes="pane-title")
+        yield Static("", id="replicas", markup=False)
         yield Static("Log tail", classes="pane-title")
         yield Static("", id="log-tail", markup=False)
         yield KeyBar()
@@ -82,6 +85,7 @@ class JobDetailScreen(JobActions):
             self.query_one("#loss-label", Static).update(_curve_label("loss", losses, 4))
             self.query_one("#speed-label", Static).update(_curve_label("steps/s", speeds, 1))
         self.query_one("#checkpoints", LiveTable).sync(checkpoint_rows(ctl, self.job))
+        self.query_one("#replicas", Static).update(replica_lines(ctl, self.job))
         self.query_one("#incidents", LiveTable).sync(job_incident_rows(ctl, self.job))
         lines = event_lines(ctl.timeline.for_job(self.job, LOG_LINES)).splitlines()
         lines = sorted(lines + list(sup.log_tail)[-LOG_LINES:], key=lambda line: line[:8])
