@@ -20,6 +20,7 @@ from netbed import NsSshHost
 
 from chaos.fleet import FAILING_GPU, HEALTHY_GPU, Fleet
 from chaos.observe import events_size
+from console.records.journal import Kind
 from executors.gpu_fake import write_state
 
 BLIP_S = 0.3
@@ -42,6 +43,19 @@ class Injected:
     """Undo what outlives the fault (a dead sshd, a downed link, a full disk, a failing GPU),
     called once the job runs elsewhere or the fault has been seen."""
     note: str = ""
+    heal_when: Callable[[], bool] | None = None
+    """When ``heal`` may run, if not once the job has recovered (a stepped clock: after some
+    leases)."""
+    solo: bool = False
+    """No other fault may overlap this one (a blip, whose check is that nothing happens)."""
+    overlapped: bool = False
+    """Another fault of the episode was open while this one was (see invariants.match_incidents)."""
+    recovered_at: float | None = None
+    """When the job was seen running again with nothing open after this fault."""
+    violations: list[str] = field(default_factory=list)
+    """What the fault's own checks found (a refused console that was not, a stale step)."""
+    figures: dict[str, float] = field(default_factory=dict)
+    """Measurements the summary prints (a restarted console's wait past the lease bound)."""
 
 
 @dataclass
@@ -53,8 +67,26 @@ class Target:
     rng: random.Random
 
 
+def live_pid(fleet: Fleet, host: str, job: str) -> int | None:
+    """The pid in the workdir's executor.pid, only if that process is an executor serving that
+    workdir now (a dead executor's pid may have been given to another process)."""
+    workdir = fleet.workdir(host, job)
+    try:
+        pid = int((workdir / "executor.pid").read_text().strip())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    args = [a.decode(errors="replace") for a in argv]
+    if "serve" not in args or str(workdir) not in [os.path.normpath(a) for a in args]:
+        return None
+    return pid
+
+
 def _pid(fleet: Fleet, host: str, job: str) -> int:
-    return int((fleet.workdir(host, job) / "executor.pid").read_text().strip())
+    pid = live_pid(fleet, host, job)
+    if pid is None:
+        raise AssertionError(f"no live executor of {job} on {host} to signal")
+    return pid
 
 
 def sigkill(t: Target) -> Injected:
@@ -183,7 +215,19 @@ def disk_full(t: Target) -> Injected:
     def heal() -> None:
         filler.unlink(missing_ok=True)
 
-    return Injected("disk_full", t.job, t.spare, time.time(), ("disk_full",), heal=heal)
+    at = time.time()
+
+    def replica_failed() -> bool:
+        """The console has met the full disk: healing sooner would hide it."""
+        return any(
+            e.kind is Kind.REPLICA and e.host == t.spare and not e.data.get("ok", True)
+            for e in t.fleet.journal()
+            if e.t >= at
+        )
+
+    return Injected(
+        "disk_full", t.job, t.spare, at, ("disk_full",), heal=heal, heal_when=replica_failed
+    )
 
 
 def console_restart(t: Target) -> Injected:

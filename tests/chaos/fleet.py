@@ -22,6 +22,8 @@ from helpers import REPO, TINY_CONFIG, env_with
 from netbed import NsSshHost
 from sshbed import SshBed, SshHost
 
+from chaos.observe import journal
+from console.records.journal import Event
 from executors.gpu_fake import write_state
 
 DISK_MB = 48
@@ -57,6 +59,8 @@ class Fleet:
     inject: str = ""
     console: subprocess.Popen[bytes] | None = None
     console_starts: int = 0
+    clock_shifts: list[float] = field(default_factory=list)
+    """Every wall-clock step the console was given (chaos.faults_fencing.wall_clock_step)."""
 
     # ------------------------------------------------------------ building
 
@@ -148,6 +152,24 @@ class Fleet:
     def state_dir(self) -> Path:
         return self.folder / "state"
 
+    @property
+    def clock_offset_file(self) -> Path:
+        """The console's wall-clock test hook (console/clock.py): seconds added to its clock."""
+        return self.folder / "clock-offset"
+
+    def journal(self) -> list[Event]:
+        """The console's journal on the real clock (see observe.unshift)."""
+        return journal(self.state_dir, self.clock_shifts)
+
+    def lease_record(self, job: str) -> dict[str, Any] | None:
+        """The bound on the job's newest lease as the console persisted it (state.json)."""
+        try:
+            state = json.loads((self.state_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        rec = state.get("jobs", {}).get(job, {})
+        return rec.get("lease") if isinstance(rec, dict) else None
+
     def workdir(self, host: str, job: str) -> Path:
         return self.hosts[host].root / "jobs" / job
 
@@ -157,19 +179,30 @@ class Fleet:
     # ------------------------------------------------------------ console
 
     def start_console(self) -> None:
+        self.console = self.spawn_console()
+
+    def spawn_console(self) -> subprocess.Popen[bytes]:
+        """``hotspare run --policy auto`` on this fleet's state dir, its output in files."""
         assert self.inventory is not None
         self.console_starts += 1
         n = self.console_starts
-        out, err = self.folder / f"console-{n}.out", self.folder / f"console-{n}.err"
+        out, err = self.console_output(n)
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            self.console = subprocess.Popen(
+            return subprocess.Popen(
                 [*CONSOLE, "--inventory", str(self.inventory), "run", "--policy", "auto", "--json"],
                 stdout=stdout,
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
                 cwd=REPO,
-                env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps(self.executor_env())),
+                env=env_with(
+                    HOTSPARE_EXECUTOR_ENV=json.dumps(self.executor_env()),
+                    HOTSPARE_CLOCK_OFFSET_FILE=str(self.clock_offset_file),
+                ),
             )
+
+    def console_output(self, n: int) -> tuple[Path, Path]:
+        """(stdout, stderr) files of the n-th console started."""
+        return self.folder / f"console-{n}.out", self.folder / f"console-{n}.err"
 
     def kill_console(self) -> None:
         """The console dies at once (SIGKILL): nothing tells the executors."""

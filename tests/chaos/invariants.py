@@ -1,9 +1,9 @@
 """The checks of a chaos run: each returns a list of violations (one line each); empty is good.
 
 - every job finished, with its uninterrupted run's params_sha256;
-- never two executors of one job training at once: from the processes (the sampler), from
-  the journal (a new epoch on another host only after the old executor was seen to end) and
-  from the checkpoints (none of an epoch written after the next epoch started);
+- never two executors of one job training at once: see chaos.fencing (from /proc, from the
+  disks, and from the journal where it can be trusted); here, from the executors' own
+  records, no checkpoint of an epoch written after a later epoch started;
 - no damaged checkpoint ever loaded;
 - every injected fault an incident in ``hotspare report``, with class, MTTR and lost steps.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.faults import Injected
-from chaos.observe import Sampler, executor_events, json_lines
+from chaos.observe import executor_events, json_lines
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind
 
@@ -22,6 +22,8 @@ MATCH_SLACK_S = 2.0
 """An incident may be detected this long before the injector returned (it acts first)."""
 QUIET_WINDOW_S = 15.0
 """A blip must cause no incident on its job within this long."""
+RECOVERY_SLACK_S = 5.0
+"""An incident of a fault is detected by the time its job runs again (and this long after)."""
 
 
 def finished(events: list[Event], baselines: dict[str, str]) -> list[str]:
@@ -32,54 +34,6 @@ def finished(events: list[Event], baselines: dict[str, str]) -> list[str]:
             out.append(f"job {job} did not finish")
         elif got[job] != want:
             out.append(f"job {job}: params_sha256 {got[job]} != uninterrupted run's {want}")
-    return out
-
-
-def processes(sampler: Sampler) -> list[str]:
-    """One line per stretch of samples in which a job had more than one executor training."""
-    out, last = [], None
-    for o in sampler.overlaps:
-        pids = sorted(p for p, _, _ in o.pids)
-        if last is not None and last[0] == (o.job, pids):
-            last[2] = o.t
-            continue
-        last = [(o.job, pids), o.t, o.t, o.pids]
-        out.append(last)
-    lines = [
-        f"{key[0]}: {len(key[1])} executors training from {t0:.3f} to {t1:.3f}: {who}"
-        for key, t0, t1, who in out
-    ]
-    for job, pids in sampler.seen_training.items():
-        if not pids:
-            lines.append(f"{job}: the sampler never saw an executor train (is it looking?)")
-    return lines
-
-
-def journal_epochs(events: list[Event], job: str) -> list[str]:
-    """Each new epoch starts after the one before it was seen to end (or on the same host,
-    where the workdir lock fences it), and epochs only grow."""
-    out: list[str] = []
-    host: str | None = None
-    epoch = 0
-    ended = True
-    for e in events:
-        if e.job != job:
-            continue
-        if e.kind is Kind.EXECUTOR and "ended" in e.msg and e.host == host:
-            ended = True
-        if e.kind is not Kind.JOB_STATE or e.data.get("to") != "running":
-            continue
-        new = int(e.data.get("epoch", 0))
-        if new == epoch and e.host == host:
-            continue  # reattached by a restarted console
-        if new <= epoch:
-            out.append(f"{job}: epoch {new} on {e.host} started after epoch {epoch}")
-        if not ended and e.host != host:
-            out.append(
-                f"{job}: epoch {new} started on {e.host} at {e.t:.3f} before epoch {epoch} "
-                f"on {host} was seen to end"
-            )
-        host, epoch, ended = e.host, new, False
     return out
 
 
@@ -153,17 +107,44 @@ class Match:
 
 def match_incidents(
     events: list[Event], faults: list[Injected], report: str
-) -> tuple[list[Match], list[Incident]]:
-    """Pair each injected fault with the incident that records it; the incidents left over."""
+) -> tuple[list[Match], list[Incident], int]:
+    """Pair each injected fault with the incident that records it; the incidents no fault
+    explains; and how many incidents were put down to overlapping faults.
+
+    A fault alone (nothing else open meanwhile) must have an incident of one of its classes,
+    detected from ``MATCH_SLACK_S`` before it until ``RECOVERY_SLACK_S`` after its job was
+    seen running again; resolved, with lost steps, and in ``hotspare report``. A blip (no
+    classes) must have none on its job from a second before it until ``QUIET_WINDOW_S`` after
+    it or its recovery, whichever is later (or until the next fault).
+
+    Overlapped faults are matched more loosely, and on purpose: a fault that comes while
+    another is being recovered from may be folded by the console into the recovery under
+    way (a second failure during a failover is one failover), so an overlapped fault with
+    no incident of its own is *absorbed*: ok if an incident of its job was open when it
+    came, with no MTTR and no lost steps of its own; its job must still finish bit-exact,
+    and every fencing check holds for it as for any other. An overlapped blip is not
+    checked for quiet (the other fault's incidents would be its noise). Incidents left over
+    that were detected while an overlapped fault was open (from its injection until
+    ``RECOVERY_SLACK_S`` after its job ran again) are put down to the overlap: neither
+    unexplained nor false failovers.
+
+    A console restart (either kind) opens a console_restart incident for every job the
+    console left running: those of other jobs are its too.
+    """
     found = incidents(events)
     free = list(found)
     matches = []
     ordered = sorted(faults, key=lambda f: f.t)
     for n, f in enumerate(ordered):
+        end = (f.recovered_at or float("inf")) + RECOVERY_SLACK_S
         if not f.expect:
-            end = min([f.t + QUIET_WINDOW_S] + [g.t - 0.5 for g in ordered[n + 1 :]])
+            if f.overlapped:
+                matches.append(Match(f, None, True, "overlapped blip: not checked for quiet"))
+                continue
+            quiet_end = max(f.t + QUIET_WINDOW_S, f.recovered_at or 0.0)
+            last = min([quiet_end] + [g.t - 0.5 for g in ordered[n + 1 :]])
             noisy = [
-                i for i in free if i.job == f.job and f.t - 1 <= i.times.get("detected", 0) <= end
+                i for i in free if i.job == f.job and f.t - 1 <= i.times.get("detected", 0) <= last
             ]
             why = f"incidents {[i.id for i in noisy]} after a blip" if noisy else ""
             matches.append(Match(f, None, not noisy, why))
@@ -174,10 +155,15 @@ def match_incidents(
                 for i in free
                 if i.job == f.job
                 and i.fault_class in f.expect
-                and i.times.get("detected", 0) >= f.t - MATCH_SLACK_S
+                and f.t - MATCH_SLACK_S <= i.times.get("detected", 0) <= end
             ),
             None,
         )
+        if inc is None and f.overlapped:
+            open_then = [i for i in found if i.job == f.job and _open_at(i, f.t)]
+            why = "" if open_then else f"no {'/'.join(f.expect)} incident, and none open then"
+            matches.append(Match(f, None, not why, why or "absorbed"))
+            continue
         if inc is None:
             matches.append(Match(f, None, False, f"no {'/'.join(f.expect)} incident"))
             continue
@@ -190,7 +176,28 @@ def match_incidents(
         elif f"| {inc.id} | {inc.job} | {inc.host} | {inc.fault_class} |" not in report:
             why = "not in the report"
         matches.append(Match(f, inc, not why, why))
-    return matches, free
+    by_overlap = 0
+    for f in ordered:
+        end = (f.recovered_at or f.t) + RECOVERY_SLACK_S
+        for i in list(free):
+            detected = i.times.get("detected", 0)
+            if not f.t - MATCH_SLACK_S <= detected <= end:
+                continue
+            if f.kind in CONSOLE_RESTARTS and i.fault_class == "console_restart":
+                free.remove(i)  # the same restart, seen by another job
+            elif f.overlapped and i.job == f.job:
+                free.remove(i)
+                by_overlap += 1
+    return matches, free, by_overlap
+
+
+CONSOLE_RESTARTS = ("console_restart", "console_restart_partitioned")
+
+
+def _open_at(i: Incident, t: float) -> bool:
+    detected = i.times.get("detected", float("inf"))
+    resolved = i.times.get("first_step", float("inf"))
+    return detected - MATCH_SLACK_S <= t <= resolved + MATCH_SLACK_S
 
 
 def false_failovers(leftover: list[Incident]) -> list[Incident]:

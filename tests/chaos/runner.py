@@ -1,7 +1,9 @@
-"""The long chaos run: seeded episodes until N faults have been injected, then a summary table
-(faults by kind, survived, MTTR p50/p95, lost steps, false failovers). ``scripts/chaos``.
+"""The long chaos run: seeded episodes until N faults have been injected, then a summary (faults
+by kind, survived, MTTR p50/p95, lost steps, false failovers, two-trainer intervals,
+stale-epoch files, a restarted console's wait for a lease it cannot see). ``scripts/chaos``.
 
     scripts/chaos --faults 200 --seed 7
+    scripts/chaos --faults 12 --seed 5 --overlap 0.5 --jobs 2
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from chaos.episode import Config, Episode, Result
-from chaos.faults import ARMED, INJECTORS
+from chaos.faults import ARMED
+from chaos.faults_fencing import LEASE_S, SKEW_S
+from chaos.schedule import INJECTORS
 
 PER_EPISODE = 8
 ONCE_PER_EPISODE = {"gpu_fail", *ARMED}
@@ -49,48 +54,91 @@ def _pct(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def summary(results: list[Result], wall_s: float) -> str:
-    rows: dict[str, dict[str, list[float] | int]] = defaultdict(
-        lambda: {"n": 0, "ok": 0, "mttr": [], "lost": []}
-    )
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
+
+
+@dataclass
+class Row:
+    n: int = 0
+    overlapped: int = 0
+    ok: int = 0
+    mttr: list[float] = field(default_factory=list)
+    """Of faults alone only: an overlapped fault's incident times two faults."""
+    lost: list[int] = field(default_factory=list)
+
+    def add(self, other: Row) -> None:
+        self.n += other.n
+        self.overlapped += other.overlapped
+        self.ok += other.ok
+        self.mttr += other.mttr
+        self.lost += other.lost
+
+    def line(self, kind: str) -> str:
+        lost = f"{sum(self.lost)} / {max(self.lost)}" if self.lost else "- / -"
+        return (
+            f"| {kind} | {self.n} | {self.overlapped} | {self.ok} | {_s(_pct(self.mttr, 50))} "
+            f"| {_s(_pct(self.mttr, 95))} | {lost} |"
+        )
+
+
+def _rows(results: list[Result]) -> dict[str, Row]:
+    rows: dict[str, Row] = defaultdict(Row)
     for r in results:
         clean = not [v for v in r.violations if ":" not in v or "incident" not in v]
         for m in r.matches:
             row = rows[m.fault.kind]
-            row["n"] += 1  # type: ignore[operator]
-            row["ok"] += int(m.ok and clean)  # type: ignore[operator]
-            if m.incident is not None and m.incident.mttr_s is not None:
-                row["mttr"].append(m.incident.mttr_s)  # type: ignore[union-attr]
-            if m.incident is not None and m.incident.lost_steps is not None:
-                row["lost"].append(m.incident.lost_steps)  # type: ignore[union-attr]
-    out = ["| fault | injected | survived | MTTR p50 | MTTR p95 | lost steps (sum / max) |"]
-    out.append("|---|---|---|---|---|---|")
+            row.n += 1
+            row.overlapped += int(m.fault.overlapped)
+            row.ok += int(m.ok and clean)
+            inc = m.incident
+            if inc is not None and inc.mttr_s is not None and not m.fault.overlapped:
+                row.mttr.append(inc.mttr_s)
+            if inc is not None and inc.lost_steps is not None:
+                row.lost.append(inc.lost_steps)
+    return rows
 
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:.2f} s"
 
-    total = {"n": 0, "ok": 0, "mttr": [], "lost": []}
+def summary(results: list[Result], wall_s: float) -> str:
+    rows = _rows(results)
+    out = [
+        "| fault | injected | overlapped | survived | MTTR p50 | MTTR p95 | lost steps (sum / max) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    total = Row()
     for kind in sorted(rows):
-        row = rows[kind]
-        mttr, lost = list(row["mttr"]), list(row["lost"])  # type: ignore[call-overload]
-        out.append(
-            f"| {kind} | {row['n']} | {row['ok']} | {fmt(_pct(mttr, 50))} | {fmt(_pct(mttr, 95))} "
-            f"| {int(sum(lost)) if lost else '-'} / {int(max(lost)) if lost else '-'} |"
-        )
-        total["n"] += row["n"]  # type: ignore[operator]
-        total["ok"] += row["ok"]  # type: ignore[operator]
-        total["mttr"] += mttr  # type: ignore[operator]
-        total["lost"] += lost  # type: ignore[operator]
-    m, lost = total["mttr"], total["lost"]
+        out.append(rows[kind].line(kind))
+        total.add(rows[kind])
+    out.append(total.line("**all**"))
+    out.append("")
     out.append(
-        f"| **all** | {total['n']} | {total['ok']} | {fmt(_pct(m, 50))} | {fmt(_pct(m, 95))} "  # type: ignore[arg-type]
-        f"| {int(sum(lost)) if lost else '-'} / {int(max(lost)) if lost else '-'} |"  # type: ignore[arg-type]
+        "MTTR is of faults alone (an overlapped fault's incident also times the other fault); "
+        "survived: matched or absorbed, in an episode with no violation but incident ones"
     )
+    restarts = [
+        f.figures
+        for r in results
+        for f in r.faults
+        if f.kind == "console_restart_partitioned" and "extra_s" in f.figures
+    ]
+    if restarts:
+        extra = [x["extra_s"] for x in restarts]
+        waited = [x["wait_end_s"] for x in restarts if "wait_end_s" in x]
+        out.append(
+            f"console_restart_partitioned ({len(extra)}): the restarted console's extra MTTR "
+            f"(new epoch started after the persisted lease bound + skew) p50 "
+            f"{_s(_pct(extra, 50))}, max {_s(max(extra))}; bound lease_s + clock_skew_s = "
+            f"{LEASE_S + SKEW_S:.2f} s; its lease wait ended p50 {_s(_pct(waited, 50))} after "
+            "the bound"
+        )
     leftover = sum(len(r.leftover) for r in results)
     out.append("")
     out.append(
         f"episodes {len(results)}, false failovers {sum(r.false_failovers for r in results)}, "
-        f"incidents no fault explains {leftover}, damaged checkpoints met and skipped "
+        f"two-trainer intervals {sum(r.two_trainers for r in results)}, "
+        f"stale-epoch files {sum(r.stale_files for r in results)}, "
+        f"incidents no fault explains {leftover}, put down to overlaps "
+        f"{sum(r.by_overlap for r in results)}, damaged checkpoints met and skipped "
         f"{sum(r.corrupt_skips for r in results)}, checkpoint loads checked "
         f"{sum(r.loads for r in results)}, "
         f"violations {sum(len(r.violations) for r in results)}, wall {wall_s / 60:.1f} min"
@@ -109,10 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7, help="seed of the first episode (default 7)")
     p.add_argument("--per-episode", type=int, default=PER_EPISODE, help="faults per fleet")
     p.add_argument("--jobs", type=int, choices=(1, 2), default=1, help="jobs per fleet")
+    p.add_argument(
+        "--overlap",
+        type=float,
+        default=0.3,
+        help="chance that a fault comes before the last one's recovery (default 0.3; 0: never)",
+    )
     p.add_argument("--keep", action="store_true", help="keep every episode's folder")
     args = p.parse_args(argv)
-    if args.faults < 1 or args.per_episode < 1:
-        print("scripts/chaos: --faults and --per-episode must be at least 1", file=sys.stderr)
+    if args.faults < 1 or args.per_episode < 1 or not 0 <= args.overlap <= 1:
+        print(
+            "scripts/chaos: --faults and --per-episode must be at least 1, --overlap in [0, 1]",
+            file=sys.stderr,
+        )
         return 2
     t0 = time.monotonic()
     results: list[Result] = []
@@ -125,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             kinds=kinds,
             steps=steps_for(kinds),
             jobs=args.jobs,
+            overlap=args.overlap,
             keep=args.keep,
             log=lambda m: print(m, flush=True),
         )
