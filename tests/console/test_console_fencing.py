@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chaos.observe import Sampler
+from chaos.procs import Sampler
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from helpers import REPO, env_with
 
@@ -196,3 +196,25 @@ async def test_a_cancelled_preparation_stops_its_executor_and_frees_the_host(
     finally:
         _kill_executors(tmp_path / "b")
         await ctl.close()
+
+
+async def test_a_read_only_console_watches_a_live_job_and_sends_nothing(tmp_path: Path) -> None:
+    inventory = _fleet(tmp_path)
+    owner = _console(inventory)
+    task: asyncio.Task[object] = asyncio.create_task(owner.run())
+    watcher = Controller(load(inventory), Policy.AUTO, read_only=True)
+    watching: asyncio.Task[object] = asyncio.create_task(watcher.run(stay=True))
+    try:
+        await until(lambda: owner.jobs["j"].step >= 10, 90, "j training")
+        seen = watcher.jobs["j"]
+        await until(lambda: seen.state is JobState.RUNNING and seen.step >= 20, 30, "j watched")
+        epoch = owner.store.job("j").epoch
+        first = seen.step
+        await until(lambda: seen.step >= first + 20, 30, "the watcher's view moving")
+        assert seen.host == "a" and seen.epoch == epoch
+        assert owner.jobs["j"].state is JobState.RUNNING and owner.store.job("j").epoch == epoch
+        assert not [e for e in read(tmp_path / "state" / "journal.jsonl") if "watch" in e.msg]
+    finally:
+        await _stop(watcher, watching)
+        await _stop(owner, task)
+        _kill_executors(tmp_path / "a")
