@@ -5,6 +5,9 @@ writes it to a temp file while hashing, fsyncs and renames it, then writes the
 manifest, which marks the checkpoint complete. Loading checks size and sha256 of the
 bytes it then deserialises with ``weights_only=True``; a bad checkpoint is skipped for
 the previous one, and the skip is an event.
+
+A checkpoint is published (renamed into place with its manifest) only inside the writer's
+lease: ``publish`` is the one place that does it, for this module and the command kind.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import io
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,14 +28,80 @@ from typing import Any, BinaryIO
 import msgspec
 import torch
 
-from executors.durable import atomic_write, fsync_dir
+from executors.durable import fsync_dir
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 from protocol.spec import CheckpointManifest
 
 Emit = Callable[[ExecutorMessage], None]
+LeaseCheck = Callable[[float], bool]
+"""``Control.lease_valid``: is there more than this margin (seconds) left of the lease?"""
 _READ_CHUNK = 8 << 20
 MAX_MANIFEST = 1 << 20
+PUBLISH_MARGIN_S = 0.25
+"""A checkpoint is published only with more than this left of the lease. The check and the two
+renames after it take microseconds; the margin covers a writer descheduled between them (the
+GIL handed to the step loop, a loaded host) so that a publish is rarely undone by the check
+after the renames, and it is far below the trainer's own guard (a fifth of the lease or more),
+so a writer in good time is never refused."""
+_PUBLISHING = threading.Lock()
+"""Held across each publish's check, renames and check again; the lease watchdog takes it for
+good (``seal``) before it ends the process, so the process never ends between the two checks."""
+
+
+def _always(_margin_s: float) -> bool:
+    return True
+
+
+class Fenced(Exception):
+    """The lease ended (or was within ``PUBLISH_MARGIN_S`` of its end): nothing was published."""
+
+
+def publish(
+    data_tmp: Path, data_path: Path, manifest: CheckpointManifest, lease_valid: LeaseCheck
+) -> Path:
+    """Rename a written, fsynced data file into place and write its manifest, inside the lease.
+
+    Everything slow (the manifest's bytes and fsync) happens before the lease check, so only
+    two renames follow it. The lease is checked again after them: if it still holds, the
+    renames surely happened before it ended (a lapsed lease is never renewed); if not, both
+    files are removed before anything reports them, and ``Fenced`` is raised. Returns the
+    manifest's path.
+    """
+    folder = data_path.parent
+    manifest_path = data_path.with_suffix(".json")
+    manifest_tmp = folder / f".{manifest_path.name}.tmp"
+    try:
+        with open(manifest_tmp, "wb") as f:
+            f.write(msgspec.json.encode(manifest))
+            f.flush()
+            os.fsync(f.fileno())
+        with _PUBLISHING:
+            if not lease_valid(PUBLISH_MARGIN_S):
+                raise Fenced(f"checkpoint {manifest.step} not published: the lease is ending")
+            os.replace(data_tmp, data_path)
+            os.replace(manifest_tmp, manifest_path)
+            if not lease_valid(0.0):
+                manifest_path.unlink(missing_ok=True)
+                data_path.unlink(missing_ok=True)
+                raise Fenced(
+                    f"checkpoint {manifest.step} withdrawn: the lease ended while it was published"
+                )
+    except BaseException:
+        data_tmp.unlink(missing_ok=True)
+        manifest_tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(folder)
+    return manifest_path
+
+
+def seal(timeout_s: float = 1.0) -> bool:
+    """Publish nothing more in this process: take the publish lock and keep it.
+
+    Called by the lease watchdog just before it ends the process; waits at most
+    ``timeout_s`` for a publish in flight. False if it did not get the lock in time.
+    """
+    return _PUBLISHING.acquire(timeout=timeout_s)
 
 
 class CorruptCheckpoint(Exception):
@@ -96,8 +166,10 @@ class CheckpointManager:
         code_version: str,
         emit: Emit,
         write_delay_s: float = 0.0,
+        lease_valid: LeaseCheck = _always,
     ) -> None:
         self.folder = folder
+        self._lease_valid = lease_valid
         self.job = job
         self.spec_hash = spec_hash
         self.keep = keep
@@ -144,7 +216,6 @@ class CheckpointManager:
                 torch.save(snap, writer)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, data_path)
             manifest = CheckpointManifest(
                 job=self.job,
                 step=step,
@@ -156,8 +227,10 @@ class CheckpointManager:
                 code_version=self.code_version,
                 created_at=time.time(),
             )
-            manifest_path = self.folder / f"{name}.json"
-            atomic_write(manifest_path, msgspec.json.encode(manifest))
+            manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
+        except Fenced as e:
+            self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=str(e)))
+            return None
         except (OSError, RuntimeError) as e:  # torch's writer wraps an OSError in a RuntimeError
             tmp.unlink(missing_ok=True)
             self.consecutive_failures += 1
@@ -174,7 +247,8 @@ class CheckpointManager:
         )
         self.last_saved = saved
         self._emit(saved)
-        self._purge(self.keep)
+        if self._lease_valid(0.0):  # a stale writer deletes nothing either
+            self._purge(self.keep)
         return saved
 
     def _write_failed(self, step: int, e: BaseException) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from executors import exitcodes
-from executors.workdir import EVENTS, WorkdirBusy, acquire
+from executors.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, reap_command
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage
@@ -89,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     injections = Injections.from_env()
     kind = load_kind(spec.executor)
     acquire(args.workdir)
+    _reap(args.workdir)
     log = EventLog(args.workdir / EVENTS)
     show = JsonLines(sys.stdout) if args.json else ProgressBar(sys.stderr)
 
@@ -120,12 +121,15 @@ def _run(args: argparse.Namespace) -> int:
         raise
     except Exception as e:  # noqa: BLE001 - a workload crash: one line here, the traceback in the workdir
         return report_crash(e, args.workdir, emit)
+    finally:
+        (args.workdir / PID).unlink(missing_ok=True)
 
 
 def _serve(args: argparse.Namespace) -> int:
     acquire(
         args.workdir
     )  # first, before the slow imports: the console takes a free lock for a dead executor
+    _reap(args.workdir)
     import asyncio
 
     from executors.serve import Server
@@ -140,6 +144,25 @@ def _serve(args: argparse.Namespace) -> int:
         idle_exit_s=args.idle_exit_s,
     )
     return asyncio.run(server.main(autostart=spec))
+
+
+def _reap(workdir: Path) -> None:
+    """Before anything starts: what a SIGKILLed predecessor's command left running dies
+    (CommandLingers, a WorkdirBusy, if it will not), and the kill is an event."""
+    rec = read_command(workdir)
+    gone = reap_command(workdir)
+    if gone and rec is not None:
+        from executors.events import EventLog
+        from protocol.messages import Log
+
+        text = (
+            f"killed {gone} process(es) the previous executor's command left running "
+            f"(process group {rec[0]})"
+        )
+        print(f"{PROG}: {text}", file=sys.stderr)
+        log = EventLog(workdir / EVENTS)
+        log(Log(level="warning", text=text))
+        log.close()
 
 
 if __name__ == "__main__":

@@ -21,16 +21,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
 from executors.checkpoint import (
     CorruptCheckpoint,
     Emit,
+    Fenced,
+    LeaseCheck,
     checkpoint_name,
     open_regular,
+    publish,
     read_manifest,
 )
-from executors.durable import atomic_write, fsync_dir
+from executors.durable import fsync_dir
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
 from protocol.spec import CheckpointManifest, CommandSpec
@@ -156,8 +157,10 @@ class Publisher:
         epoch: int,
         code_version: str,
         emit: Emit,
+        lease_valid: LeaseCheck | None = None,
     ) -> None:
         self.folder = folder
+        self._lease_valid: LeaseCheck = lease_valid or (lambda _margin_s: True)
         self.job, self.spec_hash, self.keep, self.epoch = job, spec_hash, keep, epoch
         self.code_version = code_version
         self._emit = emit
@@ -175,7 +178,8 @@ class Publisher:
         return self.last.step if self.last else None
 
     def publish(self, cand: Candidate) -> CheckpointSaved | None:
-        """Copy, verify it did not change meanwhile, rename, write the manifest, emit, prune."""
+        """Copy, verify it did not change meanwhile, publish (renames and manifest, only inside
+        the lease: ``checkpoint.publish``), emit, prune."""
         t0 = time.perf_counter()
         name = checkpoint_name(cand.step)
         data_path, tmp = self.folder / f"{name}.pt", self.folder / f".{name}.pt.tmp"
@@ -185,7 +189,6 @@ class Publisher:
             if (st.st_size, st.st_mtime_ns) != (cand.size, cand.mtime_ns) or size != cand.size:
                 tmp.unlink(missing_ok=True)
                 return None  # it changed while copied: not complete after all; judged again later
-            os.replace(tmp, data_path)
             manifest = CheckpointManifest(
                 job=self.job,
                 step=cand.step,
@@ -198,8 +201,10 @@ class Publisher:
                 created_at=time.time(),
                 source=cand.path.name,
             )
-            manifest_path = self.folder / f"{name}.json"
-            atomic_write(manifest_path, msgspec.json.encode(manifest))
+            manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
+        except Fenced as e:
+            self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=cand.step, message=str(e)))
+            return None
         except CorruptCheckpoint:  # not a regular file: not a checkpoint, whatever its name
             tmp.unlink(missing_ok=True)
             return None
@@ -225,7 +230,8 @@ class Publisher:
             stall_s=0.0,
         )
         self._emit(saved)
-        self._purge(self.keep)
+        if self._lease_valid(0.0):  # a stale writer deletes nothing either
+            self._purge(self.keep)
         return saved
 
     def _purge(self, keep: int) -> None:

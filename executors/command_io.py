@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from executors.checkpoint import Emit
+from executors.checkpoint import Emit, LeaseCheck
 from protocol.errors import ConfigError
 from protocol.messages import Log, Progress
 
@@ -198,10 +198,20 @@ def start_reader(name: str, stream: IO[bytes], on_line: Callable[[str], None]) -
 
 class Meter:
     """Steps and loss as the command reports them; Progress events at most every ``interval_s``
-    (the first one at once: it ends a recovery)."""
+    (the first one at once: it ends a recovery). Nothing is counted or reported once the lease
+    has ended: a console that moved on must not count a stale run's steps."""
 
-    def __init__(self, steps: int, epoch: int, emit: Emit, interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        steps: int,
+        epoch: int,
+        emit: Emit,
+        interval_s: float = 0.5,
+        *,
+        lease_valid: LeaseCheck | None = None,
+    ) -> None:
         self.steps, self.epoch, self._emit, self.interval_s = steps, epoch, emit, interval_s
+        self._lease_valid = lease_valid
         self._lock = threading.Lock()
         self.step = 0
         self.loss = math.nan
@@ -218,7 +228,12 @@ class Meter:
         """Has the command reported progress (or a checkpoint) since it started?"""
         return self._advanced
 
+    def _in_lease(self) -> bool:
+        return self._lease_valid is None or self._lease_valid(0.0)
+
     def update(self, step: int, loss: float | None) -> None:
+        if not self._in_lease():
+            return
         with self._lock:
             now = time.monotonic()
             if step != self.step or not self._updates:
@@ -236,6 +251,8 @@ class Meter:
 
     def maybe_emit(self, force: bool = False) -> None:
         """A Progress event if something new was parsed and it is due (``force``: due now)."""
+        if not self._in_lease():
+            return
         with self._lock:
             now = time.monotonic()
             fresh = self._updates != self._emitted_updates

@@ -8,7 +8,9 @@ runs a training script that knows nothing of hotspare. The runner:
    emits ``Resumed``; everything else matching ``checkpoint_glob`` there is removed first;
 2. starts the argv (placeholders replaced, ``{resume_from}`` pointing at the restored file)
    in its own process group, never through a shell; ``PYTHONUNBUFFERED=1`` unless ``env``
-   says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``;
+   says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``; the group and
+   a random token (in the command's environment) are recorded in the workdir, so whatever
+   outlives this executor is reaped by the next one (``executors.workdir.reap_command``);
 3. forwards output lines as ``Log`` events and parses progress (``progress_regex`` over
    each stdout or stderr line, or ``metrics_file``) into ``Progress`` events;
 4. copies each new complete checkpoint (by marker or settle time) into
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 
 from executors import exitcodes
-from executors.checkpoint import Emit
+from executors.checkpoint import PUBLISH_MARGIN_S, Emit
 from executors.command_files import Publisher, Restored, Watcher, clear
 from executors.command_io import (
     LineLog,
@@ -57,7 +59,14 @@ from executors.control import Control
 from executors.inject import Injections
 from executors.trainer import Outcome
 from executors.version import code_version
-from executors.workdir import CHECKPOINTS
+from executors.workdir import (
+    CHECKPOINTS,
+    TOKEN_ENV,
+    CommandLingers,
+    new_token,
+    reap_command,
+    record_command,
+)
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage, Fault, Finished, Log, Resumed, Stopped
@@ -121,8 +130,9 @@ class CommandRunner:
             epoch=control.epoch,
             code_version=code_version(),
             emit=self.emit,
+            lease_valid=control.lease_valid,
         )
-        self.meter = Meter(spec.steps, control.epoch, self.emit)
+        self.meter = Meter(spec.steps, control.epoch, self.emit, lease_valid=control.lease_valid)
         self.lines = LineLog(self.emit)
         self._progress_re = re.compile(cs.progress_regex) if cs.progress_regex else None
         self._params_re = re.compile(cs.params_regex) if cs.params_regex else None
@@ -144,6 +154,7 @@ class CommandRunner:
             return self._run()
         finally:
             self._kill_leftovers()
+            self._reap()
 
     def _run(self) -> Outcome:
         t0 = time.perf_counter()
@@ -175,7 +186,11 @@ class CommandRunner:
             return self._stopped(stop.reason, stop.exit_code)
         if self.cs.metrics_file:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
+        token = new_token()
+        env[TOKEN_ENV] = token
+        record_command(self.workdir, token, None)
         self.proc = launch(argv, cwd=self.cwd, env=env)
+        record_command(self.workdir, token, self.proc.pid)  # its own session: pgid == pid
         self.meter.touch(advanced=False)
         self.emit(
             Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}")
@@ -224,9 +239,9 @@ class CommandRunner:
     # ------------------------------------------------------------ watching
 
     def _may_publish(self) -> bool:
-        """Not after a stop without checkpoint, nor once the lease is over."""
-        left = self.control.lease_left()
-        return self._publishing and (left is None or left > 0)
+        """Not after a stop without checkpoint, nor near the lease's end (``Publisher`` checks
+        again at the rename)."""
+        return self._publishing and self.control.lease_valid(PUBLISH_MARGIN_S)
 
     def _observe(self) -> None:
         if self._may_publish():
@@ -394,3 +409,13 @@ class CommandRunner:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
+
+    def _reap(self) -> None:
+        """The command's workers that outlived its leader (they carry its token) die too."""
+        try:
+            gone = reap_command(self.workdir)
+        except CommandLingers as e:
+            self.emit(Log(level="warning", text=str(e)))
+            return
+        if gone:
+            self.emit(Log(level="info", text=f"killed {gone} leftover process(es) of the command"))

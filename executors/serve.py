@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from executors import clock, exitcodes
+from executors.checkpoint import seal
 from executors.control import Control
 from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
@@ -25,7 +26,7 @@ from executors.inject import Injections
 from executors.kinds import load_kind
 from executors.threadname import name_os_thread
 from executors.trainer import Outcome
-from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET
+from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET, kill_command
 from protocol.errors import ConfigError, ProtocolError
 from protocol.faults import FaultKind
 from protocol.framing import (
@@ -351,7 +352,9 @@ class Server:
     async def _watchdog(self) -> None:
         """The backstop of the lease: if it has ended and training has not stopped, end the process.
 
-        Also ends an idle executor that no console has talked to for ``idle_exit_s``.
+        Before it ends, no checkpoint may be published any more (``seal``: a publish in flight
+        finishes its check after the renames first) and a ``command`` kind's processes are
+        killed. Also ends an idle executor that no console has talked to for ``idle_exit_s``.
         """
         alone_since = time.monotonic()
         while True:
@@ -368,6 +371,8 @@ class Server:
                 and self._thread is not None
                 and self._thread.is_alive()
             ):
+                seal()
+                kill_command(self.workdir)
                 self._log(
                     Fault(
                         fault=FaultKind.LEASE_LOST.value,

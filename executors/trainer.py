@@ -114,6 +114,7 @@ class Trainer:
             code_version=code_version(),
             emit=emit,
             write_delay_s=self.inj.slow_write_s,
+            lease_valid=self.control.lease_valid,
         )
         self.state = TrainState()
         self.saved_step: int | None = None
@@ -146,11 +147,15 @@ class Trainer:
             if stopped is not None:
                 return stopped
             loss = self._train_step()
+            if not self.control.lease_valid():
+                continue  # finished after the lease ended: not counted; the boundary stops
             if loss is not None:
                 self._after_step(loss)
         if self.saved_step != self.state.step:
             self._save("final")
         self.ckpt.wait()
+        if not self.control.lease_valid():
+            return self._lease_ended()  # the final checkpoint was not published: not finished
         self._progress(force=True)
         digest = rng.params_sha256(self.workload.model)
         self.emit(Finished(step=self.state.step, params_sha256=digest))
@@ -200,14 +205,7 @@ class Trainer:
             return self._stop(stop.reason, stop.exit_code, checkpoint=stop.checkpoint)
         left = self.control.lease_left()
         if left is not None and left <= 0:
-            self.emit(
-                Fault(
-                    fault=FaultKind.LEASE_LOST.value,
-                    step=self.state.step,
-                    message=f"lease of epoch {self.control.epoch} has ended; stopping without writing",
-                )
-            )
-            return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=False)
+            return self._lease_ended()
         if left is not None and left <= self._lease_guard():
             self.emit(
                 Fault(
@@ -224,6 +222,16 @@ class Trainer:
         if self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
             return self._stop("disk_full", exitcodes.DISK_FULL, checkpoint=False)
         return None
+
+    def _lease_ended(self) -> Outcome:
+        self.emit(
+            Fault(
+                fault=FaultKind.LEASE_LOST.value,
+                step=self.state.step,
+                message=f"lease of epoch {self.control.epoch} has ended; stopping without writing",
+            )
+        )
+        return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=False)
 
     def _lease_guard(self) -> float:
         """Stop this long before the lease ends: room for two steps and one checkpoint write."""
@@ -381,6 +389,9 @@ class Trainer:
         return (t1 - t0) / max(1, s1 - s0)
 
     def _progress(self, force: bool = False) -> None:
+        """Progress only inside the lease: a console that moved on must not count a stale run's steps."""
+        if not self.control.lease_valid():
+            return
         now = time.monotonic()
         if not force and now - self._last_progress < self.progress_interval_s:
             return

@@ -1,10 +1,26 @@
-"""A job's folder on a host: the names of what lives there, and the lock that keeps it to one executor."""
+"""A job's folder on a host: the names of what lives there, the lock that keeps it to one
+executor, and the record of the command group an executor of the ``command`` kind started.
+
+The record (``command.pgid``: JSON ``{"pgid": N or null, "token": HEX}``) outlives an executor
+that is SIGKILLed: the next executor on the workdir reaps what is left of that group before it
+starts anything (``reap_command``), since a command's workers (torchrun's, a DataLoader's) do
+not die with it. A process counts as the command's only if it carries the token in its
+environment (``HOTSPARE_RUN_TOKEN``): a process group id is reused once the group is empty.
+console/reach/remote.py reads the same record on a host; keep the two in step.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
+import secrets
+import signal
+import time
 from pathlib import Path
+
+from executors.durable import atomic_write
 
 SOCKET = "executor.sock"
 PID = "executor.pid"
@@ -12,15 +28,27 @@ LOCK = "executor.lock"
 EVENTS = "events.jsonl"
 CRASH = "crash.log"
 CHECKPOINTS = "checkpoints"
+COMMAND_GROUP = "command.pgid"
+TOKEN_ENV = "HOTSPARE_RUN_TOKEN"
 MAX_SOCKET_PATH = 107
+REAP_TIMEOUT_S = 10.0
 
 
 class WorkdirBusy(Exception):
     """Another live executor holds the workdir; starting a second would be a split brain."""
 
 
+class CommandLingers(WorkdirBusy):
+    """Processes of the previous command outlived SIGKILL (say, stuck in the kernel on a GPU):
+    the workdir is not free for a new run beside them."""
+
+
 def acquire(workdir: Path) -> int:
-    """Hold the workdir's lock for this process's life (the kernel drops it, even on SIGKILL)."""
+    """Hold the workdir's lock for this process's life (the kernel drops it, even on SIGKILL).
+
+    The pid file is written at once, so it names the lock's holder from the first moment: a
+    console kills an executor only when the two agree.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     fd = os.open(workdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -35,4 +63,117 @@ def acquire(workdir: Path) -> int:
             f"{workdir}: another executor (pid {holder}) is already running here"
         ) from None
     os.set_inheritable(fd, False)
+    atomic_write(workdir / PID, f"{os.getpid()}\n".encode())
     return fd
+
+
+# ----------------------------------------------------------------- command group
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+def record_command(workdir: Path, token: str, pgid: int | None) -> None:
+    """Write the record before the launch (``pgid`` None: only the token is known yet) and again
+    after it, so no moment exists when a running command is not recorded."""
+    atomic_write(workdir / COMMAND_GROUP, json.dumps({"pgid": pgid, "token": token}).encode())
+
+
+def read_command(workdir: Path) -> tuple[int | None, str] | None:
+    """The recorded (pgid, token), or None when there is no usable record."""
+    try:
+        rec = json.loads((workdir / COMMAND_GROUP).read_bytes())
+        pgid, token = rec.get("pgid"), rec["token"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(token, str) or len(token) < 16:
+        return None
+    return (pgid if isinstance(pgid, int) and pgid > 1 else None), token
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) from /proc/PID/stat; None if the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[2])
+
+
+def _carries(pid: int, entry: bytes) -> bool:
+    try:
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or not ours to read: not the command's
+        return False
+
+
+def _scan(pgid: int | None, token: str) -> tuple[set[int], set[int]]:
+    """This user's live processes that carry ``token``, and the live members of group ``pgid``."""
+    entry, me, uid = f"{TOKEN_ENV}={token}".encode(), os.getpid(), os.getuid()
+    carriers, members = set(), set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        st = _stat(pid)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        if st[1] == pgid:
+            members.add(pid)
+        if _carries(pid, entry):
+            carriers.add(pid)
+    return carriers, members
+
+
+def _kill_pass(pgid: int | None, token: str, ours: bool) -> tuple[set[int], bool]:
+    """SIGKILL the token's carriers, and the whole group while a carrier is in it (its members
+    that dropped the token too: a group id cannot pass to another group while it has members).
+    Returns what is still to die and whether the group was seen to be the command's."""
+    carriers, members = _scan(pgid, token)
+    if carriers & members:
+        ours = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)  # type: ignore[arg-type]
+    for pid in carriers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return carriers | (members if ours else set()), ours
+
+
+def kill_command(workdir: Path) -> set[int]:
+    """SIGKILL the recorded command's processes once, without waiting; the pids signalled."""
+    rec = read_command(workdir)
+    return set() if rec is None else _kill_pass(*rec, ours=False)[0]
+
+
+def reap_command(workdir: Path, timeout_s: float = REAP_TIMEOUT_S) -> int:
+    """Kill what is left of the recorded command, wait until it is gone, remove the record.
+
+    Called right after the workdir lock is taken, before anything starts, and at a run's end.
+    Returns how many processes were killed; raises CommandLingers (the record kept) if some
+    are still alive at the deadline. A killed process that stays a zombie counts as gone.
+    """
+    rec = read_command(workdir)
+    killed: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    ours = False
+    while rec is not None:
+        pending, ours = _kill_pass(*rec, ours=ours)
+        if not pending:
+            break
+        killed |= pending
+        if time.monotonic() > deadline:
+            raise CommandLingers(
+                f"{workdir}: processes {sorted(pending)} of the previous command outlived "
+                f"SIGKILL for {timeout_s:g}s; not starting beside them"
+            )
+        time.sleep(0.02)
+    (workdir / COMMAND_GROUP).unlink(missing_ok=True)
+    return len(killed)
