@@ -252,6 +252,17 @@ class Fleet:
                     host.netns.heal()
         with contextlib.suppress(Exception):
             self.bed.stop()  # kill_all per host; namespaces deleted
+        if keep:
+            for name, host in self.hosts.items():
+                with contextlib.suppress(OSError):  # the disks are tmpfs: keep all but the data
+                    shutil.copytree(
+                        host.root,
+                        self.folder / "disks" / name,
+                        ignore=shutil.ignore_patterns(
+                            "*.pt", "*.tmp", "*.sock", "filler", "bundles"
+                        ),
+                        symlinks=True,
+                    )
         for root in self.mounts:
             subprocess.run(["umount", "-l", str(root)], capture_output=True, timeout=30)
         self.mounts.clear()

@@ -133,6 +133,7 @@ def match_incidents(
     """
     found = incidents(events)
     free = list(found)
+    starts = [e.t for e in events if e.kind is Kind.CONSOLE and "started" in e.msg]
     matches = []
     ordered = sorted(faults, key=lambda f: f.t)
     for n, f in enumerate(ordered):
@@ -169,7 +170,12 @@ def match_incidents(
             continue
         free.remove(inc)
         why = ""
-        if not inc.resolved:
+        if not inc.resolved and any(t > inc.times["detected"] for t in starts):
+            why = (
+                f"not resolved: incident {inc.id} was open when its console died, and the "
+                "console after it never closed it"
+            )
+        elif not inc.resolved:
             why = "not resolved"
         elif inc.lost_steps is None:
             why = "no lost steps"

@@ -70,6 +70,9 @@ class JobView:
     """The host of the newest placement: where a recovery under way is starting the job."""
     finished: bool = False
     open_incidents: list[Incident] = field(default_factory=list)
+    orphaned: list[Incident] = field(default_factory=list)
+    """Unresolved incidents a console that has since died had opened: the console after it
+    opens one of its own (console_restart) and never closes these."""
 
 
 def job_view(events: list[Event], job: str) -> JobView:
@@ -86,7 +89,10 @@ def job_view(events: list[Event], job: str) -> JobView:
             v.placed = e.host
         elif e.kind is Kind.FINISHED:
             v.finished = True
-    v.open_incidents = [i for i in incidents(events) if i.job == job and not i.resolved]
+    started = max((e.t for e in events if e.kind is Kind.CONSOLE and "started" in e.msg), default=0)
+    for i in incidents(events):
+        if i.job == job and not i.resolved:
+            (v.orphaned if i.times["detected"] < started else v.open_incidents).append(i)
     return v
 
 
