@@ -19,7 +19,7 @@ from console.jobs.outcome import Exit, Outcome, from_events_tail, from_stopped
 from console.jobs.policy import Decision, decide
 from console.jobs.replicator import Source
 from console.reach.deploy import checkpoint_file, job_dir
-from console.reach.remote import executor_alive
+from console.reach.remote import KillStatus, executor_alive, kill_executor
 from console.reach.transport.base import TransportError
 from console.records.journal import Kind
 from console.states import HostState, JobState
@@ -254,10 +254,38 @@ class Watch:
             return None
 
     async def _kill(self: JobSupervisor, host: str, workdir: str) -> None:
-        t = self.ctl.fleet.hosts[host].transport
-        with contextlib.suppress(TransportError):
-            # "--": the pattern starts with a dash, which pkill would read as an option
-            await t.run(["pkill", "-KILL", "-f", "--", f"--workdir {workdir}"], timeout=10)
+        """End a hung executor by the pid that holds its workdir's lock, never by a name pattern
+        (one would match another job's executor whose workdir shares a prefix); the outcome is
+        journaled, and a kill that did not happen is an alert."""
+        try:
+            result = await kill_executor(
+                self.ctl.fleet.hosts[host].transport, self.ctl.inv.python(host), workdir
+            )
+        except TransportError as e:
+            self.ctl.alert(
+                f"{self.name}: could not kill the hung executor on {host}: {e}",
+                job=self.name,
+                host=host,
+            )
+            return
+        self.ctl.journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: killing the hung executor on {host}: {result.why}",
+            job=self.name,
+            host=host,
+            data={
+                "kill": result.status.name.lower(),
+                "pid": result.pid,
+                "holders": result.holders,
+                "reaped": result.reaped,
+            },
+        )
+        if result.status not in (KillStatus.KILLED, KillStatus.NOT_HELD):
+            self.ctl.alert(
+                f"{self.name}: the hung executor on {host} was not killed cleanly: {result.why}",
+                job=self.name,
+                host=host,
+            )
 
     async def _exit_from_workdir(self: JobSupervisor, host: str) -> Outcome:
         """The executor is gone: how did it end? Its events.jsonl says."""

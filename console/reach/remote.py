@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import posixpath
+from dataclasses import dataclass
+from enum import Enum
 
 import msgspec
 
@@ -54,6 +56,211 @@ except BlockingIOError:
 
 LOCK_HELD = 75
 
+_KILL = r"""
+import fcntl, json, os, select, signal, sys, time
+
+workdir, timeout = sys.argv[1], float(sys.argv[2])
+deadline = time.monotonic() + timeout
+lock_path = os.path.join(workdir, "executor.lock")
+out = {"pid": None, "holders": [], "reaped": 0, "why": ""}
+
+
+def done(code, why):
+    out["why"] = why
+    print(json.dumps(out))
+    sys.exit(code)
+
+
+def stat(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0], int(fields[2])
+
+
+def alive(pid):
+    st = stat(pid)
+    return st is not None and st[0] not in (b"Z", b"X")
+
+
+def holders(st):
+    # pids /proc/locks names as holding a FLOCK on this device and inode (waiters have "->")
+    want, found = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino), set()
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 6 or parts[1] != "FLOCK":
+                continue
+            try:
+                major, minor, ino = parts[5].split(":")
+                if (int(major, 16), int(minor, 16), int(ino)) == want:
+                    found.add(int(parts[4]))
+            except ValueError:
+                continue
+    return found
+
+
+def take_lock():
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def scan(pgid, entry):
+    carriers, members, me, uid = set(), set(), os.getpid(), os.getuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            if os.stat("/proc/%d" % pid).st_uid != uid:
+                continue
+            st = stat(pid)
+            if st is None or st[0] in (b"Z", b"X"):
+                continue
+            if st[1] == pgid:
+                members.add(pid)
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                if entry in f.read().split(b"\0"):
+                    carriers.add(pid)
+        except OSError:
+            continue
+    return carriers, members
+
+
+def reap():
+    # the command group the executor recorded (executors/workdir.py: keep the two in step):
+    # its token's carriers, and the whole group while a carrier is in it
+    path = os.path.join(workdir, "command.pgid")
+    try:
+        with open(path, "rb") as f:
+            rec = json.loads(f.read())
+        pgid, token = rec.get("pgid"), rec["token"]
+        if not isinstance(token, str) or len(token) < 16:
+            raise ValueError(token)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True
+    pgid = pgid if isinstance(pgid, int) and pgid > 1 else None
+    entry, ours, killed = ("HOTSPARE_RUN_TOKEN=" + token).encode(), False, set()
+    while True:
+        carriers, members = scan(pgid, entry)
+        if carriers & members:
+            ours = True
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in carriers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pending = carriers | (members if ours else set())
+        killed |= pending
+        out["reaped"] = len(killed)
+        if not pending:
+            os.unlink(path)
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def reap_holding_lock():
+    # holding the lock, no executor can start here (and record a new group) meanwhile
+    while True:
+        fd = take_lock()
+        if fd is not None:
+            break
+        if time.monotonic() > deadline:
+            return "the lock stayed held after the kill; the command group was not reaped"
+        time.sleep(0.02)
+    try:
+        return "" if reap() else "processes of the command group outlived SIGKILL"
+    finally:
+        os.close(fd)
+
+
+try:
+    lock_st = os.stat(lock_path)
+except FileNotFoundError:
+    done(10, "no executor.lock: no executor ran here")
+try:
+    with open(os.path.join(workdir, "executor.pid")) as f:
+        out["pid"] = pid = int(f.read().strip())
+except (OSError, ValueError):
+    pid = None
+fd = take_lock()
+if fd is not None:
+    try:
+        left = "" if reap() else "processes of the command group outlived SIGKILL"
+    finally:
+        os.close(fd)
+    done(13 if left else 10, left or "nothing holds the lock")
+if pid is None or pid <= 1:
+    done(11, "the lock is held, but executor.pid names no process")
+pidfd = None
+try:
+    if hasattr(os, "pidfd_open"):
+        pidfd = os.pidfd_open(pid)  # this process, whatever reuses its number later
+except ProcessLookupError:
+    done(11, "the lock is held, but pid %d of executor.pid is gone" % pid)
+except OSError:
+    pidfd = None
+found = holders(os.stat(lock_path))
+out["holders"] = sorted(found)
+if pid not in found:
+    done(11, "pid %d of executor.pid does not hold the lock (held by %s)" % (pid, sorted(found)))
+if pidfd is not None and hasattr(signal, "pidfd_send_signal"):
+    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+else:
+    os.kill(pid, signal.SIGKILL)
+while alive(pid):
+    left = deadline - time.monotonic()
+    if left <= 0:
+        done(12, "pid %d still alive %gs after SIGKILL" % (pid, timeout))
+    if pidfd is not None:
+        select.select([pidfd], [], [], min(left, 0.1))
+    else:
+        time.sleep(0.02)
+left = reap_holding_lock()
+done(13 if left else 0, left or "killed pid %d" % pid)
+"""
+
+
+class KillStatus(Enum):
+    """How ``kill_executor`` ended, by the remote program's exit status."""
+
+    KILLED = 0
+    """The pid in executor.pid held the workdir's lock; it was SIGKILLed and is gone."""
+    NOT_HELD = 10
+    """Nothing held the lock: no executor to kill (its command group was reaped all the same)."""
+    REFUSED = 11
+    """executor.pid names no process that holds the lock: nothing was killed."""
+    SURVIVED = 12
+    """SIGKILL was sent, yet the pid was still alive at the deadline (stuck in the kernel?)."""
+    LEFTOVERS = 13
+    """The executor is gone, but its command group was not reaped in time."""
+
+
+@dataclass(frozen=True)
+class KillResult:
+    status: KillStatus
+    pid: int | None
+    """What executor.pid said."""
+    holders: list[int]
+    """The pids /proc/locks named as holding the lock."""
+    reaped: int
+    """Processes of the recorded command group killed."""
+    why: str
+
 
 async def list_manifests(
     t: Transport, python: str, folder: str, *, timeout: float = 30
@@ -91,6 +298,30 @@ async def promote(
         raise PermanentTransportError(
             f"{t.name}: promoting replica {stem} failed: {result.stderr.strip()[-200:]}"
         )
+
+
+async def kill_executor(
+    t: Transport, python: str, workdir: str, *, timeout: float = 10
+) -> KillResult:
+    """SIGKILL the executor of ``workdir`` by its recorded pid, never by a name pattern.
+
+    The pid in executor.pid is killed only if /proc/locks shows it holding the flock on that
+    workdir's executor.lock (same device and inode); then the command group it recorded is
+    reaped, holding the lock so no new executor starts meanwhile. ``timeout`` bounds the
+    waits on the host; a status the program does not know is a PermanentTransportError.
+    """
+    result = await t.run([python, "-c", _KILL, workdir, str(timeout)], timeout=timeout + 20)
+    try:
+        status = KillStatus(result.returncode)
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise PermanentTransportError(
+            f"{t.name}: killing the executor of {workdir} failed (exit {result.returncode}): "
+            f"{result.stderr.strip()[-300:]}"
+        ) from None
+    return KillResult(
+        status, report.get("pid"), report.get("holders", []), report.get("reaped", 0), report["why"]
+    )
 
 
 async def executor_alive(t: Transport, python: str, workdir: str, *, timeout: float = 10) -> bool:

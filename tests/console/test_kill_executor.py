@@ -1,0 +1,233 @@
+"""Kill the right executor by its recorded pid: the one that holds the workdir's lock.
+
+``pkill -f "--workdir ROOT/jobs/demo"`` also killed job ``demo2``'s executor (a prefix), missed
+when ROOT had regex characters, and its failure went unseen. These run real executors (and a
+real lock holder) under the local transport; /proc is the evidence of who lives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import tomli_w
+from helpers import REPO, ExecutorProcess, env_with, wait_for
+
+from console.jobs.watch import Watch
+from console.reach.deploy import job_dir
+from console.reach.remote import KillStatus, executor_alive, kill_executor
+from console.reach.transport.local import LocalTransport
+from console.records.journal import Kind
+
+WORKERS = r"""
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+role, out = sys.argv[1], Path(sys.argv[2])
+if role != "leader":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+nxt = {"leader": "child", "child": "grandchild"}.get(role)
+if nxt:
+    subprocess.Popen([sys.executable, __file__, nxt, str(out)], stdout=subprocess.DEVNULL)
+tmp = out / f".{role}.pid"
+tmp.write_text(str(os.getpid()))
+os.replace(tmp, out / f"{role}.pid")
+while role == "leader":
+    print("step 1 loss 0.5", flush=True)
+    time.sleep(0.1)
+while True:
+    signal.pause()
+"""
+
+HOLDER = r"""
+import signal, sys
+from pathlib import Path
+from executors.workdir import acquire
+acquire(Path(sys.argv[1]))
+print("held", flush=True)
+signal.pause()
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def pids(folder: Path) -> dict[str, int] | None:
+    try:
+        return {
+            r: int((folder / f"{r}.pid").read_text()) for r in ("leader", "child", "grandchild")
+        }
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[Any]]]:
+    """Processes a test starts; killed at its end, whatever happened."""
+    started: list[subprocess.Popen[Any]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def sleeper(procs: list[subprocess.Popen[Any]]) -> subprocess.Popen[Any]:
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import signal; signal.pause()"], start_new_session=True
+    )
+    procs.append(p)
+    return p
+
+
+def hold_lock(work: Path, procs: list[subprocess.Popen[Any]]) -> subprocess.Popen[Any]:
+    """A process that holds ``work``'s lock exactly as an executor does (``acquire``)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(work)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env_with(),
+        cwd=REPO,
+    )
+    procs.append(holder)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def command_job(tmp_path: Path, out: Path) -> Path:
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS)
+    spec = {
+        "name": "demo",
+        "executor": "command",
+        "steps": 1_000_000,
+        "command": {
+            "argv": [sys.executable, str(script), "leader", str(out)],
+            "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
+        },
+    }
+    path = tmp_path / "demo.toml"
+    path.write_text(tomli_w.dumps(spec))
+    return path
+
+
+async def test_killing_demo_spares_demo2_under_a_root_with_regex_characters(
+    tmp_path: Path, procs: list[subprocess.Popen[Any]]
+) -> None:
+    root = tmp_path / "r.o+t[1]"
+    demo, demo2 = Path(job_dir(str(root), "demo")), Path(job_dir(str(root), "demo2"))
+    out = tmp_path / "out"
+    out.mkdir()
+    first = ExecutorProcess(
+        ["run", "--spec", str(command_job(tmp_path, out)), "--workdir", str(demo), "--json"]
+    )
+    second = ExecutorProcess(["serve", "--workdir", str(demo2)])
+    procs += [first.proc, second.proc]
+    workers = wait_for(lambda: pids(out), 60, "demo's command and its workers")
+    wait_for(lambda: (demo2 / "executor.sock").exists(), 60, "demo2's executor")
+    t = LocalTransport("h")
+    python = sys.executable
+    assert await executor_alive(t, python, str(demo2))
+
+    result = await kill_executor(t, python, str(demo), timeout=10)
+
+    assert result.status is KillStatus.KILLED, result
+    assert (result.pid, result.holders) == (first.proc.pid, [first.proc.pid])
+    assert not alive(first.proc.pid)
+    assert not [r for r, pid in workers.items() if alive(pid)], "the command group is reaped"
+    assert result.reaped >= 2
+    assert not (demo / "command.pgid").exists()
+    assert alive(second.proc.pid), "demo2's executor lives"
+    assert await executor_alive(t, python, str(demo2))
+    assert first.proc.wait(10) == -9
+
+    again = await kill_executor(t, python, str(demo), timeout=10)
+    assert again.status is KillStatus.NOT_HELD, again
+    assert alive(second.proc.pid)
+
+
+async def test_a_pid_file_naming_another_process_is_refused(
+    tmp_path: Path, procs: list[subprocess.Popen[Any]]
+) -> None:
+    work = Path(job_dir(str(tmp_path / "root"), "demo"))
+    holder = hold_lock(work, procs)
+    assert (work / "executor.pid").read_text().strip() == str(holder.pid)
+    other = sleeper(procs)
+    t, python = LocalTransport("h"), sys.executable
+
+    (work / "executor.pid").write_text(f"{other.pid}\n")
+    refused = await kill_executor(t, python, str(work), timeout=5)
+    assert refused.status is KillStatus.REFUSED, refused
+    assert (refused.pid, refused.holders) == (other.pid, [holder.pid])
+    assert alive(other.pid) and alive(holder.pid)
+
+    gone = sleeper(procs)
+    gone.kill()
+    gone.wait()
+    (work / "executor.pid").write_text(f"{gone.pid}\n")
+    assert (await kill_executor(t, python, str(work), timeout=5)).status is KillStatus.REFUSED
+    assert alive(holder.pid) and alive(other.pid)
+
+    (work / "executor.pid").write_text("not a pid\n")
+    assert (await kill_executor(t, python, str(work), timeout=5)).status is KillStatus.REFUSED
+    assert alive(holder.pid)
+
+    (work / "executor.pid").write_text(f"{holder.pid}\n")
+    killed = await kill_executor(t, python, str(work), timeout=5)
+    assert killed.status is KillStatus.KILLED, killed
+    assert holder.wait(5) == -9
+    assert alive(other.pid)
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.events: list[tuple[Kind, str, dict[str, Any]]] = []
+
+    def record(self, kind: Kind, msg: str, **kw: Any) -> None:
+        self.events.append((kind, msg, kw.get("data", {})))
+
+
+async def test_the_console_journals_a_kill_and_alerts_when_it_did_not_happen(
+    tmp_path: Path, procs: list[subprocess.Popen[Any]]
+) -> None:
+    """``_kill`` of a job supervisor, given just what it reads: a refused kill is an alert."""
+    work = Path(job_dir(str(tmp_path / "root"), "demo"))
+    work.mkdir(parents=True)
+    holder = hold_lock(work, procs)
+    alerts: list[str] = []
+    ctl = SimpleNamespace(
+        fleet=SimpleNamespace(hosts={"h": SimpleNamespace(transport=LocalTransport("h"))}),
+        inv=SimpleNamespace(python=lambda host: sys.executable),
+        journal=Journal(),
+        alert=lambda msg, **kw: alerts.append(msg),
+    )
+    sup = SimpleNamespace(name="demo", ctl=ctl)
+
+    other = sleeper(procs)
+    (work / "executor.pid").write_text(f"{other.pid}\n")
+    await Watch._kill(sup, "h", str(work))  # type: ignore[arg-type]
+    assert alive(holder.pid) and alive(other.pid)
+    assert len(alerts) == 1 and "was not killed cleanly" in alerts[0], alerts
+    assert f"pid {other.pid} of executor.pid does not hold the lock" in alerts[0]
+    kind, _, data = ctl.journal.events[-1]
+    assert (kind, data["kill"], data["holders"]) == (Kind.EXECUTOR, "refused", [holder.pid])
+
+    (work / "executor.pid").write_text(f"{holder.pid}\n")
+    await Watch._kill(sup, "h", str(work))  # type: ignore[arg-type]
+    assert holder.wait(10) == -9
+    assert len(alerts) == 1, "a kill that happened is no alert"
+    kind, msg, data = ctl.journal.events[-1]
+    assert (kind, data["kill"], data["pid"]) == (Kind.EXECUTOR, "killed", holder.pid)
+    assert f"killed pid {holder.pid}" in msg
+    assert json.dumps(data)  # journal data stays JSON
