@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from executors.checkpoint import Emit, LeaseCheck
+from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
 from protocol.messages import Log, Progress
 
@@ -100,14 +101,25 @@ def check_program(argv0: str, cwd: Path, env: dict[str, str]) -> None:
         raise ConfigError(f"command.argv[0]: {argv0!r} not found on PATH")
 
 
-def launch(argv: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session (its own process group), stdin closed, output piped."""
+def launch(
+    argv: list[str], *, cwd: Path, env: dict[str, str], record_in: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its own process group), stdin closed, output piped.
+
+    With ``record_in`` (the workdir), a fresh token goes into the command's environment and
+    the group is recorded there, before the start and again with its id after, so whatever
+    outlives this executor can be reaped by the next (``workdir.reap_command``).
+    """
     full = (
         [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *argv]
         if sys.platform == "linux"
         else argv
     )
-    return subprocess.Popen(
+    token = new_token()
+    if record_in is not None:
+        env = {**env, TOKEN_ENV: token}
+        record_command(record_in, token, None)
+    proc = subprocess.Popen(
         full,
         cwd=cwd,
         env=env,
@@ -117,6 +129,9 @@ def launch(argv: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.Pop
         start_new_session=True,
         close_fds=True,
     )
+    if record_in is not None:
+        record_command(record_in, token, proc.pid)  # its own session: the group's id is its pid
+    return proc
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -59,14 +59,7 @@ from executors.control import Control
 from executors.inject import Injections
 from executors.trainer import Outcome
 from executors.version import code_version
-from executors.workdir import (
-    CHECKPOINTS,
-    TOKEN_ENV,
-    CommandLingers,
-    new_token,
-    reap_command,
-    record_command,
-)
+from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage, Fault, Finished, Log, Resumed, Stopped
@@ -186,11 +179,7 @@ class CommandRunner:
             return self._stopped(stop.reason, stop.exit_code)
         if self.cs.metrics_file:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
-        token = new_token()
-        env[TOKEN_ENV] = token
-        record_command(self.workdir, token, None)
-        self.proc = launch(argv, cwd=self.cwd, env=env)
-        record_command(self.workdir, token, self.proc.pid)  # its own session: pgid == pid
+        self.proc = launch(argv, cwd=self.cwd, env=env, record_in=self.workdir)
         self.meter.touch(advanced=False)
         self.emit(
             Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}")
