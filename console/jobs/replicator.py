@@ -159,8 +159,7 @@ class Replicator:
             await dst_t.write_chunks(stem + ".json.part", _once(manifest))
             await dst_t.rename(stem + ".json.part", stem + ".json")
         except TransportError as e:
-            if isinstance(e, PermanentTransportError):  # the spare answers: clean up now
-                await self._discard(dst_t, stem)
+            await self._discard(dst_t, stem)
             ctl.journal.record(
                 Kind.REPLICA,
                 f"{job}: replica of step {step} to {spare} failed: {e}",
@@ -237,7 +236,8 @@ class Replicator:
             await t.remove(stem + ".pt")
 
     async def _discard(self, t: Transport, stem: str) -> None:
-        """A failed copy's files on the spare: its parts, and data whose manifest never came."""
+        """A failed copy's files on the spare: its parts, and data whose manifest never came.
+        A spare out of reach keeps them until the next copy's survey removes them."""
         with contextlib.suppress(TransportError, TimeoutError):
             async with asyncio.timeout(CLEANUP_TIMEOUT_S):
                 if await t.stat(stem + ".json") is None:

@@ -158,10 +158,13 @@ async def _place(t: Transport, staging: str, dest: str) -> bool:
     bundle was what got moved, it goes back.
     """
     marker = posixpath.join(dest, MARKER)
+    why: TransportError | None = None
     for _ in range(3):
-        with contextlib.suppress(PermanentTransportError):
+        try:
             await t.rename(staging, dest)
             return True
+        except PermanentTransportError as e:
+            why = e
         if await t.stat(marker) is not None:
             return False
         if await t.stat(dest) is None:
@@ -175,7 +178,10 @@ async def _place(t: Transport, staging: str, dest: str) -> bool:
         await t.remove(aside)
     if await t.stat(marker) is not None:
         return False
-    raise PermanentTransportError(f"{t.name}: could not put the executor bundle at {dest}")
+    raise PermanentTransportError(
+        f"{t.name}: could not put the executor bundle at {dest}: {why}",
+        errno=why.errno if why else None,
+    )
 
 
 def executor_command(
