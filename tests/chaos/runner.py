@@ -148,6 +148,12 @@ def summary(results: list[Result], wall_s: float) -> str:
             out.append(f"- seed {r.seed}: {v}")
         for s in r.skipped:
             out.append(f"- seed {r.seed}: not injected: {s}")
+        for i in r.leftover:
+            out.append(
+                f"- seed {r.seed}: no fault explains incident {i.id} ({i.fault_class}, {i.job} "
+                f"on {i.host}, detected {i.times.get('detected', 0):.3f}, "
+                f"{i.data.get('decided', {}).get('action', 'no action')})"
+            )
     return "\n".join(out)
 
 

@@ -1,6 +1,8 @@
 """The short chaos seed of the default suite: one fleet (four sshd hosts, three of them behind
-network namespaces), one torch job under ``hotspare run --policy auto``, and ten kinds of
-fault in a seeded order, each checked against the guarantees (see chaos.invariants)."""
+network namespaces), one torch job under ``hotspare run --policy auto``, and twelve kinds of
+fault in a seeded order, one at a time, each checked against the guarantees (see
+chaos.invariants and chaos.fencing). Overlapping faults, two jobs and the other fencing
+faults run in the long mode (scripts/chaos)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ KINDS = [
     "disk_full",
     "nan",
     "oom",
+    "sigstop_past_lease",  # frozen and cut off past its lease, then continued: no step, no publish
+    "second_console",  # refused: exit 2, one line naming the holder; the first goes on
 ]
 """Plain SIGKILL and host kill (parts of the two above) run on their own in the long mode."""
 
@@ -40,3 +44,4 @@ def test_a_seeded_chaos_run_keeps_every_guarantee(capsys: pytest.CaptureFixture[
     assert result.corrupt_skips >= 1, "a damaged checkpoint was met and skipped"
     assert result.loads >= 3, "resumes and a rollback loaded checkpoints, each one checked"
     assert result.false_failovers == 0
+    assert result.two_trainers == 0 and result.stale_files == 0
