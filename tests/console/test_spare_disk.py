@@ -25,7 +25,7 @@ from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.jobs.replicator import Source
 from console.reach.deploy import replica_dir
-from console.reach.transport.base import Transport
+from console.reach.transport.base import TemporaryTransportError, Transport
 from console.reach.transport.local import LocalTransport
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
@@ -278,3 +278,26 @@ async def test_only_the_errno_says_disk_full_not_the_words(tmp_path: Path) -> No
         assert "quota" in failed.data["error"] and failed.data["errno"] == errno.EEXIST
     finally:
         await bed.ctl.close()
+
+
+async def test_a_copy_cut_off_midway_leaves_no_part_and_is_no_disk_incident(
+    bed: Bed,
+) -> None:
+    """The primary's stream drops every time after 10 kB (retries spent): the copy fails as a
+    lost connection, its half-written part is removed, and no disk_full incident opens."""
+
+    class Drops(LocalTransport):
+        async def read_chunks(
+            self, path: str, *, offset: int = 0, chunk: int = 1 << 20
+        ) -> AsyncIterator[bytes]:
+            async for block in super().read_chunks(path, offset=offset, chunk=chunk):
+                yield block[:10_000]
+                raise TemporaryTransportError("a: connection lost")
+
+    assert await bed.copy(100)
+    bed.ctl.fleet.hosts["a"].transport = Drops("a")
+    assert not await bed.copy(200)
+    bed.holds(100)
+    (failed,) = bed.failed_replicas()
+    assert failed.data["errno"] is None and "connection lost" in failed.data["error"]
+    assert bed.disk_incidents() == []
