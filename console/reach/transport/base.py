@@ -71,7 +71,11 @@ class DiskUsage:
     """Allocation unit: a file takes whole blocks, however small."""
 
 
-_STRERROR = {os.strerror(n): n for n in sorted(errno_.errorcode, reverse=True)}
+_STRERROR = {os.strerror(n): n for n in sorted(errno_.errorcode, reverse=True)} | {
+    "No space left on device": errno_.ENOSPC,  # glibc's and musl's names of the two that
+    "Disk quota exceeded": errno_.EDQUOT,  # matter most, whatever this machine's C library
+    "Quota exceeded": errno_.EDQUOT,  # (a Linux host seen from a macOS console)
+}
 
 
 def errno_of(stderr: str) -> int | None:
