@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from executors import exitcodes, rng
-from executors.checkpoint import CheckpointManager, Emit, Loaded
+from executors.checkpoint import PUBLISH_MARGIN_S, CheckpointManager, Emit, Loaded
 from executors.control import Control
 from executors.inject import Injections
 from executors.version import code_version
@@ -234,9 +234,10 @@ class Trainer:
         return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=False)
 
     def _lease_guard(self) -> float:
-        """Stop this long before the lease ends: room for two steps and one checkpoint write."""
+        """Stop this long before the lease ends: room for two steps and one checkpoint write,
+        published with more than the publish margin left."""
         ttl = self.control.lease_ttl_s
-        need = 2 * self._step_time() + 1.5 * self.ckpt.last_write_s + 0.2
+        need = 2 * self._step_time() + 1.5 * self.ckpt.last_write_s + 0.2 + PUBLISH_MARGIN_S
         return min(0.5 * ttl, max(0.2 * ttl, need))
 
     def _stop(self, reason: str, exit_code: int, *, checkpoint: bool) -> Outcome:

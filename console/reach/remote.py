@@ -214,7 +214,7 @@ except ProcessLookupError:
     done(11, "the lock is held, but pid %d of executor.pid is gone" % pid)
 except OSError:
     pidfd = None
-found = holders(os.stat(lock_path))
+found = holders(lock_st)
 out["holders"] = sorted(found)
 if pid not in found:
     done(11, "pid %d of executor.pid does not hold the lock (held by %s)" % (pid, sorted(found)))
