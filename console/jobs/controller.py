@@ -62,7 +62,13 @@ class Controller:
         self.store = StateStore(inv.state_dir, read_only=read_only)
         self.fleet = Fleet(inv, self.journal, self.store)
         self.incidents = IncidentLog(self.journal, self.store)
-        self.replicator = Replicator(self)
+        self.replicator = Replicator(
+            inv,
+            transport=lambda host: self.fleet.hosts[host].transport,
+            journal=self.journal,
+            incidents=self.incidents,
+            step_of=lambda job: self.jobs[job].step if job in self.jobs else None,
+        )
         c = inv.console
         self.detection = DetectionSettings(
             c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
@@ -159,6 +165,7 @@ class Controller:
         for sup in self.jobs.values():
             if sup.link is not None:
                 sup.link.close()
+        await self.replicator.close()
         await self.fleet.close()
         self.journal.record(Kind.CONSOLE, "console stopped")
         self.journal.sync()

@@ -21,12 +21,13 @@ import errno
 import posixpath
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import msgspec
 
+from console import clock
+from console.inventory import Inventory
 from console.reach.deploy import replica_dir
 from console.reach.transport.base import (
     DiskUsage,
@@ -35,11 +36,9 @@ from console.reach.transport.base import (
     TransportError,
 )
 from console.reach.transport.files import transfer
-from console.records.journal import Kind
+from console.records.incidents import IncidentLog
+from console.records.journal import Journal, Kind
 from protocol.spec import CheckpointManifest
-
-if TYPE_CHECKING:
-    from console.jobs.controller import Controller
 
 CLEANUP_TIMEOUT_S = 10.0
 """Removing a failed copy's files; what is not removed then goes before the next copy."""
@@ -89,8 +88,23 @@ def _mb(n: int) -> str:
 
 
 class Replicator:
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
+    """Given what it needs (the inventory's paths and settings, the hosts' transports, the
+    journal and incident log, each job's current step), not the controller."""
+
+    def __init__(
+        self,
+        inv: Inventory,
+        *,
+        transport: Callable[[str], Transport],
+        journal: Journal,
+        incidents: IncidentLog,
+        step_of: Callable[[str], int | None],
+    ) -> None:
+        self._inv = inv
+        self._transport = transport
+        self._journal = journal
+        self._incidents_log = incidents
+        self._step_of = step_of
         self.state: dict[tuple[str, str], ReplicaState] = {}
         self._pending: dict[tuple[str, str], Source] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -114,6 +128,14 @@ class Replicator:
                     self._drain(key), name=f"replicate {job}->{spare}"
                 )
 
+    async def close(self) -> None:
+        """Cancel copies in flight (a console closing): a replica is complete only once its
+        manifest is in place, and a copy cut short is cleared by the next copy's survey."""
+        workers = [w for w in self._workers.values() if not w.done()]
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
     async def wait_idle(self, job: str, spare: str, timeout: float) -> bool:
         """Wait until nothing for (job, spare) is queued or in flight."""
         event = self._idle.get((job, spare))
@@ -132,19 +154,23 @@ class Replicator:
         finally:
             self._idle.setdefault(key, asyncio.Event()).set()
 
+    def folder_lock(self, job: str, spare: str) -> asyncio.Lock:
+        """Held while a job's replica folder on a spare changes (a copy and its prune) or is
+        read whole (a failover promoting it)."""
+        return self._locks.setdefault((job, spare), asyncio.Lock())
+
     async def copy(self, job: str, spare: str, src: Source) -> bool:
         """One checkpoint to one spare; True when verified there. Failures are journalled, not raised."""
-        async with self._locks.setdefault((job, spare), asyncio.Lock()):
+        async with self.folder_lock(job, spare):
             return await self._copy(job, spare, src)
 
     async def _copy(self, job: str, spare: str, src: Source) -> bool:
-        ctl = self.ctl
         st = self.replica(job, spare)
         if st.manifest is not None and st.manifest.step >= src.manifest.step:
             return True
-        src_t = ctl.fleet.hosts[src.host].transport
-        dst_t = ctl.fleet.hosts[spare].transport
-        folder = replica_dir(ctl.inv.host_root(spare), job)
+        src_t = self._transport(src.host)
+        dst_t = self._transport(spare)
+        folder = replica_dir(self._inv.host_root(spare), job)
         step = src.manifest.step
         stem = posixpath.join(folder, f"step-{step:010d}")
         manifest = msgspec.json.encode(src.manifest)
@@ -160,7 +186,7 @@ class Replicator:
             await dst_t.rename(stem + ".json.part", stem + ".json")
         except TransportError as e:
             await self._discard(dst_t, stem)
-            ctl.journal.record(
+            self._journal.record(
                 Kind.REPLICA,
                 f"{job}: replica of step {step} to {spare} failed: {e}",
                 job=job,
@@ -170,14 +196,14 @@ class Replicator:
             st.full = e.disk_full
             self._failing(job, spare, e)
             return False
-        st.manifest, st.at, st.full = src.manifest, time.time(), False
-        stay = ctl.inv.console.replicas_kept - 1  # with this one, replicas_kept in all
+        st.manifest, st.at, st.full = src.manifest, clock.wall(), False
+        stay = self._inv.console.replicas_kept - 1  # with this one, replicas_kept in all
         retire = older[: max(len(older) - stay, 0)]
         st.kept = [*older[len(retire) :], step]
         with contextlib.suppress(TransportError):
             await self._remove_steps(dst_t, folder, retire)
             self._measured(st, await dst_t.disk_usage(folder))
-        ctl.journal.record(
+        self._journal.record(
             Kind.REPLICA,
             f"{job}: step {step} replicated to {spare} ({result.mb_per_s:.0f} MB/s)",
             job=job,
@@ -209,7 +235,7 @@ class Replicator:
         Raises SpareDiskFull (writing nothing) when it does not fit."""
         complete, leftovers = _survey(await t.listdir(folder))
         older = [s for s in complete if s < m.step]
-        keep = max(self.ctl.inv.console.replicas_kept - 1, 1)  # never the newest complete
+        keep = max(self._inv.console.replicas_kept - 1, 1)  # never the newest complete
         retire, older = older[:-keep], older[-keep:]
         for name in leftovers:
             await t.remove(posixpath.join(folder, name))
@@ -217,7 +243,7 @@ class Replicator:
         disk = await t.disk_usage(folder)
         self._measured(self.replica(job, spare), disk)
         need = _blocks(m.size, disk.block) + _blocks(manifest_bytes, disk.block)
-        floor = int(self.ctl.inv.console.min_free_disk_gb * 2**30)
+        floor = int(self._inv.console.min_free_disk_gb * 2**30)
         reserve = max(floor, _blocks(m.size, disk.block))
         if disk.free < need + reserve:
             raise SpareDiskFull(
@@ -227,7 +253,7 @@ class Replicator:
         return older
 
     def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
-        st.disk, st.disk_at = disk, time.time()
+        st.disk, st.disk_at = disk, clock.wall()
 
     async def _remove_steps(self, t: Transport, folder: str, steps: list[int]) -> None:
         for old in steps:
@@ -250,28 +276,26 @@ class Replicator:
         is lost yet, but a failover would lose more."""
         if not error.disk_full or (job, spare) in self._incidents:
             return  # other failures (a source or spare gone) are the host's incident
-        sup = self.ctl.jobs.get(job)
-        step = sup.step if sup is not None else 0
-        n = self.ctl.incidents.open(
+        step = self._step_of(job) or 0
+        n = self._incidents_log.open(
             job,
             spare,
             "disk_full",
-            fault_at=time.time(),
+            fault_at=clock.wall(),
             last_step=step,
             msg=f"replicas to {spare} fail: {error}",
         )
-        self.ctl.incidents.phase(n, job, "decided", action="retry with the next checkpoint")
+        self._incidents_log.phase(n, job, "decided", action="retry with the next checkpoint")
         self._incidents[(job, spare)] = n
 
     def _recovered(self, job: str, spare: str, step: int) -> None:
         n = self._incidents.pop((job, spare), None)
         if n is None:
             return
-        sup = self.ctl.jobs.get(job)
-        last = sup.step if sup is not None else step
-        self.ctl.incidents.phase(n, job, "transfer_done", step=step)
-        self.ctl.incidents.phase(n, job, "loaded", step=last)  # training never stopped
-        self.ctl.incidents.phase(n, job, "first_step", step=last)
+        last = self._step_of(job) or step
+        self._incidents_log.phase(n, job, "transfer_done", step=step)
+        self._incidents_log.phase(n, job, "loaded", step=last)  # training never stopped
+        self._incidents_log.phase(n, job, "first_step", step=last)
 
 
 def _survey(names: list[str]) -> tuple[list[int], list[str]]:
