@@ -13,7 +13,9 @@ import random
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fleetbed import EXECUTOR_ENV
@@ -107,6 +109,12 @@ def _baseline_sha(proc: subprocess.Popen[str], timeout: float) -> str:
     return json.loads(out.strip().splitlines()[-1])["params_sha256"]
 
 
+def _where(e: BaseException) -> str:
+    """Where an exception came from: file:line of its innermost frame, and the line."""
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{Path(frame.filename).name}:{frame.lineno}: {frame.line}"
+
+
 class Episode:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -155,9 +163,9 @@ class Episode:
             disk.stop()
             self._check(fleet, sampler, disk, shas)
         except AssertionError as e:
-            self.result.violations.append(str(e))
+            self.result.violations.append(str(e) or f"assertion failed: {_where(e)}")
         except Exception as e:
-            self.result.violations.append(f"chaos harness: {type(e).__name__}: {e}")
+            self.result.violations.append(f"chaos harness: {type(e).__name__}: {e} ({_where(e)})")
         finally:
             for watcher in (sampler, disk):
                 if watcher is not None:

@@ -97,15 +97,9 @@ class Scheduler:
             picked = self._overlapping(todo) if overlap_next and self.open else None
             if picked is None:
                 self._finish_open()
-                job = self.rng.choice([j.name for j in self.fleet.jobs])
-                if not self._settle(job):
+                picked = self._next_alone(todo)
+                if picked is None:
                     break
-                kind = next((k for k in todo if self._fits(job, k, during=False)), None)
-                if kind is None:
-                    self.skipped += [f"{k} (no host fits it now)" for k in todo]
-                    todo = []
-                    break
-                picked = (job, kind)
             todo.remove(picked[1])
             f = self._inject(*picked)
             overlap_next = (
@@ -119,6 +113,25 @@ class Scheduler:
         for kind in self.armed:
             if kind not in self.fired:
                 self._await_armed(kind)
+
+    def _next_alone(self, todo: list[str]) -> tuple[str, str] | None:
+        """A fault (job, kind) to inject with nothing open: the jobs in a random order, each
+        settled, until one has a host that fits a kind left. None once the jobs have ended
+        (what is left is then skipped), or when no job fits any kind left."""
+        jobs = [j.name for j in self.fleet.jobs]
+        self.rng.shuffle(jobs)
+        ended = 0
+        for job in jobs:
+            if not self._settle(job):
+                ended += 1
+                continue
+            kind = next((k for k in todo if self._fits(job, k, during=False)), None)
+            if kind is not None:
+                return job, kind
+        if ended < len(jobs):
+            self.skipped += [f"{k} (no host fits it now)" for k in todo]
+            todo.clear()
+        return None
 
     def _inject(self, job: str, kind: str) -> fz.Injected:
         during = bool(self.open)
@@ -152,8 +165,10 @@ class Scheduler:
         host = (v.placed if during else v.host) or v.host
         if v.finished or host is None:
             return False
-        if kind in CONSOLE_KINDS:
-            return fleet.console is not None and fleet.console.poll() is None
+        if kind in CONSOLE_KINDS and (fleet.console is None or fleet.console.poll() is not None):
+            return False
+        if kind in ("console_restart", "second_console"):
+            return True
         if host in self._held():
             return False
         if kind in NEEDS_NAMESPACE and not fleet.namespaced(host):
@@ -205,6 +220,10 @@ class Scheduler:
         quiet = not f.solo or time.monotonic() - o.since >= QUIET_AFTER_S
         if o.healed and quiet and self._recovered(f):
             f.recovered_at = time.time()
+            if f.violations or f.figures or ";" in f.note:
+                self.say(f"    {f.kind} on {f.host} ({f.job}) seen through: {f.note}")
+            for v in f.violations:
+                self.say(f"    VIOLATION {v}")
             return True
         if time.monotonic() - o.since > FAULT_TIMEOUT_S:
             stage = "recover from" if not o.healed else "run again after"
