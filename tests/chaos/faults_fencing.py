@@ -338,6 +338,8 @@ def wall_clock_step(t: Target) -> Injected:
         return any(abs(e.t - off - now) < 60 for e in tail)
 
     def two_leases_on() -> bool:
+        if fleet.console is None or fleet.console.poll() is not None:
+            return True  # every job ended: nothing more to watch
         return time.time() > at + 2 * (LEASE_S + SKEW_S) and stamped_stepped()
 
     return Injected(
