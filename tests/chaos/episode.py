@@ -28,6 +28,7 @@ from chaos.faults import ARMED, Injected
 from chaos.fleet import Fleet, JobPlan
 from chaos.procs import Sampler
 from chaos.schedule import Scheduler
+from console.records.journal import Event
 
 
 @dataclass
@@ -121,6 +122,7 @@ class Episode:
         self.rng = random.Random(cfg.seed)
         self.result = Result(cfg.seed)
         self.armed: dict[str, int] = {}
+        self._checked = False
 
     # ------------------------------------------------------------------ run
 
@@ -170,6 +172,11 @@ class Episode:
             for watcher in (sampler, disk):
                 if watcher is not None:
                     watcher.stop()
+            if not self._checked and sampler is not None and disk is not None:
+                try:  # the run broke off: what the watchers saw until then is still evidence
+                    self._fencing(fleet, sampler, disk, fleet.journal())
+                except Exception as e:
+                    self.result.violations.append(f"chaos harness: fencing checks: {e}")
             for proc in baselines.values():
                 if proc.poll() is None:
                     proc.kill()
@@ -203,26 +210,15 @@ class Episode:
         r = self.result
         events = fleet.journal()
         r.violations += inv.finished(events, shas)
-        bad, r.two_trainers = fencing.two_trainers(sampler)
-        r.violations += bad
+        self._fencing(fleet, sampler, disk, events)
         for j in fleet.jobs:
             workdirs = [fleet.workdir(h, j.name) for h in fleet.hosts]
-            r.violations += fencing.journal_epochs(events, sampler, j.name)
             r.violations += inv.checkpoint_epochs(events, workdirs, j.name)
-            ends = fencing.lease_ends(fencing.epoch_starts(events, disk, j.name))
-            bad, n = fencing.stale_files(disk, ends, j.name)
-            r.violations += bad
-            r.stale_files += n
-            r.violations += fencing.stale_steps(disk, ends, j.name)
-            r.violations += fencing.epoch_hosts(disk, j.name)
-            r.violations += fencing.replica_origins(disk, j.name)
             bad, loads = inv.loads_whole(workdirs, j.name)
             r.violations += bad
             r.loads += loads
         bad, r.corrupt_skips = inv.corrupt_loads(r.faults)
         r.violations += bad
-        for f in r.faults:
-            r.violations += f.violations
         r.report = fleet.report()
         r.matches, r.leftover, r.by_overlap = inv.match_incidents(events, r.faults, r.report)
         r.false_failovers = len(inv.false_failovers(r.leftover))
@@ -231,3 +227,24 @@ class Episode:
             for m in r.matches
             if not m.ok
         ]
+
+    def _fencing(
+        self, fleet: Fleet, sampler: Sampler, disk: DiskWatch, events: list[Event]
+    ) -> None:
+        """The checks that need no finished run: two trainers, stale epochs, what each fault
+        saw itself."""
+        self._checked = True
+        r = self.result
+        bad, r.two_trainers = fencing.two_trainers(sampler)
+        r.violations += bad
+        for j in fleet.jobs:
+            r.violations += fencing.journal_epochs(events, sampler, j.name)
+            ends = fencing.lease_ends(fencing.epoch_starts(events, disk, j.name))
+            bad, n = fencing.stale_files(disk, ends, j.name)
+            r.violations += bad
+            r.stale_files += n
+            r.violations += fencing.stale_steps(disk, ends, j.name)
+            r.violations += fencing.epoch_hosts(disk, j.name)
+            r.violations += fencing.replica_origins(disk, j.name)
+        for f in r.faults:
+            r.violations += f.violations

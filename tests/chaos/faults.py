@@ -54,6 +54,8 @@ class Injected:
     """When the job was seen running again with nothing open after this fault."""
     violations: list[str] = field(default_factory=list)
     """What the fault's own checks found (a refused console that was not, a stale step)."""
+    missed: list[str] = field(default_factory=list)
+    """Targets it measured and missed (an MTTR bound): reported, not violations of safety."""
     figures: dict[str, float] = field(default_factory=dict)
     """Measurements the summary prints (a restarted console's wait past the lease bound)."""
 

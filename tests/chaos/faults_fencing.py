@@ -231,7 +231,7 @@ def _judge_wait(fleet: Fleet, job: str, epoch: int, bound: float, inj: Injected)
     )
     inj.figures["extra_s"] = start - bound
     if start - bound > LEASE_S + SKEW_S:
-        inj.violations.append(
+        inj.missed.append(
             f"console_restart_partitioned (MTTR bound, not safety): epoch {epoch + 1} of {job} "
             f"started {start - bound:.2f} s after the persisted lease bound (+skew), more than "
             f"lease_s + clock_skew_s = {LEASE_S + SKEW_S:.2f} s"

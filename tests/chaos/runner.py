@@ -128,8 +128,8 @@ def summary(results: list[Result], wall_s: float) -> str:
             f"console_restart_partitioned ({len(extra)}): the restarted console's extra MTTR "
             f"(new epoch started after the persisted lease bound + skew) p50 "
             f"{_s(_pct(extra, 50))}, max {_s(max(extra))}; bound lease_s + clock_skew_s = "
-            f"{LEASE_S + SKEW_S:.2f} s; its lease wait ended p50 {_s(_pct(waited, 50))} after "
-            "the bound"
+            f"{LEASE_S + SKEW_S:.2f} s, over it {sum(x > LEASE_S + SKEW_S for x in extra)}; "
+            f"its lease wait ended p50 {_s(_pct(waited, 50))} after the bound"
         )
     leftover = sum(len(r.leftover) for r in results)
     out.append("")
@@ -146,6 +146,9 @@ def summary(results: list[Result], wall_s: float) -> str:
     for r in results:
         for v in r.violations:
             out.append(f"- seed {r.seed}: {v}")
+        for f in r.faults:
+            for m in f.missed:
+                out.append(f"- seed {r.seed}: target missed: {m}")
         for s in r.skipped:
             out.append(f"- seed {r.seed}: not injected: {s}")
         for i in r.leftover:

@@ -224,6 +224,8 @@ class Scheduler:
                 self.say(f"    {f.kind} on {f.host} ({f.job}) seen through: {f.note}")
             for v in f.violations:
                 self.say(f"    VIOLATION {v}")
+            for m in f.missed:
+                self.say(f"    target missed: {m}")
             return True
         if time.monotonic() - o.since > FAULT_TIMEOUT_S:
             stage = "recover from" if not o.healed else "run again after"
