@@ -40,7 +40,7 @@ HOSTAGE_S = 25.0
 QUIET_AFTER_S = ff.LEASE_S + ff.SKEW_S + 1.0
 """A solo fault is seen through only this long after it was healed: what it might wrongly
 cause (a failover) would have come by then, before the next fault."""
-OVERLAP_DELAY_S = (0.2, ff.LEASE_S + 2.0)
+OVERLAP_DELAY_S = (0.2, ff.LEASE_S)
 """From one fault to an overlapping one: during detection, the lease wait, or the restart."""
 
 INJECTORS: dict[str, Callable[[fz.Target], fz.Injected]] = {**fz.INJECTORS, **ff.INJECTORS}
