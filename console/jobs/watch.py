@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from console.jobs.supervisor import JobSupervisor
 
 POLL_S = 0.2
+PROBE_MIN_S = 2.0
 TAIL_BYTES = 64 * 1024
 
 
@@ -201,7 +202,10 @@ class Watch:
             if await self._relink(host, budget):
                 await self._cancel_preparation()
                 return None
-            alive = await self._probe_alive(host, workdir, budget)
+            # The probe runs a short Python program on the host, which a loaded host may take a
+            # while to start; one cut short reads as "cannot be asked", not as "gone". Only
+            # near the lease's end is it cut short, so the decision follows the end closely.
+            alive = await self._probe_alive(host, workdir, budget if silent else PROBE_MIN_S)
             probed = True
             if alive is False:
                 return await self._exit_from_workdir(host)
