@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from chaos.faults import Injected
+from chaos.faults import ARMED, Injected
 from chaos.observe import executor_events, json_lines
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind
@@ -129,7 +129,9 @@ def match_incidents(
     unexplained nor false failovers.
 
     A console restart (either kind) opens a console_restart incident for every job the
-    console left running: those of other jobs are its too.
+    console left running: those of other jobs are its too. An armed NaN/OOM fires at its
+    step in every process that trains that step: once more after a recovery that resumed
+    from before it; those later incidents of its class on its job are its too.
     """
     found = incidents(events)
     free = list(found)
@@ -191,9 +193,12 @@ def match_incidents(
                 continue
             if f.kind in CONSOLE_RESTARTS and i.fault_class == "console_restart":
                 free.remove(i)  # the same restart, seen by another job
+                continue
             elif f.overlapped and i.job == f.job:
                 free.remove(i)
                 by_overlap += 1
+    armed = {(f.job, f.kind) for f in faults if f.kind in ARMED}
+    free = [i for i in free if (i.job, i.fault_class) not in armed]
     return matches, free, by_overlap
 
 
