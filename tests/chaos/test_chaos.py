@@ -17,6 +17,7 @@ SEED = 3
 KINDS = [
     "corrupt_checkpoint",  # SIGKILL, then the newest checkpoint damaged before the restart
     "sigstop",
+    "sigstop_past_lease",  # frozen and cut off past its lease, then continued: no step, no publish
     "corrupt_replica",  # the host killed (sshd and all under it), then the spare's replica damaged
     "flap",
     "partition",
@@ -25,7 +26,6 @@ KINDS = [
     "disk_full",
     "nan",
     "oom",
-    "sigstop_past_lease",  # frozen and cut off past its lease, then continued: no step, no publish
     "second_console",  # refused: exit 2, one line naming the holder; the first goes on
 ]
 """Plain SIGKILL and host kill (parts of the two above) run on their own in the long mode."""
