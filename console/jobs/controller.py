@@ -124,22 +124,32 @@ class Controller:
 
     def _console_died(self, at: float, steps: dict[str, int]) -> None:
         """The console before this one was killed: an incident per job it left running, resolved
-        at the job's next step under this console (reattached, or restarted)."""
+        at the job's next step under this console (reattached, or restarted).
+
+        A job whose incident was still open when that console died carries on in it (the
+        death is recorded as a phase) rather than leaving it open forever. Nothing is counted
+        as loaded until this console sees where the job resumes.
+        """
+        open_ = {i.job: i for i in self.timeline.incidents() if not i.resolved}
         for name, sup in self.jobs.items():
             if sup.rec.finished_sha256 or not sup.rec.host:
                 continue
-            step = steps.get(name, 0)
-            n = self.incidents.open(
-                name,
-                sup.rec.host,
-                "console_restart",
-                fault_at=at,
-                last_step=step,
-                msg="the console before this one died; reattaching",
-            )
+            if name in open_:
+                n = open_[name].id
+                self.incidents.phase(
+                    n, name, "console_restart", msg=f"incident {n}: {name}: console restarted"
+                )
+            else:
+                n = self.incidents.open(
+                    name,
+                    sup.rec.host,
+                    "console_restart",
+                    fault_at=at,
+                    last_step=steps.get(name, 0),
+                    msg="the console before this one died; reattaching",
+                )
             self.incidents.phase(n, name, "decided", action="reattach")
-            self.incidents.phase(n, name, "loaded", step=step)  # a reattached executor lost none
-            sup.incident, sup.resumed_step = n, step
+            sup.incident, sup.resumed_step = n, None
 
     def _spawn(self, name: str) -> None:
         self._job_tasks[name] = asyncio.create_task(self.jobs[name].run(), name=f"job {name}")

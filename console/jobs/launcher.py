@@ -92,6 +92,9 @@ class Launcher:
             await t.makedirs(workdir)
             if promote_upto is not None:
                 await self.promote(host, promote_upto)
+            left = await self._left_behind(host)
+            if left is not None:
+                return left
             hb = str(self._inv.console.heartbeat_s)
             args = ["serve", "--workdir", workdir, "--heartbeat-s", hb, "--health-s", hb]
             argv, env = executor_command(
@@ -117,6 +120,39 @@ class Launcher:
             # it must not sit on the host holding the job's workdir.
             self._outlive(self.stop_unlinked(host, pid, released))
             raise
+
+    async def _left_behind(self, host: str) -> ExecutorLink | None:
+        """An executor an earlier console left on this workdir (a failover target it readied,
+        a standby): an idle one is taken as this start's (it has loaded nothing yet, and holds
+        the workdir a new one would need); one that trains under some epoch is told to stop
+        and waited out. None: nothing answers, start one."""
+        link = self.link(host)
+        try:
+            hello = await link.open(timeout=2)
+        except LinkError:
+            return None
+        if hello.state == "idle" and (host, hello.pid) not in self.dismissed:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.job}: idle executor pid {hello.pid} on {host}, left by an earlier "
+                "console, taken",
+                job=self.job,
+                host=host,
+                data={"pid": hello.pid, "adopted": True},
+            )
+            self._phase("executor_up", pid=hello.pid, host=host)
+            return link
+        self.dismissed.add((host, hello.pid))
+        with contextlib.suppress(LinkError):
+            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+        link.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(START_TIMEOUT_S / 3):
+                while True:
+                    if not await self.pid_alive(host, hello.pid):
+                        break
+                    await asyncio.sleep(POLL_S)
+        return None
 
     async def _link_started(self, host: str, pid: int) -> ExecutorLink | Outcome:
         """A link to the executor just started as ``pid``, and to no other: one this console

@@ -166,8 +166,8 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
             link = ExecutorLink(
                 self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
             )
-            try:
-                hello = await link.open(timeout=5)
+            try:  # short: an unreachable host is waited out below, not here
+                hello = await link.open(timeout=2)
             except LinkError:
                 hello = None
             if hello is not None and hello.epoch == self.epoch and hello.state == "training":
@@ -177,7 +177,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
                     await link.send(self.lease.renewal(link, host, self.epoch))
                 self._note_reattached(host)
                 return None
-            if hello is None and self.epoch > 0 and await self._wait_gone(host) is not True:
+            if hello is None and self.epoch > 0 and await self._wait_gone(host, 2.0) is not True:
                 link.close()
                 self.last_seen = time.monotonic()
                 self._set(
@@ -197,6 +197,9 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
 
     def _note_reattached(self, host: str) -> None:
         hello = self.link.hello if self.link is not None else None
+        if self.incident is not None and hello is not None:  # a console restart: nothing lost
+            self.resumed_step = hello.step
+            self._phase("loaded", step=hello.step)
         self.ctl.journal.record(
             Kind.EXECUTOR,
             f"{self.name}: reattached to executor pid {hello.pid if hello else '?'} on {host}",
@@ -214,7 +217,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
             await link.send(Stop(reason="not adopted by the console", checkpoint=False))
         await self._wait_gone(host)
 
-    async def _wait_gone(self, host: str) -> bool | None:
+    async def _wait_gone(self, host: str, probe_s: float = 3.0) -> bool | None:
         """Until no executor holds this job's lock on ``host`` (one may still be exiting).
 
         True once seen gone; False if one still held it at the deadline; None if the host
@@ -223,7 +226,7 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         workdir = job_dir(self.ctl.inv.host_root(host), self.name)
         deadline = time.monotonic() + START_TIMEOUT_S / 6
         while time.monotonic() < deadline:
-            alive = await self._probe_alive(host, workdir, 3.0)
+            alive = await self._probe_alive(host, workdir, probe_s)
             if alive is None:
                 return None
             if alive is False:

@@ -14,7 +14,6 @@ from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.jobs.controller import Controller
-from console.jobs.outcome import Outcome
 from console.jobs.policy import Policy
 from console.jobs.standby import Prepared
 from console.records.incidents import incidents
@@ -161,8 +160,8 @@ async def test_an_executor_told_to_stop_is_never_taken_for_the_next_one_on_its_h
     """Chaos seed 32: a failover target readied during the lease wait was dismissed, the
     failover picked the same host, and the new link reached the dismissed executor, still
     serving the socket; its Stopped("not needed") then failed the job. Here the dismissed
-    executor is kept alive, so the new one cannot take the workdir: the start must fail, not
-    hand back a link to the old one."""
+    executor still answers when the next start comes: the start must not hand back a link to
+    it (it is told to stop and waited out, and a new executor is linked)."""
     ctl = _one_job_fleet(tmp_path)
     sup = ctl.jobs["j"]
     old = await sup._start_executor("b", promote_replica=False)
@@ -170,9 +169,10 @@ async def test_an_executor_told_to_stop_is_never_taken_for_the_next_one_on_its_h
     try:
         sup.dismissed.add(("b", old.hello.pid))  # told to stop, not gone yet
         again = await sup._start_executor("b", promote_replica=False)
-        assert isinstance(again, Outcome), (
-            f"linked to pid {again.hello.pid if again.hello else '?'}"
-        )
+        assert isinstance(again, ExecutorLink) and again.hello is not None
+        assert again.hello.pid != old.hello.pid, "linked to the dismissed executor"
+        assert _gone(old.hello.pid)
+        await sup._discard(Prepared("b", again))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(old.hello.pid, signal.SIGKILL)
@@ -196,3 +196,29 @@ async def test_dismissing_a_readied_executor_waits_until_it_has_let_go_of_the_wo
         await sup._discard(Prepared("b", new))
     finally:
         await ctl.close()
+
+
+async def test_an_idle_executor_left_by_a_dead_console_is_taken_not_fought(
+    tmp_path: Path,
+) -> None:
+    """Chaos (partition, then console_restart, overlapped): the dead console had readied a
+    failover target on b; every start the new console tried there failed with "another
+    executor is already running here", its restarts ran out and the job went to a host with
+    no replica. An idle executor on the job's workdir has loaded nothing: it is taken."""
+    first = _one_job_fleet(tmp_path)
+    left = await first.jobs["j"]._start_executor("b", promote_replica=True)
+    assert isinstance(left, ExecutorLink) and left.hello is not None
+    left.close()  # the first console dies: its link goes, the idle executor stays
+    await first.close()
+    second = _one_job_fleet(tmp_path)
+    try:
+        taken = await second.jobs["j"]._start_executor("b", promote_replica=True)
+        assert isinstance(taken, ExecutorLink) and taken.hello is not None, taken
+        assert taken.hello.pid == left.hello.pid
+        assert not _gone(left.hello.pid)
+        await second.jobs["j"]._discard(Prepared("b", taken))
+        assert _gone(left.hello.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left.hello.pid, signal.SIGKILL)
+        await second.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.console_lock import StateDirBusy
+from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import FailureKind, JobState
 
@@ -113,6 +115,16 @@ async def test_a_console_started_while_the_host_is_cut_off_waits_out_the_old_lea
     events = list(read(tmp_path / "state" / "journal.jsonl"))
     moved = [e for e in events if e.kind is Kind.JOB_STATE and "epoch 2" in e.msg]
     assert moved and moved[0].host == "b"
+    # The incident the restart opened ends where b really resumed (b's own events say), not
+    # at the step the dead console last heard of; none is left open.
+    resumed = [
+        json.loads(line)["step"]
+        for line in (tmp_path / "b" / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+        if json.loads(line).get("kind") == "resumed"
+    ]
+    found = incidents(events)
+    assert found and all(i.resolved for i in found), [(i.id, i.fault_class) for i in found]
+    assert found[-1].resumed_step == resumed[0]
 
 
 def test_a_second_console_on_one_state_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
