@@ -146,3 +146,28 @@ def run_job(
     )
     proc.finish(timeout)
     return proc
+
+
+# A command with a child and a grandchild that ignore SIGTERM (like torchrun's workers or a
+# DataLoader's): argv ROLE OUT, each writes OUT/ROLE.pid; the leader prints progress.
+WORKER_TREE = r"""
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+role, out = sys.argv[1], Path(sys.argv[2])
+if role != "leader":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+nxt = {"leader": "child", "child": "grandchild"}.get(role)
+if nxt:
+    subprocess.Popen([sys.executable, __file__, nxt, str(out)], stdout=subprocess.DEVNULL)
+tmp = out / f".{role}.pid"
+tmp.write_text(str(os.getpid()))
+os.replace(tmp, out / f"{role}.pid")
+step = 0
+while role == "leader":
+    step += 1
+    print(f"step {step} loss 0.5", flush=True)
+    time.sleep(0.05)
+while True:
+    signal.pause()
+"""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from helpers import REPO, ExecutorProcess, env_with, wait_for
+from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for
 
 from console.jobs.watch import Watch
 from console.reach.deploy import job_dir
@@ -25,25 +25,7 @@ from console.reach.remote import KillStatus, executor_alive, kill_executor
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Kind
 
-WORKERS = r"""
-import os, signal, subprocess, sys, time
-from pathlib import Path
-
-role, out = sys.argv[1], Path(sys.argv[2])
-if role != "leader":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-nxt = {"leader": "child", "child": "grandchild"}.get(role)
-if nxt:
-    subprocess.Popen([sys.executable, __file__, nxt, str(out)], stdout=subprocess.DEVNULL)
-tmp = out / f".{role}.pid"
-tmp.write_text(str(os.getpid()))
-os.replace(tmp, out / f"{role}.pid")
-while role == "leader":
-    print("step 1 loss 0.5", flush=True)
-    time.sleep(0.1)
-while True:
-    signal.pause()
-"""
+WORKERS = WORKER_TREE
 
 HOLDER = r"""
 import signal, sys

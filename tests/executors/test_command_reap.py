@@ -18,32 +18,12 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import ExecutorProcess, env_with, wait_for
+from helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
 from executors.workdir import COMMAND_GROUP, TOKEN_ENV, new_token, reap_command, record_command
 
-WORKERS = r"""
-import os, signal, subprocess, sys, time
-from pathlib import Path
-
-role, out = sys.argv[1], Path(sys.argv[2])
-if role != "leader":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-nxt = {"leader": "child", "child": "grandchild"}.get(role)
-if nxt:
-    subprocess.Popen([sys.executable, __file__, nxt, str(out)], stdout=subprocess.DEVNULL)
-tmp = out / f".{role}.pid"
-tmp.write_text(str(os.getpid()))
-os.replace(tmp, out / f"{role}.pid")
-step = 0
-while role == "leader":
-    step += 1
-    print(f"step {step} loss 0.5", flush=True)
-    time.sleep(0.05)
-while True:
-    signal.pause()
-"""
+WORKERS = WORKER_TREE
 
 
 def stat(pid: int) -> tuple[str, int] | None:
