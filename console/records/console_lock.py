@@ -38,7 +38,7 @@ class ConsoleLock:
             os.close(fd)
             raise StateDirBusy(
                 f"{self.path.parent}: another console holds this state dir ({holder(self.path)}); "
-                "open this one with --read-only to watch"
+                "`hotspare --read-only` can watch beside it"
             ) from None
         os.set_inheritable(fd, False)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
