@@ -171,3 +171,13 @@ while role == "leader":
 while True:
     signal.pause()
 """
+
+
+def worker_tree_pids(folder: Path) -> dict[str, int] | None:
+    """The pids a WORKER_TREE wrote into ``folder``, by role; None until all three did."""
+    try:
+        return {
+            r: int((folder / f"{r}.pid").read_text()) for r in ("leader", "child", "grandchild")
+        }
+    except (OSError, ValueError):
+        return None

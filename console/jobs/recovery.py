@@ -91,9 +91,6 @@ class Recovery:
         else:
             self._phase("decided", action="roll back and skip the batch")  # Resumed follows
 
-    async def _pid_alive(self: JobSupervisor, host: str, pid: int) -> bool:
-        return await self.launcher.pid_alive(host, pid)
-
     # ---------------------------------------------------------------- recover
 
     async def _recover(self: JobSupervisor, outcome: Outcome) -> tuple[str, bool] | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for
+from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
 from console.jobs.watch import Watch
 from console.reach.deploy import job_dir
@@ -43,15 +43,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
-
-
-def pids(folder: Path) -> dict[str, int] | None:
-    try:
-        return {
-            r: int((folder / f"{r}.pid").read_text()) for r in ("leader", "child", "grandchild")
-        }
-    except (OSError, ValueError):
-        return None
 
 
 @pytest.fixture
@@ -116,7 +107,7 @@ async def test_killing_demo_spares_demo2_under_a_root_with_regex_characters(
     )
     second = ExecutorProcess(["serve", "--workdir", str(demo2)])
     procs += [first.proc, second.proc]
-    workers = wait_for(lambda: pids(out), 60, "demo's command and its workers")
+    workers = wait_for(lambda: worker_tree_pids(out), 60, "demo's command and its workers")
     wait_for(lambda: (demo2 / "executor.sock").exists(), 60, "demo2's executor")
     t = LocalTransport("h")
     python = sys.executable

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for
+from helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
 from executors import exitcodes
 from executors.workdir import COMMAND_GROUP, TOKEN_ENV, new_token, reap_command, record_command
@@ -47,15 +47,6 @@ def group_members(pgid: int) -> list[int]:
         if name.isdigit() and (st := stat(int(name))) and st[1] == pgid and st[0] not in "ZX":
             out.append(int(name))
     return out
-
-
-def pids(folder: Path) -> dict[str, int] | None:
-    try:
-        return {
-            r: int((folder / f"{r}.pid").read_text()) for r in ("leader", "child", "grandchild")
-        }
-    except (OSError, ValueError):
-        return None
 
 
 @pytest.fixture
@@ -104,7 +95,7 @@ def test_the_next_executor_reaps_the_workers_a_sigkilled_one_left(
     first_out.mkdir()
     second_out.mkdir()
     first = start(write_job(tmp_path, first_out), work)
-    old = wait_for(lambda: pids(first_out), 60, "the command's three processes")
+    old = wait_for(lambda: worker_tree_pids(first_out), 60, "the command's three processes")
     pgid = old["leader"]
     assert {stat(p)[1] for p in old.values()} == {pgid}, "one process group of its own"
     assert stat(bystander.pid)[1] != pgid
@@ -130,7 +121,7 @@ def test_the_next_executor_reaps_the_workers_a_sigkilled_one_left(
             f"killed 2 process(es) the previous executor's command left running (process group {pgid})"
             in log
         )
-        new = wait_for(lambda: pids(second_out), 60, "the new command's processes")
+        new = wait_for(lambda: worker_tree_pids(second_out), 60, "the new command's processes")
         assert alive(new["grandchild"])
         second.proc.send_signal(signal.SIGTERM)
         rc, err = second.finish(60)
