@@ -1,6 +1,8 @@
 """Replication: every checkpoint a primary saves is copied to the job's spares and verified there.
 
-Copies stream host to host through the console (sha256 checked on the spare). A newer
+Copies stream host to host through the console (sha256 checked on the spare); over SSH the
+spare's whole side of a copy is one program on one channel (``console/reach/replica.py``), so
+a small checkpoint costs a round trip, not a dozen remote commands. A newer
 checkpoint replaces one still waiting, so a slow link replicates the newest, not a backlog.
 A replica is complete once its manifest is in place; the last ``replicas_kept`` are kept.
 
@@ -10,18 +12,16 @@ room for one more checkpoint (a promoted spare writes its next one before prunin
 after the copy instead let a disk filled between a copy and its prune look healthy for ever:
 each later copy fit in exactly the space the prune freed (chaos seed 11). A copy that does not
 fit writes nothing and fails as the spare's disk being full; any failed copy leaves no partial
-file behind.
+file behind. A replica's lag (journal ``lag_s``) runs from its CheckpointSaved reaching the
+console to the copy verified on the spare.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import posixpath
-import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -29,20 +29,14 @@ import msgspec
 from console import clock
 from console.inventory import Inventory
 from console.reach.deploy import replica_dir
-from console.reach.transport.base import (
-    DiskUsage,
-    PermanentTransportError,
-    Transport,
-    TransportError,
-)
-from console.reach.transport.files import transfer
+from console.reach.replica import ReplicaPlan
+from console.reach.transport.base import DiskUsage, Transport, TransportError
 from console.records.incidents import IncidentLog
 from console.records.journal import Journal, Kind
 from protocol.spec import CheckpointManifest
 
 CLEANUP_TIMEOUT_S = 10.0
 """Removing a failed copy's files; what is not removed then goes before the next copy."""
-_NAME = re.compile(r"step-(\d{10})\.(pt|json)(\.part)?")
 
 
 @dataclass
@@ -67,26 +61,6 @@ class Source:
     manifest: CheckpointManifest
 
 
-class SpareDiskFull(PermanentTransportError):
-    """The replica would not fit on the spare with its reserve kept free; nothing was written."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, errno=errno.ENOSPC)
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
-
-
-def _blocks(n: int, block: int) -> int:
-    """Bytes a file of ``n`` bytes takes on disk: whole blocks."""
-    return -(-n // block) * block
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
-
-
 class Replicator:
     """Given what it needs (the inventory's paths and settings, the hosts' transports, the
     journal and incident log, each job's current step), not the controller."""
@@ -106,7 +80,8 @@ class Replicator:
         self._incidents_log = incidents
         self._step_of = step_of
         self.state: dict[tuple[str, str], ReplicaState] = {}
-        self._pending: dict[tuple[str, str], Source] = {}
+        self._pending: dict[tuple[str, str], tuple[Source, float]] = {}
+        """What each spare copies next, and when its CheckpointSaved reached the console."""
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._idle: dict[tuple[str, str], asyncio.Event] = {}
         self._incidents: dict[tuple[str, str], int] = {}
@@ -117,10 +92,15 @@ class Replicator:
     def replica(self, job: str, spare: str) -> ReplicaState:
         return self.state.setdefault((job, spare), ReplicaState())
 
-    def submit(self, job: str, spares: list[str], source: Source) -> None:
+    def submit(
+        self, job: str, spares: list[str], source: Source, saved_at: float | None = None
+    ) -> None:
+        """Replicate a checkpoint to each spare. ``saved_at``: when its CheckpointSaved
+        reached the console (``time.monotonic()``; default now), where a replica's lag starts."""
+        saved_at = time.monotonic() if saved_at is None else saved_at
         for spare in spares:
             key = (job, spare)
-            self._pending[key] = source
+            self._pending[key] = (source, saved_at)
             self._idle.setdefault(key, asyncio.Event()).clear()
             worker = self._workers.get(key)
             if worker is None or worker.done():
@@ -149,8 +129,8 @@ class Replicator:
 
     async def _drain(self, key: tuple[str, str]) -> None:
         try:
-            while (source := self._pending.pop(key, None)) is not None:
-                await self.copy(key[0], key[1], source)
+            while (pending := self._pending.pop(key, None)) is not None:
+                await self.copy(key[0], key[1], *pending)
         finally:
             self._idle.setdefault(key, asyncio.Event()).set()
 
@@ -159,33 +139,36 @@ class Replicator:
         read whole (a failover promoting it)."""
         return self._locks.setdefault((job, spare), asyncio.Lock())
 
-    async def copy(self, job: str, spare: str, src: Source) -> bool:
-        """One checkpoint to one spare; True when verified there. Failures are journalled, not raised."""
+    async def copy(self, job: str, spare: str, src: Source, saved_at: float | None = None) -> bool:
+        """One checkpoint to one spare; True when verified there. Failures are journalled, not
+        raised. ``saved_at`` (monotonic): when the checkpoint was reported, for the lag."""
         async with self.folder_lock(job, spare):
-            return await self._copy(job, spare, src)
+            return await self._copy(job, spare, src, saved_at)
 
-    async def _copy(self, job: str, spare: str, src: Source) -> bool:
+    async def _copy(self, job: str, spare: str, src: Source, saved_at: float | None) -> bool:
         st = self.replica(job, spare)
         if st.manifest is not None and st.manifest.step >= src.manifest.step:
             return True
-        src_t = self._transport(src.host)
         dst_t = self._transport(spare)
-        folder = replica_dir(self._inv.host_root(spare), job)
         step = src.manifest.step
-        stem = posixpath.join(folder, f"step-{step:010d}")
-        manifest = msgspec.json.encode(src.manifest)
+        plan = ReplicaPlan(
+            host=spare,
+            folder=replica_dir(self._inv.host_root(spare), job),
+            step=step,
+            size=src.manifest.size,
+            sha256=src.manifest.sha256,
+            manifest=msgspec.json.encode(src.manifest),
+            replicas_kept=self._inv.console.replicas_kept,
+            floor=int(self._inv.console.min_free_disk_gb * 2**30),
+            python=self._inv.hosts[spare].python,
+        )
         t0 = time.perf_counter()
         try:
-            await dst_t.connect()
-            await dst_t.makedirs(folder)
-            older = await self._make_room(job, spare, dst_t, folder, src.manifest, len(manifest))
-            result = await transfer(
-                src_t, src.path, dst_t, stem + ".pt", sha256=src.manifest.sha256
+            got = await dst_t.receive_replica(
+                plan, self._transport(src.host), src.path, lambda d: self._measured(st, d)
             )
-            await dst_t.write_chunks(stem + ".json.part", _once(manifest))
-            await dst_t.rename(stem + ".json.part", stem + ".json")
         except TransportError as e:
-            await self._discard(dst_t, stem)
+            await self._discard(dst_t, plan.stem)
             self._journal.record(
                 Kind.REPLICA,
                 f"{job}: replica of step {step} to {spare} failed: {e}",
@@ -196,22 +179,21 @@ class Replicator:
             st.full = e.disk_full
             self._failing(job, spare, e)
             return False
+        seconds = time.perf_counter() - t0
+        lag = None if saved_at is None else time.monotonic() - saved_at
         st.manifest, st.at, st.full = src.manifest, clock.wall(), False
-        stay = self._inv.console.replicas_kept - 1  # with this one, replicas_kept in all
-        retire = older[: max(len(older) - stay, 0)]
-        st.kept = [*older[len(retire) :], step]
-        with contextlib.suppress(TransportError):
-            await self._remove_steps(dst_t, folder, retire)
-            self._measured(st, await dst_t.disk_usage(folder))
+        st.kept = [*got.older, step]
+        rate = src.manifest.size / 1e6 / seconds if seconds > 0 else 0.0
         self._journal.record(
             Kind.REPLICA,
-            f"{job}: step {step} replicated to {spare} ({result.mb_per_s:.0f} MB/s)",
+            f"{job}: step {step} replicated to {spare} ({rate:.0f} MB/s)",
             job=job,
             host=spare,
             data={
                 "step": step,
                 "ok": True,
-                "seconds": time.perf_counter() - t0,
+                "seconds": seconds,
+                "lag_s": lag,
                 "bytes": src.manifest.size,
                 "epoch": src.manifest.epoch,
                 "free_bytes": st.disk.free if st.disk else None,
@@ -220,46 +202,8 @@ class Replicator:
         self._recovered(job, spare, step)
         return True
 
-    async def _make_room(
-        self,
-        job: str,
-        spare: str,
-        t: Transport,
-        folder: str,
-        m: CheckpointManifest,
-        manifest_bytes: int,
-    ) -> list[int]:
-        """Retire what this copy would retire, drop leftovers, then check the copy fits with
-        its reserve; the complete replicas older than it that stay, oldest first.
-
-        Raises SpareDiskFull (writing nothing) when it does not fit."""
-        complete, leftovers = _survey(await t.listdir(folder))
-        older = [s for s in complete if s < m.step]
-        keep = max(self._inv.console.replicas_kept - 1, 1)  # never the newest complete
-        retire, older = older[:-keep], older[-keep:]
-        for name in leftovers:
-            await t.remove(posixpath.join(folder, name))
-        await self._remove_steps(t, folder, retire)
-        disk = await t.disk_usage(folder)
-        self._measured(self.replica(job, spare), disk)
-        need = _blocks(m.size, disk.block) + _blocks(manifest_bytes, disk.block)
-        floor = int(self._inv.console.min_free_disk_gb * 2**30)
-        reserve = max(floor, _blocks(m.size, disk.block))
-        if disk.free < need + reserve:
-            raise SpareDiskFull(
-                f"{spare}: disk full: {_mb(disk.free)} free under {folder}; the replica of step "
-                f"{m.step} needs {_mb(need)} and {_mb(reserve)} must stay free"
-            )
-        return older
-
     def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
         st.disk, st.disk_at = disk, clock.wall()
-
-    async def _remove_steps(self, t: Transport, folder: str, steps: list[int]) -> None:
-        for old in steps:
-            stem = posixpath.join(folder, f"step-{old:010d}")
-            await t.remove(stem + ".json")  # the manifest first: never a manifest without data
-            await t.remove(stem + ".pt")
 
     async def _discard(self, t: Transport, stem: str) -> None:
         """A failed copy's files on the spare: its parts, and data whose manifest never came.
@@ -296,19 +240,3 @@ class Replicator:
         self._incidents_log.phase(n, job, "transfer_done", step=step)
         self._incidents_log.phase(n, job, "loaded", step=last)  # training never stopped
         self._incidents_log.phase(n, job, "first_step", step=last)
-
-
-def _survey(names: list[str]) -> tuple[list[int], list[str]]:
-    """Steps of the complete replicas in a folder (oldest first), and the leftovers of copies
-    that did not finish (parts, data without its manifest, a manifest without its data)."""
-    found: dict[int, set[str]] = {}
-    for name in names:
-        if (match := _NAME.fullmatch(name)) is not None:
-            found.setdefault(int(match[1]), set()).add(name)
-    complete, leftovers = [], []
-    for step, have in sorted(found.items()):
-        whole = {f"step-{step:010d}.pt", f"step-{step:010d}.json"}
-        if whole <= have:
-            complete.append(step)
-        leftovers += sorted(have - whole if whole <= have else have)
-    return complete, leftovers

@@ -228,6 +228,41 @@ def _fills_on_data_write(base: type[Transport], disk: Path) -> Callable[..., Tra
     return FillsOnWrite
 
 
+def _fills_once_ready(disk: Path) -> type[Transport]:
+    """The ssh transport, whose spare receives a replica in one program: it fills the disk once
+    that program has found room for the replica of step 200 and waits for its data, so the
+    write itself meets ENOSPC."""
+    from console.reach.transport.ssh import SshTransport
+
+    class Ready:
+        """The program's process, whose stdout fills the disk on reading the ready line."""
+
+        def __init__(self, proc: Any) -> None:
+            self.proc, self.stdout = proc, self
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.proc, name)
+
+        async def readline(self) -> bytes:
+            line: bytes = await self.proc.stdout.readline()
+            if b'"ready"' in line:
+                fill(disk)
+            return line
+
+    class FillsOnceReady(SshTransport):
+        fills = 1
+
+        @contextlib.asynccontextmanager
+        async def process(self, argv: Any, what: str, timeout: float) -> AsyncIterator[Any]:
+            async with super().process(argv, what, timeout) as proc:
+                if self.fills and "0200" in what:
+                    self.fills -= 1
+                    proc = Ready(proc)
+                yield proc
+
+    return FillsOnceReady
+
+
 async def _disk_full_mid_copy(bed: Bed, disk: Path, make: Callable[[], Transport]) -> None:
     bed.ctl.fleet.hosts["b"].transport = make()
     try:
@@ -236,6 +271,7 @@ async def _disk_full_mid_copy(bed: Bed, disk: Path, make: Callable[[], Transport
         bed.holds(100)  # the half-written part is gone
         (failed,) = bed.failed_replicas()
         assert failed.data["errno"] == errno.ENOSPC, failed.data["error"]
+        assert "No space left" in failed.data["error"], "the write failed, not the room check"
         assert len(bed.disk_incidents()) == 1, "recognised by its errno"
         (disk / "filler").unlink()
         assert await bed.copy(300)
@@ -260,7 +296,7 @@ async def test_disk_full_during_the_write_ssh(  # type: ignore[no-untyped-def]
     bed = Bed(tmp_path, h.inventory_table(root=str(small_disk)))
     ssh = bed.ctl.fleet.hosts["b"].transport
     assert isinstance(ssh, SshTransport)
-    cls = _fills_on_data_write(SshTransport, small_disk)
+    cls = _fills_once_ready(small_disk)
     await _disk_full_mid_copy(bed, small_disk, lambda: cls(ssh.target, ssh.tuning))
 
 

@@ -16,12 +16,14 @@ import contextlib
 import math
 import re
 import shlex
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import asyncssh
 
 from console.reach.transport.base import (
     CHUNK,
+    DiskUsage,
     FileStat,
     PermanentTransportError,
     RunResult,
@@ -34,6 +36,9 @@ from console.reach.transport.base import (
 )
 from console.reach.transport.detach import detach_argv
 from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
+
+if TYPE_CHECKING:
+    from console.reach.replica import Received, ReplicaPlan
 
 __all__ = ["SshTarget", "SshTransport", "SshTuning"]
 
@@ -121,6 +126,36 @@ class SshTransport(Transport):
         with self._errors(what, timeout):
             async with asyncio.timeout(timeout):
                 return await conn.create_process(command, encoding=None)
+
+    def errors(self, what: str, timeout: float) -> contextlib.AbstractContextManager[None]:
+        """Map what asyncssh and the OS raise (``what`` timed out after ``timeout``) to the
+        transport's two kinds, naming the host: for callers that speak over ``process``."""
+        return self._errors(what, timeout)
+
+    @contextlib.asynccontextmanager
+    async def process(
+        self, argv: Sequence[str], what: str, timeout: float
+    ) -> AsyncIterator[asyncssh.SSHClientProcess[bytes]]:
+        """A command the caller talks to over its stdin and stdout (every argument quoted),
+        closed on the way out. Its caller bounds each read and write with a timeout."""
+        async with self._sessions:
+            proc = await self._process(shlex.join(argv), what, timeout)
+            try:
+                yield proc
+            finally:
+                proc.close()
+
+    async def receive_replica(
+        self,
+        plan: ReplicaPlan,
+        src: Transport,
+        src_path: str,
+        measured: Callable[[DiskUsage], None],
+    ) -> Received:
+        """The whole copy in one program on this host, fed over one channel."""
+        from console.reach.replica import receive_in_one
+
+        return await receive_in_one(self, plan, src, src_path, measured)
 
     async def run(
         self,
