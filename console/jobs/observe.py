@@ -9,53 +9,68 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.live import LiveJob
+from console.records.state_store import JobRecord
 from console.states import FailureKind, JobState
-
-if TYPE_CHECKING:
-    from console.jobs.supervisor import JobSupervisor
+from protocol.messages import ExecutorMessage
 
 FOLLOW_EVERY_S = 2.0
 
 
 class Observe:
-    """Mixed into JobSupervisor."""
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        record: Callable[[], JobRecord],
+        fleet: Fleet,
+        link: Callable[[str], ExecutorLink],
+        on_message: Callable[[ExecutorMessage], None],
+    ) -> None:
+        self._live = live
+        self._record = record
+        """The job's record as last read from the state file (the controller reads it again)."""
+        self._fleet = fleet
+        self._link = link
+        """A new, unopened link to the job's executor on a host."""
+        self._on_message = on_message
 
-    async def _observe(self: JobSupervisor) -> None:
+    async def observe(self) -> None:
+        job = self._live
         while True:
-            self.rec = self.ctl.store.job(self.name)  # the store was read again by the controller
-            host = self.rec.host
-            if self.rec.finished_sha256:
-                self.sha256, self.step = self.rec.finished_sha256, self.rec.finished_step or 0
+            job.rec = self._record()
+            host = job.rec.host
+            if job.rec.finished_sha256:
+                job.sha256, job.step = job.rec.finished_sha256, job.rec.finished_step or 0
                 self._observed(JobState.FINISHED, "finished (seen in the state file)")
                 return
-            if self.rec.stopped:
-                self.failure = FailureKind.STOPPED
+            if job.rec.stopped:
+                job.failure = FailureKind.STOPPED
                 self._observed(JobState.FAILED, "stopped by an operator")
-            elif host and host in self.ctl.fleet.hosts:
-                self.host = host
-                link = ExecutorLink(
-                    self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
-                )
+            elif host and host in self._fleet.hosts:
+                job.host = host
+                link = self._link(host)
                 try:
                     hello = await link.open(timeout=5)
                 except LinkError as e:
                     self._observed(JobState.PENDING, f"executor on {host} not reachable: {e}")
                 else:
-                    self.step, self.last_seen = hello.step, time.monotonic()
+                    job.step, job.last_seen = hello.step, time.monotonic()
                     self._observed(JobState.RUNNING, f"on {host}, epoch {hello.epoch} (watching)")
-                    self.link = link
+                    job.link = link
                     why = await link.pump(self._on_message)
-                    self.link = None
+                    job.link = None
                     self._observed(JobState.PENDING, f"lost sight of {host}: {why}")
             else:
                 self._observed(JobState.PENDING, "not placed yet")
             await asyncio.sleep(FOLLOW_EVERY_S)
 
-    def _observed(self: JobSupervisor, state: JobState, why: str) -> None:
+    def _observed(self, state: JobState, why: str) -> None:
         """A read-only console mirrors, it does not decide: any state may follow any other."""
-        if state is not self.state:
-            self.machine.state = state
-        self.why = why
+        if state is not self._live.state:
+            self._live.machine.state = state
+        self._live.why = why

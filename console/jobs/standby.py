@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.incident import OpenIncident
+from console.jobs.launcher import Launcher
+from console.jobs.live import LiveJob
+from console.jobs.outcome import Exit, Outcome
+from console.jobs.probe import Probe
+from console.jobs.targets import Targets
 from console.reach.transport.base import TransportError
-from console.records.journal import Kind
+from console.records.journal import Journal, Kind
 from console.states import HostState
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
-
-if TYPE_CHECKING:
-    from console.jobs.supervisor import JobSupervisor
 
 
 @dataclass
@@ -31,70 +35,158 @@ class Prepared:
 
 
 class Standby:
-    """Mixed into JobSupervisor."""
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        fleet: Fleet,
+        journal: Journal,
+        launcher: Launcher,
+        targets: Targets,
+        probe: Probe,
+        incident: OpenIncident,
+        on_message: Callable[[ExecutorMessage], None],
+    ) -> None:
+        self._live = live
+        self._fleet = fleet
+        self._journal = journal
+        self._launcher = launcher
+        self._targets = targets
+        self._probe = probe
+        self._incident = incident
+        self._on_message = on_message
+        """Where the messages of the job's own link go."""
+        self.prepared: Prepared | None = None
+        """An idle executor readied on the failover target while the old lease runs out."""
+        self._preparing: asyncio.Task[Prepared | None] | None = None
+        self.warm: Prepared | None = None
+        """The warm standby on the first spare, when the job asks for one."""
+        self._warm_task: asyncio.Task[None] | None = None
+        self._pumps: dict[int, asyncio.Task[str]] = {}
+
+    # ------------------------------------------------------------- starting
+
+    async def start(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
+        """An idle executor on ``host``, linked and pumped; or why not."""
+        started = await self._launcher.start(
+            host, promote_upto=self._live.epoch if promote_replica else None, released=self._freed
+        )
+        if isinstance(started, ExecutorLink):
+            self.pump(started)
+        return started
+
+    async def executor_on(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
+        """The executor to launch the job with on ``host``: the one prepared there if it is
+        still up, otherwise a new one (a prepared one elsewhere is discarded)."""
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared.host == host and self.pumping(prepared.link):
+            if promote_replica and not prepared.promoted:
+                try:
+                    await self._launcher.promote(host, self._live.epoch)
+                except TransportError as e:
+                    return Outcome(Exit.HOST_LOST, f"cannot promote the replica on {host}: {e}")
+            return prepared.link
+        if prepared is not None:
+            await self.discard(prepared)
+        return await self.start(host, promote_replica)
+
+    def _freed(self, host: str) -> None:
+        """A host readied for this job and then not used is free for others again."""
+        rt = self._fleet.hosts[host]
+        if rt.job == self._live.name and host != self._live.host:
+            rt.job = None
+        self._fleet.changed.set()
 
     # ------------------------------------------------------------ preparation
 
-    async def _prepare_failover(self: JobSupervisor, old: str) -> Prepared | None:
+    @property
+    def preparing(self) -> bool:
+        """A failover target is being readied (or was, and not yet taken or called off)."""
+        return self._preparing is not None
+
+    def begin_preparation(self, old: str) -> None:
+        """Ready a failover target now, while ``old``'s lease runs out (an idle executor
+        trains nothing); a blip calls it off."""
+        self._preparing = asyncio.create_task(self.prepare_failover(old))
+
+    async def prepare_failover(self, old: str) -> Prepared | None:
         """While the lost host's lease runs out: replica in place and an idle executor up on the target.
 
         Nothing trains until Start, which is sent only after the lease has ended.
         """
-        standby = self.standby
-        if standby is not None and standby.host != old and self._pumping(standby.link):
+        job, fleet = self._live, self._fleet
+        warm = self.warm
+        if warm is not None and warm.host != old and self.pumping(warm.link):
             try:
-                await self._ensure_replica(standby.host)
-                await self._promote(standby.host)
+                await self._targets.ensure_replica(warm.host)
+                await self._launcher.promote(warm.host, job.epoch)
             except TransportError:
                 return None
-            self.standby = None
-            return Prepared(standby.host, standby.link, promoted=True)
-        target = await self._pick_target(old)
+            self.warm = None
+            return Prepared(warm.host, warm.link, promoted=True)
+        target = await self._targets.pick(old)
         if target is None:
             return None
-        fleet = self.ctl.fleet
-        fleet.hosts[target].job = self.name
+        fleet.hosts[target].job = job.name
         started: ExecutorLink | object = None
         try:
-            await self._ensure_replica(target)
-            started = await self._start_executor(target, promote_replica=True)
+            await self._targets.ensure_replica(target)
+            started = await self.start(target, promote_replica=True)
         except TransportError:
             pass
         finally:  # also when cancelled: the target is free again unless readied
-            if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == self.name:
+            if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == job.name:
                 fleet.hosts[target].job = None
         return (
             Prepared(target, started, promoted=True) if isinstance(started, ExecutorLink) else None
         )
 
-    async def _cancel_preparation(self: JobSupervisor) -> None:
-        self.early_phases = []
+    async def cancel_preparation(self) -> None:
+        self._incident.forget_early()
         task, self._preparing = self._preparing, None
         if task is None:
             return
         task.cancel()
         result = await asyncio.gather(task, return_exceptions=True)
         if isinstance(result[0], Prepared):
-            await self._discard(result[0])
+            await self.discard(result[0])
 
-    async def _discard(self: JobSupervisor, prepared: Prepared) -> None:
+    async def take_prepared(self, old: str | None) -> str | None:
+        """The target readied during the lease wait (or the warm standby), if it is still fit
+        to use; it becomes ``prepared``."""
+        task, self._preparing = self._preparing, None
+        prepared = (
+            (await asyncio.gather(task, return_exceptions=True))[0] if task is not None else None
+        )
+        if not isinstance(prepared, Prepared):
+            prepared, self.warm = self.warm, None
+            if prepared is None:
+                return None
+        rt = self._fleet.hosts[prepared.host]
+        if rt.state is HostState.UP and prepared.host != old and self.pumping(prepared.link):
+            self.prepared = prepared
+            return prepared.host
+        await self.discard(prepared)
+        return None
+
+    async def discard(self, prepared: Prepared) -> None:
         """Stop a readied executor that will not be used, and wait until it has let go of the
         workdir: the next executor started there (a failover may pick the same host again)
         must not find it still holding the lock and serving the socket."""
         if prepared.link.hello is not None:
-            self.dismissed.add((prepared.host, prepared.link.hello.pid))
+            self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
         with contextlib.suppress(LinkError):
             await prepared.link.send(Stop(reason="not needed", checkpoint=False))
         prepared.link.close()
-        if prepared.host != self.host:
-            await self._wait_gone(prepared.host)
-        rt = self.ctl.fleet.hosts[prepared.host]
-        if rt.job == self.name and prepared.host != self.host:
+        if prepared.host != self._live.host:
+            await self._probe.wait_gone(prepared.host)
+        rt = self._fleet.hosts[prepared.host]
+        if rt.job == self._live.name and prepared.host != self._live.host:
             rt.job = None
 
     # ------------------------------------------------------------------ pumps
 
-    def _pump(self: JobSupervisor, link: ExecutorLink) -> asyncio.Task[str]:
+    def pump(self, link: ExecutorLink) -> asyncio.Task[str]:
         """One reader per link for its whole life, so a standby's link can become the job's link."""
         task = self._pumps.get(id(link))
         if task is None:
@@ -102,53 +194,57 @@ class Standby:
             self._pumps[id(link)] = task
         return task
 
-    def _pumping(self: JobSupervisor, link: ExecutorLink) -> bool:
+    def pumping(self, link: ExecutorLink) -> bool:
         task = self._pumps.get(id(link))
         return link.hello is not None and task is not None and not task.done()
 
-    def _route(self: JobSupervisor, link: ExecutorLink, msg: ExecutorMessage) -> None:
-        if link is self.link:
+    def _route(self, link: ExecutorLink, msg: ExecutorMessage) -> None:
+        if link is self._live.link:
             self._on_message(msg)
             return
         host = link.transport.name
         if isinstance(msg, Heartbeat):
-            self.ctl.fleet.seen(host)
+            self._fleet.seen(host)
         elif isinstance(msg, Health):
-            self.ctl.fleet.observe(host, msg)
+            self._fleet.observe(host, msg)
 
     # ------------------------------------------------------------ warm standby
 
-    async def _keep_standby(self: JobSupervisor) -> None:
+    def keep_warm(self) -> None:
+        """Ready the warm standby in the background (see ``_keep_warm``)."""
+        self._warm_task = asyncio.create_task(self._keep_warm(), name=f"{self._live.name} standby")
+
+    async def _keep_warm(self) -> None:
         """An idle executor on the first live spare: torch imported and warmed up, waiting for Start."""
-        fleet = self.ctl.fleet
-        spare = next((s for s in self.spares if fleet.hosts[s].state is HostState.UP), None)
-        current = self.standby
-        if current is not None and current.host == spare and self._pumping(current.link):
+        job, fleet = self._live, self._fleet
+        spare = next((s for s in job.spares if fleet.hosts[s].state is HostState.UP), None)
+        current = self.warm
+        if current is not None and current.host == spare and self.pumping(current.link):
             return
         if current is not None:
-            self.standby = None
-            await self._discard(current)
+            self.warm = None
+            await self.discard(current)
         if spare is None:
             return
-        fleet.hosts[spare].job = self.name
-        started = await self._start_executor(spare, promote_replica=False)
+        fleet.hosts[spare].job = job.name
+        started = await self.start(spare, promote_replica=False)
         if isinstance(started, ExecutorLink):
-            self.standby = Prepared(spare, started)
-            self.ctl.journal.record(
+            self.warm = Prepared(spare, started)
+            self._journal.record(
                 Kind.EXECUTOR,
-                f"{self.name}: warm standby ready on {spare}",
-                job=self.name,
+                f"{job.name}: warm standby ready on {spare}",
+                job=job.name,
                 host=spare,
                 data={"standby": True},
             )
-        elif fleet.hosts[spare].job == self.name:
+        elif fleet.hosts[spare].job == job.name:
             fleet.hosts[spare].job = None
 
-    async def _drop_standby(self: JobSupervisor) -> None:
-        task, self._standby_task = self._standby_task, None
+    async def drop_warm(self) -> None:
+        task, self._warm_task = self._warm_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        standby, self.standby = self.standby, None
-        if standby is not None:
-            await self._discard(standby)
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            await self.discard(warm)

@@ -5,151 +5,248 @@ Example sequences (as in the journal):
 - ``A running -> executor SIGKILL -> restart on A (epoch 2) -> running``
 - ``A running -> A unreachable -> suspect -> lease ended -> failover to B (epoch 3) -> running``
 - ``A running -> drain A -> checkpoint now -> replicate -> B (0 lost steps)``
+
+The supervisor places and launches the job; the rest is done by pieces it builds, each handed
+the shared ``LiveJob`` and only what else it needs (never the controller, never this):
+``Watch`` (messages, liveness, a lost link), ``Standby`` (executors readied on other hosts),
+``Recovery`` (what to do once a run ended), ``Orders`` (an operator's requests), ``Observe``
+(a read-only console's view), with ``OpenIncident``, ``Targets`` and ``Probe`` under them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import functools
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
-from console.fleet.detect import ClockPace, is_suspect, renew_every
 from console.fleet.link import ExecutorLink, LinkError
-from console.jobs.launcher import START_TIMEOUT_S, Launcher
+from console.jobs.incident import OpenIncident
+from console.jobs.launcher import Launcher
 from console.jobs.lease import JobLease
+from console.jobs.live import LiveJob, Transitions
 from console.jobs.observe import Observe
+from console.jobs.orders import Orders
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_primary, choose_spares
+from console.jobs.probe import Probe
 from console.jobs.recovery import Recovery
 from console.jobs.standby import Prepared, Standby
-from console.jobs.watch import POLL_S, Watch
-from console.reach.deploy import job_dir
-from console.reach.transport.base import TransportError
+from console.jobs.targets import Targets
+from console.jobs.watch import Watch
+from console.reach.transport.base import Transport
 from console.records.journal import Kind
-from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
+from console.records.state_store import JobRecord
+from console.states import FailureKind, JobState
 from protocol.messages import Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
     from console.jobs.controller import Controller
 
-HISTORY_LEN = 600
-"""Progress samples kept for the console's curves (one per Progress message)."""
-LOG_TAIL_LEN = 200
-CHECKPOINTS_KEPT = 12
+__all__ = ["JobSupervisor", "Prepared"]
 
 
-class JobSupervisor(Watch, Standby, Recovery, Observe):
+T = TypeVar("T")
+
+
+class _Live(Generic[T]):
+    """A supervisor attribute that is its ``LiveJob``'s (what the console's views read)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, sup: None, owner: type | None = None) -> _Live[T]: ...
+    @overload
+    def __get__(self, sup: JobSupervisor, owner: type | None = None) -> T: ...
+    def __get__(self, sup: JobSupervisor | None, owner: type | None = None) -> T | _Live[T]:
+        return self if sup is None else getattr(sup.live, self._name)
+
+    def __set__(self, sup: JobSupervisor, value: T) -> None:
+        setattr(sup.live, self._name, value)
+
+
+class JobSupervisor:
+    rec: _Live[JobRecord] = _Live()
+    failure: _Live[FailureKind | None] = _Live()
+    why: _Live[str] = _Live()
+    host: _Live[str | None] = _Live()
+    spares: _Live[list[str]] = _Live()
+    link: _Live[ExecutorLink | None] = _Live()
+    step: _Live[int] = _Live()
+    loss: _Live[float] = _Live()
+    steps_per_s: _Live[float] = _Live()
+    checkpoint: _Live[CheckpointManifest | None] = _Live()
+    history: _Live[deque[tuple[float, int, float, float]]] = _Live()
+    checkpoints: _Live[deque[tuple[str, CheckpointManifest]]] = _Live()
+    log_tail: _Live[deque[str]] = _Live()
+    incident: _Live[int | None] = _Live()
+    resumed_step: _Live[int | None] = _Live()
+    sha256: _Live[str | None] = _Live()
+    approval: _Live[asyncio.Future[bool] | None] = _Live()
+    stop_requested: _Live[bool] = _Live()
+
     def __init__(self, ctl: Controller, name: str) -> None:
-        self.ctl = ctl
+        inv, fleet, journal, store = ctl.inv, ctl.fleet, ctl.journal, ctl.store
         self.name = name
-        self.spec = ctl.inv.jobs[name].spec
-        self.rec = ctl.store.job(name)
-        self.machine: Machine[JobState] = Machine(JobState.PENDING, JOB_TRANSITIONS)
-        self.failure: FailureKind | None = None
-        self.host: str | None = None
-        self.spares: list[str] = list(self.rec.spares)
-        self.link: ExecutorLink | None = None
-        self.step = 0
-        self.loss = math.nan
-        self.steps_per_s = 0.0
-        self.checkpoint: CheckpointManifest | None = None
-        self.checkpoint_path: str | None = None
-        self.history: deque[tuple[float, int, float, float]] = deque(maxlen=HISTORY_LEN)
-        """(time, step, loss, steps/s) per Progress message, oldest first."""
-        self.checkpoints: deque[tuple[str, CheckpointManifest]] = deque(maxlen=CHECKPOINTS_KEPT)
-        """(host written on, manifest) of the newest checkpoints, oldest first."""
-        self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_LEN)
-        """The executor's Log and Fault lines, newest last."""
-        self.last_seen = 0.0
-        c = ctl.inv.console
-        self.lease = JobLease(self.rec, ctl.store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
-        self.pace = ClockPace(c.lease_s)
-        self.exit: Outcome | None = None
-        self.incident: int | None = None
-        self.resumed_step: int | None = None
-        self.sha256: str | None = self.rec.finished_sha256
-        self.why = ""
-        self.approval: asyncio.Future[bool] | None = None
-        self.target: str | None = None
-        """An operator's chosen failover host."""
-        self.prepared: Prepared | None = None
-        """An idle executor readied on the failover target while the old lease runs out."""
-        self._preparing: asyncio.Task[Prepared | None] | None = None
-        self.standby: Prepared | None = None
-        """The warm standby on the first spare, when the job asks for one."""
-        self._standby_task: asyncio.Task[None] | None = None
-        self.stop_requested = False
-        """An operator asked this job to stop (remembered across consoles once it has)."""
+        self.spec = inv.jobs[name].spec
+        rec = store.job(name)
+        self.live = LiveJob(
+            name, self.spec, rec, spares=list(rec.spares), sha256=rec.finished_sha256
+        )
+        self._read_only = ctl.read_only
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._save = store.save
+        self._alert = ctl.alert
+        self._reserved = functools.partial(ctl.reserved, name)
+        self._priorities = ctl.priorities
+        self._take_spare = ctl.take_spare
+        self._wait_for_hosts = ctl.wait_for_hosts
+        c = inv.console
+        self.lease = JobLease(rec, store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
+
+        self._states = Transitions(self.live, journal=journal, alert=ctl.alert, alerted=ctl.alerted)
+        self._incident = OpenIncident(
+            self.live, log=ctl.incidents, preparing=lambda: self._standby.preparing
+        )
+
+        def transport(host: str) -> Transport:
+            return fleet.hosts[host].transport  # read when used: a host's transport may change
+
+        self._probe = Probe(name, inv=inv, transport=transport, journal=journal, alert=ctl.alert)
         self.launcher = Launcher(
             name,
-            inv=ctl.inv,
-            transport=lambda h: ctl.fleet.hosts[h].transport,
-            journal=ctl.journal,
-            phase=self._phase,
+            inv=inv,
+            transport=transport,
+            journal=journal,
+            phase=self._incident.phase,
             console_id=ctl.console_id,
             executor_env=ctl.executor_env,
-            ended=self._exit_from_workdir,
+            ended=self._probe.ended,
         )
         self.dismissed = self.launcher.dismissed
         """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
-        self._pumps: dict[int, asyncio.Task[str]] = {}
-        self.early_phases: list[tuple[str, float, dict[str, object]]] = []
-        self._warned = 0
+        targets = Targets(
+            self.live, inv=inv, fleet=fleet, replicator=ctl.replicator, reserved=self._reserved
+        )
+        self._standby = Standby(
+            self.live,
+            fleet=fleet,
+            journal=journal,
+            launcher=self.launcher,
+            targets=targets,
+            probe=self._probe,
+            incident=self._incident,
+            on_message=lambda msg: self._watch.on_message(msg),
+        )
+        self._orders = Orders(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            journal=journal,
+            alert=ctl.alert,
+            wake=fleet.changed.set,
+        )
+        self._watch = Watch(
+            self.live,
+            inv=inv,
+            fleet=fleet,
+            journal=journal,
+            alert=ctl.alert,
+            detection=ctl.detection,
+            policy=lambda: ctl.policy,
+            lease=self.lease,
+            save=store.save,
+            replicator=ctl.replicator,
+            incident=self._incident,
+            standby=self._standby,
+            probe=self._probe,
+            link=self.launcher.link,
+            progress=lambda msg: ctl.on_progress(self, msg),
+            move=self._orders.request_move,
+        )
+        self._recovery = Recovery(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            standby=self._standby,
+            targets=targets,
+            fleet=fleet,
+            journal=journal,
+            alert=ctl.alert,
+            replicator=ctl.replicator,
+            save=store.save,
+            policy=lambda: ctl.policy,
+            restart_limit=c.restart_limit,
+            wait_for_hosts=ctl.wait_for_hosts,
+        )
+        self._observe = Observe(
+            self.live,
+            record=lambda: store.job(name),
+            fleet=fleet,
+            link=self.launcher.link,
+            on_message=self._watch.on_message,
+        )
 
     # ---------------------------------------------------------------- state
 
     @property
     def state(self) -> JobState:
-        return self.machine.state
+        return self.live.state
 
     @property
     def epoch(self) -> int:
-        return self.rec.epoch
+        return self.live.epoch
 
-    def _set(self, state: JobState, why: str = "") -> None:
-        before = self.state
-        if self.machine.move(state):
-            self.why = why
-            self.ctl.journal.record(
-                Kind.JOB_STATE,
-                f"{self.name}: {before.value} -> {state.value}" + (f" ({why})" if why else ""),
-                job=self.name,
-                host=self.host,
-                data={"from": before.value, "to": state.value, "why": why, "epoch": self.epoch},
-            )
+    @property
+    def standby(self) -> Prepared | None:
+        """The warm standby on the first spare, when the job asks for one."""
+        return self._standby.warm
 
-    def _fail(self, kind: FailureKind, why: str) -> None:
-        self.failure = kind
-        self._set(JobState.FAILED, f"{kind.value}: {why}")
-        self.ctl.alert(f"job {self.name} failed ({kind.value}): {why}", job=self.name)
+    # ------------------------------------------------------------- requests
+
+    def request_move(self, reason: str, why: str, target: str | None = None) -> None:
+        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
+        self._orders.request_move(reason, why, target)
+
+    def request_checkpoint(self) -> None:
+        self._orders.request_checkpoint()
+
+    def request_stop(self) -> None:
+        self._orders.request_stop()
+
+    def answer(self, approved: bool, target: str | None = None) -> bool:
+        return self._orders.answer(approved, target)
 
     # ------------------------------------------------------------------ run
 
     async def run(self) -> None:
-        if self.ctl.read_only:
-            await self._observe()
+        job = self.live
+        if self._read_only:
+            await self._observe.observe()
             return
-        if self.rec.finished_sha256:
-            self.step = self.rec.finished_step or self.spec.steps
-            self._set(JobState.RUNNING, "finished before this console started")
-            self._set(JobState.FINISHED)
+        if job.rec.finished_sha256:
+            job.step = job.rec.finished_step or self.spec.steps
+            self._states.move(JobState.RUNNING, "finished before this console started")
+            self._states.move(JobState.FINISHED)
             return
-        if self.rec.stopped:
-            self.failure = FailureKind.STOPPED
-            self._set(JobState.FAILED, "stopped by an operator before this console started")
+        if job.rec.stopped:
+            job.failure = FailureKind.STOPPED
+            self._states.move(JobState.FAILED, "stopped by an operator before this console started")
             return
         nxt = await self._first_launch()
-        while not self.state.is_terminal():
+        while not job.state.is_terminal():
             if isinstance(nxt, tuple) and self._stop_before_start():
                 return
             outcome = await self._launch(*nxt) if isinstance(nxt, tuple) else nxt
             if outcome is None:
-                outcome = await self._watch()
-            nxt = await self._recover(outcome)
+                outcome = await self._watch.watch()
+            nxt = await self._recovery.recover(outcome)
 
     async def _first_launch(self) -> tuple[str, bool] | Outcome | None:
         """Reattach to a live executor from an earlier console, or say where to start.
@@ -158,34 +255,37 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         executor may still be training under the lease the console before this one granted,
         so it is treated as a link lost under that lease (persisted, and waited out).
         """
-        host = self.rec.host
-        if host and host in self.ctl.fleet.hosts:
-            self.host = host
-            self.ctl.fleet.hosts[host].job = self.name
+        job = self.live
+        host = job.rec.host
+        if host and host in self._fleet.hosts:
+            job.host = host
+            self._fleet.hosts[host].job = self.name
             self.lease.restore()
-            link = ExecutorLink(
-                self.ctl.fleet.hosts[host].transport, self._socket(host), self.ctl.console_id
-            )
+            link = self.launcher.link(host)
             try:  # short: an unreachable host is waited out below, not here
                 hello = await link.open(timeout=2)
             except LinkError:
                 hello = None
-            if hello is not None and hello.epoch == self.epoch and hello.state == "training":
-                self.link, self.step = link, hello.step
-                self.last_seen = time.monotonic()
+            if hello is not None and hello.epoch == job.epoch and hello.state == "training":
+                job.link, job.step = link, hello.step
+                job.last_seen = time.monotonic()
                 with contextlib.suppress(LinkError):
-                    await link.send(self.lease.renewal(link, host, self.epoch))
+                    await link.send(self.lease.renewal(link, host, job.epoch))
                 self._note_reattached(host)
                 return None
-            if hello is None and self.epoch > 0 and await self._wait_gone(host, 2.0) is not True:
+            if (
+                hello is None
+                and job.epoch > 0
+                and await self._probe.wait_gone(host, 2.0) is not True
+            ):
                 link.close()
-                self.last_seen = time.monotonic()
-                self._set(
+                job.last_seen = time.monotonic()
+                self._states.move(
                     JobState.PENDING,
                     f"{host} not reachable at console start: waiting out its lease "
                     f"({max(0.0, self.lease.left()):.0f} s left at most)",
                 )
-                outcome = await self._after_link_loss("not reachable at console start")
+                outcome = await self._watch.after_link_loss("not reachable at console start")
                 if outcome is None:
                     self._note_reattached(host)
                 return outcome
@@ -196,18 +296,19 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
         return await self._place()
 
     def _note_reattached(self, host: str) -> None:
-        hello = self.link.hello if self.link is not None else None
-        if self.incident is not None and hello is not None:  # a console restart: nothing lost
-            self.resumed_step = hello.step
-            self._phase("loaded", step=hello.step)
-        self.ctl.journal.record(
+        job = self.live
+        hello = job.link.hello if job.link is not None else None
+        if job.incident is not None and hello is not None:  # a console restart: nothing lost
+            job.resumed_step = hello.step
+            self._incident.phase("loaded", step=hello.step)
+        self._journal.record(
             Kind.EXECUTOR,
             f"{self.name}: reattached to executor pid {hello.pid if hello else '?'} on {host}",
             job=self.name,
             host=host,
-            data={"pid": hello.pid if hello else None, "epoch": self.epoch},
+            data={"pid": hello.pid if hello else None, "epoch": job.epoch},
         )
-        self._set(JobState.RUNNING, "reattached")
+        self._states.move(JobState.RUNNING, "reattached")
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
@@ -215,181 +316,97 @@ class JobSupervisor(Watch, Standby, Recovery, Observe):
             self.dismissed.add((host, link.hello.pid))
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason="not adopted by the console", checkpoint=False))
-        await self._wait_gone(host)
-
-    async def _wait_gone(self, host: str, probe_s: float = 3.0) -> bool | None:
-        """Until no executor holds this job's lock on ``host`` (one may still be exiting).
-
-        True once seen gone; False if one still held it at the deadline; None if the host
-        could not be asked (unreachable is not gone).
-        """
-        workdir = job_dir(self.ctl.inv.host_root(host), self.name)
-        deadline = time.monotonic() + START_TIMEOUT_S / 6
-        while time.monotonic() < deadline:
-            alive = await self._probe_alive(host, workdir, probe_s)
-            if alive is None:
-                return None
-            if alive is False:
-                return True
-            await asyncio.sleep(POLL_S)
-        return False
+        await self._probe.wait_gone(host)
 
     async def _place(self) -> tuple[str, bool] | None:
         while True:
-            ctl = self.ctl
             host = choose_primary(
-                ctl.inv,
+                self._inv,
                 self.name,
-                usable=ctl.fleet.usable(),
-                reserved=ctl.reserved(self.name),
-                priority=ctl.priorities(),
+                usable=self._fleet.usable(),
+                reserved=self._reserved(),
+                priority=self._priorities(),
             )
-            if host is not None or self.stop_requested:
+            if host is not None or self.live.stop_requested:
                 return host, False  # a stop is honoured before the launch
-            self._wait_note(f"no usable host for {self.name}")
-            await ctl.wait_for_hosts()
+            self._states.wait_note(f"no usable host for {self.name}")
+            await self._wait_for_hosts()
 
     def _stop_before_start(self) -> bool:
         """An operator's stop that found no executor to tell is honoured here, before any start."""
-        if not self.stop_requested:
+        job = self.live
+        if not job.stop_requested:
             return False
-        self.rec.stopped = True
-        self.ctl.store.save()
-        self._fail(FailureKind.STOPPED, "stopped by an operator")
-        self._release()
+        job.rec.stopped = True
+        self._save()
+        self._states.fail(FailureKind.STOPPED, "stopped by an operator")
+        self._recovery.release()
         return True
-
-    def _wait_note(self, why: str) -> None:
-        if self.state is not JobState.PENDING:
-            self._set(JobState.PENDING, why)
-        if self.why != why or not self.ctl.alerted(why):
-            self.ctl.alert(why, job=self.name)
 
     # --------------------------------------------------------------- launch
 
-    def _socket(self, host: str) -> str:
-        return self.launcher.socket(host)
-
     def _assign(self, host: str) -> None:
-        fleet = self.ctl.fleet
-        if self.host and self.host != host and fleet.hosts[self.host].job == self.name:
-            fleet.hosts[self.host].job = None
-        self.host = host
+        job, fleet = self.live, self._fleet
+        if job.host and job.host != host and fleet.hosts[job.host].job == self.name:
+            fleet.hosts[job.host].job = None
+        job.host = host
         fleet.hosts[host].job = self.name
         choice = choose_spares(
-            self.ctl.inv,
+            self._inv,
             self.name,
             host,
             usable=fleet.usable(),
-            reserved=self.ctl.reserved(self.name),
-            priority=self.ctl.priorities(),
-            count=max(1, len(self.ctl.inv.jobs[self.name].placement.spares)),
+            reserved=self._reserved(),
+            priority=self._priorities(),
+            count=max(1, len(self._inv.jobs[self.name].placement.spares)),
         )
         for spare, other in choice.taken:
-            self.ctl.take_spare(spare, other, by=self.name)
-        self.spares = choice.spares
-        self.rec.host, self.rec.spares = host, list(choice.spares)
-        self.ctl.store.save()
-        self.ctl.journal.record(
+            self._take_spare(spare, other, by=self.name)
+        job.spares = choice.spares
+        job.rec.host, job.rec.spares = host, list(choice.spares)
+        self._save()
+        self._journal.record(
             Kind.PLACEMENT,
-            f"{self.name}: on {host}, spares {', '.join(self.spares) or 'none'}",
+            f"{self.name}: on {host}, spares {', '.join(job.spares) or 'none'}",
             job=self.name,
             host=host,
-            data={"spares": self.spares},
+            data={"spares": job.spares},
         )
-        if not self.spares:
-            self.ctl.alert(
+        if not job.spares:
+            self._alert(
                 f"job {self.name} has no spare: a host failure will wait for one", job=self.name
             )
 
     async def _launch(self, host: str, promote_replica: bool) -> Outcome | None:
         """Deploy, start and link an executor on ``host`` (unless one was prepared there), then Start it."""
-        ctl = self.ctl
-        self._set(JobState.DEPLOYING, f"on {host}")
+        job = self.live
+        self._states.move(JobState.DEPLOYING, f"on {host}")
         self._assign(host)
-        prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared.host == host and self._pumping(prepared.link):
-            link = prepared.link
-            if promote_replica and not prepared.promoted:
-                try:
-                    await self._promote(host)
-                except TransportError as e:
-                    return Outcome(Exit.HOST_LOST, f"cannot promote the replica on {host}: {e}")
-        else:
-            if prepared is not None:
-                await self._discard(prepared)
-            started = await self._start_executor(host, promote_replica)
-            if isinstance(started, Outcome):
-                return started
-            link = started
-        self.rec.epoch += 1
-        ctl.store.save()
-        self.link = link
-        self.pace = ClockPace(ctl.inv.console.lease_s)  # another executor, another clock
-        self.last_seen = time.monotonic()
+        link = await self._standby.executor_on(host, promote_replica)
+        if isinstance(link, Outcome):
+            return link
+        job.rec.epoch += 1
+        self._save()
+        job.link = link
+        self._watch.new_executor()
+        job.last_seen = time.monotonic()
         try:
-            await link.send(self.lease.start(link, host, self.spec, self.epoch))
+            await link.send(self.lease.start(link, host, self.spec, job.epoch))
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
-        self._set(JobState.RUNNING, f"on {host}, epoch {self.epoch}")
-        if ctl.inv.jobs[self.name].placement.warm_standby:
-            self._standby_task = asyncio.create_task(
-                self._keep_standby(), name=f"{self.name} standby"
-            )
+        self._states.move(JobState.RUNNING, f"on {host}, epoch {job.epoch}")
+        if self._inv.jobs[self.name].placement.warm_standby:
+            self._standby.keep_warm()
         return None
+
+    # ------------------------------------- readied executors (tests drive these)
 
     async def _start_executor(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
         """An idle executor on ``host``, linked and pumped; or why not."""
-        started = await self.launcher.start(
-            host, promote_upto=self.epoch if promote_replica else None, released=self._freed
-        )
-        if isinstance(started, ExecutorLink):
-            self._pump(started)
-        return started
+        return await self._standby.start(host, promote_replica)
 
-    async def _promote(self, host: str) -> None:
-        await self.launcher.promote(host, self.epoch)
+    async def _prepare_failover(self, old: str) -> Prepared | None:
+        return await self._standby.prepare_failover(old)
 
-    def _freed(self, host: str) -> None:
-        """A host readied for this job and then not used is free for others again."""
-        rt = self.ctl.fleet.hosts[host]
-        if rt.job == self.name and host != self.host:
-            rt.job = None
-        self.ctl.fleet.changed.set()
-
-    # ---------------------------------------------------------------- watch
-
-    async def _watch(self) -> Outcome:
-        self.exit = None
-        tasks = [asyncio.create_task(self._renew_leases()), asyncio.create_task(self._liveness())]
-        try:
-            while True:
-                assert self.link is not None
-                why = await self._pump(self.link)
-                if self.exit is not None:
-                    return self.exit
-                outcome = await self._after_link_loss(why)
-                if outcome is not None:
-                    return outcome
-        finally:
-            for task in tasks:
-                task.cancel()
-            self.link = None
-
-    async def _renew_leases(self) -> None:
-        while True:
-            await asyncio.sleep(renew_every(self.ctl.detection))
-            link, host = self.link, self.host
-            if link is None or link.hello is None or host is None:
-                continue
-            with contextlib.suppress(LinkError):
-                await link.send(self.lease.renewal(link, host, self.epoch))
-
-    async def _liveness(self) -> None:
-        """A hung executor keeps its connection but stops heartbeating: close the link to react."""
-        while True:
-            await asyncio.sleep(POLL_S)
-            if self.link is not None and is_suspect(
-                time.monotonic(), self.last_seen, self.ctl.detection
-            ):
-                self.link.close()
+    async def _discard(self, prepared: Prepared) -> None:
+        await self._standby.discard(prepared)

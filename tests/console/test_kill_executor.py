@@ -19,7 +19,7 @@ import pytest
 import tomli_w
 from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
-from console.jobs.watch import Watch
+from console.jobs.probe import Probe
 from console.reach.deploy import job_dir
 from console.reach.remote import KillStatus, executor_alive, kill_executor
 from console.reach.transport.local import LocalTransport
@@ -174,33 +174,34 @@ class Journal:
 async def test_the_console_journals_a_kill_and_alerts_when_it_did_not_happen(
     tmp_path: Path, procs: list[subprocess.Popen[Any]]
 ) -> None:
-    """``_kill`` of a job supervisor, given just what it reads: a refused kill is an alert."""
+    """The console's kill, given just what it needs: a refused kill is an alert."""
     work = Path(job_dir(str(tmp_path / "root"), "demo"))
     work.mkdir(parents=True)
     holder = hold_lock(work, procs)
     alerts: list[str] = []
-    ctl = SimpleNamespace(
-        fleet=SimpleNamespace(hosts={"h": SimpleNamespace(transport=LocalTransport("h"))}),
-        inv=SimpleNamespace(python=lambda host: sys.executable),
-        journal=Journal(),
+    journal = Journal()
+    probe = Probe(
+        "demo",
+        inv=SimpleNamespace(python=lambda host: sys.executable),  # type: ignore[arg-type]
+        transport=LocalTransport,
+        journal=journal,  # type: ignore[arg-type]
         alert=lambda msg, **kw: alerts.append(msg),
     )
-    sup = SimpleNamespace(name="demo", ctl=ctl)
 
     other = sleeper(procs)
     (work / "executor.pid").write_text(f"{other.pid}\n")
-    await Watch._kill(sup, "h", str(work))  # type: ignore[arg-type]
+    await probe.kill("h", str(work))
     assert alive(holder.pid) and alive(other.pid)
     assert len(alerts) == 1 and "was not killed cleanly" in alerts[0], alerts
     assert f"pid {other.pid} of executor.pid does not hold the lock" in alerts[0]
-    kind, _, data = ctl.journal.events[-1]
+    kind, _, data = journal.events[-1]
     assert (kind, data["kill"], data["holders"]) == (Kind.EXECUTOR, "refused", [holder.pid])
 
     (work / "executor.pid").write_text(f"{holder.pid}\n")
-    await Watch._kill(sup, "h", str(work))  # type: ignore[arg-type]
+    await probe.kill("h", str(work))
     assert holder.wait(10) == -9
     assert len(alerts) == 1, "a kill that happened is no alert"
-    kind, msg, data = ctl.journal.events[-1]
+    kind, msg, data = journal.events[-1]
     assert (kind, data["kill"], data["pid"]) == (Kind.EXECUTOR, "killed", holder.pid)
     assert f"killed pid {holder.pid}" in msg
     assert json.dumps(data)  # journal data stays JSON

@@ -1,0 +1,123 @@
+"""One job as its supervision sees it now: shared by the pieces that supervise it (watch,
+standby, recovery, orders, observe), each of which is handed this and no more of the console.
+
+``Transitions`` moves the job's state machine and journals each move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from console.fleet.link import ExecutorLink
+from console.jobs.outcome import Outcome
+from console.records.journal import Journal, Kind
+from console.records.state_store import JobRecord
+from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
+from protocol.spec import CheckpointManifest, JobSpec
+
+HISTORY_LEN = 600
+"""Progress samples kept for the console's curves (one per Progress message)."""
+LOG_TAIL_LEN = 200
+CHECKPOINTS_KEPT = 12
+
+
+class Alert(Protocol):
+    def __call__(self, msg: str, *, job: str | None = None, host: str | None = None) -> None: ...
+
+
+@dataclass
+class LiveJob:
+    """What the pieces of one job's supervision share; each reads and writes it in place."""
+
+    name: str
+    spec: JobSpec
+    rec: JobRecord
+    """The job's persisted record (read again from the state file by a read-only console)."""
+    machine: Machine[JobState] = field(
+        default_factory=lambda: Machine(JobState.PENDING, JOB_TRANSITIONS)
+    )
+    failure: FailureKind | None = None
+    why: str = ""
+    host: str | None = None
+    spares: list[str] = field(default_factory=list)
+    link: ExecutorLink | None = None
+    """The link to the executor training the job, while there is one."""
+    last_seen: float = 0.0
+    """When the executor was last heard from (monotonic)."""
+    step: int = 0
+    loss: float = math.nan
+    steps_per_s: float = 0.0
+    checkpoint: CheckpointManifest | None = None
+    checkpoint_path: str | None = None
+    history: deque[tuple[float, int, float, float]] = field(
+        default_factory=lambda: deque(maxlen=HISTORY_LEN)
+    )
+    """(time, step, loss, steps/s) per Progress message, oldest first."""
+    checkpoints: deque[tuple[str, CheckpointManifest]] = field(
+        default_factory=lambda: deque(maxlen=CHECKPOINTS_KEPT)
+    )
+    """(host written on, manifest) of the newest checkpoints, oldest first."""
+    log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LEN))
+    """The executor's Log and Fault lines, newest last."""
+    exit: Outcome | None = None
+    """How the executor's run ended, once a message said so."""
+    incident: int | None = None
+    resumed_step: int | None = None
+    sha256: str | None = None
+    approval: asyncio.Future[bool] | None = None
+    """An operator's answer awaited before a failover (manual and ask policies)."""
+    target: str | None = None
+    """An operator's chosen failover host."""
+    stop_requested: bool = False
+    """An operator asked this job to stop (remembered across consoles once it has)."""
+
+    @property
+    def state(self) -> JobState:
+        return self.machine.state
+
+    @property
+    def epoch(self) -> int:
+        return self.rec.epoch
+
+
+class Transitions:
+    """The job's state moves, each journalled; a failure, or a wait, is also an alert."""
+
+    def __init__(
+        self, live: LiveJob, *, journal: Journal, alert: Alert, alerted: Callable[[str], bool]
+    ) -> None:
+        self._live = live
+        self._journal = journal
+        self._alert = alert
+        self._alerted = alerted
+        """Whether an alert of this text went out lately (so a wait is not alerted again)."""
+
+    def move(self, state: JobState, why: str = "") -> None:
+        job = self._live
+        before = job.state
+        if job.machine.move(state):
+            job.why = why
+            self._journal.record(
+                Kind.JOB_STATE,
+                f"{job.name}: {before.value} -> {state.value}" + (f" ({why})" if why else ""),
+                job=job.name,
+                host=job.host,
+                data={"from": before.value, "to": state.value, "why": why, "epoch": job.epoch},
+            )
+
+    def fail(self, kind: FailureKind, why: str) -> None:
+        self._live.failure = kind
+        self.move(JobState.FAILED, f"{kind.value}: {why}")
+        self._alert(f"job {self._live.name} failed ({kind.value}): {why}", job=self._live.name)
+
+    def wait_note(self, why: str) -> None:
+        """The job waits (for a host, a spare): pending, with an alert not repeated too often."""
+        if self._live.state is not JobState.PENDING:
+            self.move(JobState.PENDING, why)
+        if self._live.why != why or not self._alerted(why):
+            self._alert(why, job=self._live.name)

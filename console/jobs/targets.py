@@ -1,0 +1,91 @@
+"""Where a job goes when it leaves its host (an operator's choice, its spares, then the
+nearest usable host), and the newest replica put there before it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.jobs.live import LiveJob
+from console.jobs.placement import rank
+from console.jobs.replicator import Replicator, Source
+from console.reach.deploy import replica_dir, replica_file
+from console.reach.remote import list_manifests
+from console.reach.transport.base import TransportError
+from console.states import HostState
+
+
+class Targets:
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        inv: Inventory,
+        fleet: Fleet,
+        replicator: Replicator,
+        reserved: Callable[[], dict[str, str]],
+    ) -> None:
+        self._live = live
+        self._inv = inv
+        self._fleet = fleet
+        self._replicator = replicator
+        self._reserved = reserved
+        """Hosts other jobs hold as spares (host -> job)."""
+
+    async def pick(self, old: str | None) -> str | None:
+        job, fleet = self._live, self._fleet
+        usable = fleet.usable(exclude={old} if old else None) | {
+            h
+            for h, rt in fleet.hosts.items()
+            if rt.job == job.name and h != old and rt.state is HostState.UP
+        }
+        if job.target is not None:
+            return job.target if job.target in usable else None
+        home = self._inv.hosts[old].region if old else ""
+        spares = [s for s in job.spares if s in usable]
+        others = rank(
+            self._inv,
+            home,
+            [h for h in usable if h not in spares and self._reserved().get(h) is None],
+        )
+        ordered = spares + others
+        return ordered[0] if ordered else None
+
+    async def ensure_replica(self, target: str) -> None:
+        """If ``target`` lacks the newest replica another reachable host holds, copy it there first."""
+        job, fleet, inv, replicator = self._live, self._fleet, self._inv, self._replicator
+        best: Source | None = None
+        if (
+            job.checkpoint is not None
+            and job.checkpoint_path
+            and job.host
+            and fleet.hosts[job.host].state not in (HostState.DOWN, HostState.SUSPECT)
+        ):
+            best = Source(job.host, job.checkpoint_path, job.checkpoint)
+        for (name, holder), st in replicator.state.items():
+            m = st.manifest
+            if (
+                name == job.name
+                and holder != target
+                and m is not None
+                and fleet.hosts[holder].state is not HostState.DOWN
+                and (best is None or m.step > best.manifest.step)
+            ):
+                best = Source(holder, replica_file(inv.host_root(holder), job.name, m.step), m)
+        if best is None:
+            return
+        have = replicator.replica(job.name, target).manifest
+        if have is None:
+            try:
+                found = await list_manifests(
+                    fleet.hosts[target].transport,
+                    inv.python(target),
+                    replica_dir(inv.host_root(target), job.name),
+                )
+                have = found[-1] if found else None
+            except TransportError:
+                have = None
+        if have is None or have.step < best.manifest.step:
+            await replicator.copy(job.name, target, best)
