@@ -3,13 +3,13 @@
 Two ways, one set of rules (``replica_rules``). On a host whose calls are cheap (a local
 folder) the console makes them one at a time through the transport (``receive_stepwise``).
 Over SSH each call was a remote command of its own, a dozen per copy, and that fixed cost
-outweighed the bytes of a small checkpoint; there one program, fed over one channel, does the
-whole job on the spare (``receive_in_one``): the console sends a header, the program prunes,
-measures the disk and answers whether the copy fits; the console then streams the data, and
-the program hashes what it writes, renames it into place, writes the manifest last and prunes
-again. A copy that does not fit writes nothing; a failed one leaves no part (except, between
-the attempts of one copy, the part a resumed stream continues); an OS error comes back with
-its errno.
+outweighed the bytes of a small checkpoint; there one program (``replica_receiver``), fed
+over one channel, does the whole job on the spare (``receive_in_one``): the console sends a
+header, the program prunes, measures the disk and answers whether the copy fits; the
+console then streams the data, and the program hashes what it writes, renames it into
+place, writes the manifest last and prunes again. A copy that does not fit writes nothing;
+a failed one leaves no part (except, between the attempts of one copy, the part a resumed
+stream continues); an OS error comes back with its errno.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from console.reach import replica_receiver as receiver
 from console.reach import replica_rules as rules
 from console.reach.transport.base import (
     DiskUsage,
@@ -133,189 +134,7 @@ async def receive_stepwise(
     return Received(older, result.resumed_from, result.attempts)
 
 
-_MAIN = r'''
-import hashlib, json, os, select, sys
-
-IDLE = float(sys.argv[1])
-pending = bytearray()
-what = "start"
-
-
-def say(**fields):
-    os.write(1, (json.dumps(fields) + "\n").encode())
-
-
-def wait_input():
-    if not select.select([0], [], [], IDLE)[0]:
-        say(timeout=IDLE, what=what)
-        sys.exit(5)
-
-
-def header():
-    while b"\n" not in pending:
-        wait_input()
-        block = os.read(0, 1 << 16)
-        if not block:
-            sys.exit(5)
-        pending.extend(block)
-    line, _, rest = bytes(pending).partition(b"\n")
-    pending[:] = rest
-    return json.loads(line)
-
-
-def disk(folder):
-    st = os.statvfs(folder)
-    return [st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize, st.f_frsize]
-
-
-def rm(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def remove_steps(folder, steps):
-    for s in steps:
-        stem = os.path.join(folder, step_stem(s))
-        rm(stem + ".json")
-        rm(stem + ".pt")
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def hash_part(path, have, h):
-    with open(path, "rb") as f:
-        left = have
-        while left:
-            block = f.read(min(left, 1 << 22))
-            if not block:
-                return False
-            h.update(block)
-            left -= len(block)
-    return True
-
-
-def write_data(part, size, have, h):
-    """The data from stdin into the part, hashed as written; bytes there at the end."""
-    global what
-    what = "write " + part
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        os.ftruncate(fd, have)
-        os.lseek(fd, have, os.SEEK_SET)
-        got = have
-        if pending:
-            block = bytes(pending[: size - got])
-            h.update(block)
-            write_all(fd, block)
-            got += len(block)
-        while got < size:
-            wait_input()
-            block = os.read(0, min(1 << 20, size - got))
-            if not block:
-                break
-            h.update(block)
-            write_all(fd, block)
-            got += len(block)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return got
-
-
-def publish(stem, manifest, folder):
-    global what
-    os.rename(stem + ".pt.part", stem + ".pt")
-    what = "write " + stem + ".json.part"
-    fd = os.open(stem + ".json.part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        write_all(fd, manifest)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    what = "rename " + stem + ".json.part"
-    os.rename(stem + ".json.part", stem + ".json")
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def main(h):
-    global what
-    folder, step, size = h["folder"], h["step"], h["size"]
-    stem = os.path.join(folder, step_stem(step))
-    part = stem + ".pt.part"
-    what = "mkdir " + folder
-    os.makedirs(folder, exist_ok=True)
-    what = "list " + folder
-    complete, leftovers = survey(os.listdir(folder))
-    retire, older = split_older(complete, step, keep_before(h["kept"]))
-    what = "prune " + folder
-    for name in leftovers:
-        if not (h["resume"] and name == os.path.basename(part)):
-            rm(os.path.join(folder, name))
-    remove_steps(folder, retire)
-    have = 0
-    if h["resume"] and os.path.exists(part):
-        have = os.stat(part).st_size
-        have = have if have <= size else 0
-    what = "statvfs " + folder
-    free, total, block = d = disk(folder)
-    manifest = h["manifest"].encode()
-    need, reserve = room(size, len(manifest), block, h["floor"])
-    if free + blocks(have, block) < need + reserve:  # a resumed part holds some of it already
-        say(full=True, disk=d, need=need, reserve=reserve)
-        return 0
-    hashed = hashlib.sha256()
-    if have and not hash_part(part, have, hashed):
-        have, hashed = 0, hashlib.sha256()
-    say(ready=True, disk=d, have=have)
-    try:
-        got = write_data(part, size, have, hashed)
-    except OSError:
-        rm(part)
-        raise
-    if got < size:
-        say(short=got)
-        return 3
-    digest = hashed.hexdigest()
-    if digest != h["sha256"]:
-        rm(part)
-        say(corrupt=digest)
-        return 4
-    try:
-        publish(stem, manifest, folder)
-    except OSError:
-        for name in (part, stem + ".json.part"):
-            rm(name)
-        raise
-    retire, older = split_older(older, step, keep_after(h["kept"]))
-    d = None
-    try:
-        remove_steps(folder, retire)
-        d = disk(folder)
-    except OSError:
-        pass  # pruned later; the replica is complete all the same
-    say(ok=True, older=older, disk=d, have=have)
-    return 0
-
-
-h = header()
-try:
-    sys.exit(main(h))
-except OSError as e:
-    say(error=e.strerror or str(e), errno=e.errno, what=what)
-    sys.exit(1)
-'''
-
-PROGRAM = Path(rules.__file__).read_text() + _MAIN
+PROGRAM = Path(rules.__file__).read_text() + Path(receiver.__file__).read_text()
 """The receiving program: the rules' own source, then what drives them on the spare."""
 
 
@@ -430,8 +249,9 @@ class _Stream:
     async def close(self) -> None:
         if not self._first.done():
             self._first.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._first  # its error, if nobody read it, is dropped with the copy
+        await asyncio.wait([self._first])
+        if not self._first.cancelled():
+            self._first.exception()  # an error nobody read goes with the copy it belonged to
         await self._chunks.aclose()
 
 

@@ -2,7 +2,7 @@
 
 The console applies these rules itself on a host it reaches cheaply (a local folder), and
 ships this very file, as text, at the head of the program that receives a replica on an SSH
-host (``console/reach/replica.py``), so the two can never disagree. Hence: the standard
+host (``replica_receiver.py``), so the two can never disagree. Hence: the standard
 library only, and nothing newer than the oldest Python a host may run.
 """
 
