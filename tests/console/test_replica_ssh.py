@@ -5,8 +5,10 @@ no part left, the journal's lag). Evidence is the spare's folder on disk and the
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from fleetbed import job_table, local_host, until, write_inventory
 from test_spare_disk import fill, small_disk  # noqa: F401 - the fixture
 
 from console.inventory import load
@@ -24,6 +26,7 @@ from console.jobs.policy import Policy
 from console.jobs.replicator import Source
 from console.reach import replica_rules as rules
 from console.reach.deploy import replica_dir
+from console.reach.replica import PROGRAM
 from console.reach.transport.base import TemporaryTransportError
 from console.reach.transport.local import LocalTransport
 from console.reach.transport.ssh import SshTransport
@@ -212,3 +215,44 @@ def test_the_rules() -> None:
     assert rules.split_older([100, 200], 400, 0) == ([100, 200], [])
     assert rules.room(5000, 10, 4096, 0) == (8192 + 4096, 8192)
     assert rules.room(5000, 10, 4096, 1 << 20) == (8192 + 4096, 1 << 20)
+
+
+async def test_the_spare_program_gives_up_on_a_silent_console(bed: Bed) -> None:
+    """Header sent, then no data: the program on the spare stops after its idle timeout
+    (here 0.5 s) instead of waiting for ever, and says so."""
+    header = {
+        "folder": str(bed.folder), "step": 100, "size": SIZE, "sha256": "0" * 64,
+        "manifest": "{}", "kept": 2, "floor": 0, "resume": False,
+    }  # fmt: skip
+    argv = [bed.ctl.inv.hosts["b"].python, "-I", "-S", "-c", PROGRAM, "0.5"]
+    async with bed.b.process(argv, "receive", 10) as proc:
+        proc.stdin.write(json.dumps(header).encode() + b"\n")
+        async with asyncio.timeout(10):
+            ready = json.loads(await proc.stdout.readline())
+            t0 = time.monotonic()
+            gave_up = json.loads(await proc.stdout.readline())
+            await proc.wait_closed()
+    assert ready["ready"] and gave_up["timeout"] == 0.5
+    assert 0.4 < time.monotonic() - t0 < 5 and proc.returncode == 5
+
+
+async def test_a_copy_cut_by_the_console_closing_leaves_the_next_one_whole(bed: Bed) -> None:
+    """The console closes mid-copy (the source stalls): nothing of that copy is complete, and
+    the next copy clears what it left and lands whole."""
+
+    class Stalls(LocalTransport):
+        async def read_chunks(
+            self, path: str, *, offset: int = 0, chunk: int = 1 << 20
+        ) -> AsyncIterator[bytes]:
+            yield b"x" * 1000
+            await asyncio.sleep(3600)
+
+    assert await bed.copy(100)
+    bed.ctl.fleet.hosts["a"].transport = Stalls("a")
+    bed.ctl.replicator.submit("j", ["b"], bed.source(200))
+    await until(lambda: (bed.folder / "step-0000000200.pt.part").exists(), 30, "the part")
+    await bed.ctl.replicator.close()
+    assert "step-0000000200.json" not in os.listdir(bed.folder)
+    bed.ctl.fleet.hosts["a"].transport = LocalTransport("a")
+    assert await bed.copy(300)
+    bed.holds(100, 300)
