@@ -96,8 +96,8 @@ class Replicator:
         self, job: str, spares: list[str], source: Source, saved_at: float | None = None
     ) -> None:
         """Replicate a checkpoint to each spare. ``saved_at``: when its CheckpointSaved
-        reached the console (``time.monotonic()``; default now), where a replica's lag starts."""
-        saved_at = time.monotonic() if saved_at is None else saved_at
+        reached the console (``clock.mono()``; default now), where a replica's lag starts."""
+        saved_at = clock.mono() if saved_at is None else saved_at
         for spare in spares:
             key = (job, spare)
             self._pending[key] = (source, saved_at)
@@ -141,7 +141,7 @@ class Replicator:
 
     async def copy(self, job: str, spare: str, src: Source, saved_at: float | None = None) -> bool:
         """One checkpoint to one spare; True when verified there. Failures are journalled, not
-        raised. ``saved_at`` (monotonic): when the checkpoint was reported, for the lag."""
+        raised. ``saved_at`` (``clock.mono()``): when the checkpoint was reported, for the lag."""
         async with self.folder_lock(job, spare):
             return await self._copy(job, spare, src, saved_at)
 
@@ -180,7 +180,7 @@ class Replicator:
             self._failing(job, spare, e)
             return False
         seconds = time.perf_counter() - t0
-        lag = None if saved_at is None else time.monotonic() - saved_at
+        lag = None if saved_at is None else clock.mono() - saved_at
         st.manifest, st.at, st.full = src.manifest, clock.wall(), False
         st.kept = [*got.older, step]
         rate = src.manifest.size / 1e6 / seconds if seconds > 0 else 0.0

@@ -20,6 +20,7 @@ import pytest
 from fleetbed import job_table, local_host, until, write_inventory
 from test_spare_disk import fill, small_disk  # noqa: F401 - the fixture
 
+from console import clock
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
@@ -128,7 +129,7 @@ async def test_one_channel_per_copy_prunes_first_and_keeps_the_newest(bed: Bed) 
 
 
 async def test_lag_runs_from_the_checkpoint_reaching_the_console(bed: Bed) -> None:
-    saved_at = time.monotonic() - 5.0
+    saved_at = clock.mono() - 5.0
     assert await bed.ctl.replicator.copy("j", "b", bed.source(100), saved_at)
     bed.ctl.replicator.submit("j", ["b"], bed.source(200))
     assert await bed.ctl.replicator.wait_idle("j", "b", 60)
