@@ -53,6 +53,7 @@ BENCHES = [
     Bench("protocol_rate", "protocol_rate.py", [], ["--quick"], 600, 300),
     Bench("executor_overhead", "executor_overhead.py", [], ["--quick"], 1800),
     Bench("journal_startup", "journal_startup.py", [], ["--events", "100000"], 600, 300),
+    Bench("restart_vs_torchrun", "restart_vs_torchrun.py", [], ["--quick"], 1800, 900),
 ]
 
 
