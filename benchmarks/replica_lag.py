@@ -61,18 +61,22 @@ def _pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-def _copies(events: list[Event]) -> list[dict[str, Any]]:
-    """Each verified replica: its seconds, bytes and lag (lag_s, else journal times)."""
-    saved = {e.data["step"]: e.t for e in events if e.kind is Kind.CHECKPOINT}
+def _copies(events: list[Event], start: float, stop: float) -> tuple[list[dict[str, Any]], int]:
+    """Each checkpoint saved while the job ran that was verified on the spare: its seconds,
+    bytes and lag (lag_s, else journal times); and how many were saved. A checkpoint that a
+    newer one replaced while it waited is never copied, by design."""
+    saved = {
+        e.data["step"]: e.t for e in events if e.kind is Kind.CHECKPOINT and start <= e.t < stop
+    }
     out = []
     for e in events:
-        if e.kind is not Kind.REPLICA or not e.data.get("ok"):
+        if e.kind is not Kind.REPLICA or not e.data.get("ok") or e.data["step"] not in saved:
             continue
         lag = e.data.get("lag_s")
-        if lag is None and e.data["step"] in saved:
+        if lag is None:
             lag = e.t - saved[e.data["step"]]
         out.append({"seconds": e.data["seconds"], "bytes": e.data["bytes"], "lag": lag})
-    return out
+    return out, len(saved)
 
 
 def _random_checkpoint(path: Path, size: int, step: int) -> CheckpointManifest:
@@ -117,11 +121,10 @@ async def run(folder: Path, seconds: float, big_mb: int) -> dict[str, Any]:
         await until(lambda: ctl.replicator.replica("j", "b").manifest, 300, "a first replica")
         start = time.time()
         await asyncio.sleep(seconds)
+        stop = time.time()  # the checkpoint a stop takes is the stop's, not the cadence's
         ctl.stop_job("j")
         await asyncio.wait_for(task, 120)
-        events = [e for e in read(journal) if e.t >= start]
-        copies = _copies(events)
-        saved = sum(1 for e in events if e.kind is Kind.CHECKPOINT)
+        copies, saved = _copies(list(read(journal)), start, stop)
         # the big checkpoint, on a quiet machine: the rate the bytes go at
         step = 10**9
         path = Path(checkpoint_file(str(a.root), "j", step))

@@ -52,6 +52,9 @@ class ReplicaState:
     """Wall time ``disk`` was measured."""
     full: bool = False
     """The last copy failed for want of space on the spare."""
+    lag_s: float | None = None
+    """Seconds from the newest replica's CheckpointSaved reaching the console to its copy
+    verified here (None when the copy was not of a reported checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class Replicator:
             return False
         seconds = time.perf_counter() - t0
         lag = None if saved_at is None else clock.mono() - saved_at
-        st.manifest, st.at, st.full = src.manifest, clock.wall(), False
+        st.manifest, st.at, st.full, st.lag_s = src.manifest, clock.wall(), False, lag
         st.kept = [*got.older, step]
         rate = src.manifest.size / 1e6 / seconds if seconds > 0 else 0.0
         self._journal.record(

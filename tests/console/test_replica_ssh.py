@@ -136,6 +136,7 @@ async def test_lag_runs_from_the_checkpoint_reaching_the_console(bed: Bed) -> No
     first, second = (e.data for e in bed.replicas())
     assert 5.0 + first["seconds"] <= first["lag_s"] < 60
     assert second["seconds"] <= second["lag_s"] < 30
+    assert bed.ctl.replicator.replica("j", "b").lag_s == second["lag_s"]
 
 
 async def test_a_dropped_source_stream_resumes_from_the_part(bed: Bed) -> None:
