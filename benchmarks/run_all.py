@@ -49,6 +49,7 @@ BENCHES = [
     Bench("replica_lag", "replica_lag.py", [], ["--quick"], 900, 300),
     Bench("mttr_cold", "mttr.py", [], ["--trials", "1"], 2400),
     Bench("mttr_warm", "mttr.py", ["--warm"], ["--warm", "--trials", "1"], 2400),
+    Bench("mttr_default", "mttr.py", ["--defaults"], ["--defaults", "--trials", "1"], 2400),
     Bench("console_scale", "console_scale.py", [], ["--quick"], 1800, optional=True),
     Bench("protocol_rate", "protocol_rate.py", [], ["--quick"], 600, 300),
     Bench("executor_overhead", "executor_overhead.py", [], ["--quick"], 1800),
