@@ -22,7 +22,7 @@ journal's incident (its ``first_step``) is shown beside, as hotspare counts it.
 
 Goal (issue 13): the command kind at most 0.5x torchrun's time, the torch kind faster still.
 
-    python benchmarks/restart_vs_torchrun.py [--trials 3] [--quick] [--json]
+    python benchmarks/restart_vs_torchrun.py [--trials 5] [--quick] [--json]
         [--only torchrun,command,torch] [--width 1448] [--kill-at 50] [--save-every 20]
 """
 
@@ -492,7 +492,7 @@ def figures(by: dict[str, list[Trial]], settings: Settings) -> list[Figure]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=3, help="per supervisor")
+    ap.add_argument("--trials", type=int, default=5, help="per supervisor")
     ap.add_argument("--only", default=",".join(SUPERVISORS), help="of: " + ", ".join(SUPERVISORS))
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--kill-at", type=int, default=50)
