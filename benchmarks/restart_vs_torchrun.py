@@ -124,9 +124,9 @@ def read_log(path: Path) -> list[Line]:
     except FileNotFoundError:
         return []
     out = []
-    for raw in text.splitlines():
+    for raw in text.split("\n")[:-1]:  # the last part is a line still being written, or ""
         m = LINE.match(raw)
-        if m:  # a line being written has no t= yet: read it next time
+        if m:
             out.append(Line(m["text"], int(m["pid"]), float(m["t"])))
     return out
 

@@ -32,9 +32,10 @@ def test_a_restart_is_read_from_the_new_process_lines_after_the_kill(tmp_path: P
             "proc t0=104.0 pid=11 t=104.5",
             "loaded step=40 pid=11 t=106.0",
             "step 41 loss=0.1 pid=11 t=106.25",
-            "step 42 loss=0.1 pid=1",  # being written: no t= yet
         ],
     )
+    with open(log, "a") as f:
+        f.write("step 42 loss=0.1 pid=11 t=106.5")  # still being written: no newline yet
     lines = rvt.read_log(log)
     assert rvt.last_step(lines) == 51
     assert rvt.last_step(lines, pid=11) == 41
