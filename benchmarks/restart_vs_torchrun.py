@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -167,7 +168,7 @@ def after_kill(lines: list[Line], kill_t: float, killed_pid: int) -> Trial | Non
     )
 
 
-def _tail(path: Path, n: int = 5) -> str:
+def _tail(path: Path, n: int = 2) -> str:
     try:
         return " | ".join(path.read_text().splitlines()[-n:])
     except OSError:
@@ -353,6 +354,18 @@ def journal_first_step(inv: Path, kill_t: float) -> float | None:
     return found[0].times["first_step"] - kill_t if found else None
 
 
+def last_journal_line(folder: Path) -> str:
+    """The newest journal event ``hotspare run --json`` printed, for a failure's message."""
+    try:
+        lines = (folder / "hotspare.out").read_text().splitlines()
+    except OSError:
+        return "(no output)"
+    for raw in reversed(lines):
+        with contextlib.suppress(ValueError):
+            return str(json.loads(raw).get("msg", raw))
+    return lines[-1] if lines else "(no output)"
+
+
 def run_command(folder: Path, settings: Settings) -> Trial:
     log = folder / "steps.log"
     argv = [
@@ -381,6 +394,8 @@ def run_command(folder: Path, settings: Settings) -> Trial:
         kill_t, pid = kill_trainer(log, settings, deadline, alive)
         trial = wait_restart(log, kill_t, pid, time.monotonic() + RESTART_TIMEOUT_S, alive)
         _finish(proc, "hotspare run")
+    except (RuntimeError, TimeoutError) as e:
+        raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
     trial.supervisor = "command"
@@ -429,6 +444,8 @@ def run_torch(folder: Path, settings: Settings) -> Trial:
             log, kill_t, killed, time.monotonic() + RESTART_TIMEOUT_S, _alive(proc)
         )
         _finish(proc, "hotspare run")
+    except (RuntimeError, TimeoutError) as e:
+        raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
     trial.supervisor = "torch"
@@ -461,32 +478,39 @@ def print_trials(trials: list[Trial]) -> None:
     print()
 
 
-def figures(by: dict[str, list[Trial]], settings: Settings) -> list[Figure]:
+def figures(by: dict[str, list[Trial]], failed: dict[str, str], settings: Settings) -> list[Figure]:
     out: list[Figure] = []
-    med = {k: statistics.median(t.seconds for t in v) for k, v in by.items() if v}
+    med = {
+        k: statistics.median(t.seconds for t in v) for k, v in by.items() if v and k not in failed
+    }
     for k, trials in by.items():
-        if not trials:
+        if k in failed:  # a supervisor that did not restart the script is a miss, not a gap
+            bar = f"a step within {RESTART_TIMEOUT_S:g} s"
+            out.append(
+                Figure(f"{LABEL[k]}: kill -> first step (median)", math.nan, "s", bar, False)
+            )
             continue
         secs = [t.seconds for t in trials]
         out.append(Figure(f"{LABEL[k]}: kill -> first step (median)", med[k], "s"))
         out.append(Figure(f"{LABEL[k]}: spread (max - min)", max(secs) - min(secs), "s"))
         lost = max(t.lost for t in trials)
-        bar = settings.save_every
+        every = settings.save_every
         out.append(
-            Figure(f"{LABEL[k]}: lost steps (max)", lost, "steps", f"<= {bar}", at_most(lost, bar))
+            Figure(
+                f"{LABEL[k]}: lost steps (max)", lost, "steps", f"<= {every}", at_most(lost, every)
+            )
         )
-    base = med.get("torchrun")
-    if base and "command" in med:
-        r = med["command"] / base
-        out.append(
-            Figure("command kind / torchrun", r, "x", f"<= {GOAL_RATIO:g}", at_most(r, GOAL_RATIO))
-        )
-    if base and "torch" in med:
-        r = med["torch"] / base
-        ok = at_most(r, GOAL_RATIO) and ("command" not in med or med["torch"] < med["command"])
-        out.append(
-            Figure("torch kind / torchrun", r, "x", f"<= {GOAL_RATIO:g}, < the command kind's", ok)
-        )
+    base = med.get("torchrun", math.nan)
+    for k in ("command", "torch"):
+        if k not in by or "torchrun" not in by:
+            continue
+        r = med.get(k, math.nan) / base
+        ok = at_most(r, GOAL_RATIO)
+        bar = f"<= {GOAL_RATIO:g}"
+        if k == "torch":
+            ok = ok and med["torch"] < med.get("command", math.inf)
+            bar += ", < the command kind's" if "command" in by else ""
+        out.append(Figure(f"{k} kind / torchrun (medians)", r, "x", bar, ok))
     return out
 
 
@@ -519,6 +543,7 @@ def main() -> None:
     params = args.layers * (args.width * args.width + args.width)
     by: dict[str, list[Trial]] = {k: [] for k in chosen}
     trials: list[Trial] = []
+    failed: dict[str, str] = {}
     try:
         with contextlib.ExitStack() as stack:
             if args.keep:
@@ -530,9 +555,17 @@ def main() -> None:
             for r in range(args.trials):
                 order = chosen[r % len(chosen) :] + chosen[: r % len(chosen)]
                 for k in order:
+                    if k in failed:
+                        continue
                     folder = Path(d) / f"{k}-{r}"
                     folder.mkdir()
-                    t = RUNNERS[k](folder, settings)
+                    try:
+                        t = RUNNERS[k](folder, settings)
+                    except (RuntimeError, TimeoutError) as e:
+                        # the others still run; this supervisor's figure says it missed
+                        failed[k] = f"{type(e).__name__}: {e}"
+                        print(f"round {r + 1}: {LABEL[k]}: {failed[k]}", file=sys.stderr)
+                        continue
                     by[k].append(t)
                     trials.append(t)
                     print(
@@ -541,7 +574,7 @@ def main() -> None:
                         file=sys.stderr,
                         flush=True,
                     )
-    except (RuntimeError, TimeoutError, OSError) as e:
+    except OSError as e:
         print(f"restart_vs_torchrun: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)
     print_trials(trials)
@@ -553,7 +586,9 @@ def main() -> None:
         f"lease {FAST_CONSOLE['lease_s']:g} s, heartbeat {FAST_CONSOLE['heartbeat_s']:g} s; "
         f"cpu, {os.cpu_count()} CPUs"
     )
-    emit("restart_vs_torchrun", figures(by, settings), notes, args.json)
+    for k, why in failed.items():
+        notes += f"; {LABEL[k]} FAILED ({why})"
+    emit("restart_vs_torchrun", figures(by, failed, settings), notes, args.json)
 
 
 if __name__ == "__main__":
