@@ -7,7 +7,7 @@ bytes it then deserialises with ``weights_only=True``; a bad checkpoint is skipp
 the previous one, and the skip is an event.
 
 A checkpoint is published (renamed into place with its manifest) only inside the writer's
-lease: ``publish`` is the one place that does it, for this module and the command kind.
+lease: ``publish`` (executors.publish, which imports no torch) is the one place that does it.
 """
 
 from __future__ import annotations
@@ -16,107 +16,32 @@ import errno
 import hashlib
 import io
 import os
-import stat
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import msgspec
 import torch
 
 from executors.durable import fsync_dir
+from executors.publish import (
+    PUBLISH_MARGIN_S,
+    CorruptCheckpoint,
+    Emit,
+    Fenced,
+    LeaseCheck,
+    Loaded,
+    always_valid,
+    checkpoint_name,
+    publish,
+    read_manifest,
+    verified_bytes,
+)
 from protocol.faults import FaultKind
-from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
+from protocol.messages import CheckpointSaved, Fault
 from protocol.spec import CheckpointManifest
 
-Emit = Callable[[ExecutorMessage], None]
-LeaseCheck = Callable[[float], bool]
-"""``Control.lease_valid``: is there more than this margin (seconds) left of the lease?"""
-_READ_CHUNK = 8 << 20
-MAX_MANIFEST = 1 << 20
-PUBLISH_MARGIN_S = 0.25
-"""A checkpoint is published only with more than this left of the lease. The check and the two
-renames after it take microseconds; the margin covers a writer descheduled between them (the
-GIL handed to the step loop, a loaded host) so that a publish is rarely undone by the check
-after the renames, and it is far below the trainer's own guard (a fifth of the lease or more),
-so a writer in good time is never refused."""
-_PUBLISHING = threading.Lock()
-"""Held across each publish's check, renames and check again; the lease watchdog takes it for
-good (``seal``) before it ends the process, so the process never ends between the two checks."""
-
-
-def _always(_margin_s: float) -> bool:
-    return True
-
-
-class Fenced(Exception):
-    """The lease ended (or was within ``PUBLISH_MARGIN_S`` of its end): nothing was published."""
-
-
-def publish(
-    data_tmp: Path, data_path: Path, manifest: CheckpointManifest, lease_valid: LeaseCheck
-) -> Path:
-    """Rename a written, fsynced data file into place and write its manifest, inside the lease.
-
-    Everything slow (the manifest's bytes and fsync) happens before the lease check, so only
-    two renames follow it. The lease is checked again after them: if it still holds, the
-    renames surely happened before it ended (a lapsed lease is never renewed); if not, both
-    files are removed before anything reports them, and ``Fenced`` is raised. Returns the
-    manifest's path.
-    """
-    folder = data_path.parent
-    manifest_path = data_path.with_suffix(".json")
-    manifest_tmp = folder / f".{manifest_path.name}.tmp"
-    try:
-        with open(manifest_tmp, "wb") as f:
-            f.write(msgspec.json.encode(manifest))
-            f.flush()
-            os.fsync(f.fileno())
-        with _PUBLISHING:
-            if not lease_valid(PUBLISH_MARGIN_S):
-                raise Fenced(f"checkpoint {manifest.step} not published: the lease is ending")
-            os.replace(data_tmp, data_path)
-            os.replace(manifest_tmp, manifest_path)
-            if not lease_valid(0.0):
-                manifest_path.unlink(missing_ok=True)
-                data_path.unlink(missing_ok=True)
-                raise Fenced(
-                    f"checkpoint {manifest.step} withdrawn: the lease ended while it was published"
-                )
-    except BaseException:
-        data_tmp.unlink(missing_ok=True)
-        manifest_tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(folder)
-    return manifest_path
-
-
-def seal(timeout_s: float = 1.0) -> bool:
-    """Publish nothing more in this process: take the publish lock and keep it.
-
-    Called by the lease watchdog just before it ends the process; waits at most
-    ``timeout_s`` for a publish in flight. False if it did not get the lock in time.
-    """
-    return _PUBLISHING.acquire(timeout=timeout_s)
-
-
-class CorruptCheckpoint(Exception):
-    """A checkpoint that must not be loaded; the message says why."""
-
-
-@dataclass(frozen=True)
-class Loaded:
-    manifest: CheckpointManifest
-    path: Path
-    state: dict[str, Any]
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:010d}"
+__all__ = ["PUBLISH_MARGIN_S", "CheckpointManager", "Emit", "Fenced", "LeaseCheck", "Loaded"]
 
 
 class _HashingWriter:
@@ -166,7 +91,7 @@ class CheckpointManager:
         code_version: str,
         emit: Emit,
         write_delay_s: float = 0.0,
-        lease_valid: LeaseCheck = _always,
+        lease_valid: LeaseCheck = always_valid,
     ) -> None:
         self.folder = folder
         self._lease_valid = lease_valid
@@ -344,47 +269,3 @@ def _root_errno(e: BaseException | None) -> int | None:
             return e.errno
         e = e.__cause__ or e.__context__
     return None
-
-
-def read_manifest(path: Path) -> CheckpointManifest:
-    """A manifest from a regular file of at most MAX_MANIFEST bytes, else CorruptCheckpoint."""
-    try:
-        with open_regular(path) as f:
-            raw = f.read(MAX_MANIFEST + 1)
-        if len(raw) > MAX_MANIFEST:
-            raise CorruptCheckpoint(f"manifest over {MAX_MANIFEST} bytes")
-        return msgspec.json.decode(raw, type=CheckpointManifest)
-    except (OSError, msgspec.DecodeError) as e:
-        raise CorruptCheckpoint(f"unreadable manifest: {e}") from None
-
-
-def open_regular(path: Path) -> BinaryIO:
-    """Open a regular file for reading; a FIFO, device or folder is refused, never waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise CorruptCheckpoint(f"{path.name} is not a regular file")
-    return os.fdopen(fd, "rb")
-
-
-def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
-    """The file's bytes, only if their size and sha256 match the manifest."""
-    try:
-        with open_regular(path) as f:
-            size = os.fstat(f.fileno()).st_size
-            if size != manifest.size:
-                raise CorruptCheckpoint(
-                    f"size {size} bytes, manifest says {manifest.size} (truncated?)"
-                )
-            buf = bytearray()
-            sha = hashlib.sha256()
-            while len(buf) < size and (chunk := f.read(min(_READ_CHUNK, size - len(buf)))):
-                sha.update(chunk)
-                buf += chunk
-    except OSError as e:
-        raise CorruptCheckpoint(f"cannot read: {e}") from None
-    if sha.hexdigest() != manifest.sha256:
-        raise CorruptCheckpoint(
-            f"sha256 {sha.hexdigest()[:12]}… does not match the manifest's {manifest.sha256[:12]}…"
-        )
-    return bytes(buf)

@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--job")
     serve.add_argument("--device")
+    serve.add_argument(
+        "--kind",
+        default="torch",
+        help="the kind of job expected; only torch is warmed up (imported) while idle",
+    )
     serve.add_argument("--heartbeat-s", type=float, default=1.0)
     serve.add_argument("--health-s", type=float, default=1.0)
     serve.add_argument(
@@ -142,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
         heartbeat_s=args.heartbeat_s,
         health_s=args.health_s,
         idle_exit_s=args.idle_exit_s,
+        kind=args.kind,
     )
     return asyncio.run(server.main(autostart=spec))
 

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from executors.checkpoint import (
+from executors.durable import fsync_dir
+from executors.publish import (
     CorruptCheckpoint,
     Emit,
     Fenced,
@@ -31,7 +32,6 @@ from executors.checkpoint import (
     publish,
     read_manifest,
 )
-from executors.durable import fsync_dir
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
 from protocol.spec import CheckpointManifest, CommandSpec

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from executors.checkpoint import Emit, LeaseCheck
+from executors.publish import Emit, LeaseCheck
 from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
 from protocol.messages import Log, Progress

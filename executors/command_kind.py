@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 from executors import exitcodes
-from executors.checkpoint import PUBLISH_MARGIN_S, Emit
 from executors.command_files import Publisher, Restored, Watcher, clear
 from executors.command_io import (
     LineLog,
@@ -57,7 +56,8 @@ from executors.command_io import (
 )
 from executors.control import Control
 from executors.inject import Injections
-from executors.trainer import Outcome
+from executors.kinds import Outcome
+from executors.publish import PUBLISH_MARGIN_S, Emit
 from executors.version import code_version
 from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
 from protocol.errors import ConfigError

@@ -1,6 +1,7 @@
 """Test hooks: faults injected on purpose, so each recovery path can be exercised for real.
 
-Set ``HOTSPARE_INJECT`` to a comma-separated list; each entry fires once per process:
+Set ``HOTSPARE_INJECT`` to a comma-separated list; each entry fires once per process (a run
+restarted in place runs in the same process, so ``crash@90,crash@91`` is a crash loop):
 
 - ``oom@STEP``      raise an out-of-memory error in the first micro-batch of STEP
 - ``nan@STEP``      make the loss of STEP NaN

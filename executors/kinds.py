@@ -8,6 +8,7 @@ resolve without package metadata, because a host runs the executor from a copied
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -15,10 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from protocol.errors import ConfigError
 
 if TYPE_CHECKING:
-    from executors.checkpoint import Emit
     from executors.control import Control
     from executors.inject import Injections
-    from executors.trainer import Outcome
+    from executors.publish import Emit
     from protocol.spec import JobSpec
 
 GROUP = "hotspare.executors"
@@ -26,6 +26,16 @@ BUILTIN = {
     "torch": "executors.torch_kind:TorchKind",
     "command": "executors.command_kind:CommandKind",
 }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a runner's ``run()`` ended: the executor's exit code, the step, why."""
+
+    exit_code: int
+    step: int
+    reason: str
+    params_sha256: str | None = None
 
 
 class Runner(Protocol):

@@ -4,6 +4,13 @@ The protocol is served on a Unix socket (mode 0600) in the workdir; no TCP port 
 opened. Training runs on its own thread and goes on when clients come and go. The
 lease is enforced twice: the trainer stops at a step boundary before it ends, and a
 watchdog here ends the process if a step overruns it.
+
+The executor is the node's agent: when the training run dies (a ``crash`` or a ``hang``:
+the command exited or was killed, the workload raised), the executor stays and says so
+(``RunEnded``, state ``faulted``). A Start at a higher epoch restarts the run in place,
+in this process (torch already imported, the command's leftovers reaped); a Stop, a
+signal or the end of the lease ends the process. An executor started for a job of
+another kind than ``torch`` never imports torch.
 """
 
 from __future__ import annotations
@@ -18,14 +25,13 @@ import time
 from pathlib import Path
 
 from executors import clock, exitcodes
-from executors.checkpoint import seal
 from executors.control import Control
 from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
 from executors.inject import Injections
 from executors.kinds import load_kind
+from executors.publish import seal
 from executors.threadname import name_os_thread
-from executors.trainer import Outcome
 from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET, kill_command
 from protocol.errors import ConfigError, ProtocolError
 from protocol.faults import FaultKind
@@ -39,6 +45,7 @@ from protocol.framing import (
 from protocol.messages import (
     PROTOCOL_VERSION,
     CheckpointNow,
+    CheckpointSaved,
     ConsoleHello,
     ConsoleMessage,
     Drain,
@@ -51,6 +58,7 @@ from protocol.messages import (
     Log,
     Ping,
     Progress,
+    RunEnded,
     Start,
     Stop,
     Stopped,
@@ -59,6 +67,8 @@ from protocol.spec import JobSpec
 
 HELLO_TIMEOUT_S = 10.0
 MAX_CLIENT_BUFFER = 1 << 20
+RESTARTABLE = {FaultKind.CRASH.value, FaultKind.HANG.value}
+"""How a run may end and leave its executor waiting for a restart in place."""
 _FINAL = {
     exitcodes.OK: ExecutorState.FINISHED,
     exitcodes.FAILED: ExecutorState.FAILED,
@@ -75,11 +85,14 @@ class Server:
         heartbeat_s: float = 1.0,
         health_s: float = 1.0,
         idle_exit_s: float = 600.0,
+        kind: str = "torch",
     ) -> None:
         self.idle_exit_s = idle_exit_s
         """An idle executor (no Start) with no console connected exits after this long: an orphaned
         standby does not sit on its host's workdir forever."""
         self.workdir = workdir.resolve()
+        self.kind = kind
+        """The kind of job expected: only ``torch`` warms torch up while idle."""
         self.device = device
         self.heartbeat_s = heartbeat_s
         self.health_s = health_s
@@ -93,6 +106,10 @@ class Server:
         self._client_tasks: set[asyncio.Task[None]] = set()
         self._warmup: threading.Thread | None = None
         self._seq = 0
+        self._injections: Injections | None = None
+        """Parsed once per process: each injected fault fires once, restarts in place included."""
+        self._last_fault: Fault | None = None
+        self._checkpoint_step: int | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -119,7 +136,7 @@ class Server:
         ]
         if autostart is not None:
             self._start(Start(spec=autostart))
-        else:
+        elif self.kind == "torch":
             self._warmup = threading.Thread(target=warm_up, name="hotspare-warmup", daemon=True)
             self._warmup.start()
         try:
@@ -135,7 +152,12 @@ class Server:
         return code
 
     def _on_signal(self, sig: int) -> None:
-        if self.control is None:
+        if self.state is ExecutorState.FAULTED:
+            self._end_faulted(
+                "preempted" if sig == signal.SIGTERM else "interrupted",
+                exitcodes.PREEMPTED if sig == signal.SIGTERM else exitcodes.INTERRUPTED,
+            )
+        elif self.control is None:
             self._finish_idle(
                 "preempted" if sig == signal.SIGTERM else "interrupted", exitcodes.PREEMPTED
             )
@@ -156,10 +178,31 @@ class Server:
         self.state = ExecutorState.STOPPED
         self._loop.call_soon(lambda: self._done.done() or self._done.set_result(code))
 
+    def _end_faulted(self, reason: str, code: int) -> None:
+        """A faulted executor told to stop (or whose lease ended): nothing runs; end the process."""
+        self.emit(
+            Stopped(
+                step=self.step, reason=reason, checkpoint_step=self._checkpoint_step, exit_code=code
+            )
+        )
+        self.state = ExecutorState.STOPPED
+        self._loop.call_soon(lambda: self._done.done() or self._done.set_result(code))
+
     # -------------------------------------------------------------- training
 
     def _start(self, msg: Start) -> None:
-        if self._thread is not None:
+        if self.state is ExecutorState.FAULTED:
+            assert self.control is not None
+            if msg.epoch <= self.control.epoch:
+                self._broadcast(
+                    Log(
+                        level="warning",
+                        text=f"Start at epoch {msg.epoch} ignored: a restart needs an epoch above "
+                        f"{self.control.epoch}",
+                    )
+                )
+                return
+        elif self._thread is not None:
             assert self.spec is not None
             self._broadcast(
                 Log(
@@ -169,7 +212,7 @@ class Server:
                 )
             )
             return
-        self.spec = msg.spec
+        self.spec, self._last_fault = msg.spec, None
         self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s, lease_anchor=msg.lease_anchor)
         self.state = ExecutorState.TRAINING
         self._thread = threading.Thread(
@@ -178,11 +221,13 @@ class Server:
         self._thread.start()
 
     def _train(self, spec: JobSpec, control: Control) -> None:
-        code = exitcodes.FAILED
+        code, reason = exitcodes.FAILED, FaultKind.CRASH.value
         name_os_thread("hotspare-train")  # visible in /proc: which executor trains, not idles
         if self._warmup is not None:
             self._warmup.join()  # imports must not race: torch's import machinery is not thread-safe
         try:
+            if self._injections is None:
+                self._injections = Injections.from_env()
             kind = load_kind(spec.executor)
             runner = kind.runner(
                 spec,
@@ -190,19 +235,39 @@ class Server:
                 self.emit,
                 control=control,
                 device=self.device,
-                injections=Injections.from_env(),
+                injections=self._injections,
             )
-            outcome: Outcome = runner.run()
-            code = outcome.exit_code
+            outcome = runner.run()
+            code, reason = outcome.exit_code, outcome.reason
         except ConfigError as e:
             self.emit(Fault(fault="config", message=str(e), fatal=True))
-            code = exitcodes.CONFIG
+            code, reason = exitcodes.CONFIG, "config"
         except Exception as e:  # noqa: BLE001 - reported as a crash event; the traceback goes to crash.log
             code = report_crash(e, self.workdir, self.emit)
         finally:
-            self._loop.call_soon_threadsafe(self._trainer_done, code)
+            self._loop.call_soon_threadsafe(self._trainer_done, control, code, reason)
 
-    def _trainer_done(self, code: int) -> None:
+    def _trainer_done(self, control: Control, code: int, reason: str) -> None:
+        if (
+            code == exitcodes.FAILED
+            and reason in RESTARTABLE
+            and control.stop is None
+            and control.lease_valid(0.0)
+            and not self._done.done()
+        ):
+            self._thread = None
+            self.state = ExecutorState.FAULTED
+            fault = self._last_fault
+            self.emit(
+                RunEnded(
+                    step=self.step,
+                    fault=reason,
+                    message=fault.message if fault is not None else reason,
+                    exit_code=code,
+                    checkpoint_step=self._checkpoint_step,
+                )
+            )
+            return
         self.state = _FINAL.get(code, ExecutorState.STOPPED)
         if not self._done.done():
             self._done.set_result(code)
@@ -211,6 +276,10 @@ class Server:
         """From any thread: into the workdir's log, then to every client."""
         if isinstance(msg, Progress):
             self.step = msg.step
+        elif isinstance(msg, Fault) and msg.fatal:
+            self._last_fault = msg
+        elif isinstance(msg, CheckpointSaved):
+            self._checkpoint_step = msg.manifest.step
         self._log(msg)
         self._loop.call_soon_threadsafe(self._broadcast, msg)
 
@@ -284,6 +353,8 @@ class Server:
                 )
         elif isinstance(msg, Lease):
             self._lease(msg, control)
+        elif isinstance(msg, (Stop, Drain)) and self.state is ExecutorState.FAULTED:
+            self._end_faulted(msg.reason, exitcodes.STOPPED)
         elif isinstance(msg, CheckpointNow):
             control.request_checkpoint(msg.reason)
         elif isinstance(msg, (Stop, Drain)):
@@ -365,6 +436,9 @@ class Server:
                 self._finish_idle("idle: no console", exitcodes.STOPPED)
             control = self.control
             left = control.lease_left() if control else None
+            if self.state is ExecutorState.FAULTED and left is not None and left <= 0:
+                self._end_faulted("lease_lost", exitcodes.LEASE_LOST)  # no restart came in time
+                continue
             if (
                 left is not None
                 and left <= 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executors.checkpoint import Emit
 from executors.control import Control
 from executors.inject import Injections
+from executors.publish import Emit
 from executors.trainer import Trainer, pick_device
 from protocol.spec import JobSpec
 

@@ -20,6 +20,7 @@ from executors import exitcodes, rng
 from executors.checkpoint import PUBLISH_MARGIN_S, CheckpointManager, Emit, Loaded
 from executors.control import Control
 from executors.inject import Injections
+from executors.kinds import Outcome
 from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.faults import FaultKind
@@ -51,14 +52,6 @@ class TrainState:
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.step, self.data_index = int(sd["step"]), int(sd["data_index"])
         self.micro_batch, self.skipped = int(sd["micro_batch"]), [int(i) for i in sd["skipped"]]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    exit_code: int
-    step: int
-    reason: str
-    params_sha256: str | None = None
 
 
 def pick_device(name: str | None = None) -> torch.device:

@@ -13,7 +13,7 @@ import msgspec
 
 from protocol.spec import CheckpointManifest, JobSpec
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class ExecutorState(StrEnum):
@@ -24,6 +24,9 @@ class ExecutorState(StrEnum):
     TRAINING = "training"
     STOPPING = "stopping"
     """A stop, drain or lease end is being honoured at the next step boundary."""
+    FAULTED = "faulted"
+    """The training process died (a crash, a hang); the executor stays, waiting for a Start at a
+    higher epoch to restart it in place, a Stop, or the end of its lease."""
     FINISHED = "finished"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -234,6 +237,18 @@ class Stopped(_Msg, tag="stopped"):
     exit_code: int = 0
 
 
+class RunEnded(_Msg, tag="run_ended"):
+    """The training process ended with a fault, and the executor did not: it waits, at state
+    ``faulted``, for a Start at a higher epoch (a restart in place: no new process), a Stop, or
+    the end of its lease. ``fault`` is the class (``crash``, ``hang``), ``message`` the why."""
+
+    step: int
+    fault: str
+    message: str
+    exit_code: int
+    checkpoint_step: int | None = None
+
+
 ExecutorMessage = (
     ExecutorHello
     | Heartbeat
@@ -245,4 +260,5 @@ ExecutorMessage = (
     | Log
     | Finished
     | Stopped
+    | RunEnded
 )

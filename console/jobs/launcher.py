@@ -77,7 +77,7 @@ class Launcher:
     async def start(
         self, host: str, *, promote_upto: int | None, released: Callable[[str], None]
     ) -> ExecutorLink | Outcome:
-        """An idle executor on ``host`` (torch imported, waiting for Start), linked; or why not.
+        """An idle executor on ``host`` (warmed up for the job's kind, waiting for Start), linked; or why not.
 
         ``promote_upto``: put the newest replica of at most that epoch in place first.
         ``released``: called with the host once an executor started for a start that was
@@ -96,7 +96,9 @@ class Launcher:
             if left is not None:
                 return left
             hb = str(self._inv.console.heartbeat_s)
-            args = ["serve", "--workdir", workdir, "--heartbeat-s", hb, "--health-s", hb]
+            kind = self._inv.jobs[self.job].spec.executor
+            args = ["serve", "--workdir", workdir, "--kind", kind, "--heartbeat-s", hb]
+            args += ["--health-s", hb]
             argv, env = executor_command(
                 python, bundle.path, [*args, "--idle-exit-s", str(IDLE_EXIT_S)]
             )

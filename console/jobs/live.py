@@ -47,6 +47,9 @@ class LiveJob:
     spares: list[str] = field(default_factory=list)
     link: ExecutorLink | None = None
     """The link to the executor training the job, while there is one."""
+    faulted: ExecutorLink | None = None
+    """The link to an executor whose run died (``RunEnded``) and which waits, alive, for a
+    Start that restarts the run in place; taken by the restart or told to stop."""
     last_seen: float = 0.0
     """When the executor was last heard from (monotonic)."""
     step: int = 0

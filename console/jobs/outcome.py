@@ -51,6 +51,12 @@ def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome
     return Outcome(Exit.STOPPED, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
 
 
+def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
+    """A training run that died under a live executor (``RunEnded``): a crash or a hang."""
+    exit = Exit.HUNG if fault == FaultKind.HANG.value else Exit.CRASHED
+    return Outcome(exit, f"{fault}: {message}" if message else fault, step)
+
+
 def from_events_tail(text: str) -> Outcome:
     """Classify an executor that is gone from the end of its events.jsonl."""
     for line in reversed(text.splitlines()):
@@ -65,6 +71,8 @@ def from_events_tail(text: str) -> Outcome:
             return from_stopped(e.get("reason", ""), e.get("step", 0), e.get("checkpoint_step"))
         if kind == "fault" and e.get("fault") == "config":
             return Outcome(Exit.CONFIG, e.get("message", "configuration error"))
+        if kind == "run_ended":  # the run died; its executor then ended too, unrestarted
+            return from_run_ended(e.get("fault", ""), e.get("message", ""), e.get("step"))
         if kind == "fault" and e.get("fault") == FaultKind.CRASH.value:
             return Outcome(Exit.CRASHED, f"crashed: {e.get('message', '')}")
         if kind in ("progress", "checkpoint", "resumed"):

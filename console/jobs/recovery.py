@@ -15,7 +15,7 @@ from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.policy import Decision, Policy, decide
 from console.jobs.replicator import Replicator, Source
-from console.jobs.standby import Standby
+from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
@@ -65,6 +65,7 @@ class Recovery:
         """Act on how a run ended; returns where to launch next (host, promote a replica), or None."""
         job, fleet = self._live, self._fleet
         host = job.host
+        faulted, job.faulted = job.faulted, None
         if outcome.exit is not Exit.HOST_LOST:
             await self._standby.cancel_preparation()
         self._journal.record(
@@ -115,8 +116,12 @@ class Recovery:
                     f"{outcome.why}; restart {job.rec.restarts} of {self._restart_limit} on {host}",
                 )
                 self._incident.phase("decided", action="restart", host=host)
+                if faulted is not None:  # the executor waits: the restart is a Start, in place
+                    self._standby.prepared = Prepared(host, faulted, promoted=True)
                 return host, False
             self._states.move(JobState.RESTARTING, "restart limit reached")
+        if faulted is not None:  # not restarted there: it must not wait out its lease
+            await self._standby.discard(Prepared(host, faulted))
         if outcome.exit is Exit.HOST_LOST:
             self._incident.open("host_lost", outcome.why)
             fleet.set_state(host, HostState.DOWN, outcome.why)

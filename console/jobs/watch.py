@@ -19,7 +19,7 @@ from console.inventory import Inventory
 from console.jobs.incident import OpenIncident
 from console.jobs.lease import JobLease
 from console.jobs.live import Alert, LiveJob
-from console.jobs.outcome import Exit, Outcome, from_stopped
+from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
 from console.jobs.probe import Probe
 from console.jobs.replicator import Replicator, Source
@@ -37,6 +37,7 @@ from protocol.messages import (
     Log,
     Progress,
     Resumed,
+    RunEnded,
     Stopped,
 )
 
@@ -93,6 +94,8 @@ class Watch:
         """Ask for a planned move off the host: (reason, why)."""
         self._pace = ClockPace(inv.console.lease_s)
         self._warned = 0
+        self._ended = asyncio.Event()
+        """Set when a message says the run ended while the executor stays (``RunEnded``)."""
 
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
@@ -104,13 +107,20 @@ class Watch:
         """Until the executor's run has ended (relinking after blips); how it ended."""
         job = self._live
         job.exit = None
+        self._ended.clear()
         tasks = [asyncio.create_task(self._renew_leases()), asyncio.create_task(self._liveness())]
         try:
             while True:
                 assert job.link is not None
-                why = await self._standby.pump(job.link)
+                pump = self._standby.pump(job.link)
+                ended = asyncio.create_task(self._ended.wait())
+                try:  # the link closing, or a run that ended under a live executor
+                    await asyncio.wait({pump, ended}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ended.cancel()
                 if job.exit is not None:
                     return job.exit
+                why = await pump
                 outcome = await self.after_link_loss(why)
                 if outcome is not None:
                     return outcome
@@ -201,6 +211,11 @@ class Watch:
             job.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
         elif isinstance(msg, Stopped):
             job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+        elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one
+            job.log_tail.append(f"{_clock()} RUN ENDED {msg.fault}: {msg.message}")
+            job.exit = from_run_ended(msg.fault, msg.message, msg.step)
+            job.faulted = job.link
+            self._ended.set()
 
     def _check_pace(self, executor_clock: float) -> None:
         drift = self._pace.sample(executor_clock, clock.mono())

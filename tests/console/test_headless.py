@@ -32,7 +32,9 @@ def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_
         restart_limit=1,
     )
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
-    hook = {"a": {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90"}, "b": EXECUTOR_ENV}
+    # Each injected fault fires once per executor process, and a crash is restarted in the same
+    # process: resumed from step 80, the run crashes again at 91, past the one restart allowed.
+    hook = {"a": {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90,crash@91"}, "b": EXECUTOR_ENV}
     run = hotspare(
         "--inventory",
         str(inv),

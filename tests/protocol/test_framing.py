@@ -55,6 +55,7 @@ from protocol.messages import (
     Ping,
     Progress,
     Resumed,
+    RunEnded,
     Start,
     Stop,
     Stopped,
@@ -200,6 +201,8 @@ EXECUTOR_EXAMPLES: list[Any] = [
     Log(level="warning", text="line one\nline two\x00 with NUL and ünïcödé"),
     Finished(step=2000, params_sha256="ab" * 32),
     Stopped(step=1510, reason="lease_lost", checkpoint_step=1510, exit_code=75),
+    RunEnded(step=1510, fault="crash", message="exit 137 (SIGKILL)", exit_code=1),
+    RunEnded(step=0, fault="hang", message="no progress", exit_code=1, checkpoint_step=None),
 ]
 
 

@@ -1,0 +1,159 @@
+"""Restart in place through the console: the executor stays, and a Start at the next epoch
+restarts the dead run in the same process (the executor's pid, read from /proc and the
+workdir, is the evidence); with no restart left it is told to stop, not left to its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import read
+from console.states import JobState
+from executors.workdir import read_command
+
+SCRIPT = Path(__file__).resolve().parent.parent / "train_plain.py"
+STEPS = 150
+
+
+def executor_pid(root: Path, job: str) -> int:
+    return int((root / "jobs" / job / "executor.pid").read_text())
+
+
+def maps_torch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def command_table() -> dict:
+    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
+    argv += ["--resume", "{resume_from}", "--steps", "{steps}", "--marker", "--step-s", "0.03"]
+    return {
+        "executor": "command",
+        "steps": STEPS,
+        "command": {
+            "argv": argv,
+            "env": {"OMP_NUM_THREADS": "1"},
+            "checkpoint_glob": "ckpt-*.pt",
+            "complete_marker": "{name}.done",
+            "progress_regex": r"step (?P<step>\d+) loss",
+            "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
+        },
+    }
+
+
+def plain_reference(tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--checkpoint-dir", str(tmp_path / "ref"), "--steps", "150"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1].split()[-1]
+
+
+def command_pid(workdir: Path) -> int | None:
+    """The command's process-group leader, as the executor recorded it in the workdir."""
+    rec = read_command(workdir)
+    return rec[0] if rec is not None else None
+
+
+async def test_a_killed_command_restarts_in_the_same_executor_at_the_next_epoch(
+    tmp_path: Path,
+) -> None:
+    reference = await asyncio.to_thread(plain_reference, tmp_path)
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"p": {"host": "a", "spares": ["b"], **command_table()}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO)
+    sup = ctl.jobs["p"]
+    workdir = tmp_path / "a" / "jobs" / "p"
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: sup.step >= 40 or task.done(), 90, "step 40")
+    pid = executor_pid(tmp_path / "a", "p")
+    child = command_pid(workdir)
+    assert child is not None and child != pid
+    os.kill(child, signal.SIGKILL)
+    await until(
+        lambda: (sup.epoch >= 2 and sup.state is JobState.RUNNING) or task.done(),
+        30,
+        "a restart at epoch 2",
+    )
+    await until(
+        lambda: command_pid(workdir) not in (None, child) or task.done(), 30, "a new command"
+    )
+    assert executor_pid(tmp_path / "a", "p") == pid, "the same executor restarted the command"
+    assert Path(f"/proc/{pid}").exists()
+    assert not maps_torch(pid), "the command kind's executor never imports torch"
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert (sup.state, sup.host, sup.sha256) == (JobState.FINISHED, "a", reference)
+    entries = list(read(inv.parent / "state" / "journal.jsonl"))
+    started = [e for e in entries if "executor pid" in e.msg and "started" in e.msg]
+    assert len(started) == 1, [e.msg for e in started]
+    (inc,) = incidents(entries)
+    assert inc.fault_class == "executor_crash" and inc.resolved
+
+
+async def test_an_injected_crash_restarts_the_torch_run_in_the_same_process_bit_exact(
+    tmp_path: Path,
+) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=300)}},
+    )
+    baseline = await asyncio.to_thread(baseline_sha, inv, "j", tmp_path / "baseline")
+    env = {"a": {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90"}, "b": dict(EXECUTOR_ENV)}
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: sup.step >= 20 or task.done(), 90, "step 20")
+    pid = executor_pid(tmp_path / "a", "j")
+    await until(lambda: sup.epoch >= 2 or task.done(), 90, "the restart at epoch 2")
+    await until(lambda: sup.step > 90 or task.done(), 60, "a step past the crash")
+    assert executor_pid(tmp_path / "a", "j") == pid and Path(f"/proc/{pid}").exists()
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert (sup.state, sup.host, sup.sha256) == (JobState.FINISHED, "a", baseline)
+    (inc,) = incidents(list(read(inv.parent / "state" / "journal.jsonl")))
+    assert inc.fault_class == "executor_crash" and inc.resolved
+    assert inc.resumed_step == 80
+
+
+async def test_with_no_restart_left_the_waiting_executor_is_stopped_not_left_to_its_lease(
+    tmp_path: Path,
+) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"p": {"host": "a", "spares": ["b"], **command_table()}},
+        restart_limit=0,
+        lease_s=30.0,
+    )
+    ctl = Controller(load(inv), Policy.AUTO)
+    sup = ctl.jobs["p"]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: sup.step >= 30 or task.done(), 90, "step 30")
+    pid = executor_pid(tmp_path / "a", "p")
+    child = command_pid(tmp_path / "a" / "jobs" / "p")
+    assert child is not None
+    os.kill(child, signal.SIGKILL)
+    # Well inside the 30 s lease: the faulted executor was told to stop, not left waiting.
+    await until(lambda: not Path(f"/proc/{pid}").exists() or task.done(), 10, "a's executor gone")
+    await until(lambda: sup.host == "b" or task.done(), 30, "the failover to b")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
