@@ -289,6 +289,15 @@ class JobSupervisor:
                 if outcome is None:
                     self._note_reattached(host)
                 return outcome
+            if hello is not None and hello.epoch == job.epoch and hello.state == "faulted":
+                # Its run died while no console watched: restart it in place, as if seen dying.
+                job.faulted = link
+                job.step = hello.step
+                job.last_seen = time.monotonic()
+                self._standby.pump(link)
+                return Outcome(
+                    Exit.CRASHED, f"the run on {host} had ended when this console started"
+                )
             if hello is not None:
                 await self._retire(link, host)
             link.close()

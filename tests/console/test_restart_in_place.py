@@ -17,7 +17,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.incidents import incidents
-from console.records.journal import read
+from console.records.journal import Kind, read
 from console.states import JobState
 from executors.workdir import read_command
 
@@ -157,3 +157,49 @@ async def test_with_no_restart_left_the_waiting_executor_is_stopped_not_left_to_
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await ctl.close()
+
+
+async def test_a_console_started_after_the_run_died_restarts_it_in_the_waiting_executor(
+    tmp_path: Path,
+) -> None:
+    """The command dies while no console watches: the next console finds the executor waiting
+    (faulted, within its lease) and restarts the run in it, not in a new one."""
+    reference = await asyncio.to_thread(plain_reference, tmp_path)
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"p": {"host": "a", "spares": ["b"], **command_table()}},
+        lease_s=30.0,
+    )
+    workdir = tmp_path / "a" / "jobs" / "p"
+    ctl = Controller(load(inv), Policy.AUTO)
+    sup = ctl.jobs["p"]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: sup.step >= 30 or task.done(), 90, "step 30")
+    task.cancel()  # the console dies; the executor trains on under its lease
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    pid = executor_pid(tmp_path / "a", "p")
+    child = command_pid(workdir)
+    assert child is not None
+    os.kill(child, signal.SIGKILL)
+    events = workdir / "events.jsonl"
+    await until(lambda: '"kind":"run_ended"' in events.read_text(), 30, "run_ended on disk")
+
+    again = Controller(load(inv), Policy.AUTO)
+    sup2 = again.jobs["p"]
+    run = asyncio.create_task(again.run())
+    await until(lambda: sup2.epoch >= 2 or run.done(), 30, "the restart at epoch 2")
+    await until(
+        lambda: command_pid(workdir) not in (None, child) or run.done(), 30, "a new command"
+    )
+    assert executor_pid(tmp_path / "a", "p") == pid and Path(f"/proc/{pid}").exists()
+    await asyncio.wait_for(run, 120)
+    await again.close()
+    assert (sup2.state, sup2.host, sup2.sha256) == (JobState.FINISHED, "a", reference)
+    entries = list(read(inv.parent / "state" / "journal.jsonl"))
+    started = [
+        e for e in entries if e.kind is Kind.EXECUTOR and "pid" in e.data and " started " in e.msg
+    ]
+    assert [e.data["pid"] for e in started] == [pid], "no second executor was started"
+    assert any(i.fault_class == "executor_crash" and i.resolved for i in incidents(entries))
