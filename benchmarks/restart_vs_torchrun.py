@@ -195,15 +195,14 @@ def _state(pid: int) -> str:
 
 
 def started_at(pid: int) -> float | None:
-    """When process ``pid`` started, wall clock (to the kernel's clock tick), from /proc."""
+    """When process ``pid`` started, wall clock (to the kernel's clock tick), from /proc: its
+    start in ticks since boot, against CLOCK_BOOTTIME now (``btime`` is whole seconds)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
-        stat = Path("/proc/stat").read_text()
     except OSError:
         return None
-    ticks = int(raw[raw.rfind(b")") + 2 :].split()[19])
-    btime = next(int(ln.split()[1]) for ln in stat.splitlines() if ln.startswith("btime "))
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    since_boot = int(raw[raw.rfind(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
 
 
 def script_processes(log: Path) -> set[int]:
