@@ -45,6 +45,9 @@ class JobState(StrEnum):
     DEPLOYING = "deploying"
     """Bundle, workdir and executor being put on a host."""
     RUNNING = "running"
+    UNREACHABLE = "unreachable"
+    """Its executor is not heard from: the lease it holds is waited out before anything else
+    starts (a blip goes back to running). Nothing about it is current."""
     CHECKPOINTING = "checkpointing"
     """A checkpoint-now (drain, preemption) is in flight."""
     FAILING_OVER = "failing_over"
@@ -91,6 +94,18 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     ),
     JobState.RUNNING: frozenset(
         {
+            JobState.UNREACHABLE,
+            JobState.CHECKPOINTING,
+            JobState.FAILING_OVER,
+            JobState.RESTARTING,
+            JobState.FINISHED,
+            JobState.FAILED,
+            JobState.PENDING,
+        }
+    ),
+    JobState.UNREACHABLE: frozenset(
+        {
+            JobState.RUNNING,
             JobState.CHECKPOINTING,
             JobState.FAILING_OVER,
             JobState.RESTARTING,
@@ -101,6 +116,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     ),
     JobState.CHECKPOINTING: frozenset(
         {
+            JobState.UNREACHABLE,
             JobState.RUNNING,
             JobState.FAILING_OVER,
             JobState.FINISHED,

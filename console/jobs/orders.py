@@ -35,7 +35,14 @@ class Orders:
         """Wake whatever waits for the fleet to change (a supervisor waiting for a host)."""
 
     def request_move(self, reason: str, why: str, target: str | None = None) -> None:
-        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
+        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps).
+
+        Only a job that trains can be moved so; one being deployed, restarted or failed over
+        has no step to checkpoint, and the order is reported as not delivered (never raised)."""
+        job = self._live
+        if job.link is None or not job.machine.can(JobState.CHECKPOINTING):
+            self._undelivered("drain", f"{job.name} is {job.state.value}, not training")
+            return
         if target is not None:
             self._live.target = target
         self._incident.open(reason, why, planned=True)

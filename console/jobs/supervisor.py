@@ -154,6 +154,7 @@ class JobSupervisor:
         )
         self._watch = Watch(
             self.live,
+            states=self._states,
             inv=inv,
             fleet=fleet,
             journal=journal,

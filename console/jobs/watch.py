@@ -18,7 +18,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.jobs.incident import OpenIncident
 from console.jobs.lease import JobLease
-from console.jobs.live import Alert, LiveJob
+from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
 from console.jobs.probe import Probe
@@ -56,6 +56,7 @@ class Watch:
         self,
         live: LiveJob,
         *,
+        states: Transitions,
         inv: Inventory,
         fleet: Fleet,
         journal: Journal,
@@ -73,6 +74,7 @@ class Watch:
         move: Callable[[str, str], None],
     ) -> None:
         self._live = live
+        self._states = states
         self._inv = inv
         self._fleet = fleet
         self._journal = journal
@@ -293,6 +295,7 @@ class Watch:
         workdir = self._probe.workdir(host)
         suspect_noted = offline_noted = probed = False
         alive: bool | None = None
+        before = job.state
         probe_s = max(0.5, 2 * self._inv.console.heartbeat_s)
         while True:
             silent = is_suspect(time.monotonic(), job.last_seen, self._detection)
@@ -311,6 +314,8 @@ class Watch:
             budget = max(0.2, min(probe_s, lease.left())) if silent else probe_s
             if await self._relink(host, budget):
                 await self._standby.cancel_preparation()
+                if job.state is JobState.UNREACHABLE:
+                    self._states.move(before, f"{host} answers again")
                 return None
             # The probe runs a short Python program on the host, which a loaded host may take a
             # while to start; one cut short reads as "cannot be asked", not as "gone". Only
@@ -322,6 +327,11 @@ class Watch:
             if silent and not suspect_noted:
                 suspect_noted = True
                 self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+                if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+                    self._states.move(
+                        JobState.UNREACHABLE,
+                        f"waiting out the lease on {host}: {max(0.0, lease.left()):.0f} s left",
+                    )
                 self._incident.open("host_lost" if alive is None else "executor_hang", why)
             if (
                 alive is None

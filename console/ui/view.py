@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from console.jobs.controller import Controller
+from console.states import JobState
 from protocol.messages import Health
 
 Row = tuple[str, ...]
@@ -227,6 +228,8 @@ def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
         replica = "-" if spare is None else replica_cell(ctl, name, spare, sup.step)
         state = sup.state.value
+        if sup.state is JobState.UNREACHABLE:  # counted down live, not the moment it was noted
+            state = f"waiting out lease on {sup.host}: {max(0.0, sup.lease.left()):.0f} s left"
         if sup.failure is not None:
             state += f" ({sup.failure.value})"
         elif sup.approval is not None and not sup.approval.done():
@@ -239,7 +242,7 @@ def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
             str(sup.rec.restarts),
             progress_bar(sup.step, sup.spec.steps),
             "-" if math.isnan(sup.loss) else f"{sup.loss:.4f}",
-            f"{sup.steps_per_s:.1f}",
+            f"{sup.steps_per_s:.1f}" if sup.state is JobState.RUNNING else "-",
             ckpt_s,
             replica,
         )

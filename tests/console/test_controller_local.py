@@ -408,3 +408,36 @@ async def test_an_idle_executor_left_on_the_host_is_retired_not_adopted(
     assert await asyncio.to_thread(idle.wait, 30) == exitcodes.STOPPED
     assert ctl.jobs["j"].sha256 == baseline
     assert not any("reattached" in e.msg for e in journal(fleet))
+
+
+async def test_while_the_lease_runs_out_the_jobs_view_says_so_and_shows_no_rate(
+    fleet: Path, tmp_path: Path
+) -> None:
+    from console.ui.view import job_rows
+
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
+    assert job_rows(ctl)["j"][7] != "-", "a running job shows its rate"
+    ctl.kill_host("a")
+    await until(lambda: sup.state is JobState.UNREACHABLE or task.done(), 30, "unreachable")
+    row = job_rows(ctl)["j"]
+    first = float(row[2].removeprefix("waiting out lease on a: ").removesuffix(" s left"))
+    assert 0 <= first <= ctl.inv.console.lease_s
+    assert row[7] == "-", "no steps/s shown as current while nothing is heard"
+    await until(
+        lambda: sup.state is not JobState.UNREACHABLE or sup.lease.left() < first - 1,
+        30,
+        "a second of the lease to pass",
+    )
+    if sup.state is JobState.UNREACHABLE:
+        later = job_rows(ctl)["j"][2]
+        assert later != row[2], "the countdown is live, not the moment it was noted"
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    moves = [e.data["to"] for e in journal(fleet) if e.kind is Kind.JOB_STATE]
+    assert moves[moves.index("unreachable") + 1] == "failing_over", moves
+    (noted,) = [
+        e for e in journal(fleet) if e.kind is Kind.JOB_STATE and e.data["to"] == "unreachable"
+    ]
+    assert "waiting out the lease on a" in noted.msg

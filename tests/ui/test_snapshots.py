@@ -19,6 +19,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Kind
+from console.states import JobState
 from console.ui.app import HotspareApp
 from protocol.messages import GpuHealth, Health
 
@@ -81,6 +82,8 @@ def fixed_app(tmp_path: Path) -> HotspareApp:
     ctl.fleet.hosts["gpu-a"].job = "llm"
     sup = ctl.jobs["llm"]
     sup.host, sup.spares, sup.step, sup.loss, sup.steps_per_s = "gpu-a", ["gpu-b"], 200, 2.5, 41.0
+    sup.live.machine.move(JobState.DEPLOYING)
+    sup.live.machine.move(JobState.RUNNING)  # a training job: its rate is current
     j = ctl.journal
     j.record(Kind.HOST_STATE, "gpu-c: up -> cordoned (operator)", at=T0, host="gpu-c")
     opened = {"class": "host_lost", "fault_at": T0, "last_step": 120, "planned": False}
