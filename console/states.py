@@ -73,9 +73,11 @@ class FailureKind(StrEnum):
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # PENDING -> RESTARTING / FAILING_OVER: a console started while the job's host was
-    # unreachable waits out the old lease, then acts on what it finds.
+    # unreachable waits out the old lease, then acts on what it finds. PENDING -> FINISHED: a
+    # console started after the job finished (it never ran under this console).
     JobState.PENDING: frozenset(
         {
+            JobState.FINISHED,
             JobState.DEPLOYING,
             JobState.RUNNING,
             JobState.RESTARTING,

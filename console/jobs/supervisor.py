@@ -233,8 +233,8 @@ class JobSupervisor:
             return
         if job.rec.finished_sha256:
             job.step = job.rec.finished_step or self.spec.steps
-            self._states.move(JobState.RUNNING, "finished before this console started")
-            self._states.move(JobState.FINISHED)
+            job.host = job.rec.host
+            self._states.move(JobState.FINISHED, "finished before this console started")
             return
         if job.rec.stopped:
             job.failure = FailureKind.STOPPED

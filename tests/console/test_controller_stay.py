@@ -39,6 +39,22 @@ async def test_without_stay_run_returns_once_every_job_has_ended(tmp_path: Path)
     assert states == {"j": JobState.FINISHED}
 
 
+async def test_a_job_finished_before_this_console_goes_straight_to_finished(
+    tmp_path: Path,
+) -> None:
+    """It never ran under this console: no "pending -> running" (which read, in the journal, as
+    an epoch started again on no host; chaos seeds 35 and 40), just "pending -> finished"."""
+    inventory = finished_fleet(tmp_path)
+    ctl = Controller(load(inventory), Policy.AUTO)
+    await asyncio.wait_for(ctl.run(), 10)
+    await ctl.close()
+    moves = [
+        e for e in read(inventory.parent / "state" / "journal.jsonl") if e.kind is Kind.JOB_STATE
+    ]
+    assert [(e.data["from"], e.data["to"], e.host) for e in moves] == [("pending", "finished", "a")]
+    assert ctl.jobs["j"].step == 800
+
+
 async def test_with_stay_hosts_are_still_watched_after_the_last_job_ended(tmp_path: Path) -> None:
     ctl = Controller(load(finished_fleet(tmp_path)), Policy.AUTO)
     task = asyncio.create_task(ctl.run(stay=True))
