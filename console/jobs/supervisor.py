@@ -280,7 +280,9 @@ class JobSupervisor:
                 and await self._probe.wait_gone(host, 2.0) is not True
             ):
                 link.close()
-                job.last_seen = time.monotonic()
+                # Never heard from by this console: silent from the start, so probes are cut to
+                # what is left of the persisted lease and the target is readied at once.
+                job.last_seen = 0.0
                 self._states.move(
                     JobState.PENDING,
                     f"{host} not reachable at console start: waiting out its lease "
