@@ -36,7 +36,8 @@ class OpenIncident:
             job.host,
             fault_class,
             fault_at=fault_at,
-            last_step=job.step,
+            # A checkpoint at step N means step N was completed, whatever Progress said last.
+            last_step=max(job.step, job.checkpoint.step if job.checkpoint else 0),
             msg=why,
             planned=planned,
         )

@@ -23,6 +23,11 @@ from console.states import FailureKind, HostState, JobState
 REPLICATE_WAIT_S = 120.0
 
 
+def _last(seen: int, outcome: Outcome) -> int:
+    """The last step the run completed: what the console saw, or what its end said if later."""
+    return max(seen, outcome.step or 0, outcome.checkpoint_step or 0)
+
+
 class Recovery:
     """Recovery decisions once a run has ended: finish, fail, restart in place or fail over."""
 
@@ -115,7 +120,9 @@ class Recovery:
                     JobState.RESTARTING,
                     f"{outcome.why}; restart {job.rec.restarts} of {self._restart_limit} on {host}",
                 )
-                self._incident.phase("decided", action="restart", host=host)
+                self._incident.phase(
+                    "decided", action="restart", host=host, last_step=_last(job.step, outcome)
+                )
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
                 return host, False
@@ -194,7 +201,9 @@ class Recovery:
         if target is None:  # an operator stopped the job while it waited for a host
             return old or "", False
         job.rec.restarts = 0
-        self._incident.phase("decided", action="failover", host=target)
+        self._incident.phase(
+            "decided", action="failover", host=target, last_step=_last(job.step, outcome)
+        )
         prepared = standby.prepared
         if prepared is not None and prepared.host == target:
             if not prepared.promoted:

@@ -312,7 +312,8 @@ class JobSupervisor:
         hello = job.link.hello if job.link is not None else None
         if job.incident is not None and hello is not None:  # a console restart: nothing lost
             job.resumed_step = hello.step
-            self._incident.phase("loaded", step=hello.step)
+            # It never stopped: every step it completed is kept, none lost.
+            self._incident.phase("loaded", step=hello.step, last_step=hello.step)
         self._journal.record(
             Kind.EXECUTOR,
             f"{self.name}: reattached to executor pid {hello.pid if hello else '?'} on {host}",

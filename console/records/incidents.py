@@ -133,6 +133,8 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
         if inc is None:
             continue
         inc.lines.append(e)
+        if isinstance(e.data.get("last_step"), int):  # a later phase may know a later step
+            inc.last_step = max(inc.last_step, e.data["last_step"])
         inc.times.setdefault(phase, e.t)
         inc.data.setdefault(phase, dict(e.data))
     return sorted(found.values(), key=lambda i: i.id)

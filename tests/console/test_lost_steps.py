@@ -1,0 +1,53 @@
+"""Lost steps are counted from steps actually completed: the report once said "lost steps: 0
+(last step 189, resumed at 200)", and after a console restart "last step 200, resumed at 523"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.jobs.incident import OpenIncident
+from console.jobs.live import LiveJob
+from console.records.incidents import IncidentLog, incidents
+from console.records.journal import Journal, read
+from console.records.state_store import JobRecord, StateStore
+from protocol.spec import CheckpointManifest, JobSpec
+
+
+def _log(tmp_path: Path) -> tuple[Journal, IncidentLog]:
+    journal = Journal(tmp_path / "journal.jsonl")
+    return journal, IncidentLog(journal, StateStore(tmp_path / "state.json"))
+
+
+def test_a_checkpoint_newer_than_the_last_progress_counts_as_completed(tmp_path: Path) -> None:
+    journal, log = _log(tmp_path)
+    live = LiveJob(name="j", spec=JobSpec(name="j", steps=400), rec=JobRecord(), host="a")
+    live.step = 189  # the last Progress the console saw
+    live.checkpoint = CheckpointManifest(
+        job="j",
+        step=200,
+        file="step.pt",
+        size=1,
+        sha256="0" * 64,
+        epoch=1,
+        spec_hash="",
+        code_version="",
+        created_at=0.0,
+    )
+    incident = OpenIncident(live, log=log, preparing=lambda: False)
+    incident.open("host_lost", "gone")
+    incident.phase("loaded", step=200)
+    journal.close()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.last_step, inc.resumed_step, inc.lost_steps) == (200, 200, 0)
+
+
+def test_a_later_phase_that_knows_a_later_step_raises_the_last_step(tmp_path: Path) -> None:
+    """A console restarted: it opened the incident at the step it last knew (200), then
+    reattached to an executor that had trained on to 523 and lost nothing."""
+    journal, log = _log(tmp_path)
+    n = log.open("j", "a", "console_restart", fault_at=1.0, last_step=200, msg="restart")
+    log.phase(n, "j", "loaded", step=523, last_step=523)
+    log.phase(n, "j", "first_step", step=524)
+    journal.close()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.last_step, inc.resumed_step, inc.lost_steps) == (523, 523, 0)
