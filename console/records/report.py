@@ -6,14 +6,15 @@ decide, transfer, start, load, first step) and the steps lost.
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
-from console.records.incidents import Incident, incidents
-from console.records.journal import Kind, read
+from console.records.incidents import PHASES, Incident, incidents
+from console.records.journal import Event, Kind, read
 
 
 def _clock(t: float) -> str:
@@ -64,8 +65,43 @@ def render_incident(i: Incident, out: TextIO) -> None:
         f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
     )
     out.write(f"- fault at {_clock(i.fault_at)}\n\n")
-    for e in i.lines:
-        out.write(f"    {_clock(e.t)}  {e.data.get('phase', '')}: {e.msg}\n")
+    lines = [
+        f"{_clock(e.t)}  {_phase(e):<{PHASE_WIDTH}}  {_detail(i, e)}".rstrip() for e in timeline(i)
+    ]
+    # A fence of its own, after a blank line: one event a line, shown as written (a list's
+    # indented lines would be read as one paragraph of the list, and host text as markdown).
+    fence = "`" * max([3, *(len(run) + 1 for line in lines for run in re.findall("`+", line))])
+    out.write(f"{fence}text\n" + "".join(f"{line}\n" for line in lines) + f"{fence}\n")
+
+
+PHASE_WIDTH = max(len(p) for p in PHASES)
+FACTS = ("action", "host", "step", "last_step", "load_s")
+"""Data of a phase worth a word in its timeline line, in this order."""
+
+
+def timeline(i: Incident) -> list[Event]:
+    """An incident's events in time order: phases seen while a failover was being prepared
+    are recorded after the incident opened, back-dated to when they happened."""
+    return sorted(i.lines, key=lambda e: e.t)
+
+
+def _phase(e: Event) -> str:
+    return str(e.data.get("phase", ""))
+
+
+def _detail(i: Incident, e: Event) -> str:
+    """What a timeline line says after its time and phase: the event's message without the
+    incident, job and phase the line already shows, then the phase's facts."""
+    text = " ".join(e.msg.splitlines())  # one event, one line
+    text = text.removeprefix(f"incident {i.id}: ").removeprefix(f"{i.job}: ")
+    if text in (_phase(e), f"incident {i.id}"):
+        text = ""
+    facts = [
+        f"{k.replace('_', ' ')} {f'{v:.2f} s' if k.endswith('_s') else v}"
+        for k in FACTS
+        if (v := e.data.get(k)) is not None
+    ]
+    return "; ".join(x for x in (text, ", ".join(facts)) if x)
 
 
 def write_report(state_dir: Path, out: TextIO) -> int:

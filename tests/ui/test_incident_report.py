@@ -1,0 +1,118 @@
+"""One incident's report, as ``hotspare report`` writes it and the incident screen shows it:
+the timeline in time order, one event a line, each phase named once.
+
+The incident is recorded the way a failover records it: the target is readied (decided,
+transfer_done) while the lease runs out, before the incident opens, so those phases reach the
+journal after ``detected`` with their earlier times."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from textual.app import App
+from textual.widgets import Markdown
+from textual.widgets._markdown import MarkdownFence, MarkdownParagraph
+
+from console import clock
+from console.jobs.incident import OpenIncident
+from console.jobs.live import LiveJob
+from console.records.incidents import Incident, IncidentLog, incidents
+from console.records.journal import Journal, Kind, read
+from console.records.report import render_incident
+from console.records.state_store import JobRecord, StateStore
+from console.ui.screens.incidents import IncidentReportScreen
+from protocol.spec import JobSpec
+
+TIME = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  ")
+HOSTILE = "disk *full* on `/data` [bold]x[/]"
+
+
+@pytest.fixture
+def wall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wall clock that moves one second at each reading, so every event has its own time."""
+    ticks = iter(range(1_800_000_000, 1_900_000_000))
+    monkeypatch.setattr(clock, "wall", lambda: float(next(ticks)))
+
+
+def failover(tmp_path: Path) -> Incident:
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(
+        name="demo", spec=JobSpec(name="demo", steps=600), rec=JobRecord(host="a"), host="a"
+    )
+    incident = OpenIncident(
+        job, log=IncidentLog(journal, StateStore(tmp_path)), preparing=lambda: True
+    )
+    incident.phase("decided", action="failover", host="b")  # readied while the lease runs out
+    incident.phase("transfer_done", step=200)
+    incident.open("lease_lost", f"no heartbeat: {HOSTILE}")
+    incident.phase("executor_up")
+    incident.phase("loaded", step=200, load_s=0.5)
+    incident.phase("first_step", step=201)
+    (found,) = incidents(read(journal.path, kinds=(Kind.INCIDENT,)))
+    return found
+
+
+def report(found: Incident) -> str:
+    out = io.StringIO()
+    render_incident(found, out)
+    return out.getvalue()
+
+
+def timeline(text: str) -> list[str]:
+    """The report's timeline lines, however indented."""
+    return [line.strip() for line in text.splitlines() if TIME.match(line.strip())]
+
+
+def test_the_timeline_is_in_time_order_and_names_each_phase_once(
+    tmp_path: Path, wall: None
+) -> None:
+    found = failover(tmp_path)
+    recorded = [e.data["phase"] for e in found.lines]
+    assert recorded[:3] == ["detected", "decided", "transfer_done"], "journal order differs"
+    lines = timeline(report(found))
+    assert [line.split()[1] for line in lines] == [
+        "decided",
+        "transfer_done",
+        "detected",
+        "executor_up",
+        "loaded",
+        "first_step",
+    ]
+    assert [line[:12] for line in lines] == sorted(line[:12] for line in lines)
+    for line, phase in zip(lines, ("decided", "transfer_done", "detected"), strict=False):
+        assert line.count(phase) == 1, line
+        assert "incident 1" not in line, line
+    assert lines[0].endswith("decided        action failover, host b"), lines[0]
+    assert lines[4].endswith("step 200, load s 0.50 s"), lines[4]
+    assert HOSTILE in lines[2], "the host's words as written"
+
+
+class ReportApp(App[None]):
+    """Just enough of the console for the incident screen: a controller with a timeline."""
+
+    def __init__(self, found: Incident) -> None:
+        super().__init__()
+        self.ctl: Any = SimpleNamespace(timeline=SimpleNamespace(incident=lambda n: found))
+
+    def on_mount(self) -> None:
+        self.push_screen(IncidentReportScreen(1))
+
+
+async def test_the_incident_screen_shows_one_event_a_line(tmp_path: Path, wall: None) -> None:
+    found = failover(tmp_path)
+    app = ReportApp(found)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        markdown = app.screen.query_one("#report", Markdown)
+        fences = list(markdown.query(MarkdownFence))
+        assert len(fences) == 1, "the timeline is a block of its own"
+        drawn = fences[0].code.splitlines()
+        assert drawn == timeline(report(found)) and len(drawn) == 6
+        assert HOSTILE in drawn[2], "shown as written, not as markdown or markup"
+        for paragraph in markdown.query(MarkdownParagraph):
+            assert not TIME.search(str(paragraph.render())), "no timeline run into a paragraph"
