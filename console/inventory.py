@@ -58,6 +58,11 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A Slack-compatible URL that alerts are POSTed to."""
     clock_skew_s: Annotated[float, msgspec.Meta(ge=0)] = 0.5
     """Assumed worst clock difference between console and hosts; added to every lease end."""
+    unattended_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
+    """How long executors keep training after this console quits cleanly (a last lease that
+    long, persisted): a console started within it reattaches with no incident. The price: that
+    console waits out the rest of it before failing over a host it cannot reach. Never less
+    than ``lease_s``."""
     replicas_kept: Annotated[int, msgspec.Meta(ge=1)] = 2
     health: HealthThresholds = msgspec.field(default_factory=HealthThresholds)
 

@@ -22,6 +22,7 @@ FAST_CONSOLE = {
     "missed_heartbeats": 3,
     "lease_s": 3.0,
     "clock_skew_s": 0.2,
+    "unattended_s": 0.0,  # a console that quits leaves leases as they are (tests set it)
     "connect_timeout_s": 5.0,
     "command_timeout_s": 30.0,
 }

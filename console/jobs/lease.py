@@ -41,20 +41,31 @@ class JobLease:
         anchor = self._grant(link, host, epoch)
         return Start(spec=spec, epoch=epoch, lease_s=self.ttl_s, lease_anchor=anchor)
 
-    def renewal(self, link: ExecutorLink, host: str, epoch: int) -> Lease:
-        """A Lease bounded and persisted; send it next."""
-        anchor = self._grant(link, host, epoch)
-        return Lease(epoch=epoch, ttl_s=self.ttl_s, anchor=anchor)
+    def renewal(
+        self, link: ExecutorLink, host: str, epoch: int, ttl_s: float | None = None
+    ) -> Lease:
+        """A Lease bounded and persisted; send it next. ``ttl_s``: a longer one than usual (the
+        last lease of a console that quits, so training goes on without it)."""
+        ttl = max(self.ttl_s, ttl_s or 0.0)
+        anchor = self._grant(link, host, epoch, ttl)
+        return Lease(epoch=epoch, ttl_s=ttl, anchor=anchor)
 
-    def _grant(self, link: ExecutorLink, host: str, epoch: int) -> float:
+    def _grant(self, link: ExecutorLink, host: str, epoch: int, ttl: float | None = None) -> float:
         if link.anchor is None:
             raise NoAnchor(f"{host}: the executor has sent no clock reading")
+        ttl = self.ttl_s if ttl is None else ttl
         executor_clock, arrived = link.anchor
-        until = arrived + self.ttl_s
-        if until > self.until or self._rec.lease is None or self._rec.lease.epoch != epoch:
+        until = arrived + ttl
+        prev = self._rec.lease
+        if until > self.until or prev is None or prev.epoch != epoch:
             self.until = max(self.until, until)
             self._rec.lease = LeaseRecord(
-                host=host, epoch=epoch, until=self.until, boot_id=clock.boot_id(), ttl_s=self.ttl_s
+                host=host,
+                epoch=epoch,
+                until=self.until,
+                boot_id=clock.boot_id(),
+                # the longest lease of this epoch that may still run (another boot waits it all)
+                ttl_s=max(ttl, prev.ttl_s) if prev is not None and prev.epoch == epoch else ttl,
             )
             self._save()  # before the lease leaves this machine
         return executor_clock

@@ -17,7 +17,7 @@ from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.jobs.incident import OpenIncident
-from console.jobs.lease import JobLease
+from console.jobs.lease import JobLease, NoAnchor
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
@@ -43,6 +43,7 @@ from protocol.messages import (
 
 POLL_S = 0.2
 PROBE_MIN_S = 2.0
+LEAVE_TIMEOUT_S = 2.0
 
 
 def _clock() -> str:
@@ -126,10 +127,42 @@ class Watch:
                 outcome = await self.after_link_loss(why)
                 if outcome is not None:
                     return outcome
+        except asyncio.CancelledError:
+            await self._leave()  # the console quits: the job trains on without it
+            raise
         finally:
             for task in tasks:
                 task.cancel()
             job.link = None
+
+    async def _leave(self) -> None:
+        """The console quits cleanly: a last lease of ``unattended_s`` (persisted like any), so
+        training goes on and a console started within it reattaches. Best effort, quickly."""
+        job, unattended = self._live, self._inv.console.unattended_s
+        link, host = job.link, job.host
+        if link is None or link.hello is None or host is None or job.state is not JobState.RUNNING:
+            return
+        if unattended <= self._inv.console.lease_s:
+            return
+        try:
+            async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                await link.send(self._lease.renewal(link, host, job.epoch, ttl_s=unattended))
+        except (LinkError, NoAnchor, TimeoutError) as e:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{job.name}: the last lease before quitting did not reach {host}: {e}",
+                job=job.name,
+                host=host,
+            )
+            return
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{job.name}: the executor on {host} may train on for {unattended:g} s without a "
+            "console (its last lease)",
+            job=job.name,
+            host=host,
+            data={"unattended_s": unattended, "epoch": job.epoch},
+        )
 
     async def _renew_leases(self) -> None:
         job = self._live

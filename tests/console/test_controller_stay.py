@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,50 @@ async def test_a_stopped_job_stays_stopped_under_a_new_console_until_it_is_start
         assert StateStore(tmp_path / "state").job("j").stopped is False
     finally:
         await close(second, task)
+
+
+async def test_a_console_that_quits_leaves_training_going_and_the_next_reattaches_quietly(
+    tmp_path: Path,
+) -> None:
+    """``q``: the last lease is ``unattended_s`` long, so the executor trains on well past
+    ``lease_s`` with no console, and a console started then reattaches with no incident."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=3000)}},
+        unattended_s=60.0,
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: sup.step >= 20 or task.done(), 90, "step 20")
+    task.cancel()  # q: the console quits cleanly
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    workdir = tmp_path / "a" / "jobs" / "j"
+    pid = int((workdir / "executor.pid").read_text())
+    quit_at = time.monotonic()
+    lease_s = load(inventory).console.lease_s
+
+    def steps_on_disk() -> int:
+        lines = (workdir / "events.jsonl").read_text().splitlines()
+        return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
+
+    at_quit = steps_on_disk()
+    # Two whole leases later, with no console, it still trains (its own events and /proc).
+    await until(lambda: time.monotonic() > quit_at + 2 * lease_s, 30, "two leases to pass")
+    assert Path(f"/proc/{pid}").exists()
+    await until(lambda: steps_on_disk() > at_quit + 20, 30, "steps taken with no console")
+
+    again = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    run = asyncio.create_task(again.run())
+    await until(lambda: again.jobs["j"].state is JobState.RUNNING or run.done(), 30, "reattached")
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+    await again.close()
+    events = list(read(inventory.parent / "state" / "journal.jsonl"))
+    assert not [e for e in events if e.kind is Kind.INCIDENT], "no incident for a clean quit"
+    assert any("reattached to executor pid " + str(pid) in e.msg for e in events)
+    (last,) = [e for e in events if "may train on for 60 s" in e.msg][:1]
+    assert last.data["unattended_s"] == 60.0
