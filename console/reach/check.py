@@ -72,6 +72,9 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
         for problem in r.problems:
             out.write(problem if problem.startswith(f"{r.host}: ") else f"{r.host}: {problem}")
             out.write("\n")
+    for r in results:
+        for note in r.notes:
+            out.write(f"{r.host}: note: {note}\n")
 
 
 def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO = sys.stdout) -> int:

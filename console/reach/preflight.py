@@ -1,6 +1,9 @@
 """Preflight of a host: can it run the executor? Python, torch, CUDA, NVML, disk, the bundle.
 
 The probe is a short Python script run with the host's interpreter; it prints one JSON line.
+It only looks: a root not made yet is judged by the folder it would be made in, and a bundle
+not deployed yet is a note (the console deploys it before it starts an executor), not a
+problem.
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ import json, os, shutil, sys
 out = {"python": "%d.%d.%d" % sys.version_info[:3], "torch": None, "torch_error": None,
        "cuda": False, "cuda_devices": 0, "nvml": None, "disk_free_mb": None,
        "bundle": os.path.exists(os.path.join(sys.argv[2], ".complete"))}
-try:
-    os.makedirs(sys.argv[1], exist_ok=True)
-    out["disk_free_mb"] = shutil.disk_usage(sys.argv[1]).free / 2**20
+try:  # creates nothing: a root not made yet is judged by the folder it will be made in
+    here = os.path.abspath(sys.argv[1])
+    while not os.path.isdir(here):
+        if os.path.lexists(here):
+            raise NotADirectoryError("%s is not a folder" % here)
+        here = os.path.dirname(here)
+    if not os.access(here, os.W_OK | os.X_OK):
+        raise PermissionError("%s is not writable" % here)
+    out["disk_free_mb"] = shutil.disk_usage(here).free / 2**20
 except OSError as e:
     out["disk_error"] = str(e)
 try:
@@ -51,6 +60,8 @@ class Preflight:
     nvml: str | None = None
     disk_free_mb: float | None = None
     bundle: bool = False
+    notes: list[str] = field(default_factory=list)
+    """What is worth knowing and is no problem: a bundle the console will deploy itself."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -104,8 +115,9 @@ async def preflight(
             f"only {pf.disk_free_mb / 1024:.1f} GiB free under {root} (need {min_free_gb:g})"
         )
     if not pf.bundle:
-        pf.problems.append(
-            f"executor bundle {bundle.hash} is not deployed (run `hotspare check --deploy`)"
+        pf.notes.append(
+            f"executor bundle {bundle.hash} is not deployed yet: the console deploys it before "
+            "it starts an executor here (`hotspare check --deploy` deploys it now)"
         )
     pf.ok = not pf.problems
     return pf

@@ -17,7 +17,8 @@ from helpers import REPO, env_with
 HOSTS = ["local-a", "local-b", "local-c"]
 PYTHON_VERSION = "{}.{}.{}".format(*sys.version_info[:3])
 NOT_DEPLOYED = re.compile(
-    r"executor bundle [0-9a-f]{12} is not deployed \(run `hotspare check --deploy`\)$"
+    r"^local-[abc]: note: executor bundle [0-9a-f]{12} is not deployed yet: the console deploys "
+    r"it before it starts an executor here \(`hotspare check --deploy` deploys it now\)$"
 )
 
 
@@ -70,6 +71,9 @@ class Shipped:
     folder: Path
     inventory: Path
     before: subprocess.CompletedProcess[str]
+    made_before: list[str]
+    """What the check before deploying left in the folder besides the inventory."""
+    before_json: subprocess.CompletedProcess[str]
     deployed: subprocess.CompletedProcess[str]
     markers: dict[str, int]
     again: subprocess.CompletedProcess[str]
@@ -82,28 +86,46 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
     inventory = folder / "inventory.toml"
     shutil.copy(REPO / "inventory.toml", inventory)
     before = check(inventory)
+    before_json = check(inventory, "--json")
+    made_before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    made_before.remove("inventory.toml")
     deployed = check(inventory, "--deploy")
     markers = {
         p.relative_to(folder).as_posix(): p.stat().st_mtime_ns
         for p in folder.glob(".hotspare/hosts/*/bundles/*/.complete")
     }
     again = check(inventory, "--json", "--deploy")
-    return Shipped(folder, inventory, before, deployed, markers, again)
+    return Shipped(folder, inventory, before, made_before, before_json, deployed, markers, again)
 
 
-def test_check_before_deploying_names_the_missing_bundle_on_every_host(shipped: Shipped) -> None:
+def test_check_before_deploying_passes_and_notes_the_bundle_the_console_will_deploy(
+    shipped: Shipped,
+) -> None:
+    """A fresh clone's shipped inventory checks ok: the console deploys the bundle itself."""
     r = shipped.before
     no_traceback(r)
-    assert r.returncode == 1
+    assert r.returncode == 0, r.stdout
     t = table(r.stdout, HOSTS)
     for host in HOSTS:
-        assert t.status(host) == "FAIL"
+        assert t.status(host) == "ok"
         assert t.cell(host, "BUNDLE") == "no"
         assert t.cell(host, "PYTHON") == PYTHON_VERSION
-    # exactly one problem per host, and it is the bundle
+        assert t.cell(host, "DISK FREE").endswith(" GiB")
+    # exactly one line per host, and it is a note about the bundle
     assert sorted(p.split(": ", 1)[0] for p in t.problems) == HOSTS
     for line in t.problems:
         assert NOT_DEPLOYED.search(line), line
+
+    js = shipped.before_json
+    no_traceback(js)
+    assert js.returncode == 0, js.stdout
+    for d in json.loads(js.stdout):
+        assert (d["ok"], d["problems"], d["bundle"]) == (True, [], False)
+        assert len(d["notes"]) == 1 and "not deployed yet" in d["notes"][0]
+
+
+def test_check_before_deploying_creates_nothing(shipped: Shipped) -> None:
+    assert shipped.made_before == [], "checking only looks: no state dir, no host folders"
 
 
 def test_check_with_deploy_passes_on_the_shipped_hosts(shipped: Shipped) -> None:
@@ -132,7 +154,7 @@ def test_check_json_after_deploying(shipped: Shipped) -> None:
     assert sorted(d["host"] for d in results) == HOSTS
     for d in results:
         assert d["ok"] is True
-        assert d["problems"] == []
+        assert d["problems"] == [] and d["notes"] == []
         assert d["python"] == PYTHON_VERSION
         assert d["torch"] == importlib.metadata.version("torch")
         assert d["bundle"] is True
@@ -208,7 +230,7 @@ def test_check_names_a_host_whose_python_does_not_exist(tmp_path: Path, deploy: 
     t = table(r.stdout, ["good", "nopython"])
     assert t.status("nopython") == "FAIL"
     assert t.cell("nopython", "PYTHON") == "-"
-    assert t.status("good") == ("ok" if deploy else "FAIL")
+    assert t.status("good") == "ok", "a bundle not deployed yet is no failure"
     mine = [p for p in t.problems if p.startswith("nopython: ")]
     assert len(mine) == 1
     assert f"cannot run {missing}: No such file or directory" in mine[0]
@@ -225,3 +247,22 @@ def test_check_names_a_python_that_does_not_run(tmp_path: Path) -> None:
     assert r.returncode == 1
     t = table(r.stdout, ["broken"])
     assert t.problems == ["broken: /bin/false does not run: exit 1"]
+
+
+def test_check_names_a_root_that_cannot_be_made_and_makes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a file").write_text("not a folder")
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(
+        '[regions.r]\n[hosts.h]\nregion = "r"\ntransport = "local"\nroot = "a file/hosts/h"\n'
+        '[hosts.fresh]\nregion = "r"\ntransport = "local"\nroot = "new/hosts/fresh"\n'
+    )
+    r = check(inventory)
+    no_traceback(r)
+    assert r.returncode == 1
+    t = table(r.stdout, ["h", "fresh"])
+    assert (t.status("h"), t.status("fresh")) == ("FAIL", "ok")
+    assert (
+        f"h: cannot use {tmp_path / 'a file/hosts/h'}: {tmp_path / 'a file'} is not a folder"
+        in (t.problems)
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a file", "inventory.toml"]
