@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from console.jobs.controller import Controller
-from console.states import JobState
+from console.states import HostState, JobState
 from protocol.messages import Health
 
 Row = tuple[str, ...]
@@ -174,6 +174,16 @@ def fleet_rows(
                 hit = cache[name] = (key, host_row(ctl, name, heartbeat))
             rows[name] = hit[1]
     return rows
+
+
+HOST_MARKS = {HostState.DOWN: "error", HostState.SUSPECT: "warning"}
+"""Host states whose Fleet row is coloured, and how (``LiveTable.MARKS``)."""
+
+
+def host_marks(ctl: Controller, keys: Iterable[str]) -> dict[str, str]:
+    """The Fleet rows (of ``keys``: hosts and region headers) to colour for their host's state."""
+    hosts = ctl.fleet.hosts
+    return {k: m for k in keys if k in hosts and (m := HOST_MARKS.get(hosts[k].state))}
 
 
 def host_row(ctl: Controller, name: str, heartbeat: str) -> Row:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.app import ComposeResult
@@ -112,10 +112,14 @@ class ViewScreen(LiveScreen):
         """Whether a row is something to act on (not a group header)."""
         return True
 
+    def marks(self, keys: Iterable[str]) -> dict[str, str]:
+        """Rows to colour, and how (``LiveTable.MARKS``): a host down, say."""
+        return {}
+
     def redraw(self) -> None:
         rows = filtered(self.rows(), self.filter_text, self.is_item)
         self.tags &= set(rows)
-        self.table.sync(tagged(rows, self.tags))
+        self.table.sync(tagged(rows, self.tags), self.marks(rows))
         title = self.TITLE_TEXT
         if self.filter_text:
             title += f"   /{self.filter_text}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from textual.binding import Binding
@@ -10,7 +11,14 @@ from console.ui.screens.add_host import AddHostScreen
 from console.ui.screens.base import ViewScreen
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.screens.host_detail import HostDetailScreen
-from console.ui.view import FLEET_COLUMNS, REGION_PREFIX, Row, RowCache, fleet_rows
+from console.ui.view import (
+    FLEET_COLUMNS,
+    REGION_PREFIX,
+    Row,
+    RowCache,
+    fleet_rows,
+    host_marks,
+)
 
 
 class FleetScreen(HostActions, ViewScreen):
@@ -28,6 +36,9 @@ class FleetScreen(HostActions, ViewScreen):
 
     def rows(self) -> dict[str, Row]:
         return fleet_rows(self.ctl, cache=self._rows)
+
+    def marks(self, keys: Iterable[str]) -> dict[str, str]:
+        return host_marks(self.ctl, keys)
 
     def is_item(self, key: str) -> bool:
         return not key.startswith(REGION_PREFIX)

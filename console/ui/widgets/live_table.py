@@ -44,6 +44,8 @@ class LiveTable(ScrollView, can_focus=True):
         "live-table--cursor",
         "live-table--odd-row",
         "live-table--even-row",
+        "live-table--error",
+        "live-table--warning",
     }
     DEFAULT_CSS = """
     LiveTable {
@@ -75,8 +77,16 @@ class LiveTable(ScrollView, can_focus=True):
             color: $block-cursor-blurred-foreground;
             text-style: $block-cursor-blurred-text-style;
         }
+        & > .live-table--error {
+            color: $text-error;
+        }
+        & > .live-table--warning {
+            color: $text-warning;
+        }
     }
     """
+    MARKS = ("error", "warning")
+    """What a row may be marked as (``sync``'s ``marks``): its text is coloured so."""
 
     class RowSelected(Message):
         """Enter (or a click on the cursor row) on a row."""
@@ -94,6 +104,7 @@ class LiveTable(ScrollView, can_focus=True):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._column_names = tuple(columns)
         self._shown: dict[str, tuple[str, ...]] = {}
+        self._marks: dict[str, str] = {}
         self._keys: list[str] = []
         self._index: dict[str, int] = {}
         self._widths = [cell_len(name) for name in columns]
@@ -107,12 +118,25 @@ class LiveTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------ data
 
-    def sync(self, rows: Mapping[str, tuple[str, ...]]) -> int:
-        """Show ``rows`` (in their order); returns how many cells changed."""
+    def mark(self, key: str) -> str | None:
+        """What a row is marked as (one of ``MARKS``), if anything."""
+        return self._marks.get(key)
+
+    def sync(
+        self, rows: Mapping[str, tuple[str, ...]], marks: Mapping[str, str] | None = None
+    ) -> int:
+        """Show ``rows`` (in their order), those in ``marks`` coloured as marked there;
+        returns how many cells changed."""
         written = 0
         keys = list(rows)
         reordered = keys != self._keys
         changed: list[int] = []
+        marks = {k: m for k, m in (marks or {}).items() if k in rows}
+        if marks != self._marks:
+            for key in marks.keys() | self._marks.keys():
+                if marks.get(key) != self._marks.get(key) and key in self._index:
+                    changed.append(self._index[key])
+            self._marks = marks
         widths = self._widths
         for index, (key, row) in enumerate(rows.items()):
             before = self._shown.get(key)
@@ -273,7 +297,11 @@ class LiveTable(ScrollView, can_focus=True):
                 part = "live-table--cursor"
             else:
                 part = "live-table--odd-row" if index % 2 else "live-table--even-row"
-            line = self._line(self._shown[self._keys[index]], base + self._style(part))
+            key = self._keys[index]
+            style = base + self._style(part)
+            if (mark := self._marks.get(key)) and part != "live-table--cursor":
+                style += self.get_component_rich_style(f"live-table--{mark}", partial=True)
+            line = self._line(self._shown[key], style)
         scroll_x = int(self.scroll_x)
         return line.crop_extend(scroll_x, scroll_x + width, base)
 
