@@ -35,6 +35,13 @@ class Outcome:
     sha256: str | None = None
     checkpoint_step: int | None = None
 
+    def said(self) -> str:
+        """The exit class and why, each word once: ``finished``, ``stopped: operator``,
+        ``stopped: lease_lost``, ``executor_crash: crash: boom``."""
+        if not self.why:
+            return self.exit.value
+        return self.why if self.exit.value in self.why.split(": ") else f"{self.exit}: {self.why}"
+
 
 def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
     if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted"):

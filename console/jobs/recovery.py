@@ -75,7 +75,7 @@ class Recovery:
             await self._standby.cancel_preparation()
         self._journal.record(
             Kind.EXECUTOR,
-            f"{job.name}: executor on {host} ended: {outcome.exit.value}: {outcome.why}",
+            f"{job.name}: executor on {host} ended: {outcome.said()}",
             job=job.name,
             host=host,
             data={"exit": outcome.exit.value, "step": outcome.step},

@@ -1,0 +1,76 @@
+"""The journal line of an executor's end says its exit class and its cause once each
+('executor on a ended: finished', not '... ended: finished: finished')."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from console.jobs.live import LiveJob
+from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.policy import Policy
+from console.jobs.recovery import Recovery
+from console.records.journal import Journal, Kind, read
+from console.records.state_store import JobRecord
+from protocol.spec import JobSpec
+
+
+class Standby:
+    async def cancel_preparation(self) -> None:
+        pass
+
+    async def drop_warm(self) -> None:
+        pass
+
+
+async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
+    """The EXECUTOR line a real ``Recovery`` journals for ``outcome`` (a job over on host a)."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
+    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
+    recovery = Recovery(
+        job,
+        states=quiet,
+        incident=quiet,
+        standby=Standby(),  # type: ignore[arg-type]
+        targets=quiet,
+        fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
+        journal=journal,
+        alert=lambda *a, **k: None,
+        replicator=quiet,
+        save=lambda: None,
+        policy=lambda: Policy.AUTO,
+        restart_limit=1,
+        wait_for_hosts=Standby().drop_warm,
+    )
+    assert await recovery.recover(outcome) is None, "the job is over"
+    (line,) = [e.msg for e in read(journal.path) if e.kind is Kind.EXECUTOR]
+    return line
+
+
+@pytest.mark.parametrize(
+    ("outcome", "said"),
+    [
+        (Outcome(Exit.FINISHED, "finished", 100, sha256="ab" * 32), "finished"),
+        (from_stopped("operator", 40, 40), "stopped: operator"),
+        (Outcome(Exit.CONFIG, "n_embd 33 is not a multiple of n_head 2"), "config: n_embd 33"),
+    ],
+    ids=["finished", "stopped", "config"],
+)
+async def test_the_executor_ended_line_says_each_word_once(
+    tmp_path: Path, outcome: Outcome, said: str
+) -> None:
+    line = await ended_line(tmp_path, outcome)
+    assert line.startswith(f"j: executor on a ended: {said}"), line
+    assert line.count(outcome.exit.value) == 1, line
+
+
+def test_an_outcome_names_its_class_when_its_cause_does_not() -> None:
+    assert from_stopped("lease_lost", 5, None).said() == "stopped: lease_lost"
+    assert from_run_ended("crash", "boom", 5).said() == "executor_crash: crash: boom"
+    assert from_stopped("drain", 5, 5).said() == "planned: stopped for drain"
+    assert Outcome(Exit.HOST_LOST, "").said() == "host_lost"
