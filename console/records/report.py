@@ -48,7 +48,8 @@ def render(found: list[Incident], finished: dict[str, str], out: TextIO) -> None
         )
     if mttrs:
         out.write(
-            f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved incidents.\n"
+            f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved "
+            f"incident{'' if len(mttrs) == 1 else 's'}.\n"
         )
     for i in found:
         out.write("\n")

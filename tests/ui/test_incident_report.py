@@ -23,7 +23,7 @@ from console.jobs.incident import OpenIncident
 from console.jobs.live import LiveJob
 from console.records.incidents import Incident, IncidentLog, incidents
 from console.records.journal import Journal, Kind, read
-from console.records.report import render_incident
+from console.records.report import render, render_incident
 from console.records.state_store import JobRecord, StateStore
 from console.ui.screens.incidents import IncidentReportScreen
 from protocol.spec import JobSpec
@@ -116,3 +116,13 @@ async def test_the_incident_screen_shows_one_event_a_line(tmp_path: Path, wall: 
         assert HOSTILE in drawn[2], "shown as written, not as markdown or markup"
         for paragraph in markdown.query(MarkdownParagraph):
             assert not TIME.search(str(paragraph.render())), "no timeline run into a paragraph"
+
+
+def test_the_summary_counts_one_incident_in_the_singular(tmp_path: Path, wall: None) -> None:
+    found = failover(tmp_path)
+    out = io.StringIO()
+    render([found], {}, out)
+    assert "over 1 resolved incident.\n" in out.getvalue()
+    out = io.StringIO()
+    render([found, found], {}, out)
+    assert "over 2 resolved incidents.\n" in out.getvalue()
