@@ -97,11 +97,9 @@ async def preflight(
         pf.problems.append(f"the probe printed no result: {result.stdout[:200]!r}")
         return pf
     pf.python, pf.torch, pf.nvml = facts["python"], facts["torch"], facts["nvml"]
-    pf.cuda_devices, pf.disk_free_mb, pf.bundle = (
-        facts["cuda_devices"],
-        facts["disk_free_mb"],
-        facts["bundle"],
-    )
+    pf.cuda_devices, pf.bundle = facts["cuda_devices"], facts["bundle"]
+    if facts["disk_free_mb"] is not None:  # to 0.1 MB: the probe's bytes / 2**20 run long
+        pf.disk_free_mb = round(facts["disk_free_mb"], 1)
     if tuple(int(x) for x in pf.python.split(".")[:2]) < MIN_PYTHON:
         pf.problems.append(f"python {pf.python} is older than {'.'.join(map(str, MIN_PYTHON))}")
     if pf.torch is None:

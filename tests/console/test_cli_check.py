@@ -151,6 +151,8 @@ def test_check_json_after_deploying(shipped: Shipped) -> None:
     results = json.loads(r.stdout)
     assert isinstance(results, list)
     assert len(results) == 3
+    free = re.findall(r'"disk_free_mb": ([0-9.]+)', r.stdout)
+    assert len(free) == 3 and all(re.fullmatch(r"\d+(\.\d)?", mb) for mb in free), free
     assert sorted(d["host"] for d in results) == HOSTS
     for d in results:
         assert d["ok"] is True
