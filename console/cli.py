@@ -11,6 +11,7 @@ Bad input is one line on stderr and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args)
     except ConfigError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
+        if args.command == "check" and args.json:  # a script reading stdout learns why too
+            print(json.dumps({"ok": False, "error": str(e)}))
         return 2
     except KeyboardInterrupt:
         return 130
