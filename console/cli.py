@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 from protocol.errors import ConfigError
@@ -71,10 +72,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from console.inventory import load
     from console.jobs.policy import Policy
 
-    if args.command == "report" and args.state_dir is not None:
-        from console.records.report import write_report
-
-        return write_report(args.state_dir, sys.stdout)
+    if args.command == "report":
+        return _report(args)
     inv = load(args.inventory)
     if args.command == "check":
         from console.reach.check import run_check
@@ -84,13 +83,44 @@ def _dispatch(args: argparse.Namespace) -> int:
         from console.headless import run_headless
 
         return run_headless(inv, Policy.parse(args.policy), as_json=args.json)
-    if args.command == "report":
-        from console.records.report import write_report
-
-        return write_report(inv.state_dir, sys.stdout)
     from console.ui import run_tui
 
     return run_tui(inv, Policy.parse(args.policy), read_only=args.read_only)
+
+
+def _report(args: argparse.Namespace) -> int:
+    """The report needs only the state dir: an inventory that does not load (a typo) is said,
+    and the state dir it names, or the default one beside it, is read all the same."""
+    from console.inventory import load
+    from console.records.report import write_report
+
+    if args.state_dir is not None:
+        return write_report(args.state_dir, sys.stdout)
+    try:
+        state_dir = load(args.inventory).state_dir
+    except ConfigError as e:
+        state_dir = _state_dir_named(args.inventory)
+        print(
+            f"{PROG}: {e}\n{PROG}: reporting on {state_dir} all the same "
+            "(the report reads only the journal; --state-dir D reads another)",
+            file=sys.stderr,
+        )
+    return write_report(state_dir, sys.stdout)
+
+
+def _state_dir_named(inventory: Path) -> Path:
+    """The state dir an inventory that does not load names, if it can be read, else the
+    default one beside it."""
+    from console.inventory import ConsoleSettings
+
+    name = ConsoleSettings().state_dir
+    try:
+        named = tomllib.loads(inventory.read_text(encoding="utf-8")).get("console", {})
+        if isinstance(named, dict) and isinstance(named.get("state_dir"), str):
+            name = named["state_dir"]
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    return (inventory.parent / name).resolve()
 
 
 if __name__ == "__main__":

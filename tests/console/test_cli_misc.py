@@ -1,4 +1,5 @@
-"""``hotspare`` with bad input: ``check --json`` still answers on stdout."""
+"""``hotspare`` with bad input: ``check --json`` still answers on stdout, and ``report`` still
+reports (it reads only the journal)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,22 @@ from pathlib import Path
 import pytest
 
 from console.cli import main
+from console.records.journal import Journal, Kind
 
 TYPO = '[console]\nstate_dir = "state"\nheartbeat_sx = 1.0\n'
 """An inventory with a misspelt key: valid TOML, refused by the loader."""
+
+
+def journal_with_an_incident(state_dir: Path) -> None:
+    j = Journal(state_dir / "journal.jsonl")
+    j.record(
+        Kind.INCIDENT,
+        "incident 1: j on a: host_lost: gone",
+        job="j",
+        host="a",
+        incident=1,
+        data={"phase": "detected", "class": "host_lost", "fault_at": 1.0, "last_step": 7},
+    )
 
 
 def test_check_json_with_a_bad_inventory_prints_the_error_as_json(
@@ -32,3 +46,34 @@ def test_check_without_json_keeps_stdout_empty_on_a_bad_inventory(
     assert main(["--inventory", str(tmp_path / "missing.toml"), "check"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "no such file" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [(TYPO, "state"), ("[console\nstate_dir = 'state'\n", ".hotspare")],
+    ids=["misspelt key: the state dir it names", "not TOML: the default state dir"],
+)
+def test_report_with_a_bad_inventory_reads_the_state_dir_all_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, state: str
+) -> None:
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(text)
+    journal_with_an_incident(tmp_path / state)
+    assert main(["--inventory", str(inventory), "report"]) == 0
+    out, err = capsys.readouterr()
+    assert "## Incident 1: j on a (host_lost)" in out
+    first, second = err.splitlines()
+    assert first.startswith(f"hotspare: {inventory}")
+    assert second.startswith(f"hotspare: reporting on {tmp_path / state} all the same")
+
+
+def test_report_with_a_state_dir_ignores_a_bad_inventory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(TYPO)
+    journal_with_an_incident(tmp_path / "elsewhere")
+    argv = ["--inventory", str(inventory), "report", "--state-dir", str(tmp_path / "elsewhere")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "## Incident 1: j on a" in out and err == ""
