@@ -34,12 +34,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Keep PyTorch training alive on hosts that fail.",
         parents=[_inventory_option(Path("inventory.toml"))],
     )
-    p.add_argument("--policy", choices=POLICIES, default="manual")
+    p.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="manual",
+        help="who acts on a failure (default: %(default)s: failovers wait for an operator)",
+    )
     p.add_argument("--read-only", action="store_true", help="turn every action off")
     sub = p.add_subparsers(dest="command")
     inv = _inventory_option(argparse.SUPPRESS)  # given before or after the subcommand
     run = sub.add_parser("run", parents=[inv], help="run every job to completion, headless")
-    run.add_argument("--policy", choices=POLICIES, default="auto")
+    run.add_argument(
+        "--policy", choices=POLICIES, default="auto", help="who acts on a failure (default: auto)"
+    )
     run.add_argument("--json", action="store_true", help="one JSON event per line")
     check = sub.add_parser(
         "check", parents=[inv], help="validate the inventory, reach every host and preflight it"

@@ -1,5 +1,5 @@
-"""``hotspare`` with bad input: ``check --json`` still answers on stdout, and ``report`` still
-reports (it reads only the journal)."""
+"""``hotspare`` with bad input: ``check --json`` still answers on stdout, ``report`` still
+reports (it reads only the journal), and ``--help`` says what the policies default to."""
 
 from __future__ import annotations
 
@@ -77,3 +77,16 @@ def test_report_with_a_state_dir_ignores_a_bad_inventory(
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "## Incident 1: j on a" in out and err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "default"), [([], "manual"), (["run"], "auto")], ids=["console", "run"]
+)
+def test_help_shows_the_default_policy(
+    capsys: pytest.CaptureFixture[str], argv: list[str], default: str
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal
+    assert f"(default: {default}" in text
