@@ -131,16 +131,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    acquire(
-        args.workdir
-    )  # first, before the slow imports: the console takes a free lock for a dead executor
+    from executors.spec import load_spec
+
+    # A bad spec is refused before the workdir is touched: no lock or pid file names an
+    # executor that never ran.
+    spec = load_spec(args.spec, args.job) if args.spec else None
+    # Then the lock, before the slow imports: the console takes a free lock for a dead executor.
+    acquire(args.workdir)
     _reap(args.workdir)
     import asyncio
 
     from executors.serve import Server
-    from executors.spec import load_spec
 
-    spec = load_spec(args.spec, args.job) if args.spec else None
     server = Server(
         args.workdir,
         device=args.device,
