@@ -134,7 +134,7 @@ class HotspareApp(App[int]):
             case Kind.INCIDENT if e.data.get("phase") in NOTIFY_PHASES:
                 self.notify(e.msg, title="incident", severity="warning", timeout=8, markup=False)
             case Kind.FINISHED:
-                self.notify(e.msg, title="finished", timeout=8, markup=False)
+                self.notify(_short_sha(e), title="finished", timeout=8, markup=False)
 
     # -------------------------------------------------------------- actions
 
@@ -246,6 +246,16 @@ def _is_action(binding_id: str) -> bool:
 
 def _bindings(bindings: list[BindingType]) -> list[Binding]:
     return [b for b in bindings if isinstance(b, Binding)]
+
+
+SHA_SHOWN = 12
+"""Hex digits of a finished job's sha256 in its notification (all 64 wrapped over three
+lines); the whole one stays in the journal, the job's log tail and ``hotspare report``."""
+
+
+def _short_sha(e: Event) -> str:
+    sha = str(e.data.get("params_sha256") or "")
+    return e.msg.replace(sha, sha[:SHA_SHOWN] + "…") if len(sha) > SHA_SHOWN else e.msg
 
 
 def _event_line(e: Event) -> str:
