@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import REPO
+from helpers import REPO, wait_for
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -69,8 +69,10 @@ def test_the_script_process_is_found_by_its_log_path_and_its_start_time_read(
     proc = subprocess.Popen([sys.executable, str(real), "--step-log", str(log)])
     after = time.time()
     try:
-        rvt_found = rvt.script_processes(log)
-        assert rvt_found == {proc.pid}, "only the process running the script itself"
+        # /proc/PID/cmdline is empty for a moment after exec
+        for p in (fake, proc):
+            wait_for(lambda p=p: Path(f"/proc/{p.pid}/cmdline").read_bytes(), 10, "argv")
+        assert rvt.script_processes(log) == {proc.pid}, "only the process running the script"
         started = rvt.started_at(proc.pid)
         assert started is not None
         assert before - 1 <= started <= after + 1
