@@ -34,7 +34,10 @@ from protocol.errors import ConfigError
 
 REDRAW_HZ = 4.0
 NOTIFY_PHASES = frozenset({"detected", "decided", "resolved"})
-QUIT_NOTE = "q quits the console only: executors keep training until their lease ends."
+QUIT_NOTE = (
+    "q quits the console only: executors keep training for console.unattended_s "
+    "(a console started within it reattaches)."
+)
 
 
 class HotspareApp(App[int]):
