@@ -181,3 +181,22 @@ def worker_tree_pids(folder: Path) -> dict[str, int] | None:
         }
     except (OSError, ValueError):
         return None
+
+
+PLAIN_SCRIPT = REPO / "tests" / "train_plain.py"
+"""A plain PyTorch training script that knows nothing of hotspare (the ``command`` kind's subject)."""
+
+
+def plain_command(step_s: float = 0.02) -> dict[str, Any]:
+    """The ``[command]`` table that runs PLAIN_SCRIPT: complete-marker checkpoints, progress and
+    the final params digest read from its output."""
+    argv = [sys.executable, str(PLAIN_SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
+    argv += ["--resume", "{resume_from}", "--steps", "{steps}", "--marker"]
+    return {
+        "argv": [*argv, "--step-s", str(step_s)],
+        "env": {"OMP_NUM_THREADS": "1"},
+        "checkpoint_glob": "ckpt-*.pt",
+        "complete_marker": "{name}.done",
+        "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
+        "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
+    }

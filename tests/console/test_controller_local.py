@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from helpers import PLAIN_SCRIPT, plain_command
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -316,28 +317,8 @@ async def test_a_plain_training_script_fails_over_like_any_job(tmp_path: Path) -
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parent.parent / "train_plain.py"
-    argv = [
-        sys.executable,
-        str(script),
-        "--checkpoint-dir",
-        "{checkpoint_dir}",
-        "--resume",
-        "{resume_from}",
-        "--steps",
-        "{steps}",
-        "--marker",
-        "--step-s",
-        "0.02",
-    ]
-    command = {
-        "argv": argv,
-        "env": {"OMP_NUM_THREADS": "1"},
-        "checkpoint_glob": "ckpt-*.pt",
-        "complete_marker": "{name}.done",
-        "progress_regex": r"step (?P<step>\d+) loss",
-        "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
-    }
+    script = PLAIN_SCRIPT
+    command = plain_command(step_s=0.02)
     fleet = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},

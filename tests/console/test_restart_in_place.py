@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from helpers import PLAIN_SCRIPT, plain_command
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -21,7 +22,7 @@ from console.records.journal import Kind, read
 from console.states import JobState
 from executors.workdir import read_command
 
-SCRIPT = Path(__file__).resolve().parent.parent / "train_plain.py"
+SCRIPT = PLAIN_SCRIPT
 STEPS = 150
 
 
@@ -34,20 +35,7 @@ def maps_torch(pid: int) -> bool:
 
 
 def command_table() -> dict:
-    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
-    argv += ["--resume", "{resume_from}", "--steps", "{steps}", "--marker", "--step-s", "0.03"]
-    return {
-        "executor": "command",
-        "steps": STEPS,
-        "command": {
-            "argv": argv,
-            "env": {"OMP_NUM_THREADS": "1"},
-            "checkpoint_glob": "ckpt-*.pt",
-            "complete_marker": "{name}.done",
-            "progress_regex": r"step (?P<step>\d+) loss",
-            "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
-        },
-    }
+    return {"executor": "command", "steps": STEPS, "command": plain_command(step_s=0.03)}
 
 
 def plain_reference(tmp_path: Path) -> str:

@@ -13,14 +13,13 @@ import json
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from helpers import TINY_CONFIG, ExecutorProcess, env_with, plain_command, wait_for
 
 from console.jobs.outcome import Exit, from_events_tail
 from executors import exitcodes
@@ -43,7 +42,6 @@ from protocol.messages import (
 )
 from protocol.spec import CommandSpec, JobSpec
 
-SCRIPT = Path(__file__).resolve().parent.parent / "train_plain.py"
 TORCH_JOB = JobSpec(name="tiny", steps=40, seed=3, checkpoint_every_steps=10, config=TINY_CONFIG)
 
 
@@ -100,17 +98,7 @@ def maps_torch(pid: int) -> bool:
 
 
 def command_job(steps: int = 60, step_s: float = 0.02) -> JobSpec:
-    argv = [sys.executable, str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
-    argv += ["--resume", "{resume_from}", "--steps", "{steps}", "--marker"]
-    argv += ["--step-s", str(step_s)]
-    table = {
-        "argv": argv,
-        "env": {"OMP_NUM_THREADS": "1"},
-        "checkpoint_glob": "ckpt-*.pt",
-        "complete_marker": "{name}.done",
-        "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
-        "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
-    }
+    table = plain_command(step_s)
     return JobSpec(
         name="plain",
         executor="command",
