@@ -12,6 +12,9 @@ script completes. Trials are interleaved (the order rotates each round):
   0.25 s), the script as an ``executor = "command"`` job resuming from ``{resume_from}``.
 - ``torch``: the same model as a torch-kind workload (benchmarks/restart_workload.py), killed
   from inside the process that trains, whichever it is.
+- ``torch_raise``: the same, but the run raises at step 50 instead (a crash of the training
+  run, not of its process): the executor stays and restarts the run in place, in the process
+  that has torch imported already; the "kill" time is the raise.
 
 Everything is read from outside the supervisors: the training process is found in /proc (the
 process running the script with this trial's log, checked against the pid the script itself
@@ -23,7 +26,7 @@ journal's incident (its ``first_step``) is shown beside, as hotspare counts it.
 Goal (issue 13): the command kind at most 0.5x torchrun's time, the torch kind faster still.
 
     python benchmarks/restart_vs_torchrun.py [--trials 5] [--quick] [--json]
-        [--only torchrun,command,torch] [--width 1448] [--kill-at 50] [--save-every 20]
+        [--only torchrun,command,torch,torch_raise] [--width 1448] [--kill-at 50] [--save-every 20]
 """
 
 from __future__ import annotations
@@ -53,11 +56,12 @@ from common import Figure, at_most, emit  # noqa: E402
 from fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 
 SCRIPT = HERE / "restart_plain.py"
-SUPERVISORS = ("torchrun", "command", "torch")
+SUPERVISORS = ("torchrun", "command", "torch", "torch_raise")
 LABEL = {
     "torchrun": "torchrun --max-restarts 3",
     "command": "hotspare, command kind",
     "torch": "hotspare, torch kind",
+    "torch_raise": "hotspare, torch kind, run raises",
 }
 GOAL_RATIO = 0.5
 PHASE_TIMEOUT_S = 300.0
@@ -402,7 +406,9 @@ def run_command(folder: Path, settings: Settings) -> Trial:
     return trial
 
 
-def run_torch(folder: Path, settings: Settings) -> Trial:
+def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
+    """The torch kind; ``crash``: kill (SIGKILL the executor, which trains in-process) or
+    raise (the run raises; the executor restarts it in place, in the same process)."""
     from protocol.version import source_hash
 
     log, marker = folder / "steps.log", folder / "killed"
@@ -413,6 +419,7 @@ def run_torch(folder: Path, settings: Settings) -> Trial:
         "log": str(log),
         "kill_at": settings.kill_at,
         "marker": str(marker),
+        "crash": crash,
     }
     job = {
         "executor": "torch",
@@ -438,21 +445,35 @@ def run_torch(folder: Path, settings: Settings) -> Trial:
                 raise RuntimeError(f"no kill at step {settings.kill_at}: {_tail(log)}")
             time.sleep(POLL_S)
         kill_t = float(marker.read_text())
-        killed = next(ln.pid for ln in reversed(read_log(log)) if ln.t <= kill_t)
+        before = [ln for ln in read_log(log) if ln.t <= kill_t]
+        killed = before[-1].pid
+        # raised in place: the same process goes on, so no pid is left out of what follows
         trial = wait_restart(
-            log, kill_t, killed, time.monotonic() + RESTART_TIMEOUT_S, _alive(proc)
+            log,
+            kill_t,
+            killed if crash == "kill" else -1,
+            time.monotonic() + RESTART_TIMEOUT_S,
+            _alive(proc),
         )
+        if crash == "raise":
+            trial.killed_step = last_step(before, killed)
+            trial.started_t = kill_t  # nothing started: the process was up all along
         _finish(proc, "hotspare run")
     except (RuntimeError, TimeoutError) as e:
         raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
-    trial.supervisor = "torch"
+    trial.supervisor = "torch" if crash == "kill" else "torch_raise"
     trial.journal_s = journal_first_step(inv, kill_t)
     return trial
 
 
-RUNNERS = {"torchrun": run_torchrun, "command": run_command, "torch": run_torch}
+RUNNERS = {
+    "torchrun": run_torchrun,
+    "command": run_command,
+    "torch": run_torch,
+    "torch_raise": lambda folder, settings: run_torch(folder, settings, crash="raise"),
+}
 
 
 # ----------------------------------------------------------------------- main
@@ -500,16 +521,16 @@ def figures(by: dict[str, list[Trial]], failed: dict[str, str], settings: Settin
             )
         )
     base = med.get("torchrun", math.nan)
-    for k in ("command", "torch"):
+    for k in ("command", "torch", "torch_raise"):
         if k not in by or "torchrun" not in by:
             continue
         r = med.get(k, math.nan) / base
         ok = at_most(r, GOAL_RATIO)
         bar = f"<= {GOAL_RATIO:g}"
-        if k == "torch":
-            ok = ok and med["torch"] < med.get("command", math.inf)
+        if k != "command":
+            ok = ok and med[k] < med.get("command", math.inf)
             bar += ", < the command kind's" if "command" in by else ""
-        out.append(Figure(f"{k} kind / torchrun (medians)", r, "x", bar, ok))
+        out.append(Figure(f"{LABEL[k]} / torchrun (medians)", r, "x", bar, ok))
     return out
 
 

@@ -8,6 +8,7 @@ benchmarks/restart_vs_torchrun.py: the same MLP, optimizer and batches, trained 
     batch = 32
     log = "/tmp/.../steps.log"    # lines in restart_plain.py's format
     kill_at = 50                  # SIGKILL the process training, once, when step 50 is done
+    crash = "kill"                # or "raise": the run raises instead (its executor stays)
     marker = "/tmp/.../killed"    # written (with the time) just before that SIGKILL
 
 The trainer calls ``batch(i)`` at the start of step ``i + 1``, once step ``i`` is complete (its
@@ -39,6 +40,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     log: str = ""
     kill_at: int = 0
     marker: str = ""
+    crash: str = "kill"
+    """kill: SIGKILL the process that trains; raise: an exception in the run (the executor lives)."""
 
 
 class PlainMLP(Workload):
@@ -63,6 +66,8 @@ class PlainMLP(Workload):
             self._out(f"step {index} loss=0")
         if index == self.cfg.kill_at and self.cfg.marker and not Path(self.cfg.marker).exists():
             Path(self.cfg.marker).write_text(f"{time.time():.6f}\n")
+            if self.cfg.crash == "raise":
+                raise RuntimeError(f"benchmark: the run crashes at step {index}")
             os.kill(os.getpid(), signal.SIGKILL)
         x, y = make_batch(index + 1, self.cfg.width, self.cfg.batch)
         return x.to(self._device), y.to(self._device)
