@@ -220,6 +220,7 @@ class Episode:
         bad, r.corrupt_skips = inv.corrupt_loads(r.faults)
         r.violations += bad
         r.report = fleet.report()
+        r.faults += inv.armed_again(events, self.armed, r.faults)
         r.matches, r.leftover, r.by_overlap = inv.match_incidents(events, r.faults, r.report)
         r.false_failovers = len(inv.false_failovers(r.leftover))
         r.violations += [
