@@ -103,6 +103,13 @@ class HotspareApp(App[int]):
     async def on_unmount(self) -> None:
         await self.close_controller()
 
+    async def action_quit(self) -> None:
+        """q: close the controller first (its last leases, "console stopped" in the journal),
+        then leave. Left to unmount, the app was gone before the close finished, and the next
+        console took the quit for a crash (a console_restart incident)."""
+        await self.close_controller()
+        self.exit()
+
     async def close_controller(self) -> None:
         """Stop supervising (executors keep running) and close the journal; idempotent."""
         if self._closed:

@@ -10,8 +10,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetbed import POLL_S
+from fleetbed import POLL_S, job_table, local_host, write_inventory
 from test_app import fleet, reap_executors  # noqa: F401
+
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
 SESSION = "hotspare-test"
@@ -70,3 +73,68 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     tmux("send-keys", "-t", SESSION, "q")
     shown = until(lambda s: "executors keep training" in s, 20, "the quit note")
     assert "Traceback" not in shown
+
+
+def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
+    tmp_path: Path, session: None
+) -> None:
+    """As a person would: k on the job's host, the lease counted down in the Jobs view, the
+    failover, r, Enter on the incident, q; then a second start reattaches with no incident."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+            "c": local_host(tmp_path / "c", region="r2", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200_000)}},
+        lease_s=8.0,
+        unattended_s=120.0,
+    )
+    command = f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 {HOTSPARE} --inventory {inventory} --policy auto"
+    tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
+    tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
+    journal = inventory.parent / "state" / "journal.jsonl"
+
+    def replica_on_b() -> bool:
+        return any(e.kind is Kind.REPLICA and e.host == "b" for e in read(journal))
+
+    until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
+    until(lambda s: replica_on_b(), 90, "a replica on b")
+    tmux("send-keys", "-t", SESSION, "-l", ":")
+    tmux("send-keys", "-t", SESSION, "-l", "kill a")
+    until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
+    tmux("send-keys", "-t", SESSION, "Enter")
+    until(lambda s: "kill demo host a?" in s.lower(), 10, "the confirm")
+    tmux("send-keys", "-t", SESSION, "y")
+    tmux("send-keys", "-t", SESSION, "2")
+    until(lambda s: "waiting out lease on a" in s, 20, "the lease wait in the Jobs view")
+    until(lambda s: "b -> " in s and "running" in s, 60, "j running on b")
+    tmux("send-keys", "-t", SESSION, "1")
+    until(lambda s: "down" in s, 10, "a down in the Fleet view")
+    tmux("send-keys", "-t", SESSION, "r")
+    until(lambda s: "revive" in s.lower() or "up" in s, 10, "a revived")
+    tmux("send-keys", "-t", SESSION, "3")
+    until(lambda s: "host_lost" in s, 10, "the incident listed")
+    tmux("send-keys", "-t", SESSION, "Enter")
+    until(lambda s: "MTTR" in s and "first_step" in s, 10, "the incident's report")
+    tmux("send-keys", "-t", SESSION, "Escape")
+    until(lambda s: "MTTR:" not in s, 10, "back to the incidents")
+    tmux("send-keys", "-t", SESSION, "q")
+    until(lambda s: "executors keep training" in s, 30, "the quit note")
+    before = len(incidents(read(journal)))
+
+    restarted = time.time()
+    tmux("respawn-pane", "-k", "-t", SESSION, command)
+    until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view again")
+    until(
+        lambda s: any(
+            e.kind is Kind.EXECUTOR and "reattached to executor" in e.msg and e.t > restarted
+            for e in read(journal)
+        ),
+        30,
+        "the second console reattached",
+    )
+    tmux("send-keys", "-t", SESSION, "q")
+    until(lambda s: "executors keep training" in s, 30, "the second quit note")
+    assert len(incidents(read(journal))) == before, "no incident for a console that quit cleanly"
