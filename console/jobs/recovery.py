@@ -23,9 +23,11 @@ from console.states import FailureKind, HostState, JobState
 REPLICATE_WAIT_S = 120.0
 
 
-def _last(seen: int, outcome: Outcome) -> int:
-    """The last step the run completed: what the console saw, or what its end said if later."""
-    return max(seen, outcome.step or 0, outcome.checkpoint_step or 0)
+def _last(job: LiveJob, outcome: Outcome) -> int:
+    """The last step the run completed: its last Progress, its newest checkpoint (a fast job
+    checkpoints between Progress messages), or what its end said, whichever is latest."""
+    saved = job.checkpoint.step if job.checkpoint is not None else 0
+    return max(job.step, saved, outcome.step or 0, outcome.checkpoint_step or 0)
 
 
 class Recovery:
@@ -121,7 +123,7 @@ class Recovery:
                     f"{outcome.why}; restart {job.rec.restarts} of {self._restart_limit} on {host}",
                 )
                 self._incident.phase(
-                    "decided", action="restart", host=host, last_step=_last(job.step, outcome)
+                    "decided", action="restart", host=host, last_step=_last(job, outcome)
                 )
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
@@ -202,7 +204,7 @@ class Recovery:
             return old or "", False
         job.rec.restarts = 0
         self._incident.phase(
-            "decided", action="failover", host=target, last_step=_last(job.step, outcome)
+            "decided", action="failover", host=target, last_step=_last(job, outcome)
         )
         prepared = standby.prepared
         if prepared is not None and prepared.host == target:
