@@ -220,8 +220,10 @@ class Episode:
         bad, r.corrupt_skips = inv.corrupt_loads(r.faults)
         r.violations += bad
         r.report = fleet.report()
-        r.faults += inv.armed_again(events, self.armed, r.faults)
-        r.matches, r.leftover, r.by_overlap = inv.match_incidents(events, r.faults, r.report)
+        again = inv.armed_again(events, self.armed, r.faults)  # matched, not counted as injected
+        r.matches, r.leftover, r.by_overlap = inv.match_incidents(
+            events, r.faults + again, r.report
+        )
         r.false_failovers = len(inv.false_failovers(r.leftover))
         r.violations += [
             f"{m.fault.kind} on {m.fault.host} at {m.fault.t:.3f}: {m.why}"

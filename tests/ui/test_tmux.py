@@ -30,6 +30,13 @@ def screen() -> str:
     return tmux("capture-pane", "-p", "-t", SESSION)
 
 
+def quit_note_shown(_: str) -> bool:
+    """The note printed after the app exits, read with the pane's history (it may have
+    scrolled) and its wrapped lines joined (120 columns wrap it)."""
+    text = "".join(tmux("capture-pane", "-p", "-J", "-S", "-100", "-t", SESSION).splitlines())
+    return "executors keep training" in text
+
+
 def until(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
     deadline = time.monotonic() + timeout
     while True:
@@ -121,11 +128,12 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     tmux("send-keys", "-t", SESSION, "Escape")
     until(lambda s: "MTTR:" not in s, 10, "back to the incidents")
     tmux("send-keys", "-t", SESSION, "q")
-    until(lambda s: "executors keep training" in s, 30, "the quit note")
+    until(quit_note_shown, 30, "the quit note")
     before = len(incidents(read(journal)))
 
     restarted = time.time()
     tmux("respawn-pane", "-k", "-t", SESSION, command)
+    tmux("clear-history", "-t", SESSION)  # the first quit note must not answer for the second
     until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view again")
     until(
         lambda s: any(
@@ -136,5 +144,5 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
         "the second console reattached",
     )
     tmux("send-keys", "-t", SESSION, "q")
-    until(lambda s: "executors keep training" in s, 30, "the second quit note")
+    until(quit_note_shown, 30, "the second quit note")
     assert len(incidents(read(journal))) == before, "no incident for a console that quit cleanly"
