@@ -200,3 +200,8 @@ def plain_command(step_s: float = 0.02) -> dict[str, Any]:
         "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
         "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
     }
+
+
+def maps_torch(pid: int) -> bool:
+    """Has this process mapped torch's native library? (/proc, not the process's word)"""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
-from helpers import PLAIN_SCRIPT, plain_command
+from helpers import PLAIN_SCRIPT, maps_torch, plain_command
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -28,10 +28,6 @@ STEPS = 150
 
 def executor_pid(root: Path, job: str) -> int:
     return int((root / "jobs" / job / "executor.pid").read_text())
-
-
-def maps_torch(pid: int) -> bool:
-    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def command_table() -> dict:

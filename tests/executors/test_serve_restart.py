@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, plain_command, wait_for
+from helpers import TINY_CONFIG, ExecutorProcess, env_with, maps_torch, plain_command, wait_for
 
 from console.jobs.outcome import Exit, from_events_tail
 from executors import exitcodes
@@ -90,11 +90,6 @@ def cleanup() -> Iterator[list[ExecutorProcess]]:
         if p.proc.poll() is None:
             p.proc.kill()
         p.finish()
-
-
-def maps_torch(pid: int) -> bool:
-    """Has this process mapped torch's native library? (/proc, not the process's word)"""
-    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def command_job(steps: int = 60, step_s: float = 0.02) -> JobSpec:
