@@ -123,6 +123,8 @@ class HotspareApp(App[int]):
         await self.ctl.close()
 
     def redraw(self) -> None:
+        if not self.is_running:  # shutting down: screens lose their widgets before their timers
+            return
         try:
             screen = self.screen
         except ScreenStackError:  # a tick while the app shuts down

@@ -19,7 +19,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -179,19 +181,34 @@ def train_under_leases(c: Client, spec: JobSpec, epoch: int) -> float:
     return anchor
 
 
-def freeze(work: Path, pid: int, anchor: float, cycle: Cycle, *, loop_idle: bool) -> Frozen:
-    """SIGSTOP ``delay_s`` after the last renewal (with ``loop_idle``, at a moment the main
-    thread waits in epoll, holding no GIL), and wait until ``past_end_s`` past the lease's end."""
-    wait_for(lambda: clock.now() >= anchor + cycle.delay_s, 5, "the delay before SIGSTOP")
-    for _ in range(50):
-        os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: state(pid) == "T", 5, "the executor to be stopped")
-        if not loop_idle or in_epoll(pid):
+def renew(c: Client, epoch: int) -> float:
+    """Renew the lease now; its anchor."""
+    anchor = clock.now()
+    c.send(Lease(epoch=epoch, ttl_s=TTL, anchor=anchor))
+    return anchor
+
+
+def freeze(
+    work: Path,
+    pid: int,
+    anchor: float,
+    cycle: Cycle,
+    *,
+    renew: Callable[[], float] | None = None,
+) -> Frozen:
+    """SIGSTOP ``delay_s`` after the last renewal and wait until ``past_end_s`` past the lease's
+    end. With ``renew``, only at a moment the main thread waits in epoll (holding no GIL): each
+    try stops and resumes the process until the lease is half spent, then renews it (``renew``
+    returns the new anchor) and tries again; a loaded machine may keep the loop busy a while."""
+    for _ in range(20):
+        wait_for(lambda a=anchor: clock.now() >= a + cycle.delay_s, 5, "the delay before SIGSTOP")
+        caught = stop_once(pid, anchor + cycle.delay_s + (TTL - cycle.delay_s) / 2, renew)
+        if caught:
             break
-        os.kill(pid, signal.SIGCONT)
-        wait_for(lambda: state(pid) != "T", 5, "the executor to go on")
+        assert renew is not None
+        anchor = renew()
     else:
-        pytest.fail("never caught the main thread waiting in epoll")
+        pytest.fail("never caught the main thread waiting in epoll in 20 leases")
     folder = work / "checkpoints"
     frozen = Frozen(
         files=published(work),
@@ -203,6 +220,20 @@ def freeze(work: Path, pid: int, anchor: float, cycle: Cycle, *, loop_idle: bool
     wait_for(lambda: clock.now() > frozen.lease_end + cycle.past_end_s, TTL + 10, "the end")
     assert state(pid) == "T"
     return frozen
+
+
+def stop_once(pid: int, until: float, renew: Callable[[], float] | None) -> bool:
+    """Leave ``pid`` stopped; with ``renew``, only once its main thread waits in epoll, trying
+    until ``until`` on the executor's clock (False: resumed, never caught there)."""
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: state(pid) == "T", 5, "the executor to be stopped", interval=0.001)
+        if renew is None or in_epoll(pid):
+            return True
+        os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: state(pid) != "T", 5, "the executor to go on", interval=0.001)
+        if clock.now() >= until:
+            return False
 
 
 def late_events(work: Path, frozen: Frozen) -> list[dict]:
@@ -254,7 +285,7 @@ def test_stopped_past_its_lease_it_publishes_nothing_when_the_watchdog_wakes_fir
         proc, c = start_serving(work, cycle.inject)
         try:
             anchor = train_under_leases(c, SPEC, epoch)
-            frozen = freeze(work, proc.proc.pid, anchor, cycle, loop_idle=False)
+            frozen = freeze(work, proc.proc.pid, anchor, cycle)
             os.kill(proc.proc.pid, signal.SIGCONT)
             rc, err = proc.finish(60)
             assert rc == exitcodes.LEASE_LOST, err[-2000:]
@@ -274,7 +305,7 @@ def test_stopped_past_its_lease_it_publishes_nothing_when_trainer_and_writer_wak
         pid = proc.proc.pid
         try:
             anchor = train_under_leases(c, SPEC, epoch)
-            frozen = freeze(work, pid, anchor, cycle, loop_idle=True)
+            frozen = freeze(work, pid, anchor, cycle, renew=partial(renew, c, epoch))
             held = Held(pid)  # the main thread: event loop and watchdog
             os.kill(pid, signal.SIGCONT)
             wait_for(lambda p=pid: "hotspare-train" not in thread_names(p), 30, "the trainer's end")
@@ -319,7 +350,7 @@ def test_a_command_executor_stopped_past_its_lease_takes_no_checkpoint(tmp_path:
     proc, c = start_serving(work, "")
     try:
         anchor = train_under_leases(c, spec, 1)
-        frozen = freeze(work, proc.proc.pid, anchor, Cycle(0.1, 0.5), loop_idle=False)
+        frozen = freeze(work, proc.proc.pid, anchor, Cycle(0.1, 0.5))
         os.kill(proc.proc.pid, signal.SIGCONT)
         rc, err = proc.finish(60)
         assert rc == exitcodes.LEASE_LOST, err[-2000:]

@@ -245,3 +245,24 @@ async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> No
         first = ctl.jobs["j"].history[0][1]
         assert stopped_at - 10 <= first <= stopped_at + 10, "resumed where it stopped, not at 0"
         assert table(app).cell("j", "host -> spare").startswith("b ->")
+
+
+async def test_a_redraw_tick_while_the_app_shuts_down_draws_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Textual removes a screen's widgets before its timers stop: a redraw tick in between
+    found no table (NoMatches, once in CI). Here every table's unmount runs a tick."""
+    ticks: list[str] = []
+
+    def tick(self: LiveTable) -> None:
+        ticks.append(type(self.screen).__name__)
+        self.app.redraw()
+
+    monkeypatch.setattr(LiveTable, "on_unmount", tick, raising=False)
+    app, _ = console_app(fleet(tmp_path, steps=5000), read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen), 10, "the Jobs view")
+        await pilot.press("1")
+    assert ticks, "no table was unmounted"
+    assert app.return_code in (None, 0)
