@@ -43,6 +43,9 @@ class HostRuntime:
     findings: list[Finding] = field(default_factory=list)
     last_seen: float = 0.0
     """Monotonic time of the last heartbeat or successful probe."""
+    sampled_at: float = 0.0
+    """Monotonic time the newest Health sample arrived (0.0: none yet). A sample has an age:
+    the views show an old one as old (``console/ui/view.py``, ``STALE_AFTER_SAMPLES``)."""
     job: str | None = None
     """The job running here as its primary, if any."""
 
@@ -111,6 +114,7 @@ class Fleet:
         rt = self.hosts[name]
         previous = rt.health[-1] if rt.health else None
         rt.health.append(health)
+        rt.sampled_at = time.monotonic()
         rt.util_history.append(mean_gpu_util(health))
         rt.cpu_history.append(health.cpu_pct)
         rt.samples += 1
