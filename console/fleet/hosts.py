@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from console.fleet.health_rules import Finding, Severity, evaluate
@@ -18,6 +19,11 @@ from protocol.messages import Health
 
 PROBE_TIMEOUT_S = 3.0
 HEALTH_KEPT = 2
+STALE_AFTER_SAMPLES = 2
+"""A sample older than this many of its source's intervals is old: the views show its age,
+never its numbers as current."""
+PROBE_RULE = "probe"
+"""The finding of a health probe that gave no sample."""
 HISTORY_LEN = 120
 """Samples of the utilisation and CPU history kept per host, as plain numbers: a thousand hosts'
 whole Health objects would be millions of objects for the garbage collector to walk."""
@@ -46,12 +52,24 @@ class HostRuntime:
     sampled_at: float = 0.0
     """Monotonic time the newest Health sample arrived (0.0: none yet). A sample has an age:
     the views show an old one as old (``console/ui/view.py``, ``STALE_AFTER_SAMPLES``)."""
+    sample_every_s: float = 1.0
+    """How often the newest sample's source samples (an executor: every heartbeat; the health
+    probe of a host with no executor: ``health_probe_s``): what its age is measured against."""
     job: str | None = None
     """The job running here as its primary, if any."""
 
     @property
     def state(self) -> HostState:
         return self.machine.state
+
+    def sample_age(self, now: float) -> float | None:
+        """Seconds since the newest sample arrived; None: no sample yet."""
+        return now - self.sampled_at if self.sampled_at else None
+
+    def sample_stale(self, now: float) -> bool:
+        """Is the newest sample too old to show as current (``STALE_AFTER_SAMPLES`` intervals)?"""
+        age = self.sample_age(now)
+        return age is not None and age > STALE_AFTER_SAMPLES * self.sample_every_s
 
 
 class Fleet:
@@ -96,11 +114,15 @@ class Fleet:
                 self.changed.set()
 
     def usable(self, *, exclude: set[str] | None = None) -> set[str]:
-        """Hosts that may take a job or serve as a spare."""
+        """Hosts that may take a job or serve as a spare: up, free, and failing no health rule
+        or health probe (a spare found broken is not where a job should fail over to)."""
         return {
             n
             for n, rt in self.hosts.items()
-            if rt.state is HostState.UP and rt.job is None and n not in (exclude or set())
+            if rt.state is HostState.UP
+            and rt.job is None
+            and n not in (exclude or set())
+            and not self.failing(n)
         }
 
     def seen(self, name: str) -> None:
@@ -109,16 +131,41 @@ class Fleet:
         if rt.state in (HostState.SUSPECT, HostState.DOWN):
             self.set_state(name, HostState.UP, "heard from again")
 
-    def observe(self, name: str, health: Health) -> list[Finding]:
-        """Feed a Health sample; returns the findings that are new since the last sample."""
+    def observe(
+        self,
+        name: str,
+        health: Health,
+        *,
+        every_s: float | None = None,
+        extra: Sequence[Finding] = (),
+    ) -> list[Finding]:
+        """Feed a Health sample; returns the findings that are new since the last sample.
+
+        ``every_s``: how often its source samples (default: the executors' heartbeat).
+        ``extra``: findings about the host its source made beside the sample (the health
+        probe's: too little disk, GPUs missing), kept with the rules' until the next sample.
+        """
         rt = self.hosts[name]
         previous = rt.health[-1] if rt.health else None
         rt.health.append(health)
         rt.sampled_at = time.monotonic()
+        rt.sample_every_s = self.inv.console.heartbeat_s if every_s is None else every_s
         rt.util_history.append(mean_gpu_util(health))
         rt.cpu_history.append(health.cpu_pct)
         rt.samples += 1
-        findings = evaluate(health, previous, self.inv.console.health)
+        return self._replace_findings(
+            name, [*evaluate(health, previous, self.inv.console.health), *extra]
+        )
+
+    def probe_failed(self, name: str, why: str) -> list[Finding]:
+        """The health probe gave no sample: a FAIL finding (rule ``probe``) until one arrives."""
+        rt = self.hosts[name]
+        kept = [f for f in rt.findings if f.rule != PROBE_RULE]
+        return self._replace_findings(name, [*kept, Finding(Severity.FAIL, PROBE_RULE, why)])
+
+    def _replace_findings(self, name: str, findings: list[Finding]) -> list[Finding]:
+        """The host's findings are now these; the new ones are journalled and returned."""
+        rt = self.hosts[name]
         old = {(f.rule, f.message) for f in rt.findings}
         rt.findings = findings
         fresh = [f for f in findings if (f.rule, f.message) not in old]

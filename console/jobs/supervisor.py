@@ -76,6 +76,7 @@ class JobSupervisor:
     host: _Live[str | None] = _Live()
     spares: _Live[list[str]] = _Live()
     link: _Live[ExecutorLink | None] = _Live()
+    last_seen: _Live[float] = _Live()
     step: _Live[int] = _Live()
     loss: _Live[float] = _Live()
     steps_per_s: _Live[float] = _Live()

@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
 from console.jobs.controller import Controller
 from console.states import HostState, JobState
 from protocol.messages import Health
@@ -168,10 +169,11 @@ def fleet_rows(
         for name in names:
             rt = ctl.fleet.hosts[name]
             heartbeat = seen(now - rt.last_seen, ctl.detection.heartbeat_s) if rt.last_seen else "-"
-            key = (rt.samples, rt.state, rt.job, heartbeat)
+            old = sample_old(rt, now)
+            key = (rt.samples, rt.state, rt.job, heartbeat, old)
             hit = cache.get(name)
             if hit is None or hit[0] != key:
-                hit = cache[name] = (key, host_row(ctl, name, heartbeat))
+                hit = cache[name] = (key, host_row(ctl, name, heartbeat, old))
             rows[name] = hit[1]
     return rows
 
@@ -186,10 +188,32 @@ def host_marks(ctl: Controller, keys: Iterable[str]) -> dict[str, str]:
     return {k: m for k in keys if k in hosts and (m := HOST_MARKS.get(hosts[k].state))}
 
 
-def host_row(ctl: Controller, name: str, heartbeat: str) -> Row:
+def sample_old(rt: HostRuntime, now: float) -> str | None:
+    """``"38s old"`` when the host's newest sample is too old to show as current, else None."""
+    return f"{age(rt.sample_age(now))} old" if rt.sample_stale(now) else None
+
+
+def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None) -> Row:
+    """A host's row; with ``old`` (its newest sample's age, the sample too old to be current),
+    the numbers are not shown as live: the GPU cell says how old they are, the rest is blank."""
     rt = ctl.fleet.hosts[name]
     h = rt.health[-1] if rt.health else None
     cpu_mem = disk = "-"
+    if old is not None:
+        return (
+            f"  {name}",
+            rt.state.value,
+            ctl.inv.hosts[name].role,
+            f"({old})",
+            "-",
+            "-",
+            "-",
+            "-",
+            heartbeat,
+            rt.job or "",
+            "",
+            _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH),
+        )
     if h is not None:
         cpu_mem = f"{h.cpu_pct:.0f}%/{h.mem_used_pct:.0f}%"
         disk = f"{h.disk_free_mb / 1024:.0f}G"
@@ -228,8 +252,18 @@ def replica_cell(ctl: Controller, job: str, spare: str, step: int) -> str:
     return text
 
 
-def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
+def rate_current(ctl: Controller, last_seen: float, now: float) -> bool:
+    """Is a running job's steps/s current: its executor heard from within two heartbeats?"""
+    return bool(last_seen) and now - last_seen <= STALE_AFTER_SAMPLES * ctl.detection.heartbeat_s
+
+
+def job_rows(
+    ctl: Controller, now: float | None = None, mono: float | None = None
+) -> dict[str, Row]:
+    """Jobs keyed by name; ``now`` is wall time (checkpoint ages), ``mono`` monotonic (the
+    executor's last word: steps/s is shown only while running and current)."""
     now = time.time() if now is None else now
+    mono = time.monotonic() if mono is None else mono
     rows: dict[str, Row] = {}
     for name, sup in ctl.jobs.items():
         spare = sup.spares[0] if sup.spares else None
@@ -252,7 +286,9 @@ def job_rows(ctl: Controller, now: float | None = None) -> dict[str, Row]:
             str(sup.rec.restarts),
             progress_bar(sup.step, sup.spec.steps),
             "-" if math.isnan(sup.loss) else f"{sup.loss:.4f}",
-            f"{sup.steps_per_s:.1f}" if sup.state is JobState.RUNNING else "-",
+            f"{sup.steps_per_s:.1f}"
+            if sup.state is JobState.RUNNING and rate_current(ctl, sup.last_seen, mono)
+            else "-",
             ckpt_s,
             replica,
         )

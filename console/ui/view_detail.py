@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from console.fleet.hosts import HostRuntime
 from console.jobs.controller import Controller
 from console.records.incidents import Incident
 from console.records.journal import Event, Kind
@@ -178,11 +179,23 @@ def job_summary(ctl: Controller, job: str) -> str:
     )
 
 
+def sample_label(rt: HostRuntime, now: float) -> str:
+    """How current the newest sample is: ``now`` (within two of its intervals), ``38s ago,
+    OLD`` past that, ``no sample yet``."""
+    ago = rt.sample_age(now)
+    if ago is None:
+        return "no sample yet"
+    return f"{age(ago)} ago, OLD" if rt.sample_stale(now) else "now"
+
+
 def host_summary(ctl: Controller, host: str) -> str:
     rt = ctl.fleet.hosts[host]
     h = ctl.inv.hosts[host]
-    seen = f"{age(time.monotonic() - rt.last_seen)} ago" if rt.last_seen else "never"
+    now = time.monotonic()
+    seen = f"{age(now - rt.last_seen)} ago" if rt.last_seen else "never"
     status = rt.health[-1].gpu_status if rt.health else "no health sample yet"
+    if rt.sample_stale(now):
+        status += f" ({sample_label(rt, now)})"
     return (
         f"Host {host}   {rt.state.value}   {h.region} / {h.role}   job {rt.job or '-'}   "
         f"last heard {seen}   GPUs: {status}"

@@ -74,6 +74,8 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
         assert isinstance(app.screen, HostDetailScreen)
         await wait_for(pilot, lambda: len(rows(app, "#gpus")) == 2, 30, "both fake GPUs")
         assert rows(app, "#gpus")["1"][1:3] == ("Fake H100", "87%")
+        assert text(app, "#gpus-title") == "GPUs (now)"
+        assert ": now 87%" in text(app, "#util-label")
         await pilot.press("k")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
@@ -81,11 +83,12 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
         await wait_for(
             pilot, lambda: "a: up -> " in text(app, "#health-history"), 5, "a's state history"
         )
+        await wait_for(pilot, lambda: "OLD" in text(app, "#gpus-title"), 5, "an old sample")
+        assert "87% (" in text(app, "#util-label") and "now" not in text(app, "#util-label")
         await pilot.press("escape")
         assert isinstance(app.screen, FleetScreen)
-        assert "▇" in table(app).cell("a", "util trend") or "█" in table(app).cell(
-            "a", "util trend"
-        ), "a sparkline of 87% utilisation"
+        assert table(app).cell("a", "GPU").endswith(" old)"), "a's numbers shown as old"
+        assert table(app).cell("a", "util trend") == "", "no live-looking sparkline"
 
         await pilot.press("3")
         assert isinstance(app.screen, IncidentsScreen)

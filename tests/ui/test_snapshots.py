@@ -19,7 +19,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Kind
-from console.states import JobState
+from console.states import HostState, JobState
 from console.ui.app import HotspareApp
 from protocol.messages import GpuHealth, Health
 
@@ -111,7 +111,42 @@ def fixed_app(tmp_path: Path) -> HotspareApp:
             incident=1,
             data={"phase": phase, **extra},
         )
+    hold_current(ctl)
     return HotspareApp(ctl, supervise=False)
+
+
+HELD_S = 3600.0
+"""Samples and heartbeats are held this far in the future for a snapshot, so what is current
+stays current however slowly the snapshot is taken (a sample is old after two intervals)."""
+
+
+def hold_current(ctl: Controller, *, except_host: str | None = None) -> None:
+    later = time.monotonic() + HELD_S
+    for name, rt in ctl.fleet.hosts.items():
+        if name != except_host and rt.sampled_at:
+            rt.sampled_at = later
+    for sup in ctl.jobs.values():
+        sup.last_seen = later
+
+
+def failed_over_app(tmp_path: Path) -> HotspareApp:
+    """After the failover: gpu-a down, its last sample 2 minutes old; llm training on gpu-b at
+    epoch 2 with no spare left; the incident resolved (its first step on gpu-b)."""
+    app = fixed_app(tmp_path)
+    ctl = app.ctl
+    a = ctl.fleet.hosts["gpu-a"]
+    a.machine.move(HostState.DOWN)  # journalled at a fixed time, as Fleet.set_state would
+    ctl.journal.record(
+        Kind.HOST_STATE, "gpu-a: up -> down (lease ended)", at=T0 + 2.2, host="gpu-a"
+    )
+    a.sampled_at, a.last_seen, a.job = time.monotonic() - 120.0, time.monotonic() - 125.0, None
+    ctl.fleet.hosts["gpu-b"].job = "llm"
+    sup = ctl.jobs["llm"]
+    sup.host, sup.spares, sup.step, sup.steps_per_s = "gpu-b", [], 260, 39.0
+    sup.rec.epoch, sup.rec.restarts = 2, 1
+    for state in (JobState.FAILING_OVER, JobState.DEPLOYING, JobState.RUNNING):
+        sup.live.machine.move(state)
+    return app
 
 
 Compare = Callable[..., bool]
@@ -130,3 +165,18 @@ Compare = Callable[..., bool]
 )
 def test_screen(snap_compare: Compare, tmp_path: Path, name: str, press: list[Any]) -> None:
     assert snap_compare(fixed_app(tmp_path), press=press, terminal_size=SIZE)
+
+
+@pytest.mark.parametrize(
+    ("name", "press"),
+    [
+        ("fleet", []),
+        ("jobs", ["2"]),
+        ("incidents", ["3"]),
+        ("dead_host_detail", ["down", "enter"]),
+    ],
+)
+def test_screen_after_a_failover(
+    snap_compare: Compare, tmp_path: Path, name: str, press: list[Any]
+) -> None:
+    assert snap_compare(failed_over_app(tmp_path), press=press, terminal_size=SIZE)

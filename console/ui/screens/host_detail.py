@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Header, Sparkline, Static
 
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
-from console.ui.view_detail import GPU_COLUMNS, HEALTH_KINDS, event_lines, gpu_rows, host_summary
+from console.ui.view_detail import (
+    GPU_COLUMNS,
+    HEALTH_KINDS,
+    event_lines,
+    gpu_rows,
+    host_summary,
+    sample_label,
+)
 from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
@@ -25,12 +34,12 @@ class HostDetailScreen(HostActions):
     def __init__(self, host: str) -> None:
         super().__init__()
         self.host = host
-        self._samples = -1
+        self._samples: tuple[int, str] = (-1, "")
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", classes="view-title", id="host-summary", markup=False)
-        yield Static("GPUs (newest sample)", classes="pane-title")
+        yield Static("GPUs", classes="pane-title", id="gpus-title", markup=False)
         yield LiveTable(GPU_COLUMNS, id="gpus")
         with Horizontal(classes="curves"):
             with Vertical():
@@ -49,18 +58,20 @@ class HostDetailScreen(HostActions):
         rt = ctl.fleet.hosts[self.host]
         self.query_one("#host-summary", Static).update(host_summary(ctl, self.host))
         self.query_one("#gpus", LiveTable).sync(gpu_rows(ctl, self.host))
-        if rt.samples != self._samples or not rt.samples:
-            self._samples = rt.samples
+        label = sample_label(rt, time.monotonic())
+        self.query_one("#gpus-title", Static).update(f"GPUs ({label})")
+        if (rt.samples, label) != self._samples or not rt.samples:
+            self._samples = (rt.samples, label)
             utils = [u for u in rt.util_history if u is not None]
             cpus = list(rt.cpu_history)
             self.query_one("#util", Sparkline).data = utils
             self.query_one("#cpu", Sparkline).data = cpus
             self.query_one("#util-label", Static).update(
-                f"GPU util (mean over GPUs), last {len(utils)} samples"
-                + (f": now {utils[-1]:.0f}%" if utils else "")
+                f"GPU util (mean of GPUs), last {len(utils)}"
+                + (latest(label, utils[-1]) if utils else "")
             )
             self.query_one("#cpu-label", Static).update(
-                f"CPU, last {len(cpus)} samples" + (f": now {cpus[-1]:.0f}%" if cpus else "")
+                f"CPU, last {len(cpus)}" + (latest(label, cpus[-1]) if cpus else "")
             )
         alerts = [f"{f.severity.value.upper()} {f.message}" for f in rt.findings]
         self.query_one("#alerts", Static).update(
@@ -71,3 +82,8 @@ class HostDetailScreen(HostActions):
 
     def hosts_for_action(self) -> list[str]:
         return [self.host]
+
+
+def latest(label: str, value: float) -> str:
+    """``: now 95%``, or ``: 95% (38s ago, OLD)`` for a sample too old to be current."""
+    return f": now {value:.0f}%" if label == "now" else f": {value:.0f}% ({label})"

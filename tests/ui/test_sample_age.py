@@ -1,0 +1,108 @@
+"""A host's numbers have an age: an old sample is shown as old, never as live (issue 14 item 2).
+
+The demo's killed host kept showing ``95% x2 120/160G 64C 824W`` while down. Here the numbers
+come from a real executor's Health messages; the evidence is the text of the Fleet and Jobs rows
+and of the host screen's labels, read at chosen moments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+
+from console.fleet.hosts import STALE_AFTER_SAMPLES
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.ui.view import FLEET_COLUMNS, JOB_COLUMNS, fleet_rows, job_rows
+from console.ui.view_detail import sample_label
+from protocol.messages import GpuHealth, Health
+
+GPU = FLEET_COLUMNS.index("GPU")
+LIVE = [FLEET_COLUMNS.index(c) for c in ("GPU mem", "temp/power", "CPU/mem", "disk", "util trend")]
+RATE = JOB_COLUMNS.index("steps/s")
+
+
+def inventory(tmp_path: Path) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+
+
+def controller(path: Path) -> Controller:
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    return Controller(load(path), Policy.AUTO, executor_env=env)
+
+
+def sample() -> Health:
+    gpu = GpuHealth(index=0, name="H100", util_pct=95.0, mem_used_mb=61440.0, mem_total_mb=81920.0)
+    return Health(
+        t=0.0,
+        cpu_pct=40.0,
+        mem_used_pct=50.0,
+        mem_available_mb=1024.0,
+        disk_free_mb=10240.0,
+        disk_total_mb=20480.0,
+        gpus=(gpu,),
+    )
+
+
+def test_a_sample_is_shown_while_current_and_as_its_age_once_two_intervals_old(
+    tmp_path: Path,
+) -> None:
+    ctl = controller(inventory(tmp_path))
+    beat = ctl.inv.console.heartbeat_s
+    ctl.fleet.observe("a", sample())
+    at = ctl.fleet.hosts["a"].sampled_at
+    fresh = fleet_rows(ctl, now=at + 0.1)["a"]
+    assert fresh[GPU].startswith("95%"), fresh
+    assert "%" in fresh[LIVE[2]] and fresh[LIVE[3]] == "10G", fresh
+    old_at = at + STALE_AFTER_SAMPLES * beat + 1.5
+    old = fleet_rows(ctl, now=old_at)["a"]
+    assert old[GPU] == f"({STALE_AFTER_SAMPLES * beat + 1.5:.1f}s old)", old
+    assert all(old[i] in ("-", "") for i in LIVE), f"numbers shown as live: {old}"
+    assert sample_label(ctl.fleet.hosts["a"], at + 0.1) == "now"
+    assert sample_label(ctl.fleet.hosts["a"], old_at).endswith("ago, OLD")
+    assert sample_label(ctl.fleet.hosts["b"], at) == "no sample yet"
+    # A source that samples every 10 s (a spare's health probe): 3 s old is current.
+    ctl.fleet.observe("b", sample(), every_s=10.0)
+    at_b = ctl.fleet.hosts["b"].sampled_at
+    assert fleet_rows(ctl, now=at_b + 3.0)["b"][GPU].startswith("95%")
+    assert fleet_rows(ctl, now=at_b + 21.0)["b"][GPU] == "(21s old)"
+
+
+async def test_a_killed_host_shows_its_last_numbers_as_old_and_its_job_no_rate(
+    tmp_path: Path,
+) -> None:
+    ctl = controller(inventory(tmp_path))
+    sup, a = ctl.jobs["j"], ctl.fleet.hosts["a"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (a.samples >= 2 and sup.step >= 20) or task.done(), 90, "samples from a"
+        )
+        assert not task.done(), task
+        row = fleet_rows(ctl)["a"]
+        assert "%" in row[LIVE[2]], f"a live sample shows its numbers: {row}"
+        assert job_rows(ctl)["j"][RATE] != "-"
+        ctl.kill_host("a")
+        killed = time.monotonic()
+        stale = await until(
+            lambda: (r := fleet_rows(ctl)["a"])[GPU].endswith(" old)") and r, 30, "old numbers"
+        )
+        waited = time.monotonic() - killed
+        assert waited <= STALE_AFTER_SAMPLES * ctl.inv.console.heartbeat_s + 1.0, waited
+        assert all(stale[i] in ("-", "") for i in LIVE), stale
+        await until(lambda: job_rows(ctl)["j"][RATE] == "-", 30, "no steps/s for a silent job")
+        waited = time.monotonic() - killed
+        assert waited <= STALE_AFTER_SAMPLES * ctl.inv.console.heartbeat_s + 1.0, waited
+        assert sample_label(a, time.monotonic()).endswith("ago, OLD")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
