@@ -174,6 +174,7 @@ def test_screen(snap_compare: Compare, tmp_path: Path, name: str, press: list[An
         ("jobs", ["2"]),
         ("incidents", ["3"]),
         ("dead_host_detail", ["down", "enter"]),
+        ("job_detail", ["2", "enter"]),
     ],
 )
 def test_screen_after_a_failover(

@@ -87,6 +87,8 @@ class JobDetailScreen(JobActions):
         self.query_one("#checkpoints", LiveTable).sync(checkpoint_rows(ctl, self.job))
         self.query_one("#replicas", Static).update(replica_lines(ctl, self.job))
         self.query_one("#incidents", LiveTable).sync(job_incident_rows(ctl, self.job))
-        lines = event_lines(ctl.timeline.for_job(self.job, LOG_LINES)).splitlines()
-        lines = sorted(lines + list(sup.log_tail)[-LOG_LINES:], key=lambda line: line[:8])
-        self.query_one("#log-tail", Static).update("\n".join(lines[-LOG_LINES:]) or "(nothing yet)")
+        tail = self.query_one("#log-tail", Static)
+        n = max(LOG_LINES, tail.size.height)  # as many lines as the pane holds
+        lines = event_lines(ctl.timeline.for_job(self.job, n)).splitlines()
+        lines = sorted(lines + list(sup.log_tail)[-n:], key=lambda line: line[:8])
+        tail.update("\n".join(lines[-n:]) or "(nothing yet)")
