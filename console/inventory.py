@@ -43,6 +43,9 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Operator state and the journal; relative paths are beside the inventory."""
     heartbeat_s: Seconds = 1.0
     """How often executors send a heartbeat."""
+    health_probe_s: Annotated[float, msgspec.Meta(ge=0.5)] = 10.0
+    """How often a host no executor reports on (a spare, an idle host) is sampled by the light
+    health probe; one that fails a health rule or the probe is not chosen as a target."""
     lease_s: Seconds = 10.0
     """How long a lease lasts; a host is declared down only after its lease has ended."""
     missed_heartbeats: Annotated[int, msgspec.Meta(ge=1)] = 3

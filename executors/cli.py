@@ -60,6 +60,22 @@ def _parser() -> argparse.ArgumentParser:
         default=600.0,
         help="exit when no job was started and no console was connected for this long",
     )
+    health = sub.add_parser(
+        "health",
+        help="print one health sample of this host and exit (imports no torch: cheap on a spare)",
+    )
+    health.add_argument(
+        "--workdir", type=Path, required=True, help="the folder whose disk is measured"
+    )
+    health.add_argument(
+        "--json", action="store_true", help="the sample as one JSON Health message on stdout"
+    )
+    health.add_argument(
+        "--window-s",
+        type=float,
+        default=0.25,
+        help="CPU and I/O rates are measured over this long (default 0.25)",
+    )
     sub.add_parser("version", help="print the executor's code version")
     return p
 
@@ -72,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(code_version())
             return exitcodes.OK
+        if args.command == "health":
+            return _health(args)
         if args.command == "run":
             return _run(args)
         return _serve(args)
@@ -152,6 +170,35 @@ def _serve(args: argparse.Namespace) -> int:
         kind=args.kind,
     )
     return asyncio.run(server.main(autostart=spec))
+
+
+def _health(args: argparse.Namespace) -> int:
+    """One Health sample, the same the executor sends while it serves, without torch: what the
+    console runs on a host with no executor (a spare) to watch it."""
+    import time
+
+    from executors.events import to_json
+    from executors.health import HealthSampler
+
+    if not 0 <= args.window_s <= 10:
+        raise ConfigError(f"--window-s must be between 0 and 10, got {args.window_s:g}")
+    sampler = HealthSampler(args.workdir)
+    try:
+        sampler.sample()  # primes the rates: the second sample measures the window
+        time.sleep(args.window_s)
+        h = sampler.sample()
+    finally:
+        sampler.close()
+    if args.json:
+        print(to_json(h).decode())
+        return exitcodes.OK
+    lost = [str(g.index) for g in h.gpus if g.lost]
+    print(
+        f"cpu {h.cpu_pct:.0f}%  mem {h.mem_used_pct:.0f}%  "
+        f"disk {h.disk_free_mb / 1024:.1f} GiB free of {h.disk_total_mb / 1024:.1f} GiB  "
+        f"{h.gpu_status}" + (f" (lost: GPU {', '.join(lost)})" if lost else "")
+    )
+    return exitcodes.OK
 
 
 def _reap(workdir: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
+from console.fleet.monitor import HostMonitor
 from console.inventory import Inventory, append_host
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
@@ -33,7 +34,6 @@ from console.states import HostState, JobState
 from console.webhook import Webhook
 from protocol.messages import Progress
 
-MONITOR_EVERY_S = 2.0
 ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
 
@@ -79,6 +79,20 @@ class Controller:
         self._progress_at: dict[str, float] = {}
         self._job_tasks: dict[str, asyncio.Task[None]] = {}
         self._jobs_changed = asyncio.Event()
+        self.monitor = HostMonitor(
+            self.fleet,
+            inv,
+            self.journal,
+            alert=self.alert,
+            spares=lambda: {
+                name: list(sup.spares)
+                for name, sup in self.jobs.items()
+                if not sup.state.is_terminal()
+            },
+            executor_env=self.executor_env,
+            may_deploy=not read_only,
+        )
+        """Up or down, and fit or not, for every host no job runs on."""
 
     # ------------------------------------------------------------------ run
 
@@ -99,7 +113,7 @@ class Controller:
         )
         if died is not None and not self.read_only:
             self._console_died(*died)
-        background = [asyncio.create_task(self._monitor_hosts(), name="host monitor")]
+        background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
         if self.read_only:
             background.append(asyncio.create_task(self._follow_state(), name="follow state"))
         if self.inv.console.webhook:
@@ -188,24 +202,6 @@ class Controller:
             await asyncio.sleep(FOLLOW_EVERY_S)
             with contextlib.suppress(RuntimeError):  # caught mid-replace: next time
                 self.store.reload()
-
-    async def _monitor_hosts(self) -> None:
-        """Hosts without a running job are probed, so up and down are known before they are needed."""
-        while True:
-            now = time.monotonic()
-            idle = [  # a host heard from just now (a standby's heartbeat) needs no probe
-                n
-                for n, rt in self.fleet.hosts.items()
-                if rt.job is None and now - rt.last_seen > MONITOR_EVERY_S
-            ]
-            results = await asyncio.gather(*(self.fleet.probe(n) for n in idle))
-            for name, ok in zip(idle, results, strict=True):
-                state = self.fleet.hosts[name].state
-                if ok and state is HostState.DOWN:
-                    self.fleet.set_state(name, HostState.UP, "reachable again")
-                elif not ok and state in (HostState.UP, HostState.SUSPECT):
-                    self.fleet.set_state(name, HostState.DOWN, "unreachable")
-            await asyncio.sleep(MONITOR_EVERY_S)
 
     # -------------------------------------------------------- used by supervisors
 

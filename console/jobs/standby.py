@@ -116,7 +116,12 @@ class Standby:
         """
         job, fleet = self._live, self._fleet
         warm = self.warm
-        if warm is not None and warm.host != old and self.pumping(warm.link):
+        if (
+            warm is not None
+            and warm.host != old
+            and self.pumping(warm.link)
+            and not fleet.failing(warm.host)
+        ):
             try:
                 await self._targets.ensure_replica(warm.host)
                 await self._launcher.promote(warm.host, job.epoch)
@@ -163,7 +168,12 @@ class Standby:
             if prepared is None:
                 return None
         rt = self._fleet.hosts[prepared.host]
-        if rt.state is HostState.UP and prepared.host != old and self.pumping(prepared.link):
+        if (
+            rt.state is HostState.UP
+            and prepared.host != old
+            and self.pumping(prepared.link)
+            and not self._fleet.failing(prepared.host)
+        ):
             self.prepared = prepared
             return prepared.host
         await self.discard(prepared)
@@ -217,7 +227,14 @@ class Standby:
     async def _keep_warm(self) -> None:
         """An idle executor on the first live spare: torch imported and warmed up, waiting for Start."""
         job, fleet = self._live, self._fleet
-        spare = next((s for s in job.spares if fleet.hosts[s].state is HostState.UP), None)
+        spare = next(
+            (
+                s
+                for s in job.spares
+                if fleet.hosts[s].state is HostState.UP and not fleet.failing(s)
+            ),
+            None,
+        )
         current = self.warm
         if current is not None and current.host == spare and self.pumping(current.link):
             return

@@ -88,6 +88,11 @@ class LocalTransport(Transport):
             raise TemporaryTransportError(
                 f"{self.name}: {argv[0]} timed out after {self._t(timeout):g}s"
             ) from None
+        except asyncio.CancelledError:  # the caller gave up: the command goes with it
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
         assert proc.returncode is not None
         return RunResult(
             proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
