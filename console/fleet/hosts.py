@@ -18,6 +18,8 @@ from console.states import HOST_TRANSITIONS, HostState, Machine
 from protocol.messages import Health
 
 PROBE_TIMEOUT_S = 3.0
+HEARD_RECENTLY_S = 1.0
+"""A host heard from this recently shows the console is online without a probe."""
 HEALTH_KEPT = 2
 STALE_AFTER_SAMPLES = 2
 """A sample older than this many of its source's intervals is old: the views show its age,
@@ -195,11 +197,15 @@ class Fleet:
         return ok
 
     async def console_online(self, excluding: str) -> bool:
-        """Before declaring a host down: can the console still reach any other host?"""
-        others = [
-            n for n, rt in self.hosts.items() if n != excluding and rt.state is not HostState.DOWN
-        ]
+        """Before declaring a host down: can the console still reach any other host? One heard
+        from (a heartbeat, a probe) within ``HEARD_RECENTLY_S`` answers at once; else each is
+        probed, those marked down too: a console whose own network is out sees every host go
+        down, and must not take the last one for lost (with none other, it cannot tell)."""
+        others = [n for n in self.hosts if n != excluding]
         if not others:
+            return True
+        now = time.monotonic()
+        if any(now - self.hosts[n].last_seen <= HEARD_RECENTLY_S for n in others):
             return True
         results = await asyncio.gather(*(self.probe(n) for n in others))
         return any(results)

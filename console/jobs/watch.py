@@ -373,7 +373,8 @@ class Watch:
             ):
                 # Unreachable: ready the target now (an idle executor trains nothing); a blip cancels it.
                 self._standby.begin_preparation(host)
-            await asyncio.sleep(POLL_S)
+            if not (silent and lease.ended()):  # ended: decide now, not a poll later
+                await asyncio.sleep(min(POLL_S, max(lease.left(), 0.0)) if silent else POLL_S)
 
     async def _relink(self, host: str, budget: float) -> bool:
         """Reconnect to the same executor (same epoch, still training): the loss was a blip."""
