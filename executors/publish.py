@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from executors import verified
 from executors.durable import fsync_dir
 from protocol.messages import ExecutorMessage
 from protocol.spec import CheckpointManifest
@@ -130,11 +131,19 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
-    """The file's bytes, only if their size and sha256 match the manifest."""
+def verified_bytes(path: Path, manifest: CheckpointManifest, *, ahead: bool = False) -> bytes:
+    """The file's bytes, only if their size and sha256 match the manifest: read ahead and kept
+    (``executors.verified``) while the file has not changed since, else read and hashed now.
+    With ``ahead``, the bytes are kept for the load that follows."""
     try:
         with open_regular(path) as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            k = verified.key(str(path), st, manifest.sha256)
+            if ahead and verified.holds(k):
+                return b""  # already read ahead
+            if not ahead and st.st_size == manifest.size and (kept := verified.take(k)):
+                return kept
+            size = st.st_size
             if size != manifest.size:
                 raise CorruptCheckpoint(
                     f"size {size} bytes, manifest says {manifest.size} (truncated?)"
@@ -150,4 +159,24 @@ def verified_bytes(path: Path, manifest: CheckpointManifest) -> bytes:
         raise CorruptCheckpoint(
             f"sha256 {sha.hexdigest()[:12]}… does not match the manifest's {manifest.sha256[:12]}…"
         )
-    return bytes(buf)
+    data = bytes(buf)
+    if ahead:
+        verified.keep(k, data)
+    return data
+
+
+def read_ahead(folder: Path, max_bytes: int) -> int | None:
+    """Read and verify the newest checkpoint in ``folder`` for the load that follows Start (an
+    idle executor calls this while it waits); its step, or None when there is none, it is over
+    ``max_bytes``, or it does not verify (the load will say why)."""
+    manifests = sorted(folder.glob("step-*.json"), reverse=True)
+    if not manifests:
+        return None
+    try:
+        manifest = read_manifest(manifests[0])
+        if manifest.size > max_bytes:
+            return None
+        verified_bytes(manifests[0].with_suffix(".pt"), manifest, ahead=True)
+    except CorruptCheckpoint:
+        return None
+    return manifest.step

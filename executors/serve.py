@@ -32,6 +32,7 @@ from executors.inject import Injections
 from executors.kinds import load_kind
 from executors.publish import seal
 from executors.threadname import name_os_thread
+from executors.warm import read_ahead_until, warm_up
 from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET, kill_command
 from protocol.errors import ConfigError, ProtocolError
 from protocol.faults import FaultKind
@@ -105,6 +106,8 @@ class Server:
         self._thread: threading.Thread | None = None
         self._client_tasks: set[asyncio.Task[None]] = set()
         self._warmup: threading.Thread | None = None
+        self._started = threading.Event()
+        """Set by the first Start: the idle work (warm-up, read-ahead) ends."""
         self._seq = 0
         self._injections: Injections | None = None
         """Parsed once per process: each injected fault fires once, restarts in place included."""
@@ -137,7 +140,9 @@ class Server:
         if autostart is not None:
             self._start(Start(spec=autostart))
         elif self.kind == "torch":
-            self._warmup = threading.Thread(target=warm_up, name="hotspare-warmup", daemon=True)
+            self._warmup = threading.Thread(
+                target=self._while_idle, name="hotspare-warmup", daemon=True
+            )
             self._warmup.start()
         try:
             code = await self._done
@@ -212,6 +217,7 @@ class Server:
                 )
             )
             return
+        self._started.set()
         self.spec, self._last_fault = msg.spec, None
         self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s, lease_anchor=msg.lease_anchor)
         self.state = ExecutorState.TRAINING
@@ -246,6 +252,11 @@ class Server:
             code = report_crash(e, self.workdir, self.emit)
         finally:
             self._loop.call_soon_threadsafe(self._trainer_done, control, code, reason)
+
+    def _while_idle(self) -> None:
+        """The idle torch executor's thread: warm up, then read the newest checkpoint ahead."""
+        warm_up()
+        read_ahead_until(self._started, self.workdir / "checkpoints")
 
     def _trainer_done(self, control: Control, code: int, reason: str) -> None:
         if (
@@ -456,25 +467,3 @@ class Server:
                     )
                 )
                 os._exit(exitcodes.LEASE_LOST)
-
-
-def warm_up() -> None:
-    """While idle (a spare waiting for Start): import the training code and run torch once.
-
-    The first forward/backward/optimizer step of a process pays for lazy kernel setup; paying
-    it before Start takes it off a failover's critical path.
-    """
-    import torch
-
-    import executors.checkpoint
-    import executors.trainer
-    import executors.workloads.charlm  # noqa: F401
-
-    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64))
-    opt = torch.optim.AdamW(model.parameters())
-    loss = torch.nn.functional.cross_entropy(
-        model(torch.zeros(2, 8, dtype=torch.long)).reshape(-1, 64),
-        torch.zeros(16, dtype=torch.long),
-    )
-    loss.backward()
-    opt.step()

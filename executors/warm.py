@@ -1,0 +1,46 @@
+"""What an idle torch executor (a spare waiting for Start) does meanwhile, on its own thread:
+warm torch up, then keep the newest checkpoint read and verified for the load after Start."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psutil
+
+from executors.publish import read_ahead
+
+READ_AHEAD_EVERY_S = 0.2
+READ_AHEAD_SHARE = 4
+"""A checkpoint is read ahead only if it takes at most 1/4 of the memory available."""
+
+
+def read_ahead_until(started: threading.Event, folder: Path) -> None:
+    """Until Start: keep the newest checkpoint of ``folder`` read and verified (a failover
+    target's replica lands there while the old lease runs out), so the load after Start takes
+    it from memory (``executors.verified``)."""
+    while not started.is_set():
+        read_ahead(folder, psutil.virtual_memory().available // READ_AHEAD_SHARE)
+        started.wait(READ_AHEAD_EVERY_S)
+
+
+def warm_up() -> None:
+    """While idle (a spare waiting for Start): import the training code and run torch once.
+
+    The first forward/backward/optimizer step of a process pays for lazy kernel setup; paying
+    it before Start takes it off a failover's critical path.
+    """
+    import torch
+
+    import executors.checkpoint
+    import executors.trainer
+    import executors.workloads.charlm  # noqa: F401
+
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64))
+    opt = torch.optim.AdamW(model.parameters())
+    loss = torch.nn.functional.cross_entropy(
+        model(torch.zeros(2, 8, dtype=torch.long)).reshape(-1, 64),
+        torch.zeros(16, dtype=torch.long),
+    )
+    loss.backward()
+    opt.step()
