@@ -10,6 +10,8 @@ script completes. Trials are interleaved (the order rotates each round):
   the worker resumes from the newest checkpoint in its folder.
 - ``command``: ``hotspare run --policy auto`` on one local host (lease 3 s, heartbeat
   0.25 s), the script as an ``executor = "command"`` job resuming from ``{resume_from}``.
+- ``command_preload``: the same job with ``preload = ["torch"]``: each run is forked from the
+  job's zygote, which has torch imported (executors/zygote.py), instead of exec'd.
 - ``torch``: the same model as a torch-kind workload (benchmarks/restart_workload.py), killed
   from inside the process that trains, whichever it is.
 - ``torch_raise``: the same, but the run raises at step 50 instead (a crash of the training
@@ -26,7 +28,8 @@ journal's incident (its ``first_step``) is shown beside, as hotspare counts it.
 Goal (issue 13): the command kind at most 0.5x torchrun's time, the torch kind faster still.
 
     python benchmarks/restart_vs_torchrun.py [--trials 5] [--quick] [--json]
-        [--only torchrun,command,torch,torch_raise] [--width 1448] [--kill-at 50] [--save-every 20]
+        [--only torchrun,command,command_preload,torch,torch_raise] [--width 1448]
+        [--kill-at 50] [--save-every 20]
 """
 
 from __future__ import annotations
@@ -56,10 +59,11 @@ from common import Figure, at_most, emit  # noqa: E402
 from fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 
 SCRIPT = HERE / "restart_plain.py"
-SUPERVISORS = ("torchrun", "command", "torch", "torch_raise")
+SUPERVISORS = ("torchrun", "command", "command_preload", "torch", "torch_raise")
 LABEL = {
     "torchrun": "torchrun --max-restarts 3",
     "command": "hotspare, command kind",
+    "command_preload": "hotspare, command kind, preload torch",
     "torch": "hotspare, torch kind",
     "torch_raise": "hotspare, torch kind, run raises",
 }
@@ -369,7 +373,7 @@ def last_journal_line(folder: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_command(folder: Path, settings: Settings) -> Trial:
+def run_command(folder: Path, settings: Settings, preload: list[str] | None = None) -> Trial:
     log = folder / "steps.log"
     argv = [
         sys.executable, str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}",
@@ -383,6 +387,8 @@ def run_command(folder: Path, settings: Settings) -> Trial:
         "complete_marker": "{name}.done",
         "progress_regex": r"^step (?P<step>\d+) loss=(?P<loss>[0-9.]+)",
     }
+    if preload:
+        command["preload"] = preload
     job = {
         "executor": "command",
         "steps": settings.steps,
@@ -401,7 +407,7 @@ def run_command(folder: Path, settings: Settings) -> Trial:
         raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
-    trial.supervisor = "command"
+    trial.supervisor = "command_preload" if preload else "command"
     trial.journal_s = journal_first_step(inv, kill_t)
     return trial
 
@@ -471,6 +477,7 @@ def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
 RUNNERS = {
     "torchrun": run_torchrun,
     "command": run_command,
+    "command_preload": lambda folder, settings: run_command(folder, settings, ["torch"]),
     "torch": run_torch,
     "torch_raise": lambda folder, settings: run_torch(folder, settings, crash="raise"),
 }
@@ -521,13 +528,13 @@ def figures(by: dict[str, list[Trial]], failed: dict[str, str], settings: Settin
             )
         )
     base = med.get("torchrun", math.nan)
-    for k in ("command", "torch", "torch_raise"):
+    for k in ("command", "command_preload", "torch", "torch_raise"):
         if k not in by or "torchrun" not in by:
             continue
         r = med.get(k, math.nan) / base
         ok = at_most(r, GOAL_RATIO)
         bar = f"<= {GOAL_RATIO:g}"
-        if k != "command":
+        if k not in ("command", "command_preload"):
             ok = ok and med[k] < med.get("command", math.inf)
             bar += ", < the command kind's" if "command" in by else ""
         out.append(Figure(f"{LABEL[k]} / torchrun (medians)", r, "x", bar, ok))

@@ -26,12 +26,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from executors.publish import Emit, LeaseCheck
 from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
 from protocol.messages import Log, Progress
+
+if TYPE_CHECKING:
+    from executors.zygote import ForkedRun
 
 MAX_LINE_CHARS = 2000
 MAX_LINE_BYTES = 64 << 10
@@ -134,8 +137,9 @@ def launch(
     return proc
 
 
-def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal the command's whole process group (its pid is the group's id)."""
+def signal_group(proc: subprocess.Popen[bytes] | ForkedRun, sig: int) -> None:
+    """Signal the command's whole process group (its pid is the group's id: launched or forked
+    by the zygote, it leads a session of its own)."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

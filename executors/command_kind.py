@@ -11,6 +11,8 @@ runs a training script that knows nothing of hotspare. The runner:
    says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``; the group and
    a random token (in the command's environment) are recorded in the workdir, so whatever
    outlives this executor is reaped by the next one (``executors.workdir.reap_command``);
+   with ``preload``, a Python command is forked warm from the job's zygote instead of exec'd,
+   recorded alike (executors/zygote.py; what it cannot run is exec'd, with a Log line why);
 3. forwards output lines as ``Log`` events and parses progress (``progress_regex`` over
    each stdout or stderr line, or ``metrics_file``) into ``Progress`` events;
 4. copies each new complete checkpoint (by marker or settle time) into
@@ -54,12 +56,14 @@ from executors.command_io import (
     signal_group,
     start_reader,
 )
+from executors.command_warm import WarmStart
 from executors.control import Control
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.publish import PUBLISH_MARGIN_S, Emit
 from executors.version import code_version
 from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
+from executors.zygote import ForkedRun
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage, Fault, Finished, Log, Resumed, Stopped
@@ -69,6 +73,8 @@ POLL_S = 0.2
 LEASE_MARGIN_S = 0.5
 """The command is killed this long before the lease ends, whatever is left of its grace."""
 READER_JOIN_S = 2.0
+RESTARTABLE = ("crash", "hang")
+"""The ends after which the executor may restart the run in place: the zygote is kept."""
 
 
 class CommandKind:
@@ -131,7 +137,12 @@ class CommandRunner:
         self._params_re = re.compile(cs.params_regex) if cs.params_regex else None
         self._params_digest: str | None = None
         self._metrics: MetricsTail | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedRun | None = None
+        self.warm = (
+            WarmStart(spec.name, cs, self.workdir, self.cwd, control, self.emit)
+            if cs.preload
+            else None
+        )
         self._readers: list[threading.Thread] = []
         self._publishing = True
         self._ended_at: float | None = None
@@ -143,16 +154,22 @@ class CommandRunner:
     # ----------------------------------------------------------------- run
 
     def run(self) -> Outcome:
+        outcome = None
         try:
-            return self._run()
+            outcome = self._run()
+            return outcome
         finally:
             self._kill_leftovers()
             self._reap()
+            if self.warm is not None and (outcome is None or outcome.reason not in RESTARTABLE):
+                self.warm.close()  # no restart in place follows: the executor ends
 
     def _run(self) -> Outcome:
         t0 = time.perf_counter()
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
+        if self.warm is not None:
+            self.warm.prepare(*self._command(None))  # the zygote imports while we restore
         gone = clear(self.ckpt_dir, self.cs, self.watcher)
         if gone:
             self.emit(
@@ -174,15 +191,19 @@ class CommandRunner:
         )
         argv, env = self._command(restored)
         check_program(argv[0], self.cwd, env)
+        warm = self.warm.ready(argv, env) if self.warm is not None else None
         if self.control.stop is not None:  # asked to stop while restoring: do not start at all
             stop = self.control.stop
             return self._stopped(stop.reason, stop.exit_code)
         if self.cs.metrics_file:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
-        self.proc = launch(argv, cwd=self.cwd, env=env, record_in=self.workdir)
+        self.proc = self.warm.launch(argv, env, warm) if self.warm is not None else None
+        if self.proc is None:
+            self.proc = launch(argv, cwd=self.cwd, env=env, record_in=self.workdir)
+        how = f" (forked warm, preloaded {', '.join(self.cs.preload)})" if warm else ""
         self.meter.touch(advanced=False)
         self.emit(
-            Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}")
+            Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}{how}")
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._readers = [

@@ -20,6 +20,7 @@ PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 Argv = Annotated[list[str], msgspec.Meta(min_length=1)]
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def _regex(key: str, pattern: str, groups: tuple[str, ...] = ()) -> re.Pattern[str]:
@@ -85,6 +86,13 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     grace_s: NonNegativeFloat = 10.0
     """On Stop, Drain, SIGTERM or the lease ending: SIGTERM to the process group, then SIGKILL
     after this many seconds."""
+    preload: list[str] = []
+    """Modules to import once in a zygote the executor keeps for the job (``["torch",
+    "numpy"]``), when ``argv`` is ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each
+    run is forked from it, warm, instead of exec'd (executors/zygote.py), so a restart in place
+    skips the interpreter's start and these imports. Empty (the default): exec every run. An
+    argv the zygote cannot run, or a preload that fails, starts the command with exec, with a
+    Log line that says why."""
 
     def __post_init__(self) -> None:
         _regex("step_regex", self.step_regex, ("step",))
@@ -94,6 +102,11 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             _regex("params_regex", self.params_regex, ("sha256",))
         if self.hang_timeout_s is not None and not (self.progress_regex or self.metrics_file):
             raise ValueError("hang_timeout_s needs progress_regex or metrics_file to see progress")
+        for name in self.preload:
+            if not MODULE_NAME.match(name):
+                raise ValueError(f"preload: {name!r} is not a module name (like torch or a.b)")
+        if len(set(self.preload)) != len(self.preload):
+            raise ValueError(f"preload: a module is named twice in {self.preload!r}")
         if not self.checkpoint_glob or "/" in self.checkpoint_glob:
             raise ValueError(
                 f"checkpoint_glob: a file name pattern without '/', got {self.checkpoint_glob!r}"

@@ -1,0 +1,100 @@
+"""The command kind's warm start: when to fork a run from the job's zygote, and when not.
+
+``CommandRunner`` asks ``prepare`` as a run begins (the zygote imports while the checkpoint is
+restored), ``ready`` once the argv is final (waits for the zygote's spare) and ``launch``;
+``launch`` returning None means: start the command with exec, as without ``preload``. Each
+such fallback is a ``warning`` Log line that says why (``preload: starting the command with
+exec: ...``); a zygote that failed is not started again for the same command.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from executors import zygote
+from executors.command_io import PLACEHOLDER
+from executors.control import Control
+from executors.publish import Emit
+from executors.zygote import ForkedRun, Plan, Zygote, ZygoteError
+from protocol.messages import Log
+from protocol.spec import CommandSpec
+
+READY_TIMEOUT_S = 300.0
+"""How long a run waits for its zygote's imports before it is started with exec instead."""
+LEASE_MARGIN_S = 1.0
+
+
+class WarmStart:
+    def __init__(
+        self, job: str, cs: CommandSpec, workdir: Path, cwd: Path, control: Control, emit: Emit
+    ) -> None:
+        self.job, self.cs, self.workdir, self.cwd = job, cs, workdir, cwd
+        self.control, self.emit = control, emit
+        self.per_run = {k for k, v in cs.env.items() if PLACEHOLDER.search(v)}
+        """Variables whose value changes between runs: set in each run, no reason for a new
+        zygote."""
+        self._zygote: Zygote | None = None
+        self._failed_note: str | None = None
+
+    def prepare(self, argv: list[str], env: dict[str, str]) -> None:
+        """The job's zygote for this command, started now if it has none (or another's)."""
+        p = zygote.plan(argv, self.cwd, env)
+        if isinstance(p, str):
+            return  # ready() says why
+        k = zygote.key(p, self.cs.preload, self.cwd, env, self.per_run)
+        title = ["hotspare-zygote", f"job={self.job}", f"preload={','.join(self.cs.preload)}"]
+        z, note = zygote.ensure(self.workdir, k, env, title)
+        if z is not None and note is not None:
+            self.emit(Log(level="info", text=f"preload: {note}"))
+        self._zygote, self._failed_note = z, note if z is None else None
+
+    def ready(self, argv: list[str], env: dict[str, str]) -> tuple[Zygote, Plan] | None:
+        """Wait for the zygote's spare; None when the command is to be exec'd (said why) or a
+        stop (or the lease's end) came first."""
+        p = zygote.plan(argv, self.cwd, env)
+        if isinstance(p, str):
+            self._cold(p)
+            return None
+        z = self._zygote
+        if z is None or zygote.key(p, self.cs.preload, self.cwd, env, self.per_run) != z.key:
+            self.prepare(argv, env)
+            z = self._zygote
+        if z is None:
+            self._cold(f"{self._failed_note} (the zygote failed before)")
+            return None
+        try:
+            ok = z.wait_ready(
+                time.monotonic() + READY_TIMEOUT_S,
+                lambda: (
+                    self.control.stop is not None or not self.control.lease_valid(LEASE_MARGIN_S)
+                ),
+            )
+        except ZygoteError as e:
+            self._fail(z, str(e))
+            return None
+        return (z, p) if ok else None
+
+    def launch(
+        self, argv: list[str], env: dict[str, str], warm: tuple[Zygote, Plan] | None
+    ) -> ForkedRun | None:
+        """The run forked from the zygote; None: exec it (said why, unless ``warm`` was None)."""
+        if warm is None:
+            return None
+        z, p = warm
+        try:
+            return z.run(p, argv, cwd=self.cwd, env=env, record_in=self.workdir)
+        except ZygoteError as e:
+            self._fail(z, str(e))
+            return None
+
+    def close(self) -> None:
+        zygote.close(self.workdir)
+
+    def _fail(self, z: Zygote, why: str) -> None:
+        zygote.failed(self.workdir, z, why)
+        self._zygote = None
+        self._cold(why)
+
+    def _cold(self, why: str) -> None:
+        self.emit(Log(level="warning", text=f"preload: starting the command with exec: {why}"))

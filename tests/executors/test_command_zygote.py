@@ -1,0 +1,359 @@
+"""The command kind's warm start: runs forked from a zygote with ``preload`` imported.
+
+A forked run must be the command's process exactly as an exec'd one is: its own session and
+process group, the run token in its environment, recorded in the workdir, killed on Stop
+within its grace, reaped by the next executor when its own was SIGKILLed, restarted in place
+after a crash (warm again) from its checkpoint. /proc is the evidence, not the executor's
+word. What the zygote cannot run is exec'd, with a Log line that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import tomli_w
+from helpers import (
+    WORKER_TREE,
+    ExecutorProcess,
+    plain_command,
+    run_job,
+    wait_for,
+    worker_tree_pids,
+)
+
+from executors import exitcodes
+from executors.workdir import COMMAND_GROUP, TOKEN_ENV
+from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.messages import (
+    ConsoleHello,
+    ExecutorHello,
+    ExecutorMessage,
+    Finished,
+    Log,
+    Progress,
+    Resumed,
+    RunEnded,
+    Start,
+    Stop,
+    Stopped,
+)
+from protocol.spec import CommandSpec, JobSpec
+
+PROGRESS = r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)"
+
+# What a script sees of its process; then it ends as told by its first argument.
+REPORT = r"""
+import json, os, sys
+print("report " + json.dumps({
+    "argv": sys.argv, "file": __file__, "name": __name__, "cwd": os.getcwd(),
+    "x": os.environ.get("X"), "path0": sys.path[0],
+    "hotspare": sorted(m for m in sys.modules if m.split(".")[0] in ("executors", "protocol")),
+}), flush=True)
+how = sys.argv[1]
+if how == "raise":
+    raise ValueError("boom")
+sys.exit(int(how))
+"""
+
+# Ignores SIGTERM and says a step every 50 ms: only SIGKILL ends it.
+STUBBORN = r"""
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+step = 0
+while True:
+    step += 1
+    print(f"step {step} loss 0.5", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def proc_stat(pid: int) -> dict[str, Any] | None:
+    """state, ppid, pgid, sid from /proc; None once the process is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return {
+        "state": fields[0],
+        "ppid": int(fields[1]),
+        "pgid": int(fields[2]),
+        "sid": int(fields[3]),
+    }
+
+
+def alive(pid: int) -> bool:
+    st = proc_stat(pid)
+    return st is not None and st["state"] not in ("Z", "X")
+
+
+def cmdline(pid: int) -> list[str]:
+    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+
+
+def started_pid(text: str) -> int:
+    return int(text.split()[3].rstrip(":"))
+
+
+def job_file(tmp_path: Path, argv: list[str], **command: Any) -> Path:
+    job = {
+        "name": "warm",
+        "executor": "command",
+        "steps": 1_000_000,
+        "command": {"argv": argv, "progress_regex": PROGRESS, **command},
+    }
+    path = tmp_path / "job.toml"
+    path.write_text(tomli_w.dumps(job))
+    return path
+
+
+def logs(proc: ExecutorProcess, level: str | None = None) -> list[str]:
+    return [e["text"] for e in proc.of("log") if level in (None, e["level"])]
+
+
+class Client:
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(str(path))
+        send_message(self.sock, ConsoleHello(version=PROTOCOL_VERSION, console_id="test"))
+        assert isinstance(recv_message(self.sock, EXECUTOR_MESSAGES), ExecutorHello)
+        self.seen: list[ExecutorMessage] = []
+
+    def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
+            assert msg is not None, "the executor closed the connection"
+            self.seen.append(msg)
+            if pred(msg):
+                return msg
+        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
+
+    def started(self, timeout: float = 60) -> Log:
+        msg = self.until(
+            lambda m: isinstance(m, Log) and m.text.startswith("command started"), timeout
+        )
+        assert isinstance(msg, Log)
+        return msg
+
+
+@pytest.fixture
+def executors_() -> Iterator[list[ExecutorProcess]]:
+    procs: list[ExecutorProcess] = []
+    yield procs
+    for p in procs:
+        if p.proc.poll() is None:
+            p.proc.kill()
+        p.finish()
+
+
+def serve(work: Path, procs: list[ExecutorProcess]) -> tuple[ExecutorProcess, Client]:
+    proc = ExecutorProcess(
+        ["serve", "--workdir", str(work), "--kind", "command", "--heartbeat-s", "0.2"]
+    )
+    procs.append(proc)
+    wait_for(
+        lambda: (work / "executor.sock").exists() or proc.proc.poll() is not None, 60, "socket"
+    )
+    assert proc.proc.poll() is None, proc.stderr
+    return proc, Client(work / "executor.sock")
+
+
+def test_a_crashed_warm_run_restarts_in_place_warm_from_its_checkpoint(
+    tmp_path: Path, executors_: list[ExecutorProcess]
+) -> None:
+    table = {**plain_command(0.02), "preload": ["torch"]}
+    spec = JobSpec(
+        name="plain", executor="command", steps=60, command=msgspec.convert(table, CommandSpec)
+    )
+    work = tmp_path / "w"
+    executor, c = serve(work, executors_)
+    send_message(c.sock, Start(spec=spec, epoch=1, lease_s=30))
+    first = c.started()
+    assert "(forked warm, preloaded torch)" in first.text
+    child = started_pid(first.text)
+    st = proc_stat(child)
+    assert st is not None and st["pgid"] == child and st["sid"] == child, "a session of its own"
+    zygote = st["ppid"]
+    assert zygote != executor.proc.pid and proc_stat(zygote)["ppid"] == executor.proc.pid
+    assert Path(cmdline(child)[1]).name == "train_plain.py", "ps shows the command"
+    record = json.loads((work / COMMAND_GROUP).read_text())
+    assert record["pgid"] == child
+    token = f"{TOKEN_ENV}={record['token']}".encode()
+    assert token in Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+    assert token not in Path(f"/proc/{zygote}/environ").read_bytes().split(b"\0")
+
+    c.until(lambda m: isinstance(m, Progress) and m.step >= 25, 60)
+    os.kill(child, signal.SIGKILL)
+    ended = c.until(lambda m: isinstance(m, RunEnded), 30)
+    assert isinstance(ended, RunEnded) and ended.fault == "crash"
+    assert ended.checkpoint_step is not None and ended.checkpoint_step >= 20
+    wait_for(lambda: not alive(child), 10, "the killed run reaped by the zygote")
+
+    send_message(c.sock, Start(spec=spec, epoch=2, lease_s=30))
+    resumed = c.until(lambda m: isinstance(m, Resumed), 30)
+    assert isinstance(resumed, Resumed) and resumed.step == ended.checkpoint_step
+    again = c.started()
+    assert "(forked warm" in again.text and started_pid(again.text) != child
+    assert proc_stat(started_pid(again.text))["ppid"] == zygote, "the same zygote, one fork ahead"
+    said = c.until(lambda m: isinstance(m, Log) and m.text.startswith("resume "), 30)
+    assert isinstance(said, Log) and said.text.endswith(f"at step {ended.checkpoint_step}")
+    done = c.until(lambda m: isinstance(m, Finished), 60)
+    assert isinstance(done, Finished) and done.step == 60
+    rc, err = executor.finish(30)
+    assert rc == exitcodes.OK, err
+    wait_for(lambda: not alive(zygote), 10, "the zygote ended with its executor")
+
+
+def test_a_forked_run_is_recorded_and_reaped_like_an_exec_one(tmp_path: Path) -> None:
+    script = tmp_path / "workers.py"
+    script.write_text(WORKER_TREE)
+    work, first_out, second_out = tmp_path / "w", tmp_path / "first", tmp_path / "second"
+    first_out.mkdir()
+    second_out.mkdir()
+
+    def job(out: Path) -> Path:
+        argv = [sys.executable, str(script), "leader", str(out)]
+        return job_file(tmp_path, argv, grace_s=0.5, preload=["subprocess"])
+
+    def start(out: Path) -> ExecutorProcess:
+        return ExecutorProcess(["run", "--spec", str(job(out)), "--workdir", str(work), "--json"])
+
+    first = start(first_out)
+    try:
+        old = wait_for(lambda: worker_tree_pids(first_out), 60, "the command's three processes")
+        leader = old["leader"]
+        assert {proc_stat(p)["pgid"] for p in old.values()} == {leader}
+        assert proc_stat(leader)["sid"] == leader
+        zygote = proc_stat(leader)["ppid"]
+        assert zygote != first.proc.pid, "forked by the zygote"
+        record = json.loads((work / COMMAND_GROUP).read_text())
+        assert record["pgid"] == leader
+        token = f"{TOKEN_ENV}={record['token']}".encode()
+        for pid in old.values():
+            assert token in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    finally:
+        first.proc.kill()  # SIGKILL, the executor only
+        first.finish(30)
+    wait_for(lambda: not alive(zygote), 10, "the zygote's death signal")
+    wait_for(lambda: not alive(leader), 10, "the leader's, through the zygote")
+    assert alive(old["child"]) and alive(old["grandchild"]), "workers outlive the executor"
+
+    second = start(second_out)
+    try:
+        second.wait_event(
+            lambda e: e["kind"] == "log" and e["text"].startswith("command started"), 60, "start"
+        )
+        assert not alive(old["child"]) and not alive(old["grandchild"]), "reaped by the next"
+        assert f"(process group {leader})" in (work / "events.jsonl").read_text()
+        new = wait_for(lambda: worker_tree_pids(second_out), 60, "the new command's processes")
+        t0 = time.monotonic()
+        second.proc.send_signal(signal.SIGTERM)
+        rc, err = second.finish(60)
+        assert rc == exitcodes.PREEMPTED, err
+        assert time.monotonic() - t0 < 0.5 + 5, "SIGKILL after the grace"
+    finally:
+        if second.proc.poll() is None:
+            second.proc.kill()
+            second.finish()
+    assert not [p for p in new.values() if alive(p)], "a normal end kills the workers too"
+    assert not (work / COMMAND_GROUP).exists()
+
+
+def test_a_stop_kills_a_forked_run_that_ignores_sigterm_within_its_grace(
+    tmp_path: Path, executors_: list[ExecutorProcess]
+) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    table = {
+        "argv": [sys.executable, str(script)],
+        "progress_regex": PROGRESS,
+        "grace_s": 0.5,
+        "preload": ["json"],
+    }
+    spec = JobSpec(
+        name="s", executor="command", steps=10**6, command=msgspec.convert(table, CommandSpec)
+    )
+    executor, c = serve(tmp_path / "w", executors_)
+    send_message(c.sock, Start(spec=spec, epoch=1, lease_s=30))
+    child = started_pid(c.started().text)
+    c.until(lambda m: isinstance(m, Progress), 30)
+    t0 = time.monotonic()
+    send_message(c.sock, Stop(reason="operator"))
+    stopped = c.until(lambda m: isinstance(m, Stopped), 10)
+    assert isinstance(stopped, Stopped) and stopped.reason == "operator"
+    assert time.monotonic() - t0 < 0.5 + 3
+    assert not alive(child)
+    assert executor.finish(30)[0] == exitcodes.STOPPED
+
+
+@pytest.mark.parametrize(
+    ("argv_head", "preload", "why"),
+    [
+        (["env"], ["json"], "argv[0] 'env' is not a python interpreter"),
+        (
+            [],
+            ["no_such_module_zz"],
+            "preload 'no_such_module_zz': ModuleNotFoundError: No module named 'no_such_module_zz'",
+        ),
+        ([], ["json"], None),
+    ],
+    ids=["not-python", "bad-preload", "warm"],
+)
+def test_what_the_zygote_cannot_run_is_execd_and_said_and_a_run_ends_like_python(
+    tmp_path: Path, argv_head: list[str], preload: list[str], why: str | None
+) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    argv = [*argv_head, sys.executable, str(script), "raise"]
+    spec = job_file(tmp_path, argv, preload=preload, env={"X": "{step}"})
+    proc = run_job(spec, tmp_path / "w", timeout=60)
+    assert proc.returncode == exitcodes.FAILED, proc.stderr
+    warnings = [t for t in logs(proc, "warning") if t.startswith("preload:")]
+    started = next(t for t in logs(proc, "info") if t.startswith("command started"))
+    if why is None:
+        assert warnings == [] and "(forked warm, preloaded json)" in started
+    else:
+        assert warnings == [f"preload: starting the command with exec: {why}"]
+        assert "forked" not in started
+    report = json.loads(next(t for t in logs(proc, "stdout") if t.startswith("report "))[7:])
+    assert report == {
+        "argv": [str(script), "raise"],
+        "file": str(script),
+        "name": "__main__",
+        "cwd": str((tmp_path / "w").resolve()),
+        "x": "0",
+        "path0": str(tmp_path),
+        "hotspare": [],
+    }
+    [fault] = proc.of("fault")
+    assert "exited with code 1" in fault["message"] and "ValueError: boom" in fault["message"]
+    stderr = logs(proc, "stderr")
+    assert stderr[0] == "Traceback (most recent call last):"
+    assert not [t for t in stderr if "<string>" in t or "runpy" in t], stderr
+
+
+def test_a_warm_run_exits_with_its_systemexit_code(tmp_path: Path) -> None:
+    script = tmp_path / "report.py"
+    script.write_text(REPORT)
+    spec = job_file(tmp_path, [sys.executable, str(script), "3"], preload=["json"])
+    proc = run_job(spec, tmp_path / "w", timeout=60)
+    assert proc.returncode == exitcodes.FAILED, proc.stderr
+    [fault] = proc.of("fault")
+    assert "exited with code 3" in fault["message"]
+
+
+@pytest.mark.parametrize("bad", ["not a module", "torch..nn", ""])
+def test_preload_names_modules(bad: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match="preload"):
+        msgspec.convert({"argv": ["python", "x.py"], "preload": [bad]}, CommandSpec)
