@@ -21,12 +21,20 @@ rows, no links), then with:
 Headless Textual skips turning frames into escape sequences; this benchmark does it anyway
 (into nothing), so the CPU figure includes what a real terminal would cost.
 
+With ``--transport ssh`` every host is an ssh host of the inventory, reached through real
+OpenSSH sshd on loopback (``scale_sshd.py``: a few listeners, host keys verified against a
+known_hosts): the console's production ``SshTransport`` dials one connection per host and the
+link is a streamlocal channel over it to the simulated executor's socket, as in a fleet. It
+reports the connection setup time and the sshd processes' CPU too (here on the same two cores;
+in a fleet each host pays its own). ``console_scale_ssh.py`` runs both transports at one N.
+
 This file runs and reports; the parts are beside it: ``scale_app.py`` (the instrumented console,
 its meters, key latency), ``scale_measure.py`` (one measured window), ``scale_links.py`` (the
-inventory, the simulated executors' process, the links) and ``simexec.py`` (the executors).
+inventory, the simulated executors' process, the links), ``scale_sshd.py`` (the sshd side) and
+``simexec.py`` (the executors).
 
     .venv/bin/python benchmarks/console_scale.py [--sims 1000] [--seconds 30] [--presses 42]
-        [--quick] [--profile] [--json]
+        [--transport local|ssh] [--sshds 4] [--quick] [--profile] [--json]
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from common import Figure, at_least, at_most, emit
 from scale_app import KEYS, Presses, ScaleApp, key_latencies, meter_screen_updates, until
 from scale_links import REGIONS, Sim, SimLinks, write_inventory
 from scale_measure import Stalls, Window, measure, pct
+from scale_sshd import SshdFleet, raise_fd_limit
 from simexec import host_name
 
 from console.inventory import load
@@ -65,6 +74,7 @@ from console.ui.screens.fleet import FleetScreen
 from console.ui.widgets.live_table import LiveTable
 
 NAME = "console_scale"
+NAMES = {"local": NAME, "ssh": "console_scale_over_ssh"}
 SIZE = (120, 40)
 CPU_TARGET_PCT = 25.0
 LATENCY_TARGET_MS = 100.0
@@ -88,14 +98,57 @@ class Result:
     redraws_skipped: int
     problems: list[str]
     rows_ms: float
+    transport: str = "local"
+    setup: Setup | None = None
     profile_text: str = ""
 
 
-async def run(args: argparse.Namespace, tmp: Path, sim_holder: list[Sim]) -> Result:
+@dataclass
+class Setup:
+    """Opening every link: over ssh the dial (key exchange, host key check, authentication),
+    the streamlocal channel and the Hello; locally the socket and the Hello."""
+
+    all_s: float
+    """Wall seconds from the first link opening to the last one up."""
+    one_p50_s: float
+    one_p95_s: float
+    """Each link's own open time (its wait for one of OPEN_CONCURRENCY turns not counted)."""
+    console_cpu_s: float
+    """The console's CPU while it opened them all."""
+    sshd_sessions: int = 0
+    sshd_cpu_pct: float = math.nan
+    """sshd's CPU (every listener and session process) over the loaded window."""
+    sshd_mib: float = math.nan
+    """sshd's unique memory, every process, after the loaded window and its key presses."""
+    sshd_errors: str = ""
+
+
+class Holder:
+    """What the cleanup after an interrupt must stop: the executors, the sshd listeners."""
+
+    def __init__(self) -> None:
+        self.sims: list[Sim] = []
+        self.sshd: list[SshdFleet] = []
+
+    def kill(self) -> None:
+        for sim in self.sims:
+            sim.kill()
+        for fleet in self.sshd:
+            fleet.stop()
+
+
+async def run(args: argparse.Namespace, tmp: Path, holder: Holder) -> Result:
     hosts_root = tmp / "h"
-    inventory = write_inventory(tmp, hosts_root, args.sims)
+    sshd: SshdFleet | None = None
+    if args.transport == "ssh":
+        sshd = SshdFleet(tmp / "ssh", args.sshds, args.sims)
+        holder.sshd.append(sshd)
+        sshd.start()
+    inventory = write_inventory(
+        tmp, hosts_root, args.sims, sshd.host_table if sshd is not None else None
+    )
     sim = Sim(hosts_root, args.sims, tmp / "sim.log", max_s=args.seconds * 4 + 600)
-    sim_holder.append(sim)
+    holder.sims.append(sim)
     await sim.start()
 
     ctl = Controller(load(inventory), Policy.MANUAL)
@@ -110,6 +163,7 @@ async def run(args: argparse.Namespace, tmp: Path, sim_holder: list[Sim]) -> Res
     profiles = {p: cProfile.Profile(time.process_time) for p in phases} if args.profile else {}
     rows = args.sims + len(REGIONS)
     problems: list[str] = []
+    setup = Setup(math.nan, math.nan, math.nan, math.nan)
     try:
         async with app.run_test(size=SIZE, notifications=True):
             await until(
@@ -132,9 +186,13 @@ async def run(args: argparse.Namespace, tmp: Path, sim_holder: list[Sim]) -> Res
             base_keys = await key_latencies(app, args.presses, rng, profiles.get("baseline keys"))
 
             # A console too busy to connect them all in time is measured as it stands.
+            cpu0 = time.process_time()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(LINKS_TIMEOUT_S):
                     await links.open_all()
+            opened = sorted(links.open_s)
+            setup.all_s, setup.console_cpu_s = links.all_open_s, time.process_time() - cpu0
+            setup.one_p50_s, setup.one_p95_s = pct(opened, 50), pct(opened, 95)
             fleet = ctl.fleet
             try:
                 await until(
@@ -147,16 +205,27 @@ async def run(args: argparse.Namespace, tmp: Path, sim_holder: list[Sim]) -> Res
                 problems.append(str(e))
             await asyncio.sleep(2.0)
             app.clear_notifications()
+            sshd_cpu0, sshd_t0 = (sshd.cpu_s() if sshd else 0.0), time.perf_counter()
             load_w = await measure(
                 app, links.traffic, stalls, args.seconds, profiles.get("loaded"), float(args.sims)
             )
+            if sshd is not None:
+                setup.sshd_cpu_pct = (
+                    100 * (sshd.cpu_s() - sshd_cpu0) / (time.perf_counter() - sshd_t0)
+                )
             load_keys = await key_latencies(app, args.presses, rng, profiles.get("loaded keys"))
+            if sshd is not None:  # reading every session's memory blocks for a while
+                setup.sshd_sessions = sshd.sessions()
+                setup.sshd_mib = sshd.rss_mib()
             rows_ms = rows_cost(app)
             load_avg = uptime()
     finally:
         await stalls.stop()
         await links.close()
         sim_report = await sim.stop()
+        if sshd is not None:
+            setup.sshd_errors = sshd.errors()
+            sshd.stop()
     text = ""
     for what, prof in profiles.items():
         if prof.getstats():
@@ -178,6 +247,8 @@ async def run(args: argparse.Namespace, tmp: Path, sim_holder: list[Sim]) -> Res
         redraws_skipped=app.redraws_skipped,
         problems=problems,
         rows_ms=rows_ms,
+        transport=args.transport,
+        setup=setup,
         profile_text=text
         + "".join(f"frames repainting {k}: {n}\n" for k, n in app.dirty.most_common(12)),
     )
@@ -253,12 +324,37 @@ def figures(r: Result) -> list[Figure]:
             at_least(load.health_per_s, rate_bar),
         ),
         Figure("links up", r.links_up, "links", f">= {r.sims}", at_least(r.links_up, r.sims)),
+        Figure("health delivery lag p50", round(load.lag_p50_ms, 1), "ms"),
         Figure("health delivery lag p95", round(load.lag_p95_ms, 1), "ms"),
         Figure("event loop stall p99", round(load.stall_p99_ms, 1), "ms"),
         Figure("event loop stall max", round(load.stall_max_ms, 1), "ms"),
         Figure("frames", round(load.frames_per_s, 1), "frames/s"),
         Figure("terminal output", round(load.out_kib_per_s, 1), "KiB/s"),
+        *setup_figures(r),
     ]
+
+
+def setup_figures(r: Result) -> list[Figure]:
+    s = r.setup
+    if s is None:
+        return []
+    out = [
+        Figure(f"links set up, all {r.sims} (wall)", round(s.all_s, 2), "s"),
+        Figure("link setup p50, each", round(1000 * s.one_p50_s, 1), "ms"),
+        Figure("link setup p95, each", round(1000 * s.one_p95_s, 1), "ms"),
+        Figure("console CPU setting up the links", round(s.console_cpu_s, 2), "s"),
+    ]
+    if r.transport == "ssh":
+        out += [
+            Figure("sshd sessions held", s.sshd_sessions, "connections"),
+            Figure(
+                "sshd CPU, every process (the hosts' side)",
+                round(s.sshd_cpu_pct, 1),
+                "% of one core",
+            ),
+            Figure("sshd memory, every process (unique)", round(s.sshd_mib, 1), "MiB"),
+        ]
+    return out
 
 
 def per_key(keys: Presses) -> str:
@@ -296,12 +392,21 @@ def report(r: Result, args: argparse.Namespace) -> None:
         )
     if r.link_failures:
         print(f"{len(r.link_failures)} links failed, first: {r.link_failures[0]}")
+    if r.setup is not None and r.setup.sshd_errors:
+        print(f"sshd logged: {r.setup.sshd_errors}")
     if r.profile_text:
         print("cProfile (CPU time) of both windows; CPU figures are inflated by the profiler:")
         print(r.profile_text)
+    over = (
+        f"reached over real SSH: {args.sshds} OpenSSH sshd listeners on loopback, host keys "
+        f"verified, one SshTransport connection per host, the link a streamlocal channel to the "
+        f"executor's socket; sshd runs on the same cores; "
+        if r.transport == "ssh"
+        else ""
+    )
     notes = (
         f"{r.sims} simulated executors (separate process, one Unix socket each) send Heartbeat + "
-        f"8-GPU Health at 1 Hz through ExecutorLink into fleet.seen/observe; HotspareApp headless "
+        f"8-GPU Health at 1 Hz through ExecutorLink into fleet.seen/observe; {over}HotspareApp headless "
         f"in run_test {SIZE[0]}x{SIZE[1]} on the Fleet view; CPU = process_time/wall over "
         f"{r.load.seconds:.0f} s (baseline: same hosts, no links, {r.base.seconds:.0f} s), frames "
         f"rendered to escape sequences as a terminal would; key latency = Key event handed to the "
@@ -309,7 +414,7 @@ def report(r: Result, args: argparse.Namespace) -> None:
         f"{args.presses} presses per phase); load avg {r.load_avg} on 2 shared cores"
         + ("; PROFILED, CPU inflated" if args.profile else "")
     )
-    emit(NAME, figures(r), notes, args.json)
+    emit(NAMES[r.transport], figures(r), notes, args.json)
 
 
 def parse() -> argparse.Namespace:
@@ -317,6 +422,13 @@ def parse() -> argparse.Namespace:
     p.add_argument("--sims", type=int, default=None, help="simulated executors (default 1000)")
     p.add_argument("--seconds", type=float, default=None, help="loaded window (default 30)")
     p.add_argument("--presses", type=int, default=None, help="key presses per phase (default 42)")
+    p.add_argument(
+        "--transport",
+        choices=("local", "ssh"),
+        default="local",
+        help="local: Unix sockets (default); ssh: real sshd on loopback, streamlocal channels",
+    )
+    p.add_argument("--sshds", type=int, default=4, help="sshd listeners with --transport ssh")
     p.add_argument("--quick", action="store_true", help="200 sims, 8 s, 21 presses")
     p.add_argument("--profile", action="store_true", help="cProfile the loaded window")
     p.add_argument("--json", action="store_true", help="print the JSON line last")
@@ -326,19 +438,19 @@ def parse() -> argparse.Namespace:
     args.seconds = seconds if args.seconds is None else args.seconds
     args.presses = presses if args.presses is None else args.presses
     args.base_seconds = max(4.0, args.seconds / 3)
-    if args.sims < 1 or args.seconds <= 0 or args.presses < 1:
-        p.error("--sims, --seconds and --presses must be positive")
+    if args.sims < 1 or args.seconds <= 0 or args.presses < 1 or args.sshds < 1:
+        p.error("--sims, --seconds, --presses and --sshds must be positive")
     return args
 
 
 class Interrupts:
     """Ctrl-C once: cancel the run (its cleanup runs). Twice, or SIGTERM: a console stuck in
-    a long synchronous call cannot be cancelled, so kill the simulated executors, remove the
-    temporary folder and exit at once."""
+    a long synchronous call cannot be cancelled, so kill the simulated executors and sshd,
+    remove the temporary folder and exit at once."""
 
-    def __init__(self, tmp: Path, sims: list[Sim]) -> None:
+    def __init__(self, tmp: Path, holder: Holder) -> None:
         self.tmp = tmp
-        self.sims = sims
+        self.holder = holder
         self.count = 0
         self.task: asyncio.Task[Result] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -346,8 +458,7 @@ class Interrupts:
         signal.signal(signal.SIGTERM, self._now)
 
     def cleanup(self) -> None:
-        for sim in self.sims:
-            sim.kill()
+        self.holder.kill()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _on_sigint(self, signum: int, _frame: object) -> None:
@@ -365,14 +476,15 @@ class Interrupts:
     async def run(self, args: argparse.Namespace, budget: float) -> Result:
         self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()  # type: ignore[assignment]
         async with asyncio.timeout(budget):
-            return await run(args, self.tmp, self.sims)
+            return await run(args, self.tmp, self.holder)
 
 
 def main() -> int:
     args = parse()
+    raise_fd_limit()  # a socket per link here, and sshd and the executors inherit it
     meter_screen_updates()
     tmp = Path(tempfile.mkdtemp(prefix="hs-scale-", dir="/tmp"))
-    interrupts = Interrupts(tmp, [])
+    interrupts = Interrupts(tmp, Holder())
     budget = args.base_seconds + args.seconds + 4 * args.presses + 600
     try:
         result = asyncio.run(interrupts.run(args, budget))

@@ -51,6 +51,7 @@ BENCHES = [
     Bench("mttr_warm", "mttr.py", ["--warm"], ["--warm", "--trials", "1"], 2400),
     Bench("mttr_default", "mttr.py", ["--defaults"], ["--defaults", "--trials", "1"], 2400),
     Bench("console_scale", "console_scale.py", [], ["--quick"], 1800, optional=True),
+    Bench("console_scale_ssh", "console_scale_ssh.py", [], ["--quick"], 2400, 600, optional=True),
     Bench("protocol_rate", "protocol_rate.py", [], ["--quick"], 600, 300),
     Bench("executor_overhead", "executor_overhead.py", [], ["--quick"], 1800),
     Bench("journal_startup", "journal_startup.py", [], ["--events", "100000"], 600, 300),

@@ -1,7 +1,9 @@
-"""The fleet side of benchmarks/console_scale.py: the inventory of N local hosts in four regions,
+"""The fleet side of benchmarks/console_scale.py: the inventory of N hosts in four regions,
 the simulated executors' process (benchmarks/simexec.py), and one ExecutorLink per host whose
 messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's do (console/jobs/standby.py
-``_route``).
+``_route``). Each link runs over its host's transport from the controller's fleet: a local
+socket, or with ``--transport ssh`` a streamlocal channel over the host's SshTransport
+connection (``scale_sshd.py``), the transport's own ``open_socket`` either way.
 
 Imported by ``console_scale.py``, which puts the repository root and ``benchmarks/`` on
 ``sys.path`` first.
@@ -15,8 +17,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,6 +60,11 @@ class SimLinks:
         self.links: list[ExecutorLink] = []
         self.pumps: list[asyncio.Task[str]] = []
         self.failed: list[str] = []
+        self.open_s: list[float] = []
+        """Seconds each link took to open (over ssh: the dial, the channel and the Hello),
+        waiting for a turn among OPEN_CONCURRENCY not counted."""
+        self.all_open_s = 0.0
+        """Wall seconds from the first link opening to the last one open (or failed)."""
 
     def _route(self, host: str, msg: ExecutorMessage) -> None:
         fleet = self.ctl.fleet
@@ -73,11 +82,13 @@ class SimLinks:
         rt = self.ctl.fleet.hosts[host]
         link = ExecutorLink(rt.transport, str(socket_path(self.root, i)), self.ctl.console_id)
         async with gate:
+            t = time.perf_counter()
             try:
                 await link.open(timeout=OPEN_TIMEOUT_S)
             except LinkError as e:
                 self.failed.append(str(e))
                 return
+            self.open_s.append(time.perf_counter() - t)
         self.links.append(link)
         self.pumps.append(asyncio.create_task(link.pump(lambda m: self._route(host, m))))
 
@@ -90,7 +101,11 @@ class SimLinks:
 
     async def open_all(self) -> None:
         gate = asyncio.Semaphore(OPEN_CONCURRENCY)
-        await asyncio.gather(*(self._open(i, gate) for i in range(self.count)))
+        t = time.perf_counter()
+        try:
+            await asyncio.gather(*(self._open(i, gate) for i in range(self.count)))
+        finally:
+            self.all_open_s = time.perf_counter() - t
 
     async def close(self) -> None:
         for task in self.pumps:
@@ -98,14 +113,26 @@ class SimLinks:
         await asyncio.gather(*self.pumps, return_exceptions=True)
         for link in self.links:
             link.close()
+        # Over ssh, each host's connection too (a local transport has nothing to close).
+        hosts = self.ctl.fleet.hosts
+        await asyncio.gather(
+            *(hosts[host_name(i)].transport.close() for i in range(self.count)),
+            return_exceptions=True,
+        )
 
 
-def write_inventory(tmp: Path, hosts_root: Path, count: int) -> Path:
+def write_inventory(
+    tmp: Path,
+    hosts_root: Path,
+    count: int,
+    reach: Callable[[int], dict[str, Any]] | None = None,
+) -> Path:
+    """N hosts in four regions; ``reach(i)`` gives host ``i``'s transport keys (default: local)."""
     hosts = {}
     for i in range(count):
         hosts[host_name(i)] = {
             "region": REGIONS[i * len(REGIONS) // max(count, 1)],
-            "transport": "local",
+            **(reach(i) if reach is not None else {"transport": "local"}),
             "root": str(hosts_root / host_name(i)),
             "gpus": 8,
             "role": "spare" if i % 10 == 9 else "primary",
