@@ -51,6 +51,9 @@ class HostRuntime:
     findings: list[Finding] = field(default_factory=list)
     last_seen: float = 0.0
     """Monotonic time of the last heartbeat or successful probe."""
+    heard_every_s: float = 1.0
+    """How often the host is expected to be heard from: its executor's heartbeat, or the
+    reachability probe's interval for a host with none (what ``seen`` is judged against)."""
     sampled_at: float = 0.0
     """Monotonic time the newest Health sample arrived (0.0: none yet). A sample has an age:
     the views show an old one as old (``console/ui/view.py``, ``STALE_AFTER_SAMPLES``)."""
@@ -128,8 +131,10 @@ class Fleet:
         }
 
     def seen(self, name: str) -> None:
+        """A heartbeat from the host's executor."""
         rt = self.hosts[name]
         rt.last_seen = time.monotonic()
+        rt.heard_every_s = self.inv.console.heartbeat_s
         if rt.state in (HostState.SUSPECT, HostState.DOWN):
             self.set_state(name, HostState.UP, "heard from again")
 
@@ -183,8 +188,11 @@ class Fleet:
     def failing(self, name: str) -> list[Finding]:
         return [f for f in self.hosts[name].findings if f.severity is Severity.FAIL]
 
-    async def probe(self, name: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
-        """Can the console run a command there now?"""
+    async def probe(
+        self, name: str, timeout: float = PROBE_TIMEOUT_S, every_s: float | None = None
+    ) -> bool:
+        """Can the console run a command there now? ``every_s``: the prober's interval, when it
+        probes the host regularly (then it is what the host is expected to be heard at)."""
         t = self.hosts[name].transport
         try:
             async with asyncio.timeout(timeout):
@@ -193,7 +201,10 @@ class Fleet:
         except (TransportError, TimeoutError, OSError):
             return False
         if ok:
-            self.hosts[name].last_seen = time.monotonic()
+            rt = self.hosts[name]
+            rt.last_seen = time.monotonic()
+            if every_s is not None:
+                rt.heard_every_s = every_s
         return ok
 
     async def console_online(self, excluding: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Protocol
 from console.fleet.health_rules import Finding, Severity
 from console.fleet.hosts import Fleet
 from console.inventory import Host, Inventory
-from console.reach.health_probe import HealthProbeFailed, probe_health
+from console.reach.health_probe import HealthProbeFailed, NotDeployed, probe_health
 from console.records.journal import Journal, Kind
 from console.states import HostState
 from protocol.messages import Health
@@ -106,11 +106,12 @@ class HostMonitor:
                 for n, rt in list(fleet.hosts.items())
                 if rt.job is None and now - rt.last_seen > REACH_EVERY_S
             ]
-            results = await asyncio.gather(*(fleet.probe(n) for n in idle))
+            results = await asyncio.gather(*(fleet.probe(n, every_s=REACH_EVERY_S) for n in idle))
             for name, ok in zip(idle, results, strict=True):
                 state = fleet.hosts[name].state
                 if ok and state is HostState.DOWN:
                     fleet.set_state(name, HostState.UP, "reachable again")
+                    self._probed_at.pop(name, None)  # its health is news too: probe it now
                 elif not ok and state in (HostState.UP, HostState.SUSPECT):
                     fleet.set_state(name, HostState.DOWN, "unreachable")
             self.check_spares()
@@ -161,6 +162,8 @@ class HostMonitor:
                     env=dict(self._env.get(name, {})),
                     may_deploy=self._may_deploy,
                 )
+            except NotDeployed:  # a read-only console writes nothing: no sample to show
+                return
             except HealthProbeFailed as e:
                 h, why = None, str(e)
         if name not in fleet.hosts or name not in inv.hosts:

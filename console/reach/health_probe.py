@@ -21,6 +21,11 @@ class HealthProbeFailed(Exception):
     it had some). Temporary by nature: the next probe tries again."""
 
 
+class NotDeployed(HealthProbeFailed):
+    """No bundle on the host, and this console may not deploy one: nothing is known, nothing
+    is wrong."""
+
+
 async def probe_health(
     t: Transport,
     *,
@@ -43,7 +48,7 @@ async def probe_health(
         else:
             bundle = bundle_dir(root, build_bundle())
             if await t.stat(posixpath.join(bundle, MARKER), timeout=timeout) is None:
-                raise HealthProbeFailed("the executor bundle is not deployed there yet")
+                raise NotDeployed("the executor bundle is not deployed there yet")
         argv, base = executor_command(python, bundle, ["health", "--workdir", root, "--json"])
         result = await t.run(argv, timeout=timeout, env={**base, **(env or {})})
     except TransportError as e:

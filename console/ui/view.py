@@ -67,10 +67,11 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.0f}h"
 
 
-def seen(ago: float, heartbeat_s: float) -> str:
-    """``ok`` while heartbeats arrive on time, else how long ago the last one was (a cell that
-    does not change on every redraw for every healthy host)."""
-    return "ok" if ago <= 2 * heartbeat_s else age(ago)
+def seen(ago: float, every_s: float) -> str:
+    """``ok`` while the host is heard on time (its heartbeat, or the reachability probe of a
+    host with no executor, every ``every_s``), else how long ago it last was (a cell that does
+    not change on every redraw for every healthy host)."""
+    return "ok" if ago <= 2 * every_s else age(ago)
 
 
 def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
@@ -168,7 +169,7 @@ def fleet_rows(
         rows[REGION_PREFIX + region] = (f"▼ {region}", *blank)
         for name in names:
             rt = ctl.fleet.hosts[name]
-            heartbeat = seen(now - rt.last_seen, ctl.detection.heartbeat_s) if rt.last_seen else "-"
+            heartbeat = seen(now - rt.last_seen, rt.heard_every_s) if rt.last_seen else "-"
             old = sample_old(rt, now)
             key = (rt.samples, rt.state, rt.job, heartbeat, old)
             hit = cache.get(name)

@@ -14,6 +14,7 @@ from pathlib import Path
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.fleet.hosts import STALE_AFTER_SAMPLES
+from console.fleet.monitor import REACH_EVERY_S
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
@@ -102,6 +103,29 @@ async def test_a_killed_host_shows_its_last_numbers_as_old_and_its_job_no_rate(
         waited = time.monotonic() - killed
         assert waited <= STALE_AFTER_SAMPLES * ctl.inv.console.heartbeat_s + 1.0, waited
         assert sample_label(a, time.monotonic()).endswith("ago, OLD")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+
+
+async def test_a_spare_heard_only_by_the_monitor_stays_ok_in_the_seen_column(
+    tmp_path: Path,
+) -> None:
+    """Idle hosts are heard by the reachability probe every 2 s, not by heartbeats (0.25 s
+    here): the seen cell of a healthy spare said 2.5s, 3.5s... between probes."""
+    ctl = controller(inventory(tmp_path))
+    seen_col = FLEET_COLUMNS.index("seen")
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: fleet_rows(ctl)["b"][seen_col] == "ok" or task.done(), 30, "b seen")
+        shown: set[str] = set()
+        end = time.monotonic() + 3 * REACH_EVERY_S
+        while time.monotonic() < end and not task.done():
+            shown.add(fleet_rows(ctl)["b"][seen_col])
+            await asyncio.sleep(0.05)
+        assert not task.done(), task
+        assert shown == {"ok"}, f"a healthy spare's seen cell showed {shown}"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
