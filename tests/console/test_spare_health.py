@@ -27,6 +27,8 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.reach.deploy import deploy
+from console.reach.health_probe import probe_health
+from console.reach.transport.factory import open_transport
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind, read
 from console.states import JobState
@@ -259,3 +261,31 @@ async def test_a_full_disk_or_a_failed_probe_makes_a_host_unfit(
         ("full", "disk_min"),
         ("full", "healthy"),
     }
+
+
+# --- over ssh: an argv, never a shell string -------------------------------------------------
+
+
+async def test_the_probe_runs_over_ssh_with_every_argument_quoted(
+    ssh_hosts, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    (h,) = ssh_hosts(1)
+    nvml = tmp_path / "nvml.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 52}]})
+    root = h.root / "odd $(touch pwned) 'root'"
+    inv = load(
+        write_inventory(
+            tmp_path / "inventory.toml", hosts={"h": h.inventory_table(root=str(root))}, jobs={}
+        )
+    )
+    async with open_transport(inv, "h") as t:
+        sample = await probe_health(
+            t,
+            root=inv.host_root("h"),
+            python=inv.python("h"),
+            timeout=30,
+            env={"HOTSPARE_FAKE_NVML": str(nvml)},
+        )
+    assert [(g.name, g.temp_c) for g in sample.gpus] == [("Fake H100", 52.0)]
+    assert (root / "bundles").is_dir(), "deployed under the root as named, spaces and all"
+    assert not list(h.root.rglob("pwned")) and not (Path.home() / "pwned").exists()
