@@ -12,6 +12,9 @@ script completes. Trials are interleaved (the order rotates each round):
   0.25 s), the script as an ``executor = "command"`` job resuming from ``{resume_from}``.
 - ``command_preload``: the same job with ``preload = ["torch"]``: each run is forked from the
   job's zygote, which has torch imported (executors/zygote.py), instead of exec'd.
+- ``command_preload_dynamo``: ``preload = ["torch", "torch._dynamo"]``: the script's first
+  optimizer imports ``torch._dynamo`` (some 800 modules, about as long as ``import torch``),
+  which ``import torch`` leaves for later.
 - ``torch``: the same model as a torch-kind workload (benchmarks/restart_workload.py), killed
   from inside the process that trains, whichever it is.
 - ``torch_raise``: the same, but the run raises at step 50 instead (a crash of the training
@@ -28,7 +31,8 @@ journal's incident (its ``first_step``) is shown beside, as hotspare counts it.
 Goal (issue 13): the command kind at most 0.5x torchrun's time, the torch kind faster still.
 
     python benchmarks/restart_vs_torchrun.py [--trials 5] [--quick] [--json]
-        [--only torchrun,command,command_preload,torch,torch_raise] [--width 1448]
+        [--only torchrun,command,command_preload,command_preload_dynamo,torch,torch_raise]
+        [--width 1448]
         [--kill-at 50] [--save-every 20]
 """
 
@@ -59,11 +63,20 @@ from common import Figure, at_most, emit  # noqa: E402
 from fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 
 SCRIPT = HERE / "restart_plain.py"
-SUPERVISORS = ("torchrun", "command", "command_preload", "torch", "torch_raise")
+SUPERVISORS = (
+    "torchrun",
+    "command",
+    "command_preload",
+    "command_preload_dynamo",
+    "torch",
+    "torch_raise",
+)
+PRELOAD = {"command_preload": ["torch"], "command_preload_dynamo": ["torch", "torch._dynamo"]}
 LABEL = {
     "torchrun": "torchrun --max-restarts 3",
     "command": "hotspare, command kind",
     "command_preload": "hotspare, command kind, preload torch",
+    "command_preload_dynamo": "hotspare, command kind, preload torch + torch._dynamo",
     "torch": "hotspare, torch kind",
     "torch_raise": "hotspare, torch kind, run raises",
 }
@@ -373,7 +386,7 @@ def last_journal_line(folder: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def run_command(folder: Path, settings: Settings, preload: list[str] | None = None) -> Trial:
+def run_command(folder: Path, settings: Settings, kind: str = "command") -> Trial:
     log = folder / "steps.log"
     argv = [
         sys.executable, str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}",
@@ -387,8 +400,8 @@ def run_command(folder: Path, settings: Settings, preload: list[str] | None = No
         "complete_marker": "{name}.done",
         "progress_regex": r"^step (?P<step>\d+) loss=(?P<loss>[0-9.]+)",
     }
-    if preload:
-        command["preload"] = preload
+    if kind in PRELOAD:
+        command["preload"] = PRELOAD[kind]
     job = {
         "executor": "command",
         "steps": settings.steps,
@@ -407,7 +420,7 @@ def run_command(folder: Path, settings: Settings, preload: list[str] | None = No
         raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
-    trial.supervisor = "command_preload" if preload else "command"
+    trial.supervisor = kind
     trial.journal_s = journal_first_step(inv, kill_t)
     return trial
 
@@ -477,7 +490,10 @@ def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
 RUNNERS = {
     "torchrun": run_torchrun,
     "command": run_command,
-    "command_preload": lambda folder, settings: run_command(folder, settings, ["torch"]),
+    **{
+        k: lambda folder, settings, k=k: run_command(folder, settings, k)
+        for k in ("command_preload", "command_preload_dynamo")
+    },
     "torch": run_torch,
     "torch_raise": lambda folder, settings: run_torch(folder, settings, crash="raise"),
 }
@@ -528,13 +544,13 @@ def figures(by: dict[str, list[Trial]], failed: dict[str, str], settings: Settin
             )
         )
     base = med.get("torchrun", math.nan)
-    for k in ("command", "command_preload", "torch", "torch_raise"):
+    for k in SUPERVISORS[1:]:
         if k not in by or "torchrun" not in by:
             continue
         r = med.get(k, math.nan) / base
         ok = at_most(r, GOAL_RATIO)
         bar = f"<= {GOAL_RATIO:g}"
-        if k not in ("command", "command_preload"):
+        if not k.startswith("command"):
             ok = ok and med[k] < med.get("command", math.inf)
             bar += ", < the command kind's" if "command" in by else ""
         out.append(Figure(f"{LABEL[k]} / torchrun (medians)", r, "x", bar, ok))

@@ -21,8 +21,9 @@ from protocol.messages import Log
 from protocol.spec import CommandSpec
 
 READY_TIMEOUT_S = 300.0
-"""How long a run waits for its zygote's imports before it is started with exec instead."""
-LEASE_MARGIN_S = 1.0
+"""How long a run waits for its zygote's imports before it is started with exec instead (or
+``startup_timeout_s``, else ``hang_timeout_s``, when shorter). The lease is not watched here:
+a lease that ends while the zygote imports is fenced by the executor's watchdog, as a run's."""
 
 
 class WarmStart:
@@ -51,7 +52,7 @@ class WarmStart:
 
     def ready(self, argv: list[str], env: dict[str, str]) -> tuple[Zygote, Plan] | None:
         """Wait for the zygote's spare; None when the command is to be exec'd (said why) or a
-        stop (or the lease's end) came first."""
+        stop came first."""
         p = zygote.plan(argv, self.cwd, env)
         if isinstance(p, str):
             self._cold(p)
@@ -63,13 +64,10 @@ class WarmStart:
         if z is None:
             self._cold(f"{self._failed_note} (the zygote failed before)")
             return None
+        cs = self.cs
+        limit = min(READY_TIMEOUT_S, cs.startup_timeout_s or cs.hang_timeout_s or READY_TIMEOUT_S)
         try:
-            ok = z.wait_ready(
-                time.monotonic() + READY_TIMEOUT_S,
-                lambda: (
-                    self.control.stop is not None or not self.control.lease_valid(LEASE_MARGIN_S)
-                ),
-            )
+            ok = z.wait_ready(time.monotonic() + limit, lambda: self.control.stop is not None)
         except ZygoteError as e:
             self._fail(z, str(e))
             return None

@@ -14,7 +14,8 @@ no thread and refuses to serve when a preloaded module left a Python thread runn
 pools started at import are counted and reported (OpenBLAS, loaded with numpy or torch, starts
 one and stops it around ``fork`` itself); libgomp's is started only by the first parallel
 op, which the zygote never runs (nor ``torch.get_num_threads``, nor anything of CUDA: a
-preload that initialises CUDA is refused, a forked child could not use it).
+preload that initialises CUDA or only loads its driver, as ``torch.cuda.is_available()``
+does, is refused, a forked child could not use it).
 
 Messages to the executor: ``ready`` (the pid of the spare, a child forked ahead and waiting
 for its orders), ``failed`` (why the zygote cannot serve, one line), ``started`` (the spare
@@ -125,6 +126,9 @@ def preload(config):
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
         return "the preloaded modules initialised CUDA; a forked child could not use it"
+    with open("/proc/self/maps") as f:
+        if "/libcuda.so" in f.read():  # cuInit ran (torch.cuda.is_available() does it)
+            return "the preloaded modules loaded the CUDA driver; a forked child could not use it"
     if find_entry(config["mark"]) is None:
         return "the run token's placeholder is not in the zygote's initial environment"
     return None

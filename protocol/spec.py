@@ -88,7 +88,7 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     after this many seconds."""
     preload: list[str] = []
     """Modules to import once in a zygote the executor keeps for the job (``["torch",
-    "numpy"]``), when ``argv`` is ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each
+    "torch._dynamo"]``: torch imports the latter on a script's first optimizer), when ``argv`` is ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each
     run is forked from it, warm, instead of exec'd (executors/zygote.py), so a restart in place
     skips the interpreter's start and these imports. Empty (the default): exec every run. An
     argv the zygote cannot run, or a preload that fails, starts the command with exec, with a
