@@ -30,11 +30,14 @@ def screen() -> str:
     return tmux("capture-pane", "-p", "-t", SESSION)
 
 
+def pane_history() -> str:
+    """The pane with its history (what scrolled off), wrapped lines joined (120 columns wrap)."""
+    return "".join(tmux("capture-pane", "-p", "-J", "-S", "-100", "-t", SESSION).splitlines())
+
+
 def quit_note_shown(_: str) -> bool:
-    """The note printed after the app exits, read with the pane's history (it may have
-    scrolled) and its wrapped lines joined (120 columns wrap it)."""
-    text = "".join(tmux("capture-pane", "-p", "-J", "-S", "-100", "-t", SESSION).splitlines())
-    return "executors keep training" in text
+    """The note printed after the app exits (it may have scrolled off the screen)."""
+    return "executors keep training" in pane_history()
 
 
 def until(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
@@ -78,8 +81,8 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     tmux("send-keys", "-t", SESSION, "Escape")
     until(lambda s: "Esc or ? closes" not in s, 10, "help closed")
     tmux("send-keys", "-t", SESSION, "q")
-    shown = until(lambda s: "executors keep training" in s, 20, "the quit note")
-    assert "Traceback" not in shown
+    until(quit_note_shown, 30, "the quit note")
+    assert "Traceback" not in pane_history()
 
 
 def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
