@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         default="torch",
         help="the kind of job expected; only torch is warmed up (imported) while idle",
     )
+    serve.add_argument(
+        "--twin",
+        action="store_true",
+        help="wait as the job's warm twin (twin.sock): on Start, take over from an executor "
+        "that is gone",
+    )
     serve.add_argument("--heartbeat-s", type=float, default=1.0)
     serve.add_argument("--health-s", type=float, default=1.0)
     serve.add_argument(
@@ -154,9 +160,17 @@ def _serve(args: argparse.Namespace) -> int:
     # A bad spec is refused before the workdir is touched: no lock or pid file names an
     # executor that never ran.
     spec = load_spec(args.spec, args.job) if args.spec else None
-    # Then the lock, before the slow imports: the console takes a free lock for a dead executor.
-    acquire(args.workdir)
-    _reap(args.workdir)
+    twin = None
+    if args.twin:  # a twin holds its own lock; the workdir's only once promoted by a Start
+        if spec is not None:
+            raise ConfigError("--twin waits for Start; it cannot start a --spec at once")
+        from executors.twin import TwinSeat
+
+        twin = TwinSeat.take(args.workdir)
+    else:
+        # Then the lock, before the slow imports: the console takes a free lock for a dead executor.
+        acquire(args.workdir)
+        _reap(args.workdir)
     import asyncio
 
     from executors.serve import Server
@@ -168,6 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
         health_s=args.health_s,
         idle_exit_s=args.idle_exit_s,
         kind=args.kind,
+        twin=twin,
     )
     return asyncio.run(server.main(autostart=spec))
 

@@ -32,8 +32,9 @@ from executors.inject import Injections
 from executors.kinds import load_kind
 from executors.publish import seal
 from executors.threadname import name_os_thread
+from executors.twin import TWIN_EVENTS, TWIN_SOCKET, TwinSeat, listen
 from executors.warm import read_ahead_until, warm_up
-from executors.workdir import EVENTS, MAX_SOCKET_PATH, PID, SOCKET, kill_command
+from executors.workdir import EVENTS, PID, SOCKET, WorkdirBusy, kill_command
 from protocol.errors import ConfigError, ProtocolError
 from protocol.faults import FaultKind
 from protocol.framing import (
@@ -87,6 +88,7 @@ class Server:
         health_s: float = 1.0,
         idle_exit_s: float = 600.0,
         kind: str = "torch",
+        twin: TwinSeat | None = None,
     ) -> None:
         self.idle_exit_s = idle_exit_s
         """An idle executor (no Start) with no console connected exits after this long: an orphaned
@@ -97,12 +99,17 @@ class Server:
         self.device = device
         self.heartbeat_s = heartbeat_s
         self.health_s = health_s
+        self.twin = twin
+        """Held while this executor is a warm twin (``executors.twin``): Start promotes it."""
         self.state = ExecutorState.IDLE
         self.step = 0
         self.spec: JobSpec | None = None
         self.control: Control | None = None
         self._clients: set[asyncio.StreamWriter] = set()
-        self._log = EventLog(self.workdir / EVENTS)
+        self._log = EventLog(self.workdir / (TWIN_EVENTS if twin else EVENTS))
+        self._servers: list[asyncio.Task[asyncio.AbstractServer]] = []
+        self._lock: int | None = None
+        """A promoted twin's hold on the workdir's executor lock (kept for the process's life)."""
         self._thread: threading.Thread | None = None
         self._client_tasks: set[asyncio.Task[None]] = set()
         self._warmup: threading.Thread | None = None
@@ -119,19 +126,9 @@ class Server:
     async def main(self, autostart: JobSpec | None = None) -> int:
         self._loop = asyncio.get_running_loop()
         self._done: asyncio.Future[int] = self._loop.create_future()
-        path = self.workdir / SOCKET
-        if len(str(path)) > MAX_SOCKET_PATH:
-            raise ConfigError(
-                f"{path}: socket path longer than {MAX_SOCKET_PATH} bytes; use a shorter workdir"
-            )
-        path.unlink(missing_ok=True)  # we hold the workdir lock, so any socket here is stale
-        atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())  # before the socket appears
-        old = os.umask(0o177)
-        try:
-            server = await asyncio.start_unix_server(self._client, path=str(path))
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
+        if self.twin is None:  # we hold the workdir lock (a twin its own), so a socket is stale
+            atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())  # before the socket
+        self._serve(self.workdir / (TWIN_SOCKET if self.twin else SOCKET))
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [
@@ -149,12 +146,41 @@ class Server:
         finally:
             for t in tasks:
                 t.cancel()
-            server.close()
+            for server in await asyncio.gather(*self._servers):
+                server.close()
             await self._flush_clients()
-            path.unlink(missing_ok=True)
-            (self.workdir / PID).unlink(missing_ok=True)
+            if self.twin is not None:
+                self.twin.leave()
+            else:
+                (self.workdir / SOCKET).unlink(missing_ok=True)
+                (self.workdir / PID).unlink(missing_ok=True)
             self._log.close()
         return code
+
+    def _serve(self, path: Path) -> None:
+        """Serve the protocol on ``path`` (bound and listening before this returns)."""
+        sock = listen(path)
+        self._servers.append(
+            self._loop.create_task(asyncio.start_unix_server(self._client, sock=sock))
+        )
+
+    def _promote(self, twin: TwinSeat) -> bool:
+        """A twin told Start becomes the job's executor, or refuses while the executor lives."""
+        try:
+            self._lock = twin.promote()
+        except WorkdirBusy as e:
+            text = f"warm twin: Start refused, the job's executor still runs ({e})"
+            self.emit(Fault(fault=FaultKind.WORKDIR_BUSY.value, message=text))
+            self._finish_idle("workdir_busy", exitcodes.BUSY)
+            return False
+        self._serve(self.workdir / SOCKET)  # a later console reattaches here as to any executor
+        for listening in self._servers[:1]:
+            listening.add_done_callback(lambda t: t.cancelled() or t.result().close())
+        twin.leave()
+        self.twin = None
+        self._log.close()
+        self._log = EventLog(self.workdir / EVENTS)
+        return True
 
     def _on_signal(self, sig: int) -> None:
         if self.state is ExecutorState.FAULTED:
@@ -217,6 +243,8 @@ class Server:
                 )
             )
             return
+        if self.twin is not None and not self._promote(self.twin):
+            return
         self._started.set()
         self.spec, self._last_fault = msg.spec, None
         self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s, lease_anchor=msg.lease_anchor)
@@ -256,6 +284,8 @@ class Server:
     def _while_idle(self) -> None:
         """The idle torch executor's thread: warm up, then read the newest checkpoint ahead."""
         warm_up()
+        if self.twin is not None:
+            self.twin.warmed()
         read_ahead_until(self._started, self.workdir / "checkpoints")
 
     def _trainer_done(self, control: Control, code: int, reason: str) -> None:

@@ -27,5 +27,8 @@ class FaultKind(StrEnum):
     HANG = "hang"
     """A wrapped command made no progress for its ``hang_timeout_s``; it was killed and the
     executor exits non-zero, to be restarted in place."""
+    WORKDIR_BUSY = "workdir_busy"
+    """A warm twin told Start while the job's executor still holds the workdir: refused, the
+    twin exits (never two trainers of one job)."""
     PROTOCOL = "protocol"
     """A peer sent something that is not a valid frame or message."""
