@@ -93,35 +93,61 @@ class FrameBuffer(Generic[T]):
 
     A bad frame raises ``ProtocolError``. When good frames came before it in the same
     chunk, ``feed`` first returns their messages (as a stream reader would) and the error
-    is raised by the next ``feed`` or ``close``.
+    is raised by the next ``feed``, ``check`` or ``close``. A length over the limit is
+    refused as soon as its 4 header bytes are in, before any of its body is awaited.
     """
 
     def __init__(self, decoder: MessageDecoder[T], max_frame: int = MAX_FRAME) -> None:
         self._decoder = decoder
         self._max = max_frame
         self._buf = bytearray()
+        """The start of a frame not yet whole (never a whole one: those are decoded at once)."""
+        self._need = HEADER.size
+        """How many bytes ``_buf`` must hold before parsing it can give something."""
         self._error: ProtocolError | None = None
 
     def feed(self, data: bytes) -> list[T]:
         if self._error is not None:
             raise self._error
-        self._buf += data
+        buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._need:  # a large frame arriving in pieces: no copy, no parse
+                return []
+            data = bytes(buf)
+            buf.clear()
         out: list[T] = []
+        size = len(data)
+        pos = 0
+        max_frame = self._max
+        decode = self._decoder.decode
+        view = memoryview(data)
         try:
-            while len(self._buf) >= HEADER.size:
-                (length,) = HEADER.unpack_from(self._buf)
-                check_length(length, self._max)
-                end = HEADER.size + length
-                if len(self._buf) < end:
+            while size - pos >= HEADER.size:
+                (length,) = HEADER.unpack_from(data, pos)
+                if length > max_frame:
+                    check_length(length, max_frame)
+                end = pos + HEADER.size + length
+                if end > size:
+                    self._need = end - pos
                     break
-                out.append(self._decoder.decode(bytes(self._buf[HEADER.size : end])))
-                del self._buf[:end]
+                out.append(decode(view[pos + HEADER.size : end]))
+                pos = end
+            else:
+                self._need = HEADER.size
+            if pos < size:
+                buf += view[pos:]
         except ProtocolError as e:
             self._error = e
-            self._buf.clear()
+            buf.clear()
             if not out:
                 raise
         return out
+
+    def check(self) -> None:
+        """Raise the error of a bad frame that ``feed`` held back behind good ones, if any."""
+        if self._error is not None:
+            raise self._error
 
     def close(self) -> None:
         """End of stream: bytes of a partial frame still buffered mean a truncated frame."""
@@ -131,6 +157,19 @@ class FrameBuffer(Generic[T]):
             raise ProtocolError(
                 f"connection closed inside a frame ({len(self._buf)} bytes of a partial frame)"
             )
+
+    def truncated(self) -> ProtocolError | None:
+        """What the stream ending here cuts short, in ``read_message``'s words; None at a
+        frame boundary."""
+        got = len(self._buf)
+        if not got:
+            return None
+        if got < HEADER.size:
+            return ProtocolError(f"truncated frame header: {got} of {HEADER.size} bytes")
+        (length,) = HEADER.unpack_from(self._buf)
+        return ProtocolError(
+            f"truncated frame: connection closed after {got - HEADER.size} of {length} bytes"
+        )
 
 
 # ------------------------------------------------------------------------ blocking
@@ -203,6 +242,79 @@ async def read_message(
     except TimeoutError:
         raise ProtocolError(f"timed out after {timeout:g}s waiting for a frame") from None
     return decoder.decode(payload)
+
+
+READ_CHUNK = 64 * 1024
+"""The most one read of a :class:`FrameReader` asks its stream for."""
+
+
+class FrameReader(Generic[T]):
+    """The messages of a stream, read a chunk at a time.
+
+    One ``read`` takes whatever has arrived (up to ``chunk`` bytes), however many frames
+    that is, into a :class:`FrameBuffer`; ``read_message`` makes two ``readexactly`` calls
+    per frame, and over asyncssh each takes the channel's read lock. The errors are
+    ``read_message``'s: a clean end at a frame boundary is ``[]``, an end inside a frame,
+    a length over the limit (before its body is awaited), a malformed or unknown message,
+    a timeout are each a ``ProtocolError`` with the same words.
+    """
+
+    def __init__(
+        self,
+        reader: Any,
+        decoder: MessageDecoder[T],
+        *,
+        max_frame: int = MAX_FRAME,
+        chunk: int = READ_CHUNK,
+    ) -> None:
+        self._reader = reader
+        """Anything with ``async read(n) -> bytes`` (b"" at EOF): an asyncio StreamReader,
+        an asyncssh SSHReader."""
+        self._frames: FrameBuffer[T] = FrameBuffer(decoder, max_frame)
+        self._chunk = chunk
+        self._ready: list[T] = []
+        self._ended = False
+
+    async def batch(self, timeout: float | None = None) -> list[T]:
+        """Every message decoded and not yet handed out, in order, reading until there is at
+        least one; ``[]`` once the stream has ended at a frame boundary. ``timeout`` bounds
+        the wait for the first whole frame, like ``read_message``'s."""
+        if self._ready:
+            out, self._ready = self._ready, []
+            return out
+        self._frames.check()  # a bad frame behind the good ones handed out last time
+        if self._ended:
+            return []
+        if timeout is None:
+            return await self._read()
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._read()
+        except TimeoutError:
+            raise ProtocolError(f"timed out after {timeout:g}s waiting for a frame") from None
+
+    async def next(self, timeout: float | None = None) -> T | None:
+        """One message (those decoded with it are kept for later); None on a clean close."""
+        if not self._ready:
+            self._ready = await self.batch(timeout)
+            if not self._ready:
+                return None
+        return self._ready.pop(0)
+
+    async def _read(self) -> list[T]:
+        read, chunk, feed = self._reader.read, self._chunk, self._frames.feed
+        while True:
+            data = await read(chunk)
+            if not data:
+                self._ended = True
+                self._frames.check()
+                error = self._frames.truncated()
+                if error is not None:
+                    raise error
+                return []
+            out = feed(data)
+            if out:
+                return out
 
 
 async def write_message(writer: asyncio.StreamWriter, msg: Any, *, timeout: float = 10.0) -> None:

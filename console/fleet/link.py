@@ -14,7 +14,7 @@ from console.reach.transport.base import (
     TransportError,
 )
 from protocol.errors import ProtocolError
-from protocol.framing import EXECUTOR_MESSAGES, check_hello, encode_frame, read_message
+from protocol.framing import EXECUTOR_MESSAGES, FrameReader, check_hello, encode_frame
 from protocol.messages import (
     PROTOCOL_VERSION,
     ConsoleHello,
@@ -45,6 +45,9 @@ class ExecutorLink:
         from its newest Hello or Heartbeat: what a lease is anchored to."""
         self._reader: StreamReaderLike | None = None
         self._writer: StreamWriterLike | None = None
+        self._frames: FrameReader[ExecutorMessage] | None = None
+        """The reader's messages: a read takes every frame that has arrived (over SSH, one
+        pass through the channel's read lock instead of two per frame)."""
         self._pumping: asyncio.Task[str] | None = None
         self._closed_here = False
 
@@ -53,8 +56,9 @@ class ExecutorLink:
             self._reader, self._writer = await self.transport.open_socket(
                 self.socket_path, timeout=timeout
             )
+            self._frames = FrameReader(self._reader, EXECUTOR_MESSAGES)
             await self.send(ConsoleHello(version=PROTOCOL_VERSION, console_id=self.console_id))
-            hello = await read_message(self._reader, EXECUTOR_MESSAGES, timeout=timeout)  # type: ignore[arg-type]
+            hello = await self._frames.next(timeout=timeout)
         except (TransportError, ProtocolError, OSError, LinkError) as e:
             self.close()
             raise LinkError(f"{self.transport.name}: cannot open {self.socket_path}: {e}") from None
@@ -91,17 +95,21 @@ class ExecutorLink:
 
     async def pump(self, on_message: Callable[[ExecutorMessage], None]) -> str:
         """Deliver messages until the link ends; returns why it ended (one line)."""
-        if self._reader is None:
+        frames = self._frames
+        if frames is None:
             return "link is closed"
         self._pumping = asyncio.current_task()
         try:
             while True:
-                msg = await read_message(self._reader, EXECUTOR_MESSAGES)  # type: ignore[arg-type]
-                if msg is None:
+                batch = await frames.batch()
+                if not batch:
                     return "the executor closed the connection"
-                if isinstance(msg, Heartbeat):
-                    self.anchor = (msg.clock, clock.mono())
-                on_message(msg)
+                for msg in batch:
+                    if isinstance(msg, Heartbeat):
+                        self.anchor = (msg.clock, clock.mono())
+                    on_message(msg)
+                    if self._frames is not frames:  # on_message closed the link
+                        return "closed by the console"
         except ProtocolError as e:
             return f"protocol error: {e}"
         except asyncio.CancelledError:
@@ -119,6 +127,7 @@ class ExecutorLink:
             with contextlib.suppress(Exception):
                 self._writer.close()
         self._reader = self._writer = None
+        self._frames = None
         # A read over a dead path (a partition) does not end when the stream is closed: an SSH
         # channel waits for the peer's close, i.e. for the keepalive to give up. Stop it here.
         task, self._pumping = self._pumping, None
