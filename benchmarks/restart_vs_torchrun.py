@@ -17,6 +17,9 @@ script completes. Trials are interleaved (the order rotates each round):
   which ``import torch`` leaves for later.
 - ``torch``: the same model as a torch-kind workload (benchmarks/restart_workload.py), killed
   from inside the process that trains, whichever it is.
+- ``torch_twin``: the torch kind with ``warm_twin = true``: the console keeps a warm twin (an
+  idle executor, torch imported and warmed up) beside the executor; the kill waits until the
+  twin has written ``twin.warm``, and the restart is a Start to the twin's process.
 - ``torch_raise``: the same, but the run raises at step 50 instead (a crash of the training
   run, not of its process): the executor stays and restarts the run in place, in the process
   that has torch imported already; the "kill" time is the raise.
@@ -31,7 +34,8 @@ journal's incident (its ``first_step``) is shown beside, as hotspare counts it.
 Goal (issue 13): the command kind at most 0.5x torchrun's time, the torch kind faster still.
 
     python benchmarks/restart_vs_torchrun.py [--trials 5] [--quick] [--json]
-        [--only torchrun,command,command_preload,command_preload_dynamo,torch,torch_raise]
+        [--only torchrun,command,command_preload,command_preload_dynamo,torch,torch_twin,
+                torch_raise]
         [--width 1448]
         [--kill-at 50] [--save-every 20]
 """
@@ -69,6 +73,7 @@ SUPERVISORS = (
     "command_preload",
     "command_preload_dynamo",
     "torch",
+    "torch_twin",
     "torch_raise",
 )
 PRELOAD = {"command_preload": ["torch"], "command_preload_dynamo": ["torch", "torch._dynamo"]}
@@ -78,6 +83,7 @@ LABEL = {
     "command_preload": "hotspare, command kind, preload torch",
     "command_preload_dynamo": "hotspare, command kind, preload torch + torch._dynamo",
     "torch": "hotspare, torch kind",
+    "torch_twin": "hotspare, torch kind with warm twin",
     "torch_raise": "hotspare, torch kind, run raises",
 }
 GOAL_RATIO = 0.5
@@ -425,9 +431,10 @@ def run_command(folder: Path, settings: Settings, kind: str = "command") -> Tria
     return trial
 
 
-def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
+def run_torch(folder: Path, settings: Settings, crash: str = "kill", twin: bool = False) -> Trial:
     """The torch kind; ``crash``: kill (SIGKILL the executor, which trains in-process) or
-    raise (the run raises; the executor restarts it in place, in the same process)."""
+    raise (the run raises; the executor restarts it in place, in the same process). ``twin``:
+    with a warm twin, warmed up before the kill."""
     from protocol.version import source_hash
 
     log, marker = folder / "steps.log", folder / "killed"
@@ -440,6 +447,8 @@ def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
         "marker": str(marker),
         "crash": crash,
     }
+    if twin:
+        config["kill_gate"] = str(folder / "a" / "jobs" / "j" / "twin.warm")
     job = {
         "executor": "torch",
         "workload": "restart_workload:build",
@@ -448,6 +457,7 @@ def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
         "checkpoint_every_steps": settings.save_every,
         "keep_checkpoints": 2,
         "config": config,
+        **({"warm_twin": True} if twin else {}),
     }
     inv = _inventory(folder, job)
     # the executor's own PYTHONPATH (its deployed bundle), and benchmarks/ for the workload
@@ -482,7 +492,7 @@ def run_torch(folder: Path, settings: Settings, crash: str = "kill") -> Trial:
         raise type(e)(f"{e}; hotspare's last word: {last_journal_line(folder)}") from None
     finally:
         _end(proc)
-    trial.supervisor = "torch" if crash == "kill" else "torch_raise"
+    trial.supervisor = "torch_raise" if crash == "raise" else "torch_twin" if twin else "torch"
     trial.journal_s = journal_first_step(inv, kill_t)
     return trial
 
@@ -495,6 +505,7 @@ RUNNERS = {
         for k in ("command_preload", "command_preload_dynamo")
     },
     "torch": run_torch,
+    "torch_twin": lambda folder, settings: run_torch(folder, settings, twin=True),
     "torch_raise": lambda folder, settings: run_torch(folder, settings, crash="raise"),
 }
 

@@ -10,6 +10,7 @@ benchmarks/restart_vs_torchrun.py: the same MLP, optimizer and batches, trained 
     kill_at = 50                  # SIGKILL the process training, once, when step 50 is done
     crash = "kill"                # or "raise": the run raises instead (its executor stays)
     marker = "/tmp/.../killed"    # written (with the time) just before that SIGKILL
+    kill_gate = "/tmp/.../twin.warm"   # optional: the kill waits until this file exists
 
 The trainer calls ``batch(i)`` at the start of step ``i + 1``, once step ``i`` is complete (its
 checkpoint and progress included), so the workload reads the trainer's timeline from those
@@ -42,6 +43,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     marker: str = ""
     crash: str = "kill"
     """kill: SIGKILL the process that trains; raise: an exception in the run (the executor lives)."""
+    kill_gate: str = ""
+    """A file the kill waits for (a warm twin's ``twin.warm``: the twin is up and warmed up)."""
 
 
 class PlainMLP(Workload):
@@ -65,12 +68,20 @@ class PlainMLP(Workload):
         else:
             self._out(f"step {index} loss=0")
         if index == self.cfg.kill_at and self.cfg.marker and not Path(self.cfg.marker).exists():
+            self._wait_gate()
             Path(self.cfg.marker).write_text(f"{time.time():.6f}\n")
             if self.cfg.crash == "raise":
                 raise RuntimeError(f"benchmark: the run crashes at step {index}")
             os.kill(os.getpid(), signal.SIGKILL)
         x, y = make_batch(index + 1, self.cfg.width, self.cfg.batch)
         return x.to(self._device), y.to(self._device)
+
+    def _wait_gate(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.cfg.kill_gate and not Path(self.cfg.kill_gate).exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"benchmark: no {self.cfg.kill_gate} within {timeout_s:g} s")
+            time.sleep(0.01)
 
     def loss(self, micro: Sequence[torch.Tensor]) -> torch.Tensor:
         x, y = micro

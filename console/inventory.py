@@ -109,6 +109,9 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Higher may take a spare from a lower-priority job."""
     warm_standby: bool = False
     """Keep an idle executor (torch imported and warmed up) on the first spare, for a faster failover."""
+    warm_twin: bool = False
+    """Keep an idle executor (a warm twin) beside the job's executor on its own host: a restart
+    in place after the executor's process died is a Start to the twin, not a process start."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import msgspec
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-PLACEMENT_KEYS = frozenset({"host", "region", "spares", "priority", "warm_standby"})
+PLACEMENT_KEYS = frozenset({"host", "region", "spares", "priority", "warm_standby", "warm_twin"})
 
 JobName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]

@@ -335,7 +335,8 @@ class Controller:
                 f"{host} is not a local demo host; only those can be killed from the console"
             )
         self._act(f"kill demo host {host}", host=host)
-        for pidfile in Path(self.inv.host_root(host)).glob("jobs/*/executor.pid"):
+        jobs = Path(self.inv.host_root(host)) / "jobs"
+        for pidfile in [*jobs.glob("*/executor.pid"), *jobs.glob("*/twin.pid")]:  # twins too
             with contextlib.suppress(OSError, ValueError):
                 os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
         t.set_down(True)

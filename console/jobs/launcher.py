@@ -68,9 +68,11 @@ class Launcher:
     def workdir(self, host: str) -> str:
         return job_dir(self._inv.host_root(host), self.job)
 
-    def link(self, host: str) -> ExecutorLink:
-        """A new, unopened link to whatever serves the job's socket on ``host``."""
-        return ExecutorLink(self._transport(host), self.socket(host), self._console_id)
+    def link(self, host: str, *, twin: bool = False) -> ExecutorLink:
+        """A new, unopened link to whatever serves the job's socket on ``host`` (``twin``: the
+        warm twin's, ``twin.sock``)."""
+        path = posixpath.join(self.workdir(host), "twin.sock") if twin else self.socket(host)
+        return ExecutorLink(self._transport(host), path, self._console_id)
 
     # ------------------------------------------------------------ starting
 
@@ -95,17 +97,7 @@ class Launcher:
             left = await self._left_behind(host)
             if left is not None:
                 return left
-            hb = str(self._inv.console.heartbeat_s)
-            kind = self._inv.jobs[self.job].spec.executor
-            args = ["serve", "--workdir", workdir, "--kind", kind, "--heartbeat-s", hb]
-            args += ["--health-s", hb]
-            argv, env = executor_command(
-                python, bundle.path, [*args, "--idle-exit-s", str(IDLE_EXIT_S)]
-            )
-            env.update(self._env.get(host, {}))
-            pid = await t.start_detached(
-                argv, log_path=posixpath.join(workdir, "executor.log"), env=env, cwd=workdir
-            )
+            pid = await self._detached(host, bundle.path, twin=False)
         except TransportError as e:
             return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
         self._journal.record(
@@ -120,8 +112,61 @@ class Launcher:
         except asyncio.CancelledError:
             # A preparation cancelled (a blip ended the lease wait): the executor started for
             # it must not sit on the host holding the job's workdir.
-            self._outlive(self.stop_unlinked(host, pid, released))
+            self.outlive(self.stop_unlinked(host, pid, released))
             raise
+
+    async def _detached(self, host: str, bundle: str, *, twin: bool) -> int:
+        """Start ``serve`` on ``host``, detached; its pid."""
+        t, python, workdir = self._transport(host), self._inv.python(host), self.workdir(host)
+        hb = str(self._inv.console.heartbeat_s)
+        kind = self._inv.jobs[self.job].spec.executor
+        args = ["serve", "--workdir", workdir, "--kind", kind, "--heartbeat-s", hb]
+        args += ["--health-s", hb, "--idle-exit-s", str(IDLE_EXIT_S), *(["--twin"] if twin else [])]
+        argv, env = executor_command(python, bundle, args)
+        env.update(self._env.get(host, {}))
+        log = posixpath.join(workdir, "twin.log" if twin else "executor.log")
+        return await t.start_detached(argv, log_path=log, env=env, cwd=workdir)
+
+    async def start_twin(self, host: str) -> ExecutorLink | str:
+        """The job's warm twin on ``host`` (beside its executor, ``serve --twin``), linked; or
+        why not. An idle twin an earlier console left is taken."""
+        link = self.link(host, twin=True)
+        try:
+            hello = await link.open(timeout=2)
+        except LinkError:
+            hello = None
+        if hello is not None:
+            if hello.state == "idle" and (host, hello.pid) not in self.dismissed:
+                self._journal.record(
+                    Kind.EXECUTOR,
+                    f"{self.job}: warm twin pid {hello.pid} on {host}, left by an earlier "
+                    "console, taken",
+                    job=self.job,
+                    host=host,
+                    data={"pid": hello.pid, "twin": True, "adopted": True},
+                )
+                return link
+            link.close()
+            return f"pid {hello.pid} ({hello.state}) answers on the twin's socket"
+        t, root, python = self._transport(host), self._inv.host_root(host), self._inv.python(host)
+        try:
+            await t.connect()
+            pid = await self._detached(host, (await deploy(t, root, python)).path, twin=True)
+        except TransportError as e:
+            return f"cannot start a twin on {host}: {e}"
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.job}: warm twin pid {pid} started on {host}",
+            job=self.job,
+            host=host,
+            data={"pid": pid, "twin": True},
+        )
+        try:
+            started = await self._link_started(host, pid, twin=True)
+        except asyncio.CancelledError:
+            self.outlive(self.stop_unlinked(host, pid, lambda _host: None, twin=True))
+            raise
+        return started if isinstance(started, ExecutorLink) else started.why
 
     async def _left_behind(self, host: str) -> ExecutorLink | None:
         """An executor an earlier console left on this workdir (a failover target it readied,
@@ -156,13 +201,15 @@ class Launcher:
                     await asyncio.sleep(POLL_S)
         return None
 
-    async def _link_started(self, host: str, pid: int) -> ExecutorLink | Outcome:
+    async def _link_started(
+        self, host: str, pid: int, *, twin: bool = False
+    ) -> ExecutorLink | Outcome:
         """A link to the executor just started as ``pid``, and to no other: one this console
         told to stop may still serve the socket on its way out, and its messages, its
         Stopped above all, are not the new executor's."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            link = self.link(host)
+            link = self.link(host, twin=twin)
             try:
                 hello = await link.open(timeout=5)
                 if hello.pid == pid and (host, pid) not in self.dismissed:
@@ -176,9 +223,12 @@ class Launcher:
                     Exit.CRASHED, f"executor did not answer within {START_TIMEOUT_S:g}s: {why}"
                 )
             if not await self.pid_alive(host, pid):
+                if twin:
+                    return Outcome(Exit.CRASHED, f"the twin (pid {pid}) exited: see twin.log")
                 return await self._ended(host)
             await asyncio.sleep(POLL_S)
-        self._phase("executor_up", pid=hello.pid, host=host)
+        if not twin:
+            self._phase("executor_up", pid=hello.pid, host=host)
         return link
 
     async def promote(self, host: str, upto_epoch: int) -> None:
@@ -209,10 +259,12 @@ class Launcher:
             return False
         return result.returncode == 0
 
-    async def stop_unlinked(self, host: str, pid: int, released: Callable[[str], None]) -> None:
+    async def stop_unlinked(
+        self, host: str, pid: int, released: Callable[[str], None], *, twin: bool = False
+    ) -> None:
         """Stop an executor started as ``pid`` that no link was taken for, and wait it out."""
         self.dismissed.add((host, pid))
-        link = self.link(host)
+        link = self.link(host, twin=twin)
         try:
             async with asyncio.timeout(START_TIMEOUT_S / 3):
                 while await self.pid_alive(host, pid):
@@ -235,7 +287,7 @@ class Launcher:
             link.close()
         released(host)
 
-    def _outlive(self, work: Awaitable[None]) -> None:
+    def outlive(self, work: Awaitable[None]) -> None:
         """Run clean-up that must outlive the task it comes from (kept referenced until done)."""
 
         async def run() -> None:

@@ -48,6 +48,13 @@ def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome
         return Outcome(Exit.PLANNED, f"stopped for {reason}", step, checkpoint_step=checkpoint_step)
     if reason in ("lease_lost", "stale_epoch"):
         return Outcome(Exit.LEASE_LOST, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
+    if reason == "workdir_busy":  # a warm twin refused a Start: the job's executor still ran
+        return Outcome(
+            Exit.CRASHED,
+            "the warm twin refused the restart: the job's executor still held the workdir",
+            step,
+            checkpoint_step=checkpoint_step,
+        )
     if reason == "disk_full":
         return Outcome(
             Exit.CRASHED,

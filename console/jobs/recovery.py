@@ -17,6 +17,7 @@ from console.jobs.policy import Decision, Policy, decide
 from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
+from console.jobs.twin import Twin
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 
@@ -40,6 +41,7 @@ class Recovery:
         states: Transitions,
         incident: OpenIncident,
         standby: Standby,
+        twin: Twin,
         targets: Targets,
         fleet: Fleet,
         journal: Journal,
@@ -54,6 +56,7 @@ class Recovery:
         self._states = states
         self._incident = incident
         self._standby = standby
+        self._twin = twin
         self._targets = targets
         self._fleet = fleet
         self._journal = journal
@@ -84,6 +87,7 @@ class Recovery:
         )
         if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
             await self._standby.drop_warm()
+            await self._twin.drop()
         if outcome.exit is Exit.FINISHED:
             job.sha256 = outcome.sha256
             job.step = outcome.step or job.step
@@ -127,8 +131,17 @@ class Recovery:
                 )
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
+                elif (
+                    outcome.exit in (Exit.CRASHED, Exit.HUNG)
+                    and (twin := self._twin.take(host)) is not None
+                ):
+                    # the executor's process is gone (its lock seen free, or killed as hung):
+                    # the warm twin takes over in its own process (it refuses if the lock is
+                    # held after all)
+                    self._standby.prepared = Prepared(host, twin, promoted=True)
                 return host, False
             self._states.move(JobState.RESTARTING, "restart limit reached")
+        await self._twin.drop()  # not restarted on this host: no twin lingers there
         if faulted is not None:  # not restarted there: it must not wait out its lease
             await self._standby.discard(Prepared(host, faulted))
         if outcome.exit is Exit.HOST_LOST:

@@ -35,6 +35,7 @@ from console.jobs.probe import Probe
 from console.jobs.recovery import Recovery
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
+from console.jobs.twin import Twin
 from console.jobs.watch import Watch
 from console.reach.transport.base import Transport
 from console.records.journal import Kind
@@ -145,6 +146,13 @@ class JobSupervisor:
             incident=self._incident,
             on_message=lambda msg: self._watch.on_message(msg),
         )
+        self._twin = Twin(
+            self.live,
+            launcher=self.launcher,
+            journal=journal,
+            pump=self._standby.pump,
+            pumping=self._standby.pumping,
+        )
         self._orders = Orders(
             self.live,
             states=self._states,
@@ -177,6 +185,7 @@ class JobSupervisor:
             states=self._states,
             incident=self._incident,
             standby=self._standby,
+            twin=self._twin,
             targets=targets,
             fleet=fleet,
             journal=journal,
@@ -323,6 +332,7 @@ class JobSupervisor:
             data={"pid": hello.pid if hello else None, "epoch": job.epoch},
         )
         self._states.move(JobState.RUNNING, "reattached")
+        self._keep_twin()
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
@@ -411,7 +421,12 @@ class JobSupervisor:
         self._states.move(JobState.RUNNING, f"on {host}, epoch {job.epoch}")
         if self._inv.jobs[self.name].placement.warm_standby:
             self._standby.keep_warm()
+        self._keep_twin()
         return None
+
+    def _keep_twin(self) -> None:
+        if self._inv.jobs[self.name].placement.warm_twin:
+            self._twin.keep()
 
     # ------------------------------------- readied executors (tests drive these)
 

@@ -27,6 +27,11 @@ class Standby:
         pass
 
 
+class Twin:
+    async def drop(self) -> None:
+        pass
+
+
 async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
     """The EXECUTOR line a real ``Recovery`` journals for ``outcome`` (a job over on host a)."""
     journal = Journal(tmp_path / "journal.jsonl")
@@ -37,6 +42,7 @@ async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
         states=quiet,
         incident=quiet,
         standby=Standby(),  # type: ignore[arg-type]
+        twin=Twin(),  # type: ignore[arg-type]
         targets=quiet,
         fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
         journal=journal,

@@ -61,16 +61,20 @@ class Client:
         self.sock.close()
 
 
-def trainers() -> set[int]:
-    """Every process in /proc with a thread named ``hotspare-train`` (its helper threads, the
-    checkpoint writer's, inherit the name, so processes are counted, not threads)."""
+def trainers(work: Path) -> set[int]:
+    """Every process in /proc with a thread named ``hotspare-train`` whose command line names
+    ``work`` (other tests may train on this machine meanwhile). Its helper threads inherit the
+    name, so processes are counted, not threads."""
     found: set[int] = set()
-    for task in Path("/proc").glob("[0-9]*/task/*/comm"):
+    for comm in Path("/proc").glob("[0-9]*/task/*/comm"):
         try:
-            if task.read_text().strip() == "hotspare-train":
-                found.add(int(task.parts[2]))
+            if comm.read_text().strip() != "hotspare-train":
+                continue
+            argv = Path("/proc", comm.parts[2], "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
+        if str(work).encode() in argv:
+            found.add(int(comm.parts[2]))
     return found
 
 
@@ -111,7 +115,7 @@ def test_a_twin_refuses_while_the_executor_lives_and_takes_over_once_it_is_gone(
         stopped = t.until(lambda m: isinstance(m, Stopped), 10, "Stopped")
         assert isinstance(stopped, Stopped) and stopped.reason == "workdir_busy"
         assert first.finish(30)[0] == exitcodes.BUSY
-        assert trainers() == {primary.proc.pid}, "never two trainers of one job"
+        assert trainers(work) == {primary.proc.pid}, "never two trainers of one job"
         assert not (work / "twin.sock").exists() and not (work / "twin.pid").exists()
         assert (work / "executor.sock").exists(), "the executor's socket is left alone"
 
@@ -127,7 +131,7 @@ def test_a_twin_refuses_while_the_executor_lives_and_takes_over_once_it_is_gone(
         t.until(
             lambda m: isinstance(m, Progress) and m.step > resumed.step, 30, "a step after the load"
         )
-        assert trainers() == {warm.proc.pid}
+        assert trainers(work) == {warm.proc.pid}
         assert (work / "executor.pid").read_text().strip() == str(warm.proc.pid)
         for gone in ("twin.sock", "twin.pid", "twin.warm"):
             assert not (work / gone).exists(), gone

@@ -1,0 +1,97 @@
+"""``warm_twin = true``: the console keeps a warm twin beside the job's executor on its host. A
+SIGKILLed executor is replaced by the twin's process (a Start, not a process start), bit-exact;
+the demo's host kill takes the twin down too; a job that moves or ends leaves no twin behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
+from console.states import JobState
+
+
+def alive(pid: int) -> bool:
+    """A live process (not a zombie), from /proc."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def pid_in(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def warm_twin(workdir: Path) -> int | None:
+    """The pid of a twin that is up and warmed up in ``workdir`` (its own files say so)."""
+    pid = pid_in(workdir / "twin.pid")
+    return pid if pid is not None and pid_in(workdir / "twin.warm") == pid and alive(pid) else None
+
+
+async def test_a_killed_executor_is_replaced_by_its_warm_twin_and_a_host_kill_takes_both(
+    tmp_path: Path,
+) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_twin": True, **job_table(steps=1600)}},
+    )
+    baseline = await asyncio.to_thread(baseline_sha, inv, "j", tmp_path / "baseline")
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    work_a, work_b = tmp_path / "a" / "jobs" / "j", tmp_path / "b" / "jobs" / "j"
+    task = asyncio.create_task(ctl.run())
+    twin = await until(lambda: warm_twin(work_a) or task.done(), 90, "a warm twin on a")
+    assert not task.done()
+    primary = pid_in(work_a / "executor.pid")
+    assert primary is not None and primary != twin and alive(twin)
+
+    os.kill(primary, signal.SIGKILL)
+    await until(
+        lambda: (sup.epoch >= 2 and sup.state is JobState.RUNNING) or task.done(),
+        30,
+        "the restart at epoch 2",
+    )
+    assert pid_in(work_a / "executor.pid") == twin, "the twin's process took over"
+    assert sup.host == "a"
+    second = await until(
+        lambda: (
+            (pid_in(work_a / "twin.pid") not in (None, twin) and pid_in(work_a / "twin.pid"))
+            or task.done()
+        ),
+        60,
+        "the next twin on a",
+    )
+    assert not task.done() and alive(second)
+    ctl.kill_host("a")
+    await until(lambda: not alive(twin) and not alive(second), 10, "a's executor and twin dead")
+    await asyncio.wait_for(task, 120)
+    assert (sup.state, sup.host, sup.sha256) == (JobState.FINISHED, "b", baseline)
+    on_b = pid_in(work_b / "twin.pid")
+    await until(lambda: on_b is None or not alive(on_b), 15, "no twin left on b once finished")
+    await ctl.close()
+
+    entries = list(read(inv.parent / "state" / "journal.jsonl"))
+    started_on_a = [
+        e.data["pid"]
+        for e in entries
+        if e.kind is Kind.EXECUTOR and e.host == "a" and "executor pid" in e.msg
+    ]
+    assert started_on_a == [primary], "the restart started no new executor process"
+    crash, lost = incidents(entries)
+    assert crash.fault_class == "executor_crash" and crash.resolved
+    assert lost.fault_class == "host_lost" and lost.resolved
