@@ -33,6 +33,7 @@ from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_primary, choose_spares
 from console.jobs.probe import Probe
 from console.jobs.recovery import Recovery
+from console.jobs.spare_keeper import SpareKeeper
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
 from console.jobs.twin import Twin
@@ -161,6 +162,16 @@ class JobSupervisor:
             alert=ctl.alert,
             wake=fleet.changed.set,
         )
+        keeper = SpareKeeper(
+            self.live,
+            inv=inv,
+            fleet=fleet,
+            journal=journal,
+            replicator=ctl.replicator,
+            reserved=self._reserved,
+            priorities=self._priorities,
+            save=store.save,
+        )
         self._watch = Watch(
             self.live,
             states=self._states,
@@ -179,6 +190,7 @@ class JobSupervisor:
             link=self.launcher.link,
             progress=lambda msg: ctl.on_progress(self, msg),
             move=self._orders.request_move,
+            keep_spares=keeper.keep,
         )
         self._recovery = Recovery(
             self.live,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 from console import clock
 from console.fleet.detect import ClockPace, DetectionSettings, is_suspect, renew_every
@@ -73,6 +73,7 @@ class Watch:
         link: Callable[[str], ExecutorLink],
         progress: Callable[[Progress], None],
         move: Callable[[str, str], None],
+        keep_spares: Callable[[], Coroutine[None, None, None]] | None = None,
     ) -> None:
         self._live = live
         self._states = states
@@ -95,6 +96,8 @@ class Watch:
         """Tell the console of a Progress message (it journals some)."""
         self._move = move
         """Ask for a planned move off the host: (reason, why)."""
+        self._keep_spares = keep_spares
+        """Runs while the executor does: replaces spares found unfit (``SpareKeeper.keep``)."""
         self._pace = ClockPace(inv.console.lease_s)
         self._warned = 0
         self._ended = asyncio.Event()
@@ -112,6 +115,8 @@ class Watch:
         job.exit = None
         self._ended.clear()
         tasks = [asyncio.create_task(self._renew_leases()), asyncio.create_task(self._liveness())]
+        if self._keep_spares is not None:
+            tasks.append(asyncio.create_task(self._keep_spares()))
         try:
             while True:
                 assert job.link is not None

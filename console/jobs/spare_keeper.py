@@ -1,0 +1,116 @@
+"""A running job's spares kept fit: a spare found unfit while the job trains (down, drained,
+cordoned, or failing a health rule or the health probe) is replaced by the best usable host,
+and the newest checkpoint is sent there at once, so a failover finds a replica where it goes.
+
+Without this, a spare that broke after placement kept receiving replicas (or failing to), and
+a failover went to another host that held none. A spare is replaced only when there is a host
+to replace it with (else the host monitor's alert says the job has no healthy spare); a spare
+another job holds is never taken here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.jobs.live import LiveJob
+from console.jobs.placement import choose_spares
+from console.jobs.replicator import Replicator, Source
+from console.records.journal import Journal, Kind
+from console.states import HostState, JobState
+
+KEEP_EVERY_S = 2.0
+UNFIT_STATES = {
+    HostState.DOWN: "down",
+    HostState.DRAINING: "draining",
+    HostState.DRAINED: "drained",
+    HostState.CORDONED: "cordoned",
+}
+
+
+class SpareKeeper:
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        inv: Inventory,
+        fleet: Fleet,
+        journal: Journal,
+        replicator: Replicator,
+        reserved: Callable[[], dict[str, str]],
+        priorities: Callable[[], dict[str, int]],
+        save: Callable[[], None],
+    ) -> None:
+        self._live = live
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._replicator = replicator
+        self._reserved = reserved
+        """Spares held by other live jobs: host -> job."""
+        self._priorities = priorities
+        self._save = save
+        """Persist the job's record."""
+
+    async def keep(self) -> None:
+        """Check every ``KEEP_EVERY_S`` while the job trains (cancelled with the watch)."""
+        while True:
+            await asyncio.sleep(KEEP_EVERY_S)
+            self.check()
+
+    def unfit(self, spare: str) -> str | None:
+        """Why ``spare`` cannot take the job now, or None if it can."""
+        rt = self._fleet.hosts.get(spare)
+        if rt is None:
+            return "no longer in the inventory"
+        if rt.state in UNFIT_STATES:
+            return UNFIT_STATES[rt.state]
+        if rt.job is not None and rt.job != self._live.name:
+            return f"running {rt.job}"
+        failing = self._fleet.failing(spare)
+        return "; ".join(f.message for f in failing) if failing else None
+
+    def check(self) -> dict[str, str]:
+        """Replace the unfit spares a usable host can replace; returns old -> new."""
+        job = self._live
+        if job.host is None or job.state is not JobState.RUNNING:
+            return {}
+        why = {s: w for s in job.spares if (w := self.unfit(s)) is not None}
+        if not why:
+            return {}
+        keep = [s for s in job.spares if s not in why]
+        others = self._reserved()
+        usable = {
+            h
+            for h in self._fleet.usable(exclude={job.host, *keep})
+            if others.get(h) in (None, job.name)
+        }
+        choice = choose_spares(
+            self._inv,
+            job.name,
+            job.host,
+            usable=usable,
+            reserved=others,
+            priority=self._priorities(),
+            count=len(why),
+        )
+        replaced = dict(zip(why, choice.spares, strict=False))
+        if not replaced:
+            return {}
+        job.spares = [replaced.get(s, s) for s in job.spares]
+        job.rec.spares = list(job.spares)
+        self._save()
+        for old, new in replaced.items():
+            self._journal.record(
+                Kind.PLACEMENT,
+                f"{job.name}: spare {old} is unfit ({why[old]}): replaced by {new}",
+                job=job.name,
+                host=new,
+                data={"spares": job.spares, "replaced": old, "why": why[old]},
+            )
+        if job.checkpoint is not None and job.checkpoint_path is not None:
+            source = Source(job.host, job.checkpoint_path, job.checkpoint)
+            self._replicator.submit(job.name, list(replaced.values()), source)
+        return replaced

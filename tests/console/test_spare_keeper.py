@@ -1,0 +1,84 @@
+"""A spare that becomes unfit while its job trains is replaced, and the newest checkpoint is
+sent to the new one, so a failover finds a replica where it goes (not a start from step 0).
+
+Evidence: the replica files on the new spare's disk (their bytes against the manifest's
+sha256), the journal, and the step the job resumed at after its host was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Event, Kind
+from console.states import JobState
+
+
+def verified_replicas(root: Path, job: str) -> list[int]:
+    """Steps of the replicas on a host's disk whose bytes match their manifest."""
+    steps = []
+    for manifest in sorted((root / "replicas" / job).glob("step-*.json")):
+        m = json.loads(manifest.read_text())
+        data = manifest.with_suffix(".pt")
+        if data.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == m["sha256"]:
+            steps.append(m["step"])
+    return steps
+
+
+async def test_an_unfit_spare_is_replaced_and_the_new_one_holds_a_replica_for_the_failover(
+    tmp_path: Path,
+) -> None:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+            "c": local_host(tmp_path / "c", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    events: list[Event] = []
+    ctl.journal.subscribe(events.append)
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (
+                (sup.state is JobState.RUNNING and verified_replicas(tmp_path / "b", "j"))
+                or task.done()
+            ),
+            90,
+            "a replica on b",
+        )
+        assert not task.done(), task
+        assert sup.spares == ["b"] and not verified_replicas(tmp_path / "c", "j")
+        ctl.cordon("b")  # b can no longer take the job
+        await until(lambda: sup.spares == ["c"] or task.done(), 30, "b replaced by c")
+        replaced = [e for e in events if e.kind is Kind.PLACEMENT and "replaced by c" in e.msg]
+        assert replaced and "spare b is unfit (cordoned)" in replaced[0].msg, replaced
+        await until(
+            lambda: verified_replicas(tmp_path / "c", "j") or task.done(), 30, "a replica on c"
+        )
+        on_c = max(verified_replicas(tmp_path / "c", "j"))
+        assert on_c > 0
+        ctl.kill_host("a")
+        await until(
+            lambda: (sup.host == "c" and sup.resumed_step is not None) or task.done(),
+            60,
+            "j resumed on c",
+        )
+        assert not task.done(), task
+        assert sup.resumed_step is not None and sup.resumed_step >= on_c, sup.resumed_step
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
