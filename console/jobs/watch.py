@@ -342,7 +342,13 @@ class Watch:
                     await self._probe.kill(host, workdir)
                     return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
                 if await self._fleet.console_online(excluding=host):
-                    return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                    if not offline_noted:
+                        return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                    # Online again after reaching no host: what was said of this host was said
+                    # while the console itself was cut off. Ask it again before calling it lost.
+                    offline_noted = probed = False
+                    alive = None
+                    continue
                 if not offline_noted:
                     offline_noted = True
                     self._alert(
