@@ -11,6 +11,7 @@ another job holds is never taken here.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from console.fleet.hosts import Fleet
@@ -22,6 +23,9 @@ from console.records.journal import Journal, Kind
 from console.states import HostState, JobState
 
 KEEP_EVERY_S = 2.0
+GRACE_S = 2 * KEEP_EVERY_S
+"""A spare is replaced once it has been unfit this long: one missed probe (a flap) is not
+enough to move a job's replicas elsewhere."""
 UNFIT_STATES = {
     HostState.DOWN: "down",
     HostState.DRAINING: "draining",
@@ -53,6 +57,8 @@ class SpareKeeper:
         self._priorities = priorities
         self._save = save
         """Persist the job's record."""
+        self._unfit_since: dict[str, float] = {}
+        """When each spare was first seen unfit (monotonic), until it is fit again."""
 
     async def keep(self) -> None:
         """Check every ``KEEP_EVERY_S`` while the job trains (cancelled with the watch)."""
@@ -72,12 +78,19 @@ class SpareKeeper:
         failing = self._fleet.failing(spare)
         return "; ".join(f.message for f in failing) if failing else None
 
-    def check(self) -> dict[str, str]:
-        """Replace the unfit spares a usable host can replace; returns old -> new."""
+    def check(self, now: float | None = None) -> dict[str, str]:
+        """Replace the spares unfit for ``GRACE_S`` that a usable host can replace; returns
+        old -> new."""
         job = self._live
         if job.host is None or job.state is not JobState.RUNNING:
             return {}
-        why = {s: w for s in job.spares if (w := self.unfit(s)) is not None}
+        now = time.monotonic() if now is None else now
+        unfit = {s: w for s in job.spares if (w := self.unfit(s)) is not None}
+        for s in set(self._unfit_since) - set(unfit):
+            del self._unfit_since[s]
+        why = {
+            s: w for s, w in unfit.items() if now - self._unfit_since.setdefault(s, now) >= GRACE_S
+        }
         if not why:
             return {}
         keep = [s for s in job.spares if s not in why]

@@ -17,8 +17,9 @@ from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
+from console.jobs.spare_keeper import GRACE_S, SpareKeeper
 from console.records.journal import Event, Kind
-from console.states import JobState
+from console.states import HostState, JobState
 
 
 def verified_replicas(root: Path, job: str) -> list[int]:
@@ -82,3 +83,43 @@ async def test_an_unfit_spare_is_replaced_and_the_new_one_holds_a_replica_for_th
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await ctl.close()
+
+
+def test_a_spare_down_for_one_probe_is_kept_and_one_down_past_the_grace_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """A flap (one failed reachability probe) must not move a job's replicas elsewhere."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+            "c": local_host(tmp_path / "c", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+    ctl = Controller(load(inventory), Policy.AUTO)
+    sup = ctl.jobs["j"]
+    sup.host, sup.spares = "a", ["b"]
+    ctl.fleet.hosts["a"].job = "j"
+    sup.live.machine.move(JobState.DEPLOYING)
+    sup.live.machine.move(JobState.RUNNING)
+    keeper = SpareKeeper(
+        sup.live,
+        inv=ctl.inv,
+        fleet=ctl.fleet,
+        journal=ctl.journal,
+        replicator=ctl.replicator,
+        reserved=dict,
+        priorities=ctl.priorities,
+        save=ctl.store.save,
+    )
+    t = 1000.0
+    ctl.fleet.set_state("b", HostState.DOWN, "unreachable")
+    assert keeper.check(t) == {} and keeper.check(t + GRACE_S - 0.1) == {}
+    ctl.fleet.set_state("b", HostState.UP, "reachable again")
+    assert keeper.check(t + GRACE_S + 1) == {} and sup.spares == ["b"]
+    ctl.fleet.set_state("b", HostState.DOWN, "unreachable")
+    assert keeper.check(t + 10) == {}, "the grace starts again at the new fall"
+    assert keeper.check(t + 10 + GRACE_S) == {"b": "c"}
+    assert sup.spares == ["c"] and sup.rec.spares == ["c"]
