@@ -5,6 +5,7 @@ the demo's host kill takes the twin down too; a job that moves or ends leaves no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -95,3 +96,85 @@ async def test_a_killed_executor_is_replaced_by_its_warm_twin_and_a_host_kill_ta
     crash, lost = incidents(entries)
     assert crash.fault_class == "executor_crash" and crash.resolved
     assert lost.fault_class == "host_lost" and lost.resolved
+
+
+def trainers_and_twins(workdir: Path) -> tuple[list[int], list[int]]:
+    """Processes of this workdir (from /proc) with a training thread, and twins (``--twin``)."""
+    trainers, twins = [], []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            if str(workdir).encode() not in args:
+                continue
+            names = {(t / "comm").read_text().strip() for t in (proc / "task").iterdir()}
+        except OSError:
+            continue
+        if "hotspare-train" in names:
+            trainers.append(int(proc.name))
+        if b"--twin" in args:
+            twins.append(int(proc.name))
+    return trainers, twins
+
+
+async def test_a_console_restarted_beside_a_twin_reattaches_to_the_executor_not_the_twin(
+    tmp_path: Path,
+) -> None:
+    """Two of anything at once: a console quits and the next starts while a twin waits beside
+    the executor. The new console reattaches to the executor at the same epoch, one process
+    trains, at most one twin exists, and a kill still goes to a warm twin."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_twin": True, **job_table(steps=100_000)}},
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    work_a = tmp_path / "a" / "jobs" / "j"
+    first = Controller(load(inv), Policy.AUTO, executor_env=env)
+    task = asyncio.create_task(first.run())
+    old_twin = await until(lambda: warm_twin(work_a) or task.done(), 90, "a warm twin on a")
+    assert not task.done()
+    primary = pid_in(work_a / "executor.pid")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await first.close()
+
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    ready: list[int] = []
+    ctl.journal.subscribe(
+        lambda e: ready.append(e.data["pid"]) if "warm twin ready" in e.msg else None
+    )
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (sup.state is JobState.RUNNING and sup.link is not None) or task.done(),
+            30,
+            "the second console running j",
+        )
+        assert not task.done(), task
+        assert sup.epoch == 1 and pid_in(work_a / "executor.pid") == primary, "reattached"
+        await until(lambda: ready or task.done(), 60, "the second console's twin ready")
+        assert not task.done()
+        twin = ready[0]
+        assert warm_twin(work_a) == twin
+        trainers, twins = trainers_and_twins(work_a)
+        assert trainers == [primary], f"one process trains: {trainers}"
+        assert twins == [twin] and twin != primary, twins
+        assert old_twin == twin or not alive(old_twin), "the old twin was taken or is gone"
+        os.kill(primary, signal.SIGKILL)
+        await until(
+            lambda: (sup.epoch >= 2 and sup.state is JobState.RUNNING) or task.done(),
+            30,
+            "the restart at epoch 2",
+        )
+        assert not task.done(), task
+        assert pid_in(work_a / "executor.pid") == twin, "the twin's process took over"
+        trainers, _ = trainers_and_twins(work_a)
+        assert trainers == [twin], trainers
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+        for pid in trainers_and_twins(work_a)[1] + [p for p in (primary,) if p]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
