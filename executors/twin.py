@@ -12,13 +12,12 @@ to ``twin-events.jsonl``: the executor's ``events.jsonl`` tells how the executor
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 from pathlib import Path
 
 from executors.durable import atomic_write
-from executors.workdir import MAX_SOCKET_PATH, WorkdirBusy, acquire, reap_command
+from executors.workdir import MAX_SOCKET_PATH, WorkdirBusy, acquire, hold, reap_command
 from protocol.errors import ConfigError
 
 TWIN_SOCKET = "twin.sock"
@@ -64,23 +63,16 @@ class TwinSeat:
     def take(cls, workdir: Path) -> TwinSeat:
         """Hold ``twin.lock`` for this process's life and record ``twin.pid``; TwinBusy if
         another twin holds it."""
-        workdir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(workdir / TWIN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            try:
-                holder = (workdir / TWIN_PID).read_text().strip()
-            except OSError:
-                holder = "unknown"
-            raise TwinBusy(
+        fd = hold(
+            workdir,
+            TWIN_LOCK,
+            TWIN_PID,
+            lambda holder: TwinBusy(
                 f"{workdir}: a warm twin (pid {holder}) already waits here; one twin per job "
                 "and host"
-            ) from None
-        os.set_inheritable(fd, False)
+            ),
+        )
         (workdir / TWIN_WARM).unlink(missing_ok=True)
-        atomic_write(workdir / TWIN_PID, f"{os.getpid()}\n".encode())
         return cls(workdir, fd)
 
     def warmed(self) -> None:

@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from executors.durable import atomic_write
@@ -49,21 +50,32 @@ def acquire(workdir: Path) -> int:
     The pid file is written at once, so it names the lock's holder from the first moment: a
     console kills an executor only when the two agree.
     """
+    return hold(
+        workdir,
+        LOCK,
+        PID,
+        lambda holder: WorkdirBusy(
+            f"{workdir}: another executor (pid {holder}) is already running here"
+        ),
+    )
+
+
+def hold(workdir: Path, lock: str, pid: str, busy: Callable[[str], Exception]) -> int:
+    """Hold ``workdir/lock`` (flock, not inherited) for this process's life and record this
+    process in ``workdir/pid``; ``busy(holder pid)`` is raised when another process holds it."""
     workdir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(workdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(workdir / lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         try:
-            holder = (workdir / PID).read_text().strip()
+            holder = (workdir / pid).read_text().strip()
         except OSError:
             holder = "unknown"
-        raise WorkdirBusy(
-            f"{workdir}: another executor (pid {holder}) is already running here"
-        ) from None
+        raise busy(holder) from None
     os.set_inheritable(fd, False)
-    atomic_write(workdir / PID, f"{os.getpid()}\n".encode())
+    atomic_write(workdir / pid, f"{os.getpid()}\n".encode())
     return fd
 
 
