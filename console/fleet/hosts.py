@@ -118,16 +118,17 @@ class Fleet:
             if state is HostState.UP:
                 self.changed.set()
 
+    def fit(self, name: str) -> bool:
+        """Up and failing no health rule or health probe: a host a job may go to (a spare found
+        broken is not where a job should fail over to)."""
+        return self.hosts[name].state is HostState.UP and not self.failing(name)
+
     def usable(self, *, exclude: set[str] | None = None) -> set[str]:
-        """Hosts that may take a job or serve as a spare: up, free, and failing no health rule
-        or health probe (a spare found broken is not where a job should fail over to)."""
+        """Hosts that may take a job or serve as a spare: fit and free."""
         return {
             n
             for n, rt in self.hosts.items()
-            if rt.state is HostState.UP
-            and rt.job is None
-            and n not in (exclude or set())
-            and not self.failing(n)
+            if rt.job is None and n not in (exclude or set()) and self.fit(n)
         }
 
     def seen(self, name: str) -> None:

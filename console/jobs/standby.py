@@ -20,7 +20,6 @@ from console.jobs.probe import Probe
 from console.jobs.targets import Targets
 from console.reach.transport.base import TransportError
 from console.records.journal import Journal, Kind
-from console.states import HostState
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
 
@@ -120,7 +119,7 @@ class Standby:
             warm is not None
             and warm.host != old
             and self.pumping(warm.link)
-            and not fleet.failing(warm.host)
+            and fleet.fit(warm.host)
         ):
             try:
                 await self._targets.ensure_replica(warm.host)
@@ -167,13 +166,7 @@ class Standby:
             prepared, self.warm = self.warm, None
             if prepared is None:
                 return None
-        rt = self._fleet.hosts[prepared.host]
-        if (
-            rt.state is HostState.UP
-            and prepared.host != old
-            and self.pumping(prepared.link)
-            and not self._fleet.failing(prepared.host)
-        ):
+        if prepared.host != old and self.pumping(prepared.link) and self._fleet.fit(prepared.host):
             self.prepared = prepared
             return prepared.host
         await self.discard(prepared)
@@ -227,14 +220,7 @@ class Standby:
     async def _keep_warm(self) -> None:
         """An idle executor on the first live spare: torch imported and warmed up, waiting for Start."""
         job, fleet = self._live, self._fleet
-        spare = next(
-            (
-                s
-                for s in job.spares
-                if fleet.hosts[s].state is HostState.UP and not fleet.failing(s)
-            ),
-            None,
-        )
+        spare = next((s for s in job.spares if fleet.fit(s)), None)
         current = self.warm
         if current is not None and current.host == spare and self.pumping(current.link):
             return

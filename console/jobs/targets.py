@@ -39,10 +39,7 @@ class Targets:
         usable = fleet.usable(exclude={old} if old else None) | {
             h
             for h, rt in fleet.hosts.items()
-            if rt.job == job.name
-            and h != old
-            and rt.state is HostState.UP
-            and not fleet.failing(h)  # a readied host found broken since is no target either
+            if rt.job == job.name and h != old and fleet.fit(h)  # readied, and still fit
         }
         if job.target is not None:
             return job.target if job.target in usable else None

@@ -199,23 +199,10 @@ def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None)
     the numbers are not shown as live: the GPU cell says how old they are, the rest is blank."""
     rt = ctl.fleet.hosts[name]
     h = rt.health[-1] if rt.health else None
-    cpu_mem = disk = "-"
+    gpu, cpu_mem, disk, trend = _gpu_cells(h), "-", "-", spark(rt.util_history)
     if old is not None:
-        return (
-            f"  {name}",
-            rt.state.value,
-            ctl.inv.hosts[name].role,
-            f"({old})",
-            "-",
-            "-",
-            "-",
-            "-",
-            heartbeat,
-            rt.job or "",
-            "",
-            _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH),
-        )
-    if h is not None:
+        gpu, trend = (f"({old})", "-", "-"), ""
+    elif h is not None:
         cpu_mem = f"{h.cpu_pct:.0f}%/{h.mem_used_pct:.0f}%"
         disk = f"{h.disk_free_mb / 1024:.0f}G"
     alerts = _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH)
@@ -223,12 +210,12 @@ def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None)
         f"  {name}",
         rt.state.value,
         ctl.inv.hosts[name].role,
-        *_gpu_cells(h),
+        *gpu,
         cpu_mem,
         disk,
         heartbeat,
         rt.job or "",
-        spark(rt.util_history),
+        trend,
         alerts,
     )
 
