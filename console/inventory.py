@@ -96,6 +96,10 @@ class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     priority: int = 100
     """Lower is chosen first as a spare."""
     tags: list[str] = []
+    data_address: str | None = None
+    """The address the other members of a multi-host job reach this host on for training
+    traffic (gloo, NCCL), when it differs from the SSH address; default: the first SSH
+    address (127.0.0.1 for a local host)."""
 
     def all_addresses(self) -> list[str]:
         return [self.address] if self.address else list(self.addresses)
@@ -103,6 +107,13 @@ class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str | None = None
+    hosts: list[str] = []
+    """A multi-host job: its members in node-rank order (rank 0's host first); give ``host``
+    or ``hosts``, not both."""
+    procs_per_host: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """Rank processes per member host (the ``command`` kind's ``{local_world_size}``)."""
+    backend: Literal["gloo", "nccl"] | None = None
+    """torch.distributed backend of a multi-host job; default: nccl with GPUs, else gloo."""
     region: str | None = None
     spares: list[str] = []
     priority: int = 0
@@ -139,6 +150,22 @@ class Inventory:
     def python(self, name: str) -> str:
         host = self.hosts[name]
         return host.python or (sys.executable if host.transport == "local" else "python3")
+
+    def members(self, job: str) -> list[str]:
+        """The hosts a job is placed on, in node-rank order: ``hosts``, or its one ``host``."""
+        p = self.jobs[job].placement
+        return list(p.hosts) if p.hosts else ([p.host] if p.host else [])
+
+    def multi_host(self, job: str) -> bool:
+        return len(self.jobs[job].placement.hosts) > 1
+
+    def data_address(self, name: str) -> str:
+        """Where the other members of a multi-host job reach this host for training traffic."""
+        host = self.hosts[name]
+        if host.data_address:
+            return host.data_address
+        addresses = host.all_addresses()
+        return addresses[0] if addresses else "127.0.0.1"
 
     def host_root(self, name: str) -> str:
         """The host's root as a path on that host (local roots resolve beside the inventory)."""
@@ -254,13 +281,26 @@ def _cross_check(inv: Inventory, text: str) -> None:
         p = job.placement
         if p.host is not None and p.host not in inv.hosts:
             _fail(inv, text, [*keys, "host"], _known("host", p.host, inv.hosts))
+        if p.host is not None and p.hosts:
+            _fail(inv, text, [*keys, "hosts"], "give `host` or `hosts`, not both")
+        if len(p.hosts) == 1:
+            _fail(inv, text, [*keys, "hosts"], "a job on one host says `host = ...`")
+        for member in p.hosts:
+            if member not in inv.hosts:
+                _fail(inv, text, [*keys, "hosts"], _known("host", member, inv.hosts))
+        if len(set(p.hosts)) != len(p.hosts):
+            _fail(inv, text, [*keys, "hosts"], "a host is named twice")
+        if p.hosts and (p.warm_standby or p.warm_twin):
+            _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
+        if p.hosts and job.spec.executor not in ("torch", "command"):
+            _fail(inv, text, [*keys, "hosts"], "only the torch and command kinds span hosts")
         if p.region is not None and p.region not in inv.regions:
             _fail(inv, text, [*keys, "region"], _known("region", p.region, inv.regions))
         for spare in p.spares:
             if spare not in inv.hosts:
                 _fail(inv, text, [*keys, "spares"], _known("host", spare, inv.hosts))
-            if spare == p.host:
-                _fail(inv, text, [*keys, "spares"], f"{spare!r} is the job's own host")
+            if spare == p.host or spare in p.hosts:
+                _fail(inv, text, [*keys, "spares"], f"{spare!r} is one of the job's own hosts")
 
 
 def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from executors import clock
+from protocol.messages import Rendezvous
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,15 @@ class StopRequest:
 
 class Control:
     def __init__(
-        self, epoch: int = 0, lease_s: float = 0.0, lease_anchor: float | None = None
+        self,
+        epoch: int = 0,
+        lease_s: float = 0.0,
+        lease_anchor: float | None = None,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self._lock = threading.Lock()
+        self.rendezvous = rendezvous
+        """A multi-host job's meeting point for this epoch (None: one host)."""
         self._checkpoint_reason: str | None = None
         self._stop: StopRequest | None = None
         self.epoch = epoch

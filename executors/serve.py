@@ -247,7 +247,12 @@ class Server:
             return
         self._started.set()
         self.spec, self._last_fault = msg.spec, None
-        self.control = Control(epoch=msg.epoch, lease_s=msg.lease_s, lease_anchor=msg.lease_anchor)
+        self.control = Control(
+            epoch=msg.epoch,
+            lease_s=msg.lease_s,
+            lease_anchor=msg.lease_anchor,
+            rendezvous=msg.rendezvous,
+        )
         self.state = ExecutorState.TRAINING
         self._thread = threading.Thread(
             target=self._train, args=(msg.spec, self.control), name="hotspare-train", daemon=True

@@ -46,6 +46,44 @@ class ConsoleHello(_Msg, tag="hello"):
     console_id: str = ""
 
 
+class Rendezvous(msgspec.Struct, kw_only=True):
+    """Where the ranks of a multi-host job meet for one epoch: decided by the console, sent in
+    Start, the same for every member but ``node_rank``. Nothing of it outlives the epoch: the
+    store lives in rank 0's process and the next epoch gets a new port."""
+
+    node_rank: int
+    """This host's place in the group (0 .. nnodes-1); its ranks are ``node_rank *
+    procs_per_host + local rank``."""
+    addresses: list[str]
+    """Every member's data address, by node rank; rank 0's is the master address."""
+    master_port: int
+    procs_per_host: int = 1
+    backend: str = "gloo"
+    resume_step: int | None = None
+    """The newest step every member committed (two-phase commit, decided by the console): the
+    only step a member may load. None: start from step 0, whatever lies in the workdir."""
+    timeout_s: float = 30.0
+    """How long a collective may wait for a peer before it raises: a member that died without
+    closing its sockets (a partition, a SIGSTOP) ends the others' run within this."""
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.addresses)
+
+    @property
+    def master_addr(self) -> str:
+        return self.addresses[0]
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.procs_per_host
+
+    @property
+    def address(self) -> str:
+        """This member's own data address."""
+        return self.addresses[self.node_rank]
+
+
 class Start(_Msg, tag="start"):
     """Run ``spec`` in this workdir under ``epoch``, resuming from the newest valid checkpoint.
 
@@ -59,6 +97,8 @@ class Start(_Msg, tag="start"):
     """An executor clock reading the first lease runs from (see Lease)."""
     rank: int = 0
     world_size: int = 1
+    rendezvous: Rendezvous | None = None
+    """A multi-host job: where this epoch's ranks meet, and the committed step to resume."""
 
 
 class Lease(_Msg, tag="lease"):

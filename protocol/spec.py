@@ -13,7 +13,19 @@ from typing import Annotated, Any
 import msgspec
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-PLACEMENT_KEYS = frozenset({"host", "region", "spares", "priority", "warm_standby", "warm_twin"})
+PLACEMENT_KEYS = frozenset(
+    {
+        "host",
+        "hosts",
+        "procs_per_host",
+        "backend",
+        "region",
+        "spares",
+        "priority",
+        "warm_standby",
+        "warm_twin",
+    }
+)
 
 JobName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -164,3 +176,7 @@ class CheckpointManifest(msgspec.Struct, kw_only=True):
     source: str | None = None
     """The command kind: the checkpoint's file name in the command's ``checkpoint_dir``, so a
     restore puts it back under the name the command wrote."""
+    node_rank: int | None = None
+    """A multi-host job: the member (node rank) whose shard this is; None for one host."""
+    nnodes: int = 1
+    """How many members wrote shards of this step: a shard loads only at the same size."""

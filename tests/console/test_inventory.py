@@ -298,7 +298,37 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
     (
         "job-spare-is-its-host",
         H + '[jobs.j]\nhost = "h"\nspares = ["h"]\nsteps = 1\n',
-        ["{p}:8: jobs.j.spares: 'h' is the job's own host"],
+        ["{p}:8: jobs.j.spares: 'h' is one of the job's own hosts"],
+    ),
+    (
+        "job-host-and-hosts",
+        H + '[jobs.j]\nhost = "h"\nhosts = ["h", "h"]\nsteps = 1\n',
+        ["{p}:8: jobs.j.hosts: give `host` or `hosts`, not both"],
+    ),
+    (
+        "job-hosts-one",
+        H + '[jobs.j]\nhosts = ["h"]\nsteps = 1\n',
+        ["{p}:7: jobs.j.hosts: a job on one host says `host = ...`"],
+    ),
+    (
+        "job-hosts-unknown",
+        H + '[jobs.j]\nhosts = ["h", "zz"]\nsteps = 1\n',
+        ["{p}:7: jobs.j.hosts: unknown host 'zz' (have: h)"],
+    ),
+    (
+        "job-hosts-twice",
+        H + '[jobs.j]\nhosts = ["h", "h"]\nsteps = 1\n',
+        ["{p}:7: jobs.j.hosts: a host is named twice"],
+    ),
+    (
+        "job-procs-per-host-zero",
+        H + '[jobs.j]\nhosts = ["h"]\nprocs_per_host = 0\nsteps = 1\n',
+        ["{p}:8: jobs.j.procs_per_host: Expected `int` >= 1"],
+    ),
+    (
+        "job-backend-unknown",
+        H + '[jobs.j]\nbackend = "mpi"\nsteps = 1\n',
+        ["{p}:7: jobs.j.backend: Invalid enum value 'mpi' (expected 'gloo' or 'nccl')"],
     ),
     (
         "job-spares-not-a-list",
