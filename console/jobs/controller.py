@@ -20,6 +20,7 @@ from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
 from console.inventory import Inventory, append_host
+from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.replicator import Replicator
@@ -73,7 +74,7 @@ class Controller:
         self.detection = DetectionSettings(
             c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
         )
-        self.jobs = {name: JobSupervisor(self, name) for name in inv.jobs}
+        self.jobs = {name: self._supervisor(name) for name in inv.jobs}
         self.alert_sinks: list[Callable[[str], None]] = []
         self._alerted: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
@@ -135,6 +136,12 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return {name: sup.state for name, sup in self.jobs.items()}
+
+    def _supervisor(self, name: str) -> JobSupervisor:
+        """A job on one host, or a multi-host job's group."""
+        if self.inv.multi_host(name):
+            return GroupSupervisor(self, name)
+        return JobSupervisor(self, name)
 
     def _console_died(self, at: float, steps: dict[str, int]) -> None:
         """The console before this one was killed: an incident per job it left running, resolved
@@ -306,13 +313,17 @@ class Controller:
         self._act(f"start {job}", job=job)
         sup.rec.stopped = False
         self.store.save()
-        self.jobs[job] = JobSupervisor(self, job)
+        self.jobs[job] = self._supervisor(job)
         self._spawn(job)
 
     def drain_host(self, host: str) -> None:
         """Move every job off ``host`` with 0 lost steps, then leave it drained."""
         self._act(f"drain {host}", host=host)
-        jobs = [s for s in self.jobs.values() if s.host == host and s.state is JobState.RUNNING]
+        jobs = [
+            s
+            for s in self.jobs.values()
+            if host in s.hosts_in_use() and s.state is JobState.RUNNING
+        ]
         self.fleet.set_state(host, HostState.DRAINING, "operator")
         for sup in jobs:
             sup.request_move("drain", f"operator drained {host}")

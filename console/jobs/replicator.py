@@ -62,6 +62,14 @@ class Source:
     host: str
     path: str
     manifest: CheckpointManifest
+    shard: int | None = None
+    """A multi-host job's shard (the node rank that wrote it): replicas of each shard keep a
+    folder of their own on the spare (``replicas/JOB/node-R``)."""
+
+
+def shard_key(job: str, shard: int | None) -> str:
+    """The name a job's shard replicates under (its folder below ``replicas/``)."""
+    return job if shard is None else f"{job}/node-{shard}"
 
 
 class Replicator:
@@ -92,8 +100,8 @@ class Replicator:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         """One copy at a time into a spare's folder (the worker's and a failover's)."""
 
-    def replica(self, job: str, spare: str) -> ReplicaState:
-        return self.state.setdefault((job, spare), ReplicaState())
+    def replica(self, job: str, spare: str, shard: int | None = None) -> ReplicaState:
+        return self.state.setdefault((shard_key(job, shard), spare), ReplicaState())
 
     def submit(
         self, job: str, spares: list[str], source: Source, saved_at: float | None = None
@@ -102,13 +110,13 @@ class Replicator:
         reached the console (``clock.mono()``; default now), where a replica's lag starts."""
         saved_at = clock.mono() if saved_at is None else saved_at
         for spare in spares:
-            key = (job, spare)
+            key = (shard_key(job, source.shard), spare)
             self._pending[key] = (source, saved_at)
             self._idle.setdefault(key, asyncio.Event()).clear()
             worker = self._workers.get(key)
             if worker is None or worker.done():
                 self._workers[key] = asyncio.create_task(
-                    self._drain(key), name=f"replicate {job}->{spare}"
+                    self._drain(job, key), name=f"replicate {key[0]}->{spare}"
                 )
 
     async def close(self) -> None:
@@ -119,9 +127,11 @@ class Replicator:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
 
-    async def wait_idle(self, job: str, spare: str, timeout: float) -> bool:
+    async def wait_idle(
+        self, job: str, spare: str, timeout: float, shard: int | None = None
+    ) -> bool:
         """Wait until nothing for (job, spare) is queued or in flight."""
-        event = self._idle.get((job, spare))
+        event = self._idle.get((shard_key(job, shard), spare))
         if event is None:
             return True
         with contextlib.suppress(TimeoutError):
@@ -130,33 +140,33 @@ class Replicator:
                 return True
         return False
 
-    async def _drain(self, key: tuple[str, str]) -> None:
+    async def _drain(self, job: str, key: tuple[str, str]) -> None:
         try:
             while (pending := self._pending.pop(key, None)) is not None:
-                await self.copy(key[0], key[1], *pending)
+                await self.copy(job, key[1], *pending)
         finally:
             self._idle.setdefault(key, asyncio.Event()).set()
 
-    def folder_lock(self, job: str, spare: str) -> asyncio.Lock:
+    def folder_lock(self, job: str, spare: str, shard: int | None = None) -> asyncio.Lock:
         """Held while a job's replica folder on a spare changes (a copy and its prune) or is
         read whole (a failover promoting it)."""
-        return self._locks.setdefault((job, spare), asyncio.Lock())
+        return self._locks.setdefault((shard_key(job, shard), spare), asyncio.Lock())
 
     async def copy(self, job: str, spare: str, src: Source, saved_at: float | None = None) -> bool:
         """One checkpoint to one spare; True when verified there. Failures are journalled, not
         raised. ``saved_at`` (``clock.mono()``): when the checkpoint was reported, for the lag."""
-        async with self.folder_lock(job, spare):
+        async with self.folder_lock(job, spare, src.shard):
             return await self._copy(job, spare, src, saved_at)
 
     async def _copy(self, job: str, spare: str, src: Source, saved_at: float | None) -> bool:
-        st = self.replica(job, spare)
+        st = self.replica(job, spare, src.shard)
         if st.manifest is not None and st.manifest.step >= src.manifest.step:
             return True
         dst_t = self._transport(spare)
         step = src.manifest.step
         plan = ReplicaPlan(
             host=spare,
-            folder=replica_dir(self._inv.host_root(spare), job),
+            folder=replica_dir(self._inv.host_root(spare), shard_key(job, src.shard)),
             step=step,
             size=src.manifest.size,
             sha256=src.manifest.sha256,
@@ -177,7 +187,13 @@ class Replicator:
                 f"{job}: replica of step {step} to {spare} failed: {e}",
                 job=job,
                 host=spare,
-                data={"step": step, "ok": False, "error": str(e), "errno": e.errno},
+                data={
+                    "step": step,
+                    "ok": False,
+                    "error": str(e),
+                    "errno": e.errno,
+                    "shard": src.shard,
+                },
             )
             st.full = e.disk_full
             self._failing(job, spare, e)
@@ -200,6 +216,7 @@ class Replicator:
                 "bytes": src.manifest.size,
                 "epoch": src.manifest.epoch,
                 "free_bytes": st.disk.free if st.disk else None,
+                "shard": src.shard,
             },
         )
         self._recovered(job, spare, step)

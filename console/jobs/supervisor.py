@@ -231,6 +231,10 @@ class JobSupervisor:
         """The warm standby on the first spare, when the job asks for one."""
         return self._standby.warm
 
+    def hosts_in_use(self) -> list[str]:
+        """The hosts the job trains on now (one; a multi-host job's members)."""
+        return [self.live.host] if self.live.host else []
+
     # ------------------------------------------------------------- requests
 
     def request_move(self, reason: str, why: str, target: str | None = None) -> None:

@@ -36,6 +36,11 @@ class JobRecord(msgspec.Struct, kw_only=True):
     stopped: bool = False
     """Stopped by an operator: a console started later leaves it stopped until started."""
     lease: LeaseRecord | None = None
+    members: list[str] = []
+    """A multi-host job: its hosts now, by node rank (spares that replaced a member included)."""
+    committed: list[int] = []
+    """A multi-host job: its newest committed steps (every member wrote and verified its shard),
+    oldest first; only these are resumed from."""
 
 
 class HostRecord(msgspec.Struct, kw_only=True):

@@ -1,0 +1,255 @@
+"""One epoch of a multi-host job: every member's link pumped, its lease renewed, its silence
+noticed, until each member's run has ended (or the whole group finished).
+
+A member whose link is lost is relinked if it was a blip; otherwise the host is asked (its
+workdir's lock) and, if it cannot be asked, its lease is waited out before it is called lost:
+a member cut off may still be training under the lease it holds. Members keep being renewed
+while they answer, so a survivor whose collective fails (its peer died) stays warm, waiting
+for the next epoch's Start; one still stuck after the collective timeout is left to its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from console import clock
+from console.fleet.detect import DetectionSettings, is_suspect, renew_every
+from console.fleet.hosts import Fleet
+from console.fleet.link import ExecutorLink, LinkError
+from console.jobs.lease import JobLease, NoAnchor
+from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.probe import Probe
+from console.states import HostState
+from protocol.messages import (
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Heartbeat,
+    Lease,
+    Rendezvous,
+    RunEnded,
+    Start,
+    Stopped,
+)
+from protocol.spec import JobSpec
+
+POLL_S = 0.2
+PROBE_MIN_S = 3.0
+
+
+@dataclass
+class Member:
+    """One host of a multi-host job in this epoch."""
+
+    node_rank: int
+    host: str
+    link: ExecutorLink | None = None
+    last_seen: float = 0.0
+    """When its executor was last heard from (monotonic)."""
+    until: float = 0.0
+    """``clock.mono()`` past which the newest lease granted to it has surely ended (skew not added)."""
+    exit: Outcome | None = None
+    """How its run ended this epoch."""
+    exit_at: float = 0.0
+    step: int = 0
+
+
+class GroupEpoch:
+    """Given what it needs: the fleet (to mark hosts), the probe, the lease (persisted bound),
+    the detection settings, how to relink a host, and where each message goes."""
+
+    def __init__(
+        self,
+        members: list[Member],
+        *,
+        epoch: int,
+        fleet: Fleet,
+        probe: Probe,
+        lease: JobLease,
+        detection: DetectionSettings,
+        link: Callable[[str], ExecutorLink],
+        on_message: Callable[[Member, ExecutorMessage], None],
+        collective_timeout_s: float,
+        heartbeat_s: float,
+        noted: Callable[[Member, str], None],
+    ) -> None:
+        self.members = members
+        self.epoch = epoch
+        self._fleet = fleet
+        self._probe = probe
+        self._lease = lease
+        self._det = detection
+        self._link = link
+        self._on_message = on_message
+        self._collective_s = collective_timeout_s
+        self._heartbeat_s = heartbeat_s
+        self._noted = noted
+        """Tells the supervisor of a member that went silent (state and incident)."""
+        self._changed = asyncio.Event()
+        self.first: Member | None = None
+        """The member whose run ended first: the origin of this epoch's end."""
+
+    # ---------------------------------------------------------------- lease
+
+    def start(self, m: Member, spec: JobSpec, rendezvous: Rendezvous) -> Start:
+        """The Start for ``m``: its first lease bounded here and persisted (the max of all)."""
+        assert m.link is not None and m.link.anchor is not None
+        start = self._lease.start(m.link, m.host, spec, self.epoch)
+        m.until = max(m.until, m.link.anchor[1] + self._lease.ttl_s)
+        return msgspec.structs.replace(
+            start,
+            rank=rendezvous.node_rank * rendezvous.procs_per_host,
+            world_size=rendezvous.world_size,
+            rendezvous=rendezvous,
+        )
+
+    def grant(self, m: Member) -> Lease:
+        """A renewal for ``m``, its bound kept here and persisted (the max of all)."""
+        assert m.link is not None and m.link.anchor is not None
+        lease = self._lease.renewal(m.link, m.host, self.epoch)
+        m.until = max(m.until, m.link.anchor[1] + self._lease.ttl_s)
+        return lease
+
+    def left(self, m: Member) -> float:
+        return m.until + self._lease.skew_s - clock.mono()
+
+    # ---------------------------------------------------------------- watch
+
+    async def watch(self) -> list[Member]:
+        """Until every member's run has ended; the members, each with its ``exit``."""
+        tasks = [asyncio.create_task(self._member(m)) for m in self.members]
+        tasks += [asyncio.create_task(self._renew()), asyncio.create_task(self._liveness())]
+        try:
+            while not all(m.exit is not None for m in self.members):
+                self._changed.clear()
+                await self._changed.wait()
+            return self.members
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for m in self.members:
+                if m.link is not None:
+                    m.link.close()
+
+    def ended(self, m: Member, outcome: Outcome) -> None:
+        if m.exit is not None:
+            return
+        m.exit, m.exit_at = outcome, time.monotonic()
+        if self.first is None:
+            self.first = m
+        self._changed.set()
+
+    def ending(self) -> bool:
+        return self.first is not None
+
+    async def _member(self, m: Member) -> None:
+        while m.exit is None:
+            if m.link is not None:
+                why = await m.link.pump(lambda msg: self._message(m, msg))
+                m.link = None
+                if m.exit is not None:
+                    return
+            else:
+                why = "not linked"
+            outcome = await self._after_loss(m, why)
+            if outcome is not None:
+                self.ended(m, outcome)
+
+    def _message(self, m: Member, msg: ExecutorMessage) -> None:
+        if not isinstance(msg, (Fault,)):
+            m.last_seen = time.monotonic()
+        if isinstance(msg, Heartbeat):
+            m.step = max(m.step, msg.step)
+        self._on_message(m, msg)
+        if isinstance(msg, Finished):
+            self.ended(m, Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256))
+        elif isinstance(msg, Stopped):
+            self.ended(m, from_stopped(msg.reason, msg.step, msg.checkpoint_step))
+        elif isinstance(msg, RunEnded):
+            self.ended(m, from_run_ended(msg.fault, msg.message, msg.step))
+        elif isinstance(msg, Fault) and msg.fault == "config":
+            self.ended(m, Outcome(Exit.CONFIG, msg.message))
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(renew_every(self._det))
+            for m in self.members:
+                if m.link is None or m.exit is not None or m.link.hello is None:
+                    continue
+                if (
+                    self.first is not None
+                    and time.monotonic() - self.first.exit_at > self._collective_s + 2.0
+                ):
+                    continue  # stuck past the collective timeout: left to its lease
+                with contextlib.suppress(LinkError, NoAnchor):
+                    await m.link.send(self.grant(m))
+
+    async def _liveness(self) -> None:
+        """A hung executor keeps its connection but stops heartbeating: close its link."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            now = time.monotonic()
+            for m in self.members:
+                if (
+                    m.link is not None
+                    and m.exit is None
+                    and is_suspect(now, m.last_seen, self._det)
+                ):
+                    m.link.close()
+
+    async def _after_loss(self, m: Member, why: str) -> Outcome | None:
+        """Relink after a blip; otherwise find out what happened, waiting out the lease."""
+        host, workdir = m.host, self._probe.workdir(m.host)
+        probe_s = max(0.5, 2 * self._heartbeat_s)
+        noted = False
+        while True:
+            silent = is_suspect(time.monotonic(), m.last_seen, self._det)
+            budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
+            if await self._relink(m, budget):
+                return None
+            if m.exit is not None:  # seen faulted on relinking
+                return None
+            alive = await self._probe.alive(host, workdir, budget if silent else PROBE_MIN_S)
+            if alive is False:
+                return await self._probe.ended(host)
+            if silent and self.left(m) <= 0:
+                if alive:
+                    await self._probe.kill(host, workdir)
+                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                if await self._fleet.console_online(excluding=host):
+                    return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+            if silent and not noted:
+                noted = True
+                self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+                self._noted(m, why)
+            await asyncio.sleep(min(POLL_S, max(self.left(m), 0.05)) if silent else POLL_S)
+
+    async def _relink(self, m: Member, budget: float) -> bool:
+        """Reconnect to the same executor: still at this epoch (training, or its run ended
+        while the link was down: taken as a crash, the executor waits warm)."""
+        link = self._link(m.host)
+        try:
+            async with asyncio.timeout(budget):
+                hello = await link.open(timeout=budget)
+        except (LinkError, TimeoutError):
+            link.close()
+            return False
+        if hello.epoch != self.epoch:
+            link.close()
+            return False
+        if hello.state in ("training", "stopping"):
+            m.link, m.last_seen = link, time.monotonic()
+            with contextlib.suppress(LinkError, NoAnchor):
+                await link.send(self.grant(m))
+            return True
+        link.close()
+        if hello.state == "faulted":
+            self.ended(m, Outcome(Exit.CRASHED, f"the run on {m.host} ended while unlinked"))
+        return False
