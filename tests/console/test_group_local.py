@@ -7,43 +7,15 @@ import asyncio
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from fleetbed import until
+from groupbed import controller, group_baseline, local_group, shards
 
-from console.inventory import load
 from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from protocol.spec import CheckpointManifest
-
-HOSTS = ("a", "b", "c", "d")
-GROUP_CONFIG = {"global_batch": 6, "micro_batch": 2}
-
-
-def group_inventory(folder: Path, **job: Any) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    table = job_table(steps=240, **job)
-    table["config"] = {**table["config"], **GROUP_CONFIG}
-    return write_inventory(
-        folder / "inventory.toml",
-        hosts={
-            "a": local_host(folder / "a"),
-            "b": local_host(folder / "b"),
-            "c": local_host(folder / "c"),
-            "d": local_host(folder / "d", role="spare"),
-        },
-        jobs={"j": {"hosts": ["a", "b", "c"], "spares": ["d"], **table}},
-    )
-
-
-def controller(inventory: Path) -> Controller:
-    env = {h: dict(EXECUTOR_ENV) for h in HOSTS}
-    return Controller(load(inventory), Policy.AUTO, executor_env=env)
 
 
 def journal(inventory: Path) -> list:  # type: ignore[type-arg]
@@ -54,14 +26,6 @@ def executor_pid(root: Path) -> int:
     return int((root / "jobs" / "j" / "executor.pid").read_text())
 
 
-def shards(root: Path) -> list[CheckpointManifest]:
-    folder = root / "jobs" / "j" / "checkpoints"
-    return [
-        msgspec.json.decode(p.read_bytes(), type=CheckpointManifest)
-        for p in sorted(folder.glob("step-*.json"))
-    ]
-
-
 async def run_until(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
     task = asyncio.create_task(ctl.run())
     await until(lambda: predicate() or task.done(), timeout, what)
@@ -70,37 +34,39 @@ async def run_until(ctl: Controller, predicate, timeout: float, what: str) -> as
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The uninterrupted three-host run (its own folder), and what it left on disk checked."""
-    folder = tmp_path_factory.mktemp("group-baseline")
-    inv = group_inventory(folder)
+def baseline() -> str:
+    return group_baseline()
 
-    async def go() -> str:
-        ctl = controller(inv)
-        await asyncio.wait_for(ctl.run(), 240)
-        await ctl.close()
-        sup = ctl.jobs["j"]
-        assert sup.state is JobState.FINISHED, sup.live.why
-        assert sup.sha256
-        return sup.sha256
 
-    sha = asyncio.run(go())
+async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the_spare(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    await asyncio.wait_for(ctl.run(), 240)
+    await ctl.close()
+    sup = ctl.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline, "the same spec gives the same parameters"
     for rank, host in enumerate("abc"):
-        mine = shards(folder / host)
+        mine = shards(tmp_path / host)
         assert mine, f"{host} kept no checkpoints"
-        assert {(m.node_rank, m.nnodes) for m in mine} == {(rank, 3)}
-    assert not (folder / "d" / "jobs" / "j" / "checkpoints").exists(), "the spare never trained"
-    replicas = folder / "d" / "replicas" / "j"
+        assert {(m.node_rank, m.nnodes, m.epoch) for m in mine} == {(rank, 3, 1)}
+    assert not (tmp_path / "d" / "jobs" / "j" / "checkpoints").exists(), "the spare never trained"
+    replicas = tmp_path / "d" / "replicas" / "j"
     assert {p.name for p in replicas.iterdir()} == {"node-0", "node-1", "node-2"}, (
         "every member's shard reached the spare"
     )
-    return sha
+    committed = ctl.store.job("j").committed
+    assert committed and committed[-1] == 240
+    on_disk = {m.step for m in shards(tmp_path / "a")}
+    assert on_disk <= set(committed) | {240}
 
 
 async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     tmp_path: Path, baseline: str
 ) -> None:
-    inv = group_inventory(tmp_path)
+    inv = local_group(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     task = await run_until(
@@ -128,7 +94,7 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
 
 
 async def test_killing_rank_zeros_host_does_not_end_the_job(tmp_path: Path, baseline: str) -> None:
-    inv = group_inventory(tmp_path)
+    inv = local_group(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     task = await run_until(
@@ -149,7 +115,7 @@ async def test_killing_rank_zeros_host_does_not_end_the_job(tmp_path: Path, base
 
 
 async def test_an_executor_crash_restarts_the_group_in_place(tmp_path: Path, baseline: str) -> None:
-    inv = group_inventory(tmp_path)
+    inv = local_group(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 60, 120, "step 60")

@@ -120,7 +120,7 @@ class GroupSupervisor(JobSupervisor):
                 nxt = await self._recover(run)
                 if nxt is None:
                     return
-                resume = nxt
+                (resume,) = nxt
                 run = None
         finally:
             await self._stop_keeping()
@@ -423,8 +423,9 @@ class GroupSupervisor(JobSupervisor):
 
     # --------------------------------------------------------------- recover
 
-    async def _recover(self, run: GroupEpoch) -> int | None:
-        """Act on how the epoch ended; the committed step to resume from next, or None (done)."""
+    async def _recover(self, run: GroupEpoch) -> tuple[int | None] | None:
+        """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
+        may be None, step 0), or None when the job is over."""
         job, fleet = self.live, self._fleet
         members = run.members
         for m in members:
@@ -474,7 +475,7 @@ class GroupSupervisor(JobSupervisor):
                 self._incident.phase(
                     "decided", action="restart", host=first.host, last_step=self._last(members)
                 )
-                return await self._resume_step([])
+                return (await self._resume_step([]),)
             replace = [first]
         if replace:
             self._states.move(
@@ -502,7 +503,7 @@ class GroupSupervisor(JobSupervisor):
             self._incident.phase(
                 "decided", action="restart", host=first.host, last_step=self._last(members)
             )
-        return await self._resume_step([m.node_rank for m in replace])
+        return (await self._resume_step([m.node_rank for m in replace]),)
 
     def _member_fit(self, m: Member) -> bool:
         assert m.exit is not None

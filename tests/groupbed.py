@@ -1,0 +1,77 @@
+"""Multi-host jobs in tests: a three-member job with one spare, and the parameters of its
+uninterrupted run (cached per spec), against which every interrupted run is checked."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.states import JobState
+from protocol.spec import CheckpointManifest
+
+GROUP_CONFIG = {"global_batch": 6, "micro_batch": 2}
+MEMBERS = ["a", "b", "c"]
+
+
+def group_job(**over: Any) -> dict[str, Any]:
+    """A job for hosts a, b, c with spare d (three ranks: the global batch divides by three)."""
+    table = job_table(**{"steps": 240, **over})
+    table["config"] = {**table["config"], **GROUP_CONFIG}
+    return {"hosts": list(MEMBERS), "spares": ["d"], **table}
+
+
+def local_group(folder: Path, **over: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_inventory(
+        folder / "inventory.toml",
+        hosts={
+            "a": local_host(folder / "a"),
+            "b": local_host(folder / "b"),
+            "c": local_host(folder / "c"),
+            "d": local_host(folder / "d", role="spare"),
+        },
+        jobs={"j": group_job(**over)},
+    )
+
+
+def controller(inventory: Path, hosts: tuple[str, ...] = ("a", "b", "c", "d")) -> Controller:
+    env = {h: dict(EXECUTOR_ENV) for h in hosts}
+    return Controller(load(inventory), Policy.AUTO, executor_env=env)
+
+
+def shards(root: Path, job: str = "j") -> list[CheckpointManifest]:
+    folder = root / "jobs" / job / "checkpoints"
+    return [
+        msgspec.json.decode(p.read_bytes(), type=CheckpointManifest)
+        for p in sorted(folder.glob("step-*.json"))
+    ]
+
+
+_BASELINES: dict[bytes, str] = {}
+
+
+def group_baseline(**over: Any) -> str:
+    """The uninterrupted three-host run of ``group_job(**over)`` on local hosts."""
+    key = msgspec.json.encode(group_job(**over), order="sorted")
+    if key not in _BASELINES:
+        with tempfile.TemporaryDirectory(prefix="hotspare-group-") as tmp:
+            _BASELINES[key] = asyncio.run(_run(local_group(Path(tmp), **over)))
+    return _BASELINES[key]
+
+
+async def _run(inventory: Path) -> str:
+    ctl = controller(inventory)
+    await asyncio.wait_for(ctl.run(), 240)
+    await ctl.close()
+    sup = ctl.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256
+    return sup.sha256
