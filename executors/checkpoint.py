@@ -41,7 +41,15 @@ from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
 from protocol.spec import CheckpointManifest
 
-__all__ = ["PUBLISH_MARGIN_S", "CheckpointManager", "Emit", "Fenced", "LeaseCheck", "Loaded"]
+__all__ = [
+    "PUBLISH_MARGIN_S",
+    "CheckpointManager",
+    "CorruptCheckpoint",
+    "Emit",
+    "Fenced",
+    "LeaseCheck",
+    "Loaded",
+]
 
 
 class _HashingWriter:
@@ -92,8 +100,13 @@ class CheckpointManager:
         emit: Emit,
         write_delay_s: float = 0.0,
         lease_valid: LeaseCheck = always_valid,
+        node_rank: int | None = None,
+        nnodes: int = 1,
     ) -> None:
         self.folder = folder
+        self.node_rank = node_rank
+        """A multi-host job's member: its shards say so, and only its own shards load."""
+        self.nnodes = nnodes
         self._lease_valid = lease_valid
         self.job = job
         self.spec_hash = spec_hash
@@ -151,6 +164,8 @@ class CheckpointManager:
                 spec_hash=self.spec_hash,
                 code_version=self.code_version,
                 created_at=time.time(),
+                node_rank=self.node_rank,
+                nnodes=self.nnodes,
             )
             manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
@@ -209,6 +224,25 @@ class CheckpointManager:
             if not data.with_suffix(".json").exists():
                 data.unlink(missing_ok=True)
 
+    def drop_above(self, step: int | None) -> list[int]:
+        """Remove the checkpoints newer than ``step`` (all of them for None): a multi-host job's
+        shards that not every member committed. This run writes those steps again, and left
+        here they would never load but would outrank its new ones when old ones are purged."""
+        dropped = []
+        for manifest_path in self.manifests():
+            try:
+                found = int(manifest_path.stem.removeprefix("step-"))
+            except ValueError:
+                continue
+            if step is not None and found <= step:
+                break
+            manifest_path.unlink(missing_ok=True)
+            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            dropped.append(found)
+        if dropped:
+            fsync_dir(self.folder)
+        return sorted(dropped)
+
     def _purge(self, keep: int) -> None:
         for manifest_path in self.manifests()[keep:]:
             manifest_path.unlink(missing_ok=True)
@@ -240,10 +274,27 @@ class CheckpointManager:
             return Loaded(manifest, manifest_path.with_suffix(".pt"), state)
         return None
 
+    def load_step(self, step: int, map_location: torch.device | str = "cpu") -> Loaded:
+        """Exactly the checkpoint of ``step`` (a multi-host job's committed step): verified, and
+        for a member only its own shard at the same group size; CorruptCheckpoint says why not."""
+        manifest_path = self.folder / f"{checkpoint_name(step)}.json"
+        if not manifest_path.exists():
+            raise CorruptCheckpoint(f"no checkpoint of step {step} in {self.folder}")
+        manifest, state = self._load(manifest_path, map_location)
+        return Loaded(manifest, manifest_path.with_suffix(".pt"), state)
+
     def _load(
         self, manifest_path: Path, map_location: torch.device | str
     ) -> tuple[CheckpointManifest, dict[str, Any]]:
         manifest = read_manifest(manifest_path)
+        if self.node_rank is not None and (manifest.node_rank, manifest.nnodes) != (
+            self.node_rank,
+            self.nnodes,
+        ):
+            raise CorruptCheckpoint(
+                f"the shard of node rank {manifest.node_rank} of {manifest.nnodes}; this member "
+                f"is node rank {self.node_rank} of {self.nnodes}"
+            )
         if manifest.spec_hash != self.spec_hash:
             raise CorruptCheckpoint(
                 f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"

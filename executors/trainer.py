@@ -2,6 +2,11 @@
 
 Reads like the algorithm: ``run`` -> ``_train_step`` -> ``_forward_backward``. Faults in a
 step (out of memory, NaN) are handled here, at the step, for every workload.
+
+A multi-host job (a rendezvous in Control) trains data parallel, one rank per host: each rank
+takes its contiguous share of every global batch, the gradients and the loss are averaged
+over the ranks (``executors.dist``), and at each step boundary the ranks agree on saving and
+stopping, so every one checkpoints the same steps and stops at the same step.
 """
 
 from __future__ import annotations
@@ -10,21 +15,28 @@ import math
 import os
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from executors import exitcodes, rng
-from executors.checkpoint import PUBLISH_MARGIN_S, CheckpointManager, Emit, Loaded
+from executors.checkpoint import (
+    PUBLISH_MARGIN_S,
+    CheckpointManager,
+    CorruptCheckpoint,
+    Emit,
+    Loaded,
+)
 from executors.control import Control
+from executors.dist import Group, joined
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.faults import FaultKind
-from protocol.messages import Fault, Finished, Progress, Resumed, Stopped
+from protocol.messages import Fault, Finished, Log, Progress, Resumed, Stopped
 from protocol.spec import JobSpec
 
 DEFAULT_CHECKPOINT_EVERY_S = 30.0
@@ -52,6 +64,16 @@ class TrainState:
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.step, self.data_index = int(sd["step"]), int(sd["data_index"])
         self.micro_batch, self.skipped = int(sd["micro_batch"]), [int(i) for i in sd["skipped"]]
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Why the step loop stops at a boundary, and the fault to report when it does."""
+
+    reason: str
+    exit_code: int
+    checkpoint: bool
+    fault: Fault | None = None
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -98,6 +120,7 @@ class Trainer:
         self.every_s = spec.checkpoint_every_s or (
             None if spec.checkpoint_every_steps else DEFAULT_CHECKPOINT_EVERY_S
         )
+        rv = self.control.rendezvous
         self.ckpt = CheckpointManager(
             workdir / "checkpoints",
             job=spec.name,
@@ -108,7 +131,16 @@ class Trainer:
             emit=emit,
             write_delay_s=self.inj.slow_write_s,
             lease_valid=self.control.lease_valid,
+            node_rank=rv.node_rank if rv else None,
+            nnodes=rv.nnodes if rv else 1,
         )
+        self.group: Group | None = None
+        """This epoch's process group, while a multi-host run is in it."""
+        self._share = slice(None)
+        """This rank's rows of each global batch (all of them on one host)."""
+        self._rows = 0
+        self._save_due: str | None = None
+        """A multi-host periodic checkpoint waits for the boundary, where the ranks agree on it."""
         self.state = TrainState()
         self.saved_step: int | None = None
         self.stall_s = 0.0
@@ -126,21 +158,27 @@ class Trainer:
 
     def run(self) -> Outcome:
         try:
-            return self._run()
+            rv = self.control.rendezvous
+            if rv is None:
+                return self._run()
+            with joined(rv, self.device, self._warn) as self.group:
+                return self._run()
         finally:
             self.ckpt.close()
 
     def _run(self) -> Outcome:
         make_deterministic(self.device)
         self._build()
-        self._resume()
+        failed = self._resume()
+        if failed is not None:
+            return failed
         self._last_ckpt_t = time.monotonic()
         while self.state.step < self.spec.steps:
             stopped = self._at_boundary()
             if stopped is not None:
                 return stopped
             loss = self._train_step()
-            if not self.control.lease_valid():
+            if not self.control.lease_valid() and self.group is None:
                 continue  # finished after the lease ended: not counted; the boundary stops
             if loss is not None:
                 self._after_step(loss)
@@ -148,7 +186,7 @@ class Trainer:
             self._save("final")
         self.ckpt.wait()
         if not self.control.lease_valid():
-            return self._lease_ended()  # the final checkpoint was not published: not finished
+            return self._halt(self._lease_ended())  # the final checkpoint was not published
         self._progress(force=True)
         digest = rng.params_sha256(self.workload.model)
         self.emit(Finished(step=self.state.step, params_sha256=digest))
@@ -156,14 +194,28 @@ class Trainer:
 
     def _build(self) -> None:
         rng.seed_all(self.spec.seed)
-        self.workload = self._factory(
-            self.spec.config, WorkloadContext(seed=self.spec.seed, device=self.device)
-        )
-        self.state = TrainState(micro_batch=self.workload.micro_batch)
+        g = self.group
+        ctx = WorkloadContext(seed=self.spec.seed, device=self.device)
+        if g is not None:
+            ctx = replace(ctx, rank=g.rank, world_size=g.world_size)
+        self.workload = self._factory(self.spec.config, ctx)
+        micro, self._rows = self.workload.micro_batch, self.workload.global_batch
+        if g is not None:
+            self._share, micro = g.share(self.workload.global_batch, micro)
+            self._rows = self._share.stop - self._share.start
+            rng.seed_all(self.spec.seed + g.rank)  # the same model on every rank, its own dropout
+        self.state = TrainState(micro_batch=micro)
 
-    def _resume(self) -> None:
+    def _resume(self) -> Outcome | None:
+        """Restore the training state; an Outcome only when a member cannot (the run ends)."""
         t0 = time.perf_counter()
-        loaded = self.ckpt.load_latest(self.device)
+        try:
+            loaded = self.ckpt.load_latest(self.device) if self.group is None else self._committed()
+        except CorruptCheckpoint as e:
+            step = self.control.rendezvous.resume_step if self.control.rendezvous else None
+            text = f"cannot resume from the committed step {step}: {e}"
+            self.emit(Fault(fault=FaultKind.CRASH.value, step=step or 0, message=text, fatal=True))
+            return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
         if loaded is not None:
             self._restore(loaded)
         self.emit(
@@ -174,6 +226,17 @@ class Trainer:
                 load_s=time.perf_counter() - t0,
             )
         )
+        return None
+
+    def _committed(self) -> Loaded | None:
+        """A member loads exactly the step every member committed (None: none, start at 0); its
+        checkpoints newer than that were not committed by all, and are removed."""
+        assert self.control.rendezvous is not None
+        step = self.control.rendezvous.resume_step
+        if dropped := self.ckpt.drop_above(step):
+            text = f"removed uncommitted checkpoints of steps {dropped} (committed: {step})"
+            self.emit(Log(level="info", text=text))
+        return None if step is None else self.ckpt.load_step(step, self.device)
 
     def _restore(self, loaded: Loaded) -> None:
         self.workload.load_state_dict(loaded.state["workload"])
@@ -185,30 +248,11 @@ class Trainer:
 
     def _at_boundary(self) -> Outcome | None:
         """Between steps: honour a stop, the lease, a checkpoint request, repeated write failures."""
-        stop = self.control.stop
-        if stop is not None:
-            if stop.fault:
-                self.emit(
-                    Fault(
-                        fault=stop.fault,
-                        step=self.state.step,
-                        message=f"{stop.reason}: checkpointing at step {self.state.step} and stopping",
-                    )
-                )
-            return self._stop(stop.reason, stop.exit_code, checkpoint=stop.checkpoint)
-        left = self.control.lease_left()
-        if left is not None and left <= 0:
-            return self._lease_ended()
-        if left is not None and left <= self._lease_guard():
-            self.emit(
-                Fault(
-                    fault=FaultKind.LEASE_LOST.value,
-                    step=self.state.step,
-                    message=f"lease of epoch {self.control.epoch} ends in {max(left, 0):.1f}s without renewal; "
-                    "checkpointing and stopping",
-                )
-            )
-            return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=True)
+        if self.group is not None:
+            return self._at_group_boundary(self.group)
+        halt = self._halt_wanted()
+        if halt is not None:
+            return self._halt(halt)
         reason = self.control.take_checkpoint_request()
         if reason is not None and self.saved_step != self.state.step:
             self._save(reason)
@@ -216,15 +260,55 @@ class Trainer:
             return self._stop("disk_full", exitcodes.DISK_FULL, checkpoint=False)
         return None
 
-    def _lease_ended(self) -> Outcome:
-        self.emit(
-            Fault(
-                fault=FaultKind.LEASE_LOST.value,
-                step=self.state.step,
-                message=f"lease of epoch {self.control.epoch} has ended; stopping without writing",
-            )
+    def _at_group_boundary(self, group: Group) -> Outcome | None:
+        """Every rank must checkpoint the same steps and stop at the same step, or the others
+        wait in the next collective: one rank's wish (save, stop) is agreed on by all."""
+        halt = self._halt_wanted()
+        if halt is None and self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
+            halt = Halt("disk_full", exitcodes.DISK_FULL, checkpoint=False)
+        reason, self._save_due = self.control.take_checkpoint_request() or self._save_due, None
+        agreed = group.agree(
+            save=reason is not None,
+            stop=halt is not None,
+            checkpoint=halt is not None and halt.checkpoint,
         )
-        return self._stop("lease_lost", exitcodes.LEASE_LOST, checkpoint=False)
+        if agreed.stop:
+            halt = halt or Halt("peer_stopped", exitcodes.STOPPED, checkpoint=True)
+            # a rank whose lease has ended writes nothing (publishing would refuse it anyway)
+            keep = agreed.checkpoint and self.control.lease_valid()
+            return self._halt(replace(halt, checkpoint=keep))
+        if agreed.save and self.saved_step != self.state.step:
+            self._save(reason or "agreed")
+        return None
+
+    def _halt_wanted(self) -> Halt | None:
+        """Why this host would stop at this boundary: a stop request, or its lease."""
+        step, stop = self.state.step, self.control.stop
+        if stop is not None:
+            text = f"{stop.reason}: checkpointing at step {step} and stopping"
+            fault = Fault(fault=stop.fault, step=step, message=text) if stop.fault else None
+            return Halt(stop.reason, stop.exit_code, stop.checkpoint, fault)
+        left = self.control.lease_left()
+        if left is not None and left <= 0:
+            return self._lease_ended()
+        if left is not None and left <= self._lease_guard():
+            text = (
+                f"lease of epoch {self.control.epoch} ends in {max(left, 0):.1f}s without renewal; "
+                "checkpointing and stopping"
+            )
+            fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
+            return Halt("lease_lost", exitcodes.LEASE_LOST, True, fault)
+        return None
+
+    def _halt(self, halt: Halt) -> Outcome:
+        if halt.fault is not None:
+            self.emit(halt.fault)
+        return self._stop(halt.reason, halt.exit_code, checkpoint=halt.checkpoint)
+
+    def _lease_ended(self) -> Halt:
+        text = f"lease of epoch {self.control.epoch} has ended; stopping without writing"
+        fault = Fault(fault=FaultKind.LEASE_LOST.value, step=self.state.step, message=text)
+        return Halt("lease_lost", exitcodes.LEASE_LOST, False, fault)
 
     def _lease_guard(self) -> float:
         """Stop this long before the lease ends: room for two steps and one checkpoint write,
@@ -266,7 +350,10 @@ class Trainer:
         if (every and self.state.step % every == 0) or (
             self.every_s and now - self._last_ckpt_t >= self.every_s
         ):
-            self._save("periodic")
+            if self.group is None:
+                self._save("periodic")
+            else:
+                self._save_due = "periodic"
         self._progress(force=first)
 
     # ------------------------------------------------------------------ steps
@@ -278,10 +365,12 @@ class Trainer:
         step = self.state.step + 1
         batch = self.workload.batch(self.state.data_index)
         self._tokens = self.workload.tokens(batch)
+        if self.group is not None:
+            batch = [t[self._share] for t in batch]
         before = rng.capture()
         while True:
             try:
-                loss = self._forward_backward(batch, step)
+                mean = self._forward_backward(batch, step)
                 break
             except Exception as e:
                 if not is_oom(e):
@@ -289,7 +378,7 @@ class Trainer:
                 self.workload.optimizer.zero_grad(set_to_none=True)
                 self._degrade(step, e)
                 rng.restore(before)
-        params = [p for p in self.workload.model.parameters() if p.grad is not None]
+        params, loss = self._reduced(mean)
         norm = torch.nn.utils.clip_grad_norm_(params, self.workload.grad_clip or math.inf)
         if not (math.isfinite(loss) and math.isfinite(float(norm))):
             self._rollback(step, loss)
@@ -301,9 +390,18 @@ class Trainer:
         self.state.data_index += 1
         return loss
 
-    def _forward_backward(self, batch: Any, step: int) -> float:
+    def _reduced(self, mean: torch.Tensor) -> tuple[list[torch.nn.Parameter], float]:
+        """The parameters to clip and step and the loss: this host's own, or averaged over the
+        group (then every rank sees the same loss and decides a rollback alike)."""
+        model = self.workload.model
+        if self.group is None:
+            return [p for p in model.parameters() if p.grad is not None], float(mean)
+        return self.group.average(model, mean)
+
+    def _forward_backward(self, batch: Any, step: int) -> torch.Tensor:
+        """Forward and backward over the micro-batches; the mean loss (a tensor: no sync)."""
         mb = self.state.micro_batch
-        accumulation = self.workload.global_batch // mb
+        accumulation = self._rows // mb
         total = torch.zeros((), device=self.device)
         for i in range(accumulation):
             micro = [t[i * mb : (i + 1) * mb] for t in batch]
@@ -318,12 +416,12 @@ class Trainer:
                 loss = loss * math.nan
             (loss / accumulation).backward()
             total += loss.detach()
-        return float(total / accumulation)
+        return total / accumulation
 
     def _degrade(self, step: int, e: BaseException) -> None:
         """Out of memory: halve the micro-batch and double accumulation; the global batch stays."""
         g, mb = self.workload.global_batch, self.state.micro_batch
-        smaller = next((d for d in range(mb // 2, 0, -1) if g % d == 0), None)
+        smaller = next((d for d in range(mb // 2, 0, -1) if self._rows % d == 0), None)
         if smaller is None:
             raise RuntimeError(f"out of memory at step {step} with micro-batch 1: {e}") from e
         if self.device.type == "cuda":
@@ -334,7 +432,7 @@ class Trainer:
                 fault=FaultKind.OOM.value,
                 step=step,
                 message=f"out of memory at step {step} with micro-batch {mb}; now micro-batch {smaller} x "
-                f"{g // smaller} accumulation (global batch {g})",
+                f"{self._rows // smaller} accumulation (global batch {g})",
             )
         )
 
@@ -358,7 +456,7 @@ class Trainer:
         self.workload.optimizer.zero_grad(set_to_none=True)
         self.ckpt.wait()
         micro = self.state.micro_batch
-        loaded = self.ckpt.load_latest(self.device)
+        loaded = self._last_saved()
         if loaded is not None:
             self._restore(loaded)
         else:
@@ -373,6 +471,20 @@ class Trainer:
                 load_s=0.0,
             )
         )
+
+    def _last_saved(self) -> Loaded | None:
+        """Where a rollback goes: the newest checkpoint; a member's exactly the step all saved."""
+        if self.group is None:
+            return self.ckpt.load_latest(self.device)
+        if self.saved_step is None:
+            return None
+        try:
+            return self.ckpt.load_step(self.saved_step, self.device)
+        except CorruptCheckpoint as e:
+            raise RuntimeError(f"rolling back to step {self.saved_step}: {e}") from None
+
+    def _warn(self, text: str) -> None:
+        self.emit(Log(level="warning", text=text))
 
     # --------------------------------------------------------------- progress
 
@@ -402,7 +514,7 @@ class Trainer:
                 tokens_per_s=rate * self._tokens,
                 eta_s=left / rate if rate > 0 else None,
                 micro_batch=self.state.micro_batch,
-                accumulation=self.workload.global_batch // self.state.micro_batch,
+                accumulation=self._rows // self.state.micro_batch,
                 epoch=self.control.epoch,
             )
         )

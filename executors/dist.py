@@ -1,0 +1,184 @@
+"""The process group of one epoch of a multi-host job: joined when a run starts, left when it ends.
+
+One rank per host, in the executor's own training thread, in torch.distributed's default
+group. The group is always destroyed at the end of the run, so a run restarted in place at
+a higher epoch (same process, new rendezvous) can join the next epoch's group. Each step
+needs two collectives of every rank, in the same order: ``agree`` at the step boundary (so
+every rank checkpoints and stops at the same steps) and ``average`` after the backward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from protocol.errors import ConfigError
+from protocol.messages import Rendezvous
+
+GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank decided at a step boundary: the logical OR of each rank's wishes."""
+
+    save: bool
+    stop: bool
+    checkpoint: bool
+    """Stop with a checkpoint at this step first."""
+
+
+class Group:
+    """This host's rank in the epoch's group, and the collectives of a step."""
+
+    def __init__(self, rv: Rendezvous, device: torch.device) -> None:
+        self.node_rank = rv.node_rank
+        self.nnodes = rv.nnodes
+        self.rank = rv.node_rank * rv.procs_per_host
+        self.world_size = rv.world_size
+        self.device = device
+
+    def share(self, global_batch: int, micro_batch: int) -> tuple[slice, int]:
+        """This rank's contiguous rows of the global batch, and its micro-batch (at most the share).
+
+        The same global batch split the same way on every run of this world size: bit-exact.
+        """
+        w = self.world_size
+        if global_batch % w:
+            raise ConfigError(
+                f"config.global_batch: {global_batch} rows do not split evenly over {w} ranks"
+            )
+        rows = global_batch // w
+        micro = min(micro_batch, rows)
+        if rows % micro:
+            raise ConfigError(
+                f"config.micro_batch: {micro} does not divide each rank's share of {rows} rows "
+                f"(global batch {global_batch} over {w} ranks)"
+            )
+        return slice(self.rank * rows, (self.rank + 1) * rows), micro
+
+    def average(
+        self, model: torch.nn.Module, loss: torch.Tensor
+    ) -> tuple[list[torch.nn.Parameter], float]:
+        """Every rank's gradients and loss summed as one flat tensor, then divided by the world
+        size (what DDP does, without wrapping the model: its state_dict keys stay). The
+        gradients are replaced in place (a missing one counts as zeros); returns the parameters
+        and the mean loss, the same on every rank."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.reshape(1).float()])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return params, float(flat[-1])
+
+    def agree(self, *, save: bool, stop: bool, checkpoint: bool) -> Agreed:
+        """One tiny all-reduce (MAX) of this rank's wishes at a step boundary."""
+        flags = torch.tensor([save, stop, checkpoint], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        save_all, stop_all, checkpoint_all = (bool(f) for f in flags.tolist())
+        return Agreed(save=save_all, stop=stop_all, checkpoint=checkpoint_all)
+
+
+def check(rv: Rendezvous) -> None:
+    """What the torch kind can run: one rank per host, this host among the members."""
+    if rv.procs_per_host != 1:
+        raise ConfigError(
+            f"procs_per_host: {rv.procs_per_host}; the torch kind trains one rank per host "
+            "(in the executor's own training thread) for now"
+        )
+    if not 0 <= rv.node_rank < rv.nnodes:
+        raise ConfigError(f"rendezvous: node rank {rv.node_rank} outside 0..{rv.nnodes - 1}")
+
+
+@contextlib.contextmanager
+def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
+    """Join this epoch's group (waits for every member up to ``rv.timeout_s``); always leave it."""
+    check(rv)
+    timeout = timedelta(seconds=rv.timeout_s)
+    with _gloo_bound_to(rv, warn):
+        dist.init_process_group(
+            rv.backend,
+            init_method=f"tcp://{_host(rv.master_addr)}:{rv.master_port}",
+            rank=rv.node_rank * rv.procs_per_host,
+            world_size=rv.world_size,
+            timeout=timeout,
+        )
+    try:
+        yield Group(rv, device)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _host(address: str) -> str:
+    """An address as the host part of a URL: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+@contextlib.contextmanager
+def _gloo_bound_to(rv: Rendezvous, warn: Warn) -> Iterator[None]:
+    """Gloo binds to wherever this machine's hostname resolves, and to loopback when that address
+    is not here (a network namespace): bind it to the interface holding this member's own data
+    address instead, for the group's creation only (gloo reads the variable then)."""
+    if rv.backend != "gloo" or GLOO_IFNAME in os.environ or _is_loopback(rv.address):
+        yield
+        return
+    name = interface_of(rv.address)
+    if name is None:
+        warn(f"data address {rv.address} is on no interface here; gloo picks its own")
+        yield
+        return
+    os.environ[GLOO_IFNAME] = name
+    try:
+        yield
+    finally:
+        os.environ.pop(GLOO_IFNAME, None)
+
+
+def _ips(address: str) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """An address literal, or what a host name resolves to (the resolver's own timeouts)."""
+    host = address.strip("[]").split("%")[0]
+    try:
+        return {ipaddress.ip_address(host)}
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return set()
+    return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+
+
+def _is_loopback(address: str) -> bool:
+    ips = _ips(address)
+    return bool(ips) and all(ip.is_loopback for ip in ips)
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that holds ``address`` (IPv4 or IPv6), or None."""
+    wanted = _ips(address)
+    for name, addrs in psutil.net_if_addrs().items():
+        for a in addrs:
+            if a.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(a.address.split("%")[0]) in wanted:
+                    return name
+    return None

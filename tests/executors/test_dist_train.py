@@ -1,0 +1,333 @@
+"""The torch kind trains one job across hosts: real ``serve`` executors, real gloo on loopback.
+
+Each member is its own executor process in its own workdir, told its node rank and the
+rendezvous in Start, as the console would. The checks read the events, the manifests on disk
+and ``/proc``, not the executors' own account of themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+import torch
+import torch.distributed
+from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+
+from executors import exitcodes
+from executors.dist import GLOO_IFNAME, interface_of, joined
+from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.messages import (
+    CheckpointSaved,
+    ConsoleHello,
+    ExecutorHello,
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Heartbeat,
+    Rendezvous,
+    Resumed,
+    RunEnded,
+    Start,
+    Stop,
+    Stopped,
+)
+from protocol.spec import CheckpointManifest, JobSpec
+
+SPEC = JobSpec(
+    name="dp", steps=40, seed=5, checkpoint_every_steps=10, keep_checkpoints=5, config=TINY_CONFIG
+)
+LONG = JobSpec(
+    name="dp", steps=1_000_000, seed=5, checkpoint_every_steps=100_000, config=TINY_CONFIG
+)
+TIMEOUT_S = 15.0
+"""The collective timeout: how long a member waits for a peer (its executor's start included)."""
+
+
+class Client:
+    """A blocking protocol client, as a console would be; retries the connect until served."""
+
+    def __init__(self, path: Path, timeout: float = 60) -> None:
+        self.sock = wait_for(lambda: self._connect(path), timeout, f"a connection to {path}")
+        send_message(self.sock, ConsoleHello(version=PROTOCOL_VERSION, console_id="test"))
+        hello = recv_message(self.sock, EXECUTOR_MESSAGES)
+        assert isinstance(hello, ExecutorHello)
+        self.seen: list[ExecutorMessage] = []
+
+    @staticmethod
+    def _connect(path: Path) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            return None
+        return sock
+
+    def send(self, msg: object) -> None:
+        send_message(self.sock, msg)
+
+    def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
+        """The next message to arrive within ``timeout`` that matches."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
+            assert msg is not None, "the executor closed the connection"
+            self.seen.append(msg)
+            if pred(msg):
+                return msg
+        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Member:
+    work: Path
+    proc: ExecutorProcess
+    client: Client
+
+
+def serve(works: list[Path], envs: list[dict[str, str] | None] | None = None) -> list[Member]:
+    """One executor per workdir, started together (their imports overlap), each connected to."""
+    envs = envs or [None] * len(works)
+    procs = [
+        ExecutorProcess(
+            ["serve", "--workdir", str(w), "--heartbeat-s", "0.2", "--health-s", "1"], env=env
+        )
+        for w, env in zip(works, envs, strict=True)
+    ]
+    return [Member(w, p, Client(w / "executor.sock")) for w, p in zip(works, procs, strict=True)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def own_address() -> str | None:
+    """A non-loopback IPv4 address of this machine, if it has one."""
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                return str(a.address)
+    return None
+
+
+def start(
+    members: list[Member],
+    spec: JobSpec,
+    *,
+    epoch: int = 1,
+    resume_step: int | None = None,
+    address: str = "127.0.0.1",
+) -> None:
+    """Start every member on one rendezvous (a fresh port, as each epoch gets from the console)."""
+    port = free_port()
+    addresses = [address] * len(members)
+    for rank, m in enumerate(members):
+        rv = Rendezvous(
+            node_rank=rank,
+            addresses=addresses,
+            master_port=port,
+            resume_step=resume_step,
+            timeout_s=TIMEOUT_S,
+        )
+        m.client.send(Start(spec=spec, epoch=epoch, rendezvous=rv))
+
+
+def finished(m: Member) -> Finished:
+    done = m.client.until(lambda x: isinstance(x, (Finished, RunEnded, Stopped)), 60)
+    assert isinstance(done, Finished), done
+    return done
+
+
+def manifests(work: Path) -> list[CheckpointManifest]:
+    return [
+        msgspec.json.decode(p.read_bytes(), type=CheckpointManifest)
+        for p in sorted((work / "checkpoints").glob("step-*.json"))
+    ]
+
+
+def kill_all(members: list[Member]) -> None:
+    for m in members:
+        if m.proc.proc.poll() is None:
+            m.proc.proc.kill()
+        m.proc.finish(30)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Member]]:
+    members: list[Member] = []
+    yield members
+    kill_all(members)
+
+
+@dataclass(frozen=True)
+class Reference:
+    digest: str
+    works: list[Path]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
+    """One uninterrupted 2-rank run of SPEC: what every interrupted run must end equal to."""
+    root = tmp_path_factory.mktemp("ref")
+    members = serve([root / "r0", root / "r1"])
+    try:
+        start(members, SPEC)
+        digests = [finished(m).params_sha256 for m in members]
+        assert digests[0] == digests[1], "the ranks ended with different parameters"
+        for m in members:
+            rc, err = m.proc.finish(30)
+            assert rc == exitcodes.OK, err
+        yield Reference(digests[0], [m.work for m in members])
+    finally:
+        kill_all(members)
+
+
+def test_two_ranks_finish_equal_and_each_writes_its_own_shards(reference: Reference) -> None:
+    for rank, work in enumerate(reference.works):
+        shards = manifests(work)
+        assert [s.step for s in shards] == [10, 20, 30, 40]
+        assert {(s.node_rank, s.nnodes) for s in shards} == {(rank, 2)}
+    one_host = reference.works[0].parent / "one"
+    (solo,) = serve([one_host])
+    try:
+        solo.client.send(Start(spec=SPEC, epoch=1))
+        assert finished(solo).params_sha256 != reference.digest, "each rank saw the whole batch"
+    finally:
+        kill_all([solo])
+    assert {(s.node_rank, s.nnodes) for s in manifests(one_host)} == {(None, 1)}
+
+
+def test_a_killed_rank_faults_the_survivor_which_restarts_in_place_bit_exact(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    # The victim's checkpoint writes are slow, so after its step 10 is saved it waits seconds
+    # on that write at its next checkpoint: it is killed mid-run, never after its last step.
+    slow = env_with(HOTSPARE_INJECT="slow_write@0.01")
+    victim, survivor = members = serve([tmp_path / "r0", tmp_path / "r1"], [slow, None])
+    cleanup += members
+    start(members, SPEC)
+    for m in members:
+        m.client.until(lambda x: isinstance(x, CheckpointSaved) and x.manifest.step == 10, 60)
+    victim.proc.proc.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    ended = survivor.client.until(lambda x: isinstance(x, RunEnded), TIMEOUT_S + 5)
+    assert time.monotonic() - killed_at < TIMEOUT_S
+    assert isinstance(ended, RunEnded) and ended.fault == "crash"
+    assert not any(isinstance(x, Finished) for x in survivor.client.seen)
+    beat = survivor.client.until(lambda x: isinstance(x, Heartbeat) and x.state == "faulted", 5)
+    assert isinstance(beat, Heartbeat)
+    pid = survivor.proc.proc.pid
+    assert survivor.proc.proc.poll() is None and Path(f"/proc/{pid}").exists()
+    victim.proc.finish(30)
+
+    (again,) = serve([victim.work])
+    cleanup.append(again)
+    members = [again, survivor]
+    start(members, SPEC, epoch=2, resume_step=10)
+    for m in members:
+        resumed = m.client.until(lambda x: isinstance(x, Resumed) and x.epoch == 2, 60)
+        assert isinstance(resumed, Resumed) and resumed.step == 10
+    assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+    assert survivor.proc.proc.pid == pid, "the survivor restarted in its own process"
+    assert [s.step for s in manifests(survivor.work)] == [10, 20, 30, 40]
+
+
+def test_resuming_a_step_a_member_lacks_or_another_member_wrote_is_a_clear_fault(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    works = [tmp_path / "r0", tmp_path / "r1"]
+    shutil.copytree(reference.works[1] / "checkpoints", works[0] / "checkpoints")  # rank 1's
+    members = serve(works)
+    cleanup += members
+    start(members, SPEC, resume_step=20)
+    why = ["the shard of node rank 1 of 2; this member is node rank 0 of 2", "no checkpoint"]
+    for m, text in zip(members, why, strict=True):
+        ended = m.client.until(lambda x: isinstance(x, RunEnded), 60)
+        assert isinstance(ended, RunEnded) and ended.fault == "crash"
+        assert "committed step 20" in ended.message and text in ended.message, ended.message
+        assert not any(isinstance(x, Resumed) for x in m.client.seen)
+    assert (works[0] / "checkpoints" / "step-0000000020.json").exists(), "nothing loaded or lost"
+    assert not (works[0] / "checkpoints" / "step-0000000030.json").exists(), "uncommitted"
+
+    members[0].client.send(Stop(reason="test"))
+    rv = Rendezvous(node_rank=1, addresses=["127.0.0.1"] * 2, master_port=1, procs_per_host=2)
+    members[1].client.send(Start(spec=SPEC, epoch=2, rendezvous=rv))
+    refused = members[1].client.until(lambda x: isinstance(x, Fault) and x.fault == "config", 10)
+    assert isinstance(refused, Fault) and "procs_per_host: 2" in refused.message
+    assert "\n" not in refused.message
+    codes = [m.proc.finish(30) for m in members]
+    assert [rc for rc, _ in codes] == [exitcodes.STOPPED, exitcodes.CONFIG]
+    for _, err in codes:
+        assert "Traceback" not in err, err
+
+
+def local_ips(pid: int) -> set[str]:
+    """The local addresses of a process's established TCP connections (the store's, gloo's)."""
+    conns = psutil.Process(pid).net_connections(kind="tcp")
+    ips = {c.laddr.ip for c in conns if c.status == psutil.CONN_ESTABLISHED}
+    return {ip.removeprefix("::ffff:") for ip in ips}  # the store listens dual-stack
+
+
+def test_a_stop_sent_to_one_rank_stops_both_at_the_same_step(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """On this machine's own (not loopback) address when it has one: gloo binds to it, not to
+    where the hostname resolves (loopback here), so the ranks' links use that address."""
+    members = serve([tmp_path / "r0", tmp_path / "r1"])
+    cleanup += members
+    address = own_address()
+    start(members, LONG, address=address or "127.0.0.1")
+    for m in members:
+        m.client.until(lambda x: isinstance(x, Resumed), 60)
+    if address is not None:
+        for m in members:
+            assert local_ips(m.proc.proc.pid) == {address}
+    members[1].client.send(Stop(reason="operator"))
+    stops = [m.client.until(lambda x: isinstance(x, (Stopped, RunEnded)), 30) for m in members]
+    assert all(isinstance(s, Stopped) for s in stops), stops
+    first, second = (s for s in stops if isinstance(s, Stopped))
+    assert (first.reason, second.reason) == ("peer_stopped", "operator")
+    assert first.step == second.step > 0
+    assert first.checkpoint_step == second.checkpoint_step == first.step
+    for m in members:
+        (shard,) = manifests(m.work)
+        assert shard.step == first.step
+        rc, err = m.proc.finish(30)
+        assert rc == exitcodes.STOPPED, err
+    assert os.path.exists(members[0].work / "events.jsonl")
+
+
+def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_process() -> None:
+    """In this process: one member groups, one after another, on IPv4, IPv6 and a non-loopback
+    address (each as the machine has it); nothing of a group (or gloo's binding) outlasts it."""
+    candidates = ["127.0.0.1", "::1" if interface_of("::1") else None, own_address()]
+    for address in filter(None, candidates):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family) as s:
+            s.bind((address, 0))
+            port = int(s.getsockname()[1])
+        rv = Rendezvous(node_rank=0, addresses=[address], master_port=port, timeout_s=5)
+        warnings: list[str] = []
+        with joined(rv, torch.device("cpu"), warnings.append) as group:
+            assert torch.distributed.is_initialized() and group.world_size == 1
+            agreed = group.agree(save=True, stop=False, checkpoint=True)
+            assert (agreed.save, agreed.stop, agreed.checkpoint) == (True, False, True)
+        assert not torch.distributed.is_initialized(), address
+        assert GLOO_IFNAME not in os.environ and warnings == []
+    assert interface_of("127.0.0.1") == "lo" and interface_of("198.51.100.7") is None
