@@ -7,11 +7,12 @@ these addresses are ever targets. ``cut()`` downs the link (packets vanish, noth
 A *routed* namespace (``routed=True``) also reaches the other routed namespaces, through this
 one, as hosts of a multi-host job reach each other: a default route via its 10.213.N.1, and
 forwarding on for packets that arrive on its veth (``net.ipv4.conf.<veth>.forwarding``, not the
-machine-wide ``ip_forward``, so nothing global changes and deleting the veth undoes it). Two
-policy rules keep forwarded packets on the test's own links: they may use the main table's
-routes but not its default route, and whatever matches nothing else is dropped. So a routed
-namespace never reaches past this machine, and while a namespace's link is cut, packets to it
-from the others vanish here instead of leaving by the default route.
+machine-wide ``ip_forward``, so nothing global changes and deleting the veth undoes it). Policy
+rules keep forwarded packets on the test's own links: they may use the main table's routes but
+not its default route; one for a cut namespace (10.213.0.0/16 with no link up) is dropped, so
+packets to it vanish here instead of leaving by the default route; one for anywhere else is
+refused at once (ICMP unreachable), as with no route at all, so a namespace's DNS lookups fail
+fast instead of timing out. A routed namespace never reaches past this machine.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from pathlib import Path
 
 from sshbed import SshBed, SshHost
 
+NETWORK = "10.213.0.0/16"
 RULE_PREF = 2130
-"""Priority of a routed namespace's two policy rules (ahead of ``main`` at 32766)."""
+"""Priority of a routed namespace's first policy rule (ahead of ``main`` at 32766)."""
 
 
 def _ip(*args: str) -> None:
@@ -112,12 +114,13 @@ class NetNs:
         _ip("-n", self.name, "route", "add", "default", "via", self.local)
         Path(f"/proc/sys/net/ipv4/conf/{self.outside}/forwarding").write_text("1\n")
         self._drop_rules()  # a crashed run's, on a reused name
-        _ip("rule", "add", "iif", self.outside, "lookup", "main", "suppress_prefixlength", "0",
-            "pref", str(RULE_PREF))  # fmt: skip
-        _ip("rule", "add", "iif", self.outside, "blackhole", "pref", str(RULE_PREF + 1))
+        rule = ["rule", "add", "iif", self.outside]
+        _ip(*rule, "lookup", "main", "suppress_prefixlength", "0", "pref", str(RULE_PREF))
+        _ip(*rule, "to", NETWORK, "blackhole", "pref", str(RULE_PREF + 1))
+        _ip(*rule, "unreachable", "pref", str(RULE_PREF + 2))
 
     def _drop_rules(self) -> None:
-        for pref in (RULE_PREF, RULE_PREF + 1):
+        for pref in range(RULE_PREF, RULE_PREF + 3):
             _quiet_ip("rule", "del", "iif", self.outside, "pref", str(pref))
 
     def argv(self, *command: str) -> list[str]:
