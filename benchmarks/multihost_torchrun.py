@@ -23,15 +23,14 @@ steps, world sizes and the step resumed from come from the script's own timestam
 
 torchrun's rendezvous timeouts default to join 600 s, last call 30 s, close 30 s, and a dead
 node leaves the rendezvous after keep_alive_interval (5 s) x keep_alive_max_attempt (3); the
-run uses shorter ones (``--rdzv-conf``, printed with the figures) so a trial takes about two
-minutes; ``--torchrun-defaults`` measures with torchrun's own.
-
+run uses shorter ones (``--rdzv-conf``, printed with the figures), ``--torchrun-defaults``
+torchrun's own. Workers get TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (``--share-store``: not).
 ``measure(settings, trials, folder)`` returns the outcomes, so another side (hotspare with a
 spare) can be measured in the same run and printed beside them.
 
-    python benchmarks/multihost_torchrun.py [--trials 1] [--quick] [--json]
+    python benchmarks/multihost_torchrun.py [--trials 3] [--quick] [--json] [--keep DIR]
         [--only worker,store] [--kill-at 60] [--steps 100] [--step-time 0.05]
-        [--rdzv-conf join_timeout=60,...] [--torchrun-defaults] [--keep DIR]
+        [--rdzv-conf join_timeout=60,...] [--torchrun-defaults] [--share-store]
 """
 
 from __future__ import annotations
@@ -63,20 +62,13 @@ SCRIPT = HERE / "ddp_plain.py"
 SCENARIOS = ("worker", "store")
 LABEL = {"worker": "a non-store node killed", "store": "the rendezvous-store node killed"}
 STORE_PORT = 29400
-RDZV_SHORT = {
-    "join_timeout": 60,
-    "last_call_timeout": 2,
-    "close_timeout": 5,
-    "keep_alive_interval": 1,
-    "keep_alive_max_attempt": 3,
-}
-RDZV_DEFAULTS = {
-    "join_timeout": 600,
-    "last_call_timeout": 30,
-    "close_timeout": 30,
-    "keep_alive_interval": 5,
-    "keep_alive_max_attempt": 3,
-}
+RDZV_KEYS = (
+    "join_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval",
+    "keep_alive_max_attempt",
+)  # fmt: skip
+RDZV_SHORT = dict(zip(RDZV_KEYS, (60, 2, 5, 1, 3), strict=True))
+RDZV_DEFAULTS = dict(zip(RDZV_KEYS, (600, 30, 30, 5, 3), strict=True))
+"""torchrun's own: join 600 s, last call 30 s, close 30 s, a dead node dropped after 5 s x 3."""
 POLL_S = 0.01
 LINE = re.compile(r"^(?P<text>.*) pid=(?P<pid>\d+) t=(?P<t>[0-9.]+)$")
 
@@ -100,9 +92,22 @@ class Settings:
     a round, so a restarted worker can read the previous round's gloo addresses and fail
     (pytorch #135712); off, each round's rank 0 worker hosts a fresh store."""
 
-    def rdzv_conf(self, is_host: bool) -> str:
+    def rdzv_conf(self, is_host: bool | None = None) -> str:
         pairs = [f"{k}={v}" for k, v in self.rdzv.items()]
-        return ",".join([*pairs, f"is_host={int(is_host)}"])
+        return ",".join(pairs + ([] if is_host is None else [f"is_host={int(is_host)}"]))
+
+    def describe(self) -> str:
+        """The setup in one line, for the figures' notes."""
+        own = " (torchrun's defaults)" if self.rdzv == RDZV_DEFAULTS else ""
+        return (
+            f"{self.nodes} nodes in routed network namespaces; torchrun --nnodes "
+            f"{self.min_nodes}:{self.nodes} --nproc-per-node 1 --max-restarts "
+            f"{self.max_restarts}, c10d store on node 0, --rdzv-conf {self.rdzv_conf()}{own}, "
+            f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE={0 if self.share_store else 1}; ddp_plain.py: "
+            f"gloo, CPU, global batch 12, {self.steps} steps of >= {self.step_time:g} s, a "
+            f"checkpoint every {self.save_every} per node; SIGKILL of a node's process tree "
+            f"once step {self.kill_at} is done"
+        )
 
     def script_args(self) -> list[str]:
         return [
@@ -370,27 +375,17 @@ def table(outcomes: list[Outcome], side: str = "torchrun --nnodes 3:4") -> str:
 
 def figures(outcomes: list[Outcome]) -> list[Figure]:
     out = []
-    worker = [o for o in outcomes if o.scenario == "worker"]
-    if worker:
+    if worker := [o for o in outcomes if o.scenario == "worker"]:
         secs = [o.seconds for o in worker if o.seconds is not None]
-        med = statistics.median(secs) if secs else math.nan
-        out.append(Figure("torchrun, non-store node killed: kill -> first step (median)", med, "s"))
         worlds = [o.world_after for o in worker if o.world_after is not None]
-        out.append(
-            Figure(
-                "torchrun, non-store node killed: world size after",
-                min(worlds, default=math.nan),
-                "ranks",
-            )
-        )
-    store = [o for o in outcomes if o.scenario == "store"]
-    if store:
+        what = "torchrun, non-store node killed"
+        med = statistics.median(secs) if secs else math.nan
+        out.append(Figure(f"{what}: kill -> first step (median)", med, "s"))
+        out.append(Figure(f"{what}: world size after", min(worlds, default=math.nan), "ranks"))
+    if store := [o for o in outcomes if o.scenario == "store"]:
         alive = sum(o.survived for o in store)
-        out.append(
-            Figure(
-                "torchrun, store node killed: trials the job survived", alive, f"of {len(store)}"
-            )
-        )
+        what = "torchrun, store node killed: trials the job survived"
+        out.append(Figure(what, alive, f"of {len(store)}"))
     return out
 
 
@@ -443,16 +438,7 @@ def main() -> None:
         sys.exit(1)
     print(table(outcomes))
     print()
-    notes = (
-        f"{trials} trial(s); 4 nodes in routed network namespaces, torchrun --nnodes "
-        f"{settings.min_nodes}:{settings.nodes} --nproc-per-node 1 --max-restarts "
-        f"{settings.max_restarts}, c10d store on node 0, --rdzv-conf {settings.rdzv_conf(False).rsplit(',', 1)[0]}"
-        f"{' (torchrun defaults)' if args.torchrun_defaults else ''}, "
-        f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE={'0' if args.share_store else '1'}; ddp_plain.py: gloo, CPU, "
-        f"global batch 12, {settings.steps} steps of >= {settings.step_time:g} s, checkpoint "
-        f"every {settings.save_every} per node, SIGKILL of a node's process tree once step "
-        f"{settings.kill_at} is done; {os.cpu_count()} CPUs"
-    )
+    notes = f"{trials} trial(s); {settings.describe()}; {os.cpu_count()} CPUs"
     emit("multihost_torchrun", figures(outcomes), notes, args.json)
 
 

@@ -56,6 +56,7 @@ BENCHES = [
     Bench("executor_overhead", "executor_overhead.py", [], ["--quick"], 1800),
     Bench("journal_startup", "journal_startup.py", [], ["--events", "100000"], 600, 300),
     Bench("restart_vs_torchrun", "restart_vs_torchrun.py", [], ["--quick"], 1800, 900),
+    Bench("multihost_torchrun", "multihost_torchrun.py", [], ["--quick"], 1200, 600),
 ]
 
 
