@@ -49,6 +49,17 @@ class Candidate:
     mtime_ns: int
 
 
+class NotCommitted(Exception):
+    """The step the group committed cannot be restored on this host; the message says why, in
+    one line."""
+
+
+class _Unusable(Exception):
+    def __init__(self, kind: FaultKind, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
+
+
 @dataclass(frozen=True)
 class Restored:
     manifest: CheckpointManifest
@@ -158,8 +169,12 @@ class Publisher:
         code_version: str,
         emit: Emit,
         lease_valid: LeaseCheck | None = None,
+        node_rank: int | None = None,
+        nnodes: int = 1,
     ) -> None:
         self.folder = folder
+        self.node_rank, self.nnodes = node_rank, nnodes
+        """A multi-host job's shard: this host's node rank and the group's size, in each manifest."""
         self._lease_valid: LeaseCheck = lease_valid or (lambda _margin_s: True)
         self.job, self.spec_hash, self.keep, self.epoch = job, spec_hash, keep, epoch
         self.code_version = code_version
@@ -200,6 +215,8 @@ class Publisher:
                 code_version=self.code_version,
                 created_at=time.time(),
                 source=cand.path.name,
+                node_rank=self.node_rank,
+                nnodes=self.nnodes,
             )
             manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
@@ -247,49 +264,104 @@ class Publisher:
         """Put the newest checkpoint that verifies into ``dest``; each one skipped is a Fault."""
         for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True):
             try:
-                manifest = read_manifest(manifest_path)
-            except CorruptCheckpoint as e:
-                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, str(e))
-                continue
-            if manifest.spec_hash != self.spec_hash:
-                why = f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
-                self._skip(FaultKind.CHECKPOINT_MISMATCH, manifest_path, why)
-                continue
-            if manifest.epoch > self.epoch:
-                why = (
-                    f"written under epoch {manifest.epoch}, newer than this executor's {self.epoch}"
-                )
-                self._skip(FaultKind.CHECKPOINT_MISMATCH, manifest_path, why)
-                continue
-            source = manifest.source
-            if not source or "/" in source or source.startswith(".") or "\0" in source:
-                source = manifest.file
-            target, tmp = dest / source, dest / f".{source}.restore.tmp"
-            try:
-                size, sha = _copy_hashing(manifest_path.with_suffix(".pt"), tmp)
-            except (OSError, CorruptCheckpoint) as e:
-                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, f"cannot read: {e}")
-                continue
-            if (size, sha) != (manifest.size, manifest.sha256):
-                tmp.unlink(missing_ok=True)
-                why = (
-                    f"size {size} and sha256 {sha[:12]}… do not match the manifest's "
-                    f"{manifest.size} and {manifest.sha256[:12]}…"
-                )
-                self._skip(FaultKind.CHECKPOINT_CORRUPT, manifest_path, why)
-                continue
-            os.replace(tmp, target)
-            if cs.complete_marker:
-                (dest / marker_name(cs.complete_marker, source)).touch()
-            fsync_dir(dest)
-            self.last = manifest
-            return Restored(manifest, target)
+                return self._restore(manifest_path, dest, cs)
+            except _Unusable as e:
+                self._skip(e.kind, manifest_path, str(e))
         return None
+
+    def restore_step(self, step: int, dest: Path, cs: CommandSpec) -> Restored:
+        """Put exactly the checkpoint of ``step`` (the group's committed step) into ``dest``;
+        NotCommitted when it is missing or unusable: no other step will do."""
+        manifest_path = self.folder / f"{checkpoint_name(step)}.json"
+        if not manifest_path.exists():
+            raise NotCommitted(
+                f"committed step {step} is not on this host: no {manifest_path.name} in "
+                f"{self.folder}; cannot resume the group"
+            )
+        try:
+            restored = self._restore(manifest_path, dest, cs)
+        except _Unusable as e:
+            raise NotCommitted(f"committed step {step} cannot be restored: {e}") from None
+        if restored.manifest.step != step:
+            raise NotCommitted(
+                f"committed step {step}: {manifest_path.name} names step {restored.manifest.step}"
+            )
+        return restored
+
+    def drop_after(self, step: int | None) -> list[int]:
+        """Remove the checkpoints newer than ``step`` (all of them for None): steps the group
+        never committed, which a new run writes again. The steps removed, oldest first."""
+        gone = []
+        for manifest_path in sorted(self.folder.glob("step-*.json")):
+            found = _step_of(manifest_path)
+            if found is None or (step is not None and found <= step):
+                continue
+            manifest_path.unlink(missing_ok=True)
+            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            gone.append(found)
+        if gone:
+            fsync_dir(self.folder)
+        return gone
+
+    def _restore(self, manifest_path: Path, dest: Path, cs: CommandSpec) -> Restored:
+        """Verify one checkpoint and copy it into ``dest``, else _Unusable."""
+        try:
+            manifest = read_manifest(manifest_path)
+        except CorruptCheckpoint as e:
+            raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, str(e)) from None
+        self._check_belongs(manifest)
+        source = manifest.source
+        if not source or "/" in source or source.startswith(".") or "\0" in source:
+            source = manifest.file
+        target, tmp = dest / source, dest / f".{source}.restore.tmp"
+        try:
+            size, sha = _copy_hashing(manifest_path.with_suffix(".pt"), tmp)
+        except (OSError, CorruptCheckpoint) as e:
+            raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, f"cannot read: {e}") from None
+        if (size, sha) != (manifest.size, manifest.sha256):
+            tmp.unlink(missing_ok=True)
+            why = (
+                f"size {size} and sha256 {sha[:12]}… do not match the manifest's "
+                f"{manifest.size} and {manifest.sha256[:12]}…"
+            )
+            raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, why)
+        os.replace(tmp, target)
+        if cs.complete_marker:
+            (dest / marker_name(cs.complete_marker, source)).touch()
+        fsync_dir(dest)
+        self.last = manifest
+        return Restored(manifest, target)
+
+    def _check_belongs(self, manifest: CheckpointManifest) -> None:
+        """This job, this epoch or older, this host's shard of a group of this size."""
+        mismatch = FaultKind.CHECKPOINT_MISMATCH
+        if manifest.spec_hash != self.spec_hash:
+            why = f"written for another spec (hash {manifest.spec_hash}, this job {self.spec_hash})"
+            raise _Unusable(mismatch, why)
+        if manifest.epoch > self.epoch:
+            why = f"written under epoch {manifest.epoch}, newer than this executor's {self.epoch}"
+            raise _Unusable(mismatch, why)
+        if manifest.nnodes != self.nnodes:
+            why = f"a shard of a group of {manifest.nnodes} host(s); this group has {self.nnodes}"
+            raise _Unusable(mismatch, why)
+        if (
+            None not in (manifest.node_rank, self.node_rank)
+            and manifest.node_rank != self.node_rank
+        ):
+            why = f"node rank {manifest.node_rank}'s shard; this host is node rank {self.node_rank}"
+            raise _Unusable(mismatch, why)
 
     def _skip(self, kind: FaultKind, manifest_path: Path, why: str) -> None:
         self._emit(
             Fault(fault=kind.value, message=f"skipped {manifest_path.with_suffix('.pt')}: {why}")
         )
+
+
+def _step_of(manifest_path: Path) -> int | None:
+    try:
+        return int(manifest_path.stem.removeprefix("step-"))
+    except ValueError:
+        return None
 
 
 def clear(folder: Path, cs: CommandSpec, watcher: Watcher) -> int:

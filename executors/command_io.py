@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING
 from executors.publish import Emit, LeaseCheck
 from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
-from protocol.messages import Log, Progress
+from protocol.messages import Log, Progress, Rendezvous
 
 if TYPE_CHECKING:
     from executors.zygote import ForkedRun
@@ -41,9 +41,12 @@ MAX_LINE_BYTES = 64 << 10
 LINES_PER_S = 50.0
 LINE_BURST = 500
 PLACEHOLDER = re.compile(
-    r"\{(checkpoint_dir|resume_from|rank|world_size|step|steps|seed|workdir)\}"
+    r"\{(checkpoint_dir|resume_from|step|steps|seed|workdir|node_rank|nnodes|master_addr"
+    r"|master_port|rank|world_size|local_world_size|backend|timeout_s)\}"
 )
 RESUME = "{resume_from}"
+ALONE = Rendezvous(node_rank=0, addresses=["127.0.0.1"], master_port=29500)
+"""Where a job without a rendezvous (one host) meets itself: torchrun's own defaults."""
 
 _LAUNCH = r"""
 import ctypes, os, signal, sys
@@ -63,6 +66,23 @@ except OSError as e:
 
 def substitute(text: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def group_values(rendezvous: Rendezvous | None) -> dict[str, str]:
+    """The placeholders of the group this host trains in: ``{rank}`` is this host's first global
+    rank, the one torchrun's ``--node-rank`` times ``--nproc-per-node`` gives its local rank 0."""
+    r = rendezvous or ALONE
+    return {
+        "node_rank": str(r.node_rank),
+        "nnodes": str(r.nnodes),
+        "master_addr": r.master_addr,
+        "master_port": str(r.master_port),
+        "rank": str(r.node_rank * r.procs_per_host),
+        "world_size": str(r.world_size),
+        "local_world_size": str(r.procs_per_host),
+        "backend": r.backend,
+        "timeout_s": f"{r.timeout_s:g}",
+    }
 
 
 def build_argv(template: list[str], values: dict[str, str]) -> list[str]:

@@ -5,7 +5,11 @@ runs a training script that knows nothing of hotspare. The runner:
 
 1. restores the newest checkpoint of ``WORKDIR/checkpoints`` that verifies (sha256) into the
    command's ``checkpoint_dir`` (after failover the console has put the replica there) and
-   emits ``Resumed``; everything else matching ``checkpoint_glob`` there is removed first;
+   emits ``Resumed``; everything else matching ``checkpoint_glob`` there is removed first.
+   A member of a multi-host job (Start's ``rendezvous``) restores exactly the group's
+   committed ``resume_step`` (none: a fresh start) after removing its newer checkpoints,
+   which not every member committed; that step missing or not verifying here is one fatal
+   ``crash`` fault naming it, and the run ends without starting the command;
 2. starts the argv (placeholders replaced, ``{resume_from}`` pointing at the restored file)
    in its own process group, never through a shell; ``PYTHONUNBUFFERED=1`` unless ``env``
    says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``; the group and
@@ -26,9 +30,15 @@ runs a training script that knows nothing of hotspare. The runner:
    read from the output, else the sha256 of the newest complete checkpoint file ("" when
    there is neither).
 
-``{rank}`` and ``{world_size}`` are 0 and 1 (one host per job for now); ``--device`` is not
-passed on: say it in ``env`` or ``argv``. Checkpoint requests (CheckpointNow) are not
-supported: the command checkpoints on its own schedule.
+The group placeholders (``{node_rank}``, ``{nnodes}``, ``{master_addr}``, ``{master_port}``,
+``{rank}``, ``{world_size}``, ``{local_world_size}``, ``{backend}``, ``{timeout_s}``) come from the
+rendezvous, so an argv of ``python -m torch.distributed.run --nnodes {nnodes} --node-rank
+{node_rank} --master-addr {master_addr} --master-port {master_port} --nproc-per-node
+{local_world_size} train.py ...`` runs one node of the group per host; each manifest names
+its node rank and the group's size. Without a rendezvous they describe one host alone
+(0, 1, 127.0.0.1, 29500, 0, 1, 1, gloo, 30). ``--device`` is not passed on: say it in ``env``
+or ``argv``. Checkpoint requests (CheckpointNow) are not supported: the command checkpoints
+on its own schedule.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ import time
 from pathlib import Path
 
 from executors import exitcodes
-from executors.command_files import Publisher, Restored, Watcher, clear
+from executors.command_files import NotCommitted, Publisher, Restored, Watcher, clear
 from executors.command_io import (
     LineLog,
     Meter,
@@ -51,6 +61,7 @@ from executors.command_io import (
     check_program,
     command_env,
     describe_exit,
+    group_values,
     launch,
     parse_progress,
     signal_group,
@@ -130,6 +141,8 @@ class CommandRunner:
             code_version=code_version(),
             emit=self.emit,
             lease_valid=control.lease_valid,
+            node_rank=control.rendezvous.node_rank if control.rendezvous else None,
+            nnodes=control.rendezvous.nnodes if control.rendezvous else 1,
         )
         self.meter = Meter(spec.steps, control.epoch, self.emit, lease_valid=control.lease_valid)
         self.lines = LineLog(self.emit)
@@ -179,7 +192,14 @@ class CommandRunner:
                     "only the workdir's verified checkpoints are resumed from",
                 )
             )
-        restored = self.pub.restore(self.ckpt_dir, self.cs)
+        try:
+            restored = self._restore()
+        except NotCommitted as e:
+            step = self.control.rendezvous.resume_step if self.control.rendezvous else None
+            self.emit(
+                Fault(fault=FaultKind.CRASH.value, step=step or 0, fatal=True, message=str(e))
+            )
+            return Outcome(exitcodes.FAILED, step or 0, "crash")
         self.meter.step = restored.manifest.step if restored else 0
         self.emit(
             Resumed(
@@ -223,17 +243,33 @@ class CommandRunner:
             except subprocess.TimeoutExpired:
                 pass
 
+    def _restore(self) -> Restored | None:
+        """One host: the newest checkpoint that verifies. A member of a group: exactly the step
+        every member committed (none: a fresh start), and the newer steps, never committed by
+        all, removed; NotCommitted when that step cannot be restored here."""
+        rendezvous = self.control.rendezvous
+        if rendezvous is None:
+            return self.pub.restore(self.ckpt_dir, self.cs)
+        step = rendezvous.resume_step
+        dropped = self.pub.drop_after(step)
+        if dropped:
+            text = (
+                f"removed checkpoint(s) of step {', '.join(map(str, dropped))}: newer than "
+                f"the group's committed step ({'none' if step is None else step})"
+            )
+            self.emit(Log(level="info", text=text))
+        return None if step is None else self.pub.restore_step(step, self.ckpt_dir, self.cs)
+
     def _command(self, restored: Restored | None) -> tuple[list[str], dict[str, str]]:
         step, resume_from = (restored.manifest.step, str(restored.path)) if restored else (0, "")
         values = {
             "checkpoint_dir": str(self.ckpt_dir),
             "resume_from": resume_from,
             "step": str(step),
-            "rank": "0",
-            "world_size": "1",
             "workdir": str(self.workdir),
             "steps": str(self.spec.steps),
             "seed": str(self.spec.seed),
+            **group_values(self.control.rendezvous),
         }
         return build_argv(self.cs.argv, values), command_env(self.cs.env, values)
 

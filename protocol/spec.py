@@ -49,13 +49,18 @@ def _regex(key: str, pattern: str, groups: tuple[str, ...] = ()) -> re.Pattern[s
 class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The ``[command]`` table of a job with ``executor = "command"``: any training command.
 
-    Placeholders ``{checkpoint_dir}``, ``{resume_from}``, ``{rank}``, ``{world_size}``,
-    ``{step}``, ``{steps}``, ``{seed}`` and ``{workdir}`` are replaced inside each ``argv``
-    element and each ``env`` value (once: a substituted value is never scanned again; any
-    other ``{...}`` stays as written). With nothing to resume from, ``{resume_from}`` is
-    "" and ``{step}`` is 0, and every ``argv`` element containing ``{resume_from}`` is left
-    out, with the element before it when that one starts with ``-`` and the left-out element
-    is exactly ``{resume_from}``: both ``["--resume", "{resume_from}"]`` and
+    Placeholders ``{checkpoint_dir}``, ``{resume_from}``, ``{step}``, ``{steps}``, ``{seed}``
+    and ``{workdir}``, and the group's (from Start's rendezvous) ``{node_rank}``, ``{nnodes}``,
+    ``{master_addr}``, ``{master_port}``, ``{rank}`` (this host's first global rank:
+    node_rank * procs_per_host), ``{world_size}`` (nnodes * procs_per_host),
+    ``{local_world_size}`` (procs_per_host), ``{backend}`` and ``{timeout_s}`` are replaced
+    inside each ``argv`` element and each ``env`` value (once: a substituted value is never
+    scanned again; any other ``{...}`` stays as written). Without a rendezvous (one host) the
+    group's are 0, 1, 127.0.0.1, 29500, 0, 1, 1, gloo and 30; with one, ``{resume_from}`` is
+    exactly the group's committed step. With nothing to resume from, ``{resume_from}`` is ""
+    and ``{step}`` is 0, and every ``argv`` element containing ``{resume_from}`` is left out,
+    with the element before it when that one starts with ``-`` and the left-out element is
+    exactly ``{resume_from}``: both ``["--resume", "{resume_from}"]`` and
     ``["--resume={resume_from}"]`` vanish on a fresh start.
     """
 
