@@ -58,6 +58,9 @@ class Member:
     """How its run ended this epoch."""
     exit_at: float = 0.0
     step: int = 0
+    waiting: bool = False
+    """Its run ended and its executor waits, alive, for the next epoch's Start (RunEnded): kept
+    under lease, so it is still there, warm, when the group restarts."""
 
 
 class GroupEpoch:
@@ -173,6 +176,7 @@ class GroupEpoch:
         elif isinstance(msg, Stopped):
             self.ended(m, from_stopped(msg.reason, msg.step, msg.checkpoint_step))
         elif isinstance(msg, RunEnded):
+            m.waiting = True
             self.ended(m, from_run_ended(msg.fault, msg.message, msg.step))
         elif isinstance(msg, Fault) and msg.fault == "config":
             self.ended(m, Outcome(Exit.CONFIG, msg.message))
@@ -181,10 +185,13 @@ class GroupEpoch:
         while True:
             await asyncio.sleep(renew_every(self._det))
             for m in self.members:
-                if m.link is None or m.exit is not None or m.link.hello is None:
+                if m.link is None or m.link.hello is None:
+                    continue
+                if m.exit is not None and not m.waiting:
                     continue
                 if (
-                    self.first is not None
+                    not m.waiting
+                    and self.first is not None
                     and time.monotonic() - self.first.exit_at > self._collective_s + 2.0
                 ):
                     continue  # stuck past the collective timeout: left to its lease

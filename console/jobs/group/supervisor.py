@@ -415,11 +415,13 @@ class GroupSupervisor(JobSupervisor):
         job = self.live
         if job.incident is not None:
             return
-        rank0, job.host = job.host, m.host  # the incident names the member that failed
+        # the incident names the member that failed, and its fault time is when it went silent
+        rank0 = job.host, job.last_seen
+        job.host, job.last_seen = m.host, m.last_seen
         try:
             self._incident.open(fault_class, why, planned=planned)
         finally:
-            job.host = rank0
+            job.host, job.last_seen = rank0
 
     # --------------------------------------------------------------- recover
 

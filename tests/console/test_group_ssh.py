@@ -1,0 +1,99 @@
+"""A multi-host job over real sshd, each member in a network namespace of its own, routed
+through this one so gloo traffic between ranks crosses the links a partition cuts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import netbed
+import psutil
+import pytest
+import sshbed
+from fleetbed import EXECUTOR_ENV, until, write_inventory
+from groupbed import group_baseline, group_job, shards
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import read
+from console.states import HostState, JobState
+
+pytestmark = pytest.mark.skipif(
+    netbed.unavailable() is not None or netbed.forward_blocked() is not None,
+    reason=str(netbed.unavailable() or netbed.forward_blocked()),
+)
+
+
+@pytest.fixture
+def bed() -> Iterator[sshbed.SshBed]:
+    with sshbed.ssh_bed() as b:
+        yield b
+
+
+def executor_proc(root: Path) -> psutil.Process:
+    return psutil.Process(int((root / "jobs" / "j" / "executor.pid").read_text()))
+
+
+async def test_a_partitioned_member_is_replaced_and_never_writes_again(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    digest = group_baseline()
+    idx = netbed.free_indices(4)
+    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            n: h.inventory_table("r1", **({"role": "spare"} if n == "d" else {}))
+            for n, h in hosts.items()
+        },
+        jobs={"j": group_job()},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run(stay=True))
+    await until(
+        lambda: task.done() or (sup.step >= 60 and ctl.replicator.replica("j", "d", 2).manifest),
+        180,
+        "step 60 and shard 2 on the spare",
+    )
+    assert not task.done()
+    c = hosts["c"]
+    old = executor_proc(c.root)
+    c.netns.cut()
+    await until(
+        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
+        60,
+        "c's executor to stop (its lease runs out)",
+    )
+    frozen = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
+    await until(lambda: sup.state.is_terminal(), 240, "the job to end")
+    c.netns.heal()
+    await until(lambda: ctl.fleet.hosts["c"].state is HostState.UP, 60, "c reachable again")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == digest
+    assert ctl.store.job("j").members == ["a", "b", "d"]
+    after = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
+    assert after == frozen, "c never trains or writes again once cut off"
+    events = [
+        json.loads(x) for x in (c.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    epochs = [
+        e["epoch"] if e["kind"] == "resumed" else e["manifest"]["epoch"]
+        for e in events
+        if e["kind"] in ("resumed", "checkpoint")
+    ]
+    assert epochs and max(epochs) == 1, "c trained and wrote under epoch 1 only"
+    assert {m.node_rank for m in shards(hosts["d"].root)} == {2}
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    (inc,) = incidents(journal)
+    assert inc.fault_class == "host_lost"
+    assert inc.times["decided"] >= inc.fault_at + ctl.inv.console.lease_s - 0.5
