@@ -96,8 +96,10 @@ class Group:
         return Agreed(save=save_all, stop=stop_all, checkpoint=checkpoint_all)
 
 
-def check(rv: Rendezvous) -> None:
+def check(rv: Rendezvous, device: torch.device) -> None:
     """What the torch kind can run: one rank per host, this host among the members."""
+    if rv.backend == "nccl" and device.type != "cuda":
+        raise ConfigError(f"backend: nccl needs a CUDA device; this executor trains on {device}")
     if rv.procs_per_host != 1:
         raise ConfigError(
             f"procs_per_host: {rv.procs_per_host}; the torch kind trains one rank per host "
@@ -110,7 +112,7 @@ def check(rv: Rendezvous) -> None:
 @contextlib.contextmanager
 def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
     """Join this epoch's group (waits for every member up to ``rv.timeout_s``); always leave it."""
-    check(rv)
+    check(rv, device)
     timeout = timedelta(seconds=rv.timeout_s)
     with _gloo_bound_to(rv, warn):
         dist.init_process_group(
