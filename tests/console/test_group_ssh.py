@@ -35,14 +35,18 @@ def bed() -> Iterator[sshbed.SshBed]:
         yield b
 
 
+@pytest.fixture(scope="module")
+def digest() -> str:
+    return group_baseline()
+
+
 def executor_proc(root: Path) -> psutil.Process:
     return psutil.Process(int((root / "jobs" / "j" / "executor.pid").read_text()))
 
 
 async def test_a_partitioned_member_is_replaced_and_never_writes_again(
-    bed: sshbed.SshBed, tmp_path: Path
+    bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
-    digest = group_baseline()
     idx = netbed.free_indices(4)
     hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
     inv = write_inventory(
