@@ -7,20 +7,29 @@ file exists, or its size and mtime stayed the same for ``settle_s``) is copied i
 exactly like a torch checkpoint, so the console replicates it the same way. At start the
 newest manifest there that verifies (size and sha256) is copied back into ``checkpoint_dir``
 under the name the command gave it; nothing else matching ``checkpoint_glob`` is left there,
-so a half-written file can never be resumed from.
+so a half-written file can never be resumed from. A checkpoint may be a folder
+(torch.distributed.checkpoint writes one per step): it is judged, copied and restored whole,
+and its manifest lists every file in it (``executors.command_tree``).
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from executors.command_tree import (
+    Entry,
+    judge,
+    put,
+    remove,
+    restore_file,
+    restore_folder,
+    stage,
+)
 from executors.durable import fsync_dir
 from executors.publish import (
     CorruptCheckpoint,
@@ -28,25 +37,24 @@ from executors.publish import (
     Fenced,
     LeaseCheck,
     checkpoint_name,
-    open_regular,
-    publish,
     read_manifest,
 )
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
 from protocol.spec import CheckpointManifest, CommandSpec
 
-_CHUNK = 8 << 20
-
 
 @dataclass(frozen=True)
 class Candidate:
-    """A complete checkpoint file in the command's folder, as it was when judged complete."""
+    """A complete checkpoint in the command's folder, as it was when judged complete."""
 
     path: Path
     step: int
     size: int
     mtime_ns: int
+    """For a folder: the sum of its files' sizes and the newest of their mtimes."""
+    entries: tuple[Entry, ...] | None = None
+    """A folder's files; None for a file."""
 
 
 class NotCommitted(Exception):
@@ -71,6 +79,12 @@ def marker_name(template: str, name: str) -> str:
     return template.replace("{name}", name).replace("{stem}", Path(name).stem)
 
 
+def marker_beside(template: str) -> bool:
+    """A folder's marker is beside it when its name depends on the folder's, else inside it
+    (``.metadata``, which torch.distributed.checkpoint writes last); a file's is always beside."""
+    return "{name}" in template or "{stem}" in template
+
+
 class Watcher:
     """Finds complete checkpoints in ``folder`` by the command's completeness rule."""
 
@@ -78,8 +92,9 @@ class Watcher:
         self.folder = folder
         self.cs = cs
         self._step = re.compile(cs.step_regex)
-        self._seen: dict[str, tuple[int, int, float]] = {}
-        """name -> (size, mtime_ns, monotonic time it was first seen like that)."""
+        self._seen: dict[str, tuple[object, float]] = {}
+        """name -> (its state: size and mtime, or a folder's listing; monotonic time it was first
+        seen in that state)."""
 
     def files(self) -> list[tuple[Path, int]]:
         """Checkpoint files (not markers, not hidden) with the step their name carries."""
@@ -113,46 +128,35 @@ class Watcher:
         found = []
         seen, self._seen = self._seen, {}
         for path, step in self.files():
-            try:
-                st = path.stat()
-            except OSError:
+            state = judge(path)
+            if state is None:
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            key = (st.st_size, st.st_mtime_ns)
+            cand = Candidate(path, step, *state)
+            key = cand.entries or (cand.size, cand.mtime_ns)
             before = seen.get(path.name)
-            since = before[2] if before is not None and before[:2] == key else now
-            self._seen[path.name] = (*key, since)
+            since = before[1] if before is not None and before[0] == key else now
+            self._seen[path.name] = (key, since)
             if self.cs.complete_marker:
-                try:
-                    mark = (self.folder / marker_name(self.cs.complete_marker, path.name)).stat()
-                except OSError:
-                    continue
-                ok = mark.st_mtime_ns >= st.st_mtime_ns
+                ok = self._marked(cand, self.cs.complete_marker)
             elif exited_ok:
                 ok = True
             else:
                 ok = (ended_at if ended_at is not None else now) - since >= self.cs.settle_s
             if ok:
-                found.append(Candidate(path, step, st.st_size, st.st_mtime_ns))
+                found.append(cand)
         return sorted(found, key=lambda c: c.step)
 
-
-def _copy_hashing(src: Path, dst_tmp: Path) -> tuple[int, str]:
-    """Copy ``src`` to ``dst_tmp`` (fsynced); its size and sha256."""
-    sha, size = hashlib.sha256(), 0
-    try:
-        with open_regular(src) as fin, open(dst_tmp, "wb") as fout:
-            while chunk := fin.read(_CHUNK):
-                sha.update(chunk)
-                size += len(chunk)
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
-    except BaseException:
-        dst_tmp.unlink(missing_ok=True)
-        raise
-    return size, sha.hexdigest()
+    def _marked(self, cand: Candidate, template: str) -> bool:
+        """Its marker exists and is no older than anything of the checkpoint."""
+        name, newest = marker_name(template, cand.path.name), cand.mtime_ns
+        mark = self.folder / name
+        if cand.entries is not None and not marker_beside(template):
+            mark = cand.path / name
+            newest = max((e[2] for e in cand.entries if e[0] != name), default=0)
+        try:
+            return mark.stat().st_mtime_ns >= newest
+        except OSError:
+            return False
 
 
 class Publisher:
@@ -183,10 +187,10 @@ class Publisher:
         """The newest checkpoint this run holds: the restored one, then each one published."""
         folder.mkdir(parents=True, exist_ok=True)
         for tmp in folder.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+            remove(tmp)
         for data in folder.glob("step-*.pt"):
             if not data.with_suffix(".json").exists():
-                data.unlink(missing_ok=True)
+                remove(data)
 
     @property
     def step(self) -> int | None:
@@ -199,11 +203,10 @@ class Publisher:
         name = checkpoint_name(cand.step)
         data_path, tmp = self.folder / f"{name}.pt", self.folder / f".{name}.pt.tmp"
         try:
-            size, sha = _copy_hashing(cand.path, tmp)
-            st = cand.path.stat()
-            if (st.st_size, st.st_mtime_ns) != (cand.size, cand.mtime_ns) or size != cand.size:
-                tmp.unlink(missing_ok=True)
+            staged = stage(cand.path, cand.entries, cand.size, cand.mtime_ns, tmp)
+            if staged is None:
                 return None  # it changed while copied: not complete after all; judged again later
+            size, sha, files = staged
             manifest = CheckpointManifest(
                 job=self.job,
                 step=cand.step,
@@ -217,16 +220,17 @@ class Publisher:
                 source=cand.path.name,
                 node_rank=self.node_rank,
                 nnodes=self.nnodes,
+                files=files,
             )
-            manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
+            manifest_path = put(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
             self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=cand.step, message=str(e)))
             return None
         except CorruptCheckpoint:  # not a regular file: not a checkpoint, whatever its name
-            tmp.unlink(missing_ok=True)
+            remove(tmp)
             return None
         except OSError as e:
-            tmp.unlink(missing_ok=True)
+            remove(tmp)
             full = e.errno == errno.ENOSPC
             if full:
                 self._purge(1)
@@ -254,7 +258,7 @@ class Publisher:
     def _purge(self, keep: int) -> None:
         for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True)[keep:]:
             manifest_path.unlink(missing_ok=True)
-            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            remove(manifest_path.with_suffix(".pt"))
         try:
             fsync_dir(self.folder)
         except OSError:
@@ -297,7 +301,7 @@ class Publisher:
             if found is None or (step is not None and found <= step):
                 continue
             manifest_path.unlink(missing_ok=True)
-            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            remove(manifest_path.with_suffix(".pt"))
             gone.append(found)
         if gone:
             fsync_dir(self.folder)
@@ -314,20 +318,21 @@ class Publisher:
         if not source or "/" in source or source.startswith(".") or "\0" in source:
             source = manifest.file
         target, tmp = dest / source, dest / f".{source}.restore.tmp"
+        data = manifest_path.with_suffix(".pt")
         try:
-            size, sha = _copy_hashing(manifest_path.with_suffix(".pt"), tmp)
-        except (OSError, CorruptCheckpoint) as e:
+            if manifest.files is not None:
+                restore_folder(data, tmp, manifest.files, manifest.size, manifest.sha256)
+            else:
+                restore_file(data, tmp, manifest.size, manifest.sha256)
+        except CorruptCheckpoint as e:
+            raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, str(e)) from None
+        except OSError as e:
             raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, f"cannot read: {e}") from None
-        if (size, sha) != (manifest.size, manifest.sha256):
-            tmp.unlink(missing_ok=True)
-            why = (
-                f"size {size} and sha256 {sha[:12]}… do not match the manifest's "
-                f"{manifest.size} and {manifest.sha256[:12]}…"
-            )
-            raise _Unusable(FaultKind.CHECKPOINT_CORRUPT, why)
+        remove(target)
         os.replace(tmp, target)
-        if cs.complete_marker:
-            (dest / marker_name(cs.complete_marker, source)).touch()
+        marker = cs.complete_marker
+        if marker and (manifest.files is None or marker_beside(marker)):
+            (dest / marker_name(marker, source)).touch()
         fsync_dir(dest)
         self.last = manifest
         return Restored(manifest, target)
@@ -369,7 +374,7 @@ def clear(folder: Path, cs: CommandSpec, watcher: Watcher) -> int:
     of restores. The workdir's manifests are the truth; returns how many files went."""
     gone = 0
     for path, _ in watcher.files():
-        path.unlink(missing_ok=True)
+        remove(path)
         gone += 1
         if cs.complete_marker:
             (folder / marker_name(cs.complete_marker, path.name)).unlink(missing_ok=True)
@@ -377,5 +382,5 @@ def clear(folder: Path, cs: CommandSpec, watcher: Watcher) -> int:
         for mark in folder.glob(marker_name(cs.complete_marker, cs.checkpoint_glob)):
             mark.unlink(missing_ok=True)
     for tmp in folder.glob(".*.restore.tmp"):
-        tmp.unlink(missing_ok=True)
+        remove(tmp)
     return gone

@@ -74,16 +74,20 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Where the command writes its checkpoints; relative to the workdir. The job owns it: files
     matching ``checkpoint_glob`` that are not the restored checkpoint are removed at start."""
     checkpoint_glob: str = "*.pt"
-    """Which files in ``checkpoint_dir`` are checkpoints (names starting with '.' never are)."""
+    """Which files in ``checkpoint_dir`` are checkpoints (names starting with '.' never are). It
+    may match folders (torch.distributed.checkpoint writes one per step): a folder of regular
+    files is copied, listed in its manifest file by file, and restored whole."""
     step_regex: str = r"(?P<step>\d+)(?!.*\d)"
     """Reads the step from a checkpoint's file name (group ``step``); default: its last number."""
     complete_marker: str | None = None
     """A checkpoint is complete once this file exists in ``checkpoint_dir``, e.g. ``"{name}.done"``
-    (``{name}``: the checkpoint's file name, ``{stem}``: without its suffix). Without it,
+    (``{name}``: the checkpoint's file name, ``{stem}``: without its suffix), and is no older
+    than it. A folder's marker is beside it when the name uses ``{name}`` or ``{stem}``, else
+    inside it (``".metadata"``, which torch.distributed.checkpoint writes last). Without it,
     ``settle_s`` decides."""
     settle_s: NonNegativeFloat = 2.0
-    """Without a marker: complete once size and mtime stayed the same this long while the command
-    ran, or at once when the command exits 0."""
+    """Without a marker: complete once size and mtime (a folder: every file's) stayed the same
+    this long while the command ran, or at once when the command exits 0."""
     progress_regex: str | None = None
     """Searched in each output line (stdout or stderr); named group ``step``, optional ``loss``."""
     metrics_file: str | None = None
@@ -165,6 +169,15 @@ class JobSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return hashlib.sha256(msgspec.json.encode(key, order="sorted")).hexdigest()[:16]
 
 
+class FolderFile(msgspec.Struct, kw_only=True):
+    """One file of a folder checkpoint, as its manifest lists it."""
+
+    path: str
+    """Relative to the folder, '/'-separated, without '.' or '..' parts."""
+    size: int
+    sha256: str
+
+
 class CheckpointManifest(msgspec.Struct, kw_only=True):
     """Written beside a checkpoint after its data file is durable; the checkpoint's completion mark."""
 
@@ -185,3 +198,8 @@ class CheckpointManifest(msgspec.Struct, kw_only=True):
     """A multi-host job: the member (node rank) whose shard this is; None for one host."""
     nnodes: int = 1
     """How many members wrote shards of this step: a shard loads only at the same size."""
+    files: list[FolderFile] | None = None
+    """A folder checkpoint (the command kind; torch.distributed.checkpoint writes folders):
+    every file in the folder ``file``. ``size`` is then their sum and ``sha256`` the sha256 of
+    one line ``SHA256 SIZE PATH`` (a newline after each) per file in path order. None: ``file``
+    is one file."""
