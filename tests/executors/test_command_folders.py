@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 import tomli_w
 from helpers import REPO, ExecutorProcess, run_job, wait_for
 
@@ -149,6 +150,29 @@ def test_a_folder_is_copied_listed_file_by_file_restored_whole_and_checked(
     assert fault.fault == "checkpoint_corrupt"
     assert "extra/rng.bin: size 7 and sha256" in fault.message
     assert sorted(p.name for p in src.iterdir()) == ["ckpt-20"], "nothing half-restored is left"
+
+
+@pytest.mark.parametrize("ends", ["before", "during"])
+def test_a_folder_is_not_published_outside_the_lease(tmp_path: Path, ends: str) -> None:
+    """``before``: the lease is ending when the copy is done; ``during``: it ends between the
+    renames and the check after them (publish removes the manifest, the folder goes too)."""
+    events: list[ExecutorMessage] = []
+    pub = Publisher(
+        tmp_path / "checkpoints",
+        job="j",
+        spec_hash="h",
+        keep=2,
+        epoch=1,
+        code_version="v",
+        emit=events.append,
+        lease_valid=(lambda _m: False) if ends == "before" else (lambda margin: margin > 0),
+    )
+    dcp_like(tmp_path / "ckpt", 10)
+    (cand,) = Watcher(tmp_path / "ckpt", spec(complete_marker=".metadata")).complete()
+    assert pub.publish(cand) is None
+    (fault,) = [e for e in events if isinstance(e, Fault)]
+    assert fault.fault == "lease_lost" and fault.step == 10
+    assert list((tmp_path / "checkpoints").iterdir()) == [], "no manifest, folder or temp left"
 
 
 def write_dcp_job(path: Path, **extra: object) -> Path:
