@@ -4,10 +4,13 @@ executors, real kills. Every run ends with the parameters of the uninterrupted t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from fleetbed import until
 from groupbed import controller, group_baseline, local_group, shards
@@ -20,6 +23,14 @@ from console.states import HostState, JobState
 
 def journal(inventory: Path) -> list:  # type: ignore[type-arg]
     return list(read(inventory.parent / "state" / "journal.jsonl"))
+
+
+def gone(p: psutil.Process) -> bool:
+    """Exited (a zombie counts: dead, not yet reaped)."""
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def executor_pid(root: Path) -> int:
@@ -129,3 +140,90 @@ async def test_an_executor_crash_restarts_the_group_in_place(tmp_path: Path, bas
     assert ctl.store.job("j").members == ["a", "b", "c"], "restarted in place, no spare taken"
     (inc,) = incidents(journal(inv))
     assert inc.fault_class == "executor_crash"
+
+
+async def test_a_member_sigstopped_past_its_lease_is_killed_before_its_rank_runs_again(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 60, 120, "step 60")
+    frozen = psutil.Process(executor_pid(tmp_path / "b"))
+    frozen.suspend()
+    try:
+        await until(lambda: gone(frozen), 60, "the stopped executor to be killed")
+        killed_at = time.time()
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            frozen.resume()
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "b", "c"], "a hang restarts in place"
+    starts_on_b = [
+        e
+        for e in journal(inv)
+        if e.kind is Kind.EXECUTOR and e.host == "b" and "started" in e.msg and "pid" in e.data
+    ]
+    assert len(starts_on_b) == 2
+    assert starts_on_b[1].t >= killed_at - 0.5, "rank 1 starts again only once the old one is gone"
+    (inc,) = incidents(journal(inv))
+    assert inc.fault_class in ("executor_hang", "host_lost")
+
+
+async def test_a_new_console_reattaches_to_every_member(tmp_path: Path, baseline: str) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    pids = {h: executor_pid(tmp_path / h) for h in "abc"}
+    task.cancel()  # the console dies; the members train on under their leases
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    again = controller(inv)
+    sup2 = again.jobs["j"]
+    await asyncio.wait_for(again.run(), 180)
+    await again.close()
+    assert sup2.state is JobState.FINISHED, sup2.live.why
+    assert sup2.sha256 == baseline
+    assert {h: executor_pid(tmp_path / h) for h in "abc"} == pids, "the same executors throughout"
+    assert any(e.kind is Kind.EXECUTOR and "reattached to all 3" in e.msg for e in journal(inv))
+    assert again.store.job("j").epoch == 1, "no new epoch: nothing restarted"
+
+
+async def test_draining_a_member_moves_it_to_the_spare_with_zero_lost_steps(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 120, "step 50")
+    ctl.drain_host("b")
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "d", "c"]
+    assert ctl.fleet.hosts["b"].state is HostState.DRAINED
+    (inc,) = incidents(journal(inv))
+    assert inc.planned
+    assert inc.lost_steps == 0
+
+
+async def test_an_operators_stop_stops_every_member_at_one_step(tmp_path: Path) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    procs = {h: psutil.Process(executor_pid(tmp_path / h)) for h in "abc"}
+    ctl.stop_job("j")
+    await asyncio.wait_for(task, 60)
+    await ctl.close()
+    assert sup.state is JobState.FAILED
+    assert ctl.store.job("j").stopped
+    last = {h: shards(tmp_path / h)[-1] for h in "abc"}
+    assert len({m.step for m in last.values()}) == 1, f"one step on every member: {last}"
+    for h, proc in procs.items():
+        await until(lambda p=proc: gone(p), 30, f"{h}'s executor to exit")

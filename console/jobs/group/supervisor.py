@@ -493,6 +493,9 @@ class GroupSupervisor(JobSupervisor):
             for m, target in zip(replace, targets, strict=True):
                 plan[m.node_rank] = target
             job.rec.restarts = 0
+            for m in replace:
+                if fleet.hosts[m.host].state is HostState.DRAINING:
+                    fleet.set_state(m.host, HostState.DRAINED, f"{self.name} moved off")
             self._incident.phase(
                 "decided",
                 action="failover",
