@@ -292,6 +292,13 @@ def _cross_check(inv: Inventory, text: str) -> None:
             _fail(inv, text, [*keys, "hosts"], "a host is named twice")
         if p.hosts and (p.warm_standby or p.warm_twin):
             _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
+        if p.procs_per_host > 1 and job.spec.executor == "torch":
+            _fail(
+                inv,
+                text,
+                [*keys, "procs_per_host"],
+                "the torch kind trains one rank per host for now (the command kind takes more)",
+            )
         if p.hosts and job.spec.executor not in ("torch", "command"):
             _fail(inv, text, [*keys, "hosts"], "only the torch and command kinds span hosts")
         if p.region is not None and p.region not in inv.regions:

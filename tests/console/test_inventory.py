@@ -326,6 +326,11 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         ["{p}:8: jobs.j.procs_per_host: Expected `int` >= 1"],
     ),
     (
+        "job-torch-procs-per-host",
+        H + '[jobs.j]\nprocs_per_host = 2\nsteps = 1\n',
+        ["{p}:7: jobs.j.procs_per_host: the torch kind trains one rank per host for now"],
+    ),
+    (
         "job-backend-unknown",
         H + '[jobs.j]\nbackend = "mpi"\nsteps = 1\n',
         ["{p}:7: jobs.j.backend: Invalid enum value 'mpi' (expected 'gloo' or 'nccl')"],
