@@ -101,3 +101,56 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     (inc,) = incidents(journal)
     assert inc.fault_class == "host_lost"
     assert inc.times["decided"] >= inc.fault_at + ctl.inv.console.lease_s - 0.5
+
+
+async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease(
+    bed: sshbed.SshBed, tmp_path: Path, digest: str
+) -> None:
+    """The fencing case of issue 12 for a group: the new console cannot see the lease the old
+    one granted the cut-off member; it must wait out the persisted bound before any new epoch,
+    so two trainers of one rank never run at once."""
+    idx = netbed.free_indices(4)
+    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            n: h.inventory_table("r1", **({"role": "spare"} if n == "d" else {}))
+            for n, h in hosts.items()
+        },
+        jobs={"j": group_job()},
+        lease_s=6.0,
+    )
+    env = {n: dict(EXECUTOR_ENV) for n in hosts}
+    ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    await until(
+        lambda: task.done() or (sup.step >= 60 and ctl.replicator.replica("j", "d", 1).manifest),
+        180,
+        "step 60 and shard 1 on the spare",
+    )
+    assert not task.done()
+    b = hosts["b"]
+    old = executor_proc(b.root)
+    b.netns.cut()
+    task.cancel()  # the console dies right after the cut
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    again = Controller(load(inv), Policy.AUTO, executor_env=env)
+    sup2 = again.jobs["j"]
+    run2 = asyncio.create_task(again.run())
+    await until(lambda: again.store.job("j").epoch >= 2 or run2.done(), 120, "epoch 2")
+    assert gone(old), "epoch 2 began while b's executor of epoch 1 still lived"
+    await asyncio.wait_for(run2, 240)
+    b.netns.heal()
+    await again.close()
+    assert sup2.state is JobState.FINISHED, sup2.live.why
+    assert sup2.sha256 == digest
+    assert again.store.job("j").members == ["a", "d", "c"]
+
+
+def gone(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
