@@ -80,6 +80,19 @@ def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
     sup = ctl.jobs[job]
     holders = dict.fromkeys(sup.spares) | {h: None for (j, h) in ctl.replicator.state if j == job}
     lines = []
+    shards = len(sup.hosts_in_use())
+    if shards > 1:  # a multi-host job: every member's shard, per spare
+        for spare in holders:
+            parts = []
+            for shard in range(shards):
+                st = ctl.replicator.replica(job, spare, shard)
+                parts.append(
+                    f"shard {shard} step {st.manifest.step} ({age(now - st.at)} ago)"
+                    if st.manifest is not None
+                    else f"shard {shard} none yet"
+                )
+            lines.append(f"{spare}: " + "; ".join(parts))
+        return "\n".join(lines) or "no spares"
     for spare in holders:
         st = ctl.replicator.replica(job, spare)
         line = f"{spare}: " + (
@@ -173,10 +186,18 @@ def job_summary(ctl: Controller, job: str) -> str:
     sup = ctl.jobs[job]
     state = sup.state.value + (f" ({sup.failure.value})" if sup.failure else "")
     spares = ", ".join(sup.spares) or "none"
-    return (
-        f"Job {job}   {state}   on {sup.host or '-'} -> {spares}   epoch {sup.epoch}   "
+    hosts = sup.hosts_in_use()
+    line = (
+        f"Job {job}   {state}   on {', '.join(hosts) or '-'} -> {spares}   epoch {sup.epoch}   "
         f"restarts {sup.rec.restarts}   step {sup.step}/{sup.spec.steps}"
     )
+    if len(hosts) < 2:
+        return line
+    committed = sup.rec.committed[-1] if sup.rec.committed else None
+    members = ", ".join(
+        f"{h} (rank {r}, {ctl.fleet.hosts[h].state.value})" for r, h in enumerate(hosts)
+    )
+    return f"{line}   committed step {committed if committed is not None else '-'}\n{members}"
 
 
 def sample_label(rt: HostRuntime, now: float) -> str:

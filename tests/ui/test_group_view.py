@@ -1,0 +1,47 @@
+"""What the job detail says of a multi-host job: every member with its rank and host state, the
+committed step, and each spare's replica of each member's shard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from groupbed import controller, local_group
+
+from console.jobs.replicator import ReplicaState
+from console.states import HostState
+from console.ui.view_detail import job_summary, replica_lines
+from protocol.spec import CheckpointManifest
+
+
+def manifest(step: int, shard: int) -> CheckpointManifest:
+    return CheckpointManifest(
+        job="j",
+        step=step,
+        file=f"step-{step:010d}.pt",
+        size=1,
+        sha256="0" * 64,
+        epoch=1,
+        spec_hash="x",
+        code_version="y",
+        created_at=0.0,
+        node_rank=shard,
+        nnodes=3,
+    )
+
+
+def test_the_job_detail_names_each_member_and_each_shards_replica(tmp_path: Path) -> None:
+    ctl = controller(local_group(tmp_path))
+    try:
+        sup = ctl.jobs["j"]
+        sup.spares = ["d"]
+        ctl.store.job("j").committed = [20, 40]
+        ctl.fleet.set_state("b", HostState.SUSPECT, "test")
+        ctl.replicator.state[("j/node-1", "d")] = ReplicaState(manifest(40, 1), at=100.0)
+        summary = job_summary(ctl, "j")
+        assert "on a, b, c -> d" in summary
+        assert "committed step 40" in summary
+        assert "b (rank 1, suspect)" in summary
+        lines = replica_lines(ctl, "j", now=103.0)
+        assert lines == "d: shard 0 none yet; shard 1 step 40 (3.0s ago); shard 2 none yet"
+    finally:
+        ctl.lock.release()
