@@ -227,3 +227,21 @@ async def test_an_operators_stop_stops_every_member_at_one_step(tmp_path: Path) 
     assert len({m.step for m in last.values()}) == 1, f"one step on every member: {last}"
     for h, proc in procs.items():
         await until(lambda p=proc: gone(p), 30, f"{h}'s executor to exit")
+
+
+async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 120, "step 50")
+    os.kill(executor_pid(tmp_path / "c"), signal.SIGTERM)
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "b", "d"], "the preempted member's rank moved"
+    (inc,) = incidents(journal(inv))
+    assert inc.planned
+    assert inc.lost_steps == 0

@@ -511,9 +511,13 @@ class GroupSupervisor(JobSupervisor):
         return (await self._resume_step([m.node_rank for m in replace]),)
 
     def _member_fit(self, m: Member) -> bool:
+        """May this member's host take its rank again? Not once lost, failing a health rule,
+        drained, or preempted (its executor was told its host is going away)."""
         assert m.exit is not None
         rt = self._fleet.hosts[m.host]
         if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host):
+            return False
+        if m.exit.exit is Exit.PLANNED and m.exit.why == "stopped for preempted":
             return False
         return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
 
