@@ -245,3 +245,27 @@ async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
     (inc,) = incidents(journal(inv))
     assert inc.planned
     assert inc.lost_steps == 0
+
+
+async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
+    tmp_path: Path, baseline: str
+) -> None:
+    from executors.gpu_fake import write_state
+
+    nvml = tmp_path / "nvml-b.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    ctl.executor_env["b"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50, "xids": [79]}]})
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "d", "c"]
+    assert ctl.fleet.hosts["b"].state is HostState.DRAINED
+    (inc,) = incidents(journal(inv))
+    assert inc.fault_class == "gpu_fail"
+    assert inc.lost_steps == 0

@@ -346,6 +346,10 @@ class GroupSupervisor(JobSupervisor):
                 host=m.host,
                 data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank},
             )
+            if msg.fault == "preempted":
+                self._open_incident(
+                    m, "preemption", f"SIGTERM on {m.host}: checkpoint now, then move", planned=True
+                )
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {m.host} {msg.level.upper()} {msg.text}")
         elif isinstance(msg, RunEnded):
@@ -395,6 +399,7 @@ class GroupSupervisor(JobSupervisor):
             why = "; ".join(f.message for f in failing)
             self._alert(f"{m.host}: GPU FAIL ({why}): draining it out of {self.name}", host=m.host)
             fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {why}")
+            self._open_incident(m, "gpu_fail", f"GPU FAIL on {m.host}: {why}", planned=True)
             self._states.move(JobState.CHECKPOINTING, f"GPU FAIL on {m.host}")
             link = m.link
             asyncio.get_running_loop().create_task(
