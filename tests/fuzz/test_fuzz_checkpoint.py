@@ -176,6 +176,18 @@ def restore(folder: Path, files: dict[str, bytes]) -> None:
         (folder / name).write_bytes(data)
 
 
+def names_the_same(folder: Path, files: dict[str, bytes]) -> bool:
+    """The damaged manifest still decodes, to the same checkpoint: step, file, size, sha256,
+    epoch and spec (only optional fields it does not check were lost)."""
+    keys = ("job", "step", "file", "size", "sha256", "epoch", "spec_hash", "format")
+    try:
+        now = msgspec.json.decode(_manifest(folder).read_bytes(), type=CheckpointManifest)
+    except (msgspec.DecodeError, OSError):
+        return False
+    was = msgspec.json.decode(files[f"{NEW}.json"], type=CheckpointManifest)
+    return all(getattr(now, k) == getattr(was, k) for k in keys)
+
+
 def assert_old_loaded(loaded: Loaded | None, events: list[ExecutorMessage], kind: str) -> None:
     assert loaded is not None, kind
     assert loaded.manifest.step == 10, kind
@@ -207,10 +219,17 @@ def test_checkpoint_loader_skips_600_damaged_checkpoints(
         finally:
             mgr.close()
         slowest = max(slowest, time.perf_counter() - t0)
+        if kind == "garbled_manifest" and names_the_same(folder, pristine):
+            # a flip in the key of an optional field (node_rank, files, ...) leaves a manifest
+            # that names the same verified bytes: loading them is right, and says nothing
+            assert loaded is not None and loaded.manifest.step == 20, kind
+            assert not [e for e in events if isinstance(e, Fault)]
+            counts["garbled_manifest_harmless"] += 1
+            continue
         assert_old_loaded(loaded, events, kind)
         counts[kind] += 1
     print(f"600 damaged checkpoints, all skipped for the previous one: {dict(counts)}")
-    assert set(counts) == set(DAMAGES)
+    assert set(counts) - {"garbled_manifest_harmless"} == set(DAMAGES)
     assert slowest < 5.0, f"one load took {slowest:.1f} s"
 
 
