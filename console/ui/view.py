@@ -229,13 +229,15 @@ def size(n: float) -> str:
     return f"{n / 2**30:.1f}G"
 
 
-def replica_cell(ctl: Controller, job: str, spare: str, step: int) -> str:
-    """The spare's newest replica and its lag; DISK FULL while copies to it fail for space."""
-    st = ctl.replicator.replica(job, spare)
+def replica_cell(ctl: Controller, job: str, spare: str, step: int, shards: int = 1) -> str:
+    """The spare's newest replica and its lag; DISK FULL while copies to it fail for space. A
+    multi-host job's spare is as current as its oldest shard (``shards``: members)."""
+    states = [ctl.replicator.replica(job, spare, s if shards > 1 else None) for s in range(shards)]
+    st = min(states, key=lambda x: -1 if x.manifest is None else x.manifest.step)
     text = "-" if st.manifest is None else f"{spare} @{st.manifest.step}"
     if st.manifest is not None:
         text += f" (lag {max(step - st.manifest.step, 0)})"
-    if st.full:
+    if any(x.full for x in states):
         return f"{spare} DISK FULL" if st.manifest is None else f"{text} DISK FULL"
     return text
 
@@ -255,10 +257,13 @@ def job_rows(
     rows: dict[str, Row] = {}
     for name, sup in ctl.jobs.items():
         spare = sup.spares[0] if sup.spares else None
-        route = f"{sup.host or '-'} -> {', '.join(sup.spares) or '-'}"
+        hosts = sup.hosts_in_use()
+        route = f"{'+'.join(hosts) or '-'} -> {', '.join(sup.spares) or '-'}"
         ckpt = sup.checkpoint
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
-        replica = "-" if spare is None else replica_cell(ctl, name, spare, sup.step)
+        replica = (
+            "-" if spare is None else replica_cell(ctl, name, spare, sup.step, max(1, len(hosts)))
+        )
         state = sup.state.value
         if sup.state is JobState.UNREACHABLE:  # counted down live, not the moment it was noted
             state = f"waiting out lease on {sup.host}: {max(0.0, sup.lease.left()):.0f} s left"

@@ -45,3 +45,21 @@ def test_the_job_detail_names_each_member_and_each_shards_replica(tmp_path: Path
         assert lines == "d: shard 0 none yet; shard 1 step 40 (3.0s ago); shard 2 none yet"
     finally:
         ctl.lock.release()
+
+
+def test_the_jobs_row_shows_every_member_and_the_spares_oldest_shard(tmp_path: Path) -> None:
+    from console.ui.view import job_rows
+
+    ctl = controller(local_group(tmp_path))
+    try:
+        sup = ctl.jobs["j"]
+        sup.live.host, sup.spares, sup.live.step = "a", ["d"], 45
+        for shard, step in ((0, 40), (1, 20), (2, 40)):
+            ctl.replicator.state[(f"j/node-{shard}", "d")] = ReplicaState(manifest(step, shard))
+        row = job_rows(ctl)["j"]
+        assert row[1] == "a+b+c -> d"
+        assert row[-1] == "d @20 (lag 25)", "as current as its oldest shard"
+        ctl.replicator.state[("j/node-2", "d")].full = True
+        assert job_rows(ctl)["j"][-1] == "d @20 (lag 25) DISK FULL"
+    finally:
+        ctl.lock.release()
