@@ -6,9 +6,11 @@ import json
 import posixpath
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 import msgspec
 
+from console.reach import replica_rules as rules
 from console.reach.transport.base import PermanentTransportError, Transport
 from protocol.spec import CheckpointManifest
 
@@ -25,25 +27,76 @@ print(json.dumps(out))
 """
 
 _PROMOTE = r"""
-import glob, os, shutil, sys
+import glob, json, os, shutil, sys
 src, dst, stem = sys.argv[1:4]
-shutil.rmtree(dst, ignore_errors=True)
-os.makedirs(dst)
+
+
+def files_of(manifest):
+    # a folder checkpoint's files (each a safe path under it); None for a file checkpoint
+    with open(manifest) as f:
+        m = json.load(f)
+    files = m.get("files")
+    if files is None:
+        return None
+    listed = [(f["path"], f["size"], f["sha256"]) for f in files]
+    why = check_files(listed, m["size"], m["sha256"])
+    if why is not None:
+        raise ValueError(why)
+    return [p for p, _, _ in listed]
+
+
+def link(a, b):
+    try:
+        os.link(a, b)
+    except OSError:
+        shutil.copyfile(a, b)
+
+
+def place(name, paths):
+    a, b = os.path.join(src, name + ".pt"), os.path.join(dst, name + ".pt")
+    if paths is None:
+        link(a, b)
+    else:
+        os.makedirs(b)
+        for rel in paths:
+            os.makedirs(os.path.dirname(os.path.join(b, rel)), exist_ok=True)
+            link(os.path.join(a, rel), os.path.join(b, rel))
+    link(os.path.join(src, name + ".json"), os.path.join(dst, name + ".json"))
+
+
 # the chosen replica and every older one: if the newest turns out damaged, the executor's
-# loader skips it for the one before, as with its own checkpoints
+# loader skips it for the one before, as with its own checkpoints. Every manifest is read
+# before anything is written: a chosen one that names an unsafe path writes nothing.
+chosen = []
 for manifest in sorted(glob.glob(os.path.join(src, "step-*.json"))):
     name = os.path.basename(manifest)[: -len(".json")]
     if name > stem or not os.path.exists(os.path.join(src, name + ".pt")):
         continue
-    for ext in (".pt", ".json"):
-        a, b = os.path.join(src, name + ext), os.path.join(dst, name + ext)
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copyfile(a, b)
+    try:
+        chosen.append((name, files_of(manifest)))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        if name == stem:
+            sys.exit("%s: %s" % (name, e))
+shutil.rmtree(dst, ignore_errors=True)
+os.makedirs(dst)
+for name, paths in chosen:
+    try:
+        place(name, paths)
+    except OSError:
+        if name == stem:
+            raise
+        for ext in (".json", ".pt"):  # an older one damaged: left out, whatever it held
+            p = os.path.join(dst, name + ext)
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                os.unlink(p)
 fd = os.open(dst, os.O_RDONLY)
 os.fsync(fd)
 """
+
+PROMOTE = Path(rules.__file__).read_text() + _PROMOTE
+"""The promoting program: the replica rules' source (``check_files``), then ``_PROMOTE``."""
 
 _LOCKED = r"""
 import fcntl, os, sys
@@ -274,10 +327,21 @@ async def list_manifests(
     out = []
     for item in json.loads(result.stdout or "[]"):
         try:
-            out.append(msgspec.convert(item, CheckpointManifest))
+            m = msgspec.convert(item, CheckpointManifest)
         except msgspec.ValidationError:
             continue
+        if sound(m):
+            out.append(m)
     return sorted(out, key=lambda m: m.step)
+
+
+def sound(m: CheckpointManifest) -> bool:
+    """A manifest whose folder's files (if any) are paths under it that add up to its size
+    and sha256: one to copy or promote (a host's word is no path to read or write)."""
+    if m.files is None:
+        return True
+    files = [(f.path, f.size, f.sha256) for f in m.files]
+    return rules.check_files(files, m.size, m.sha256) is None
 
 
 async def promote(
@@ -289,10 +353,11 @@ async def promote(
     *,
     timeout: float = 60,
 ) -> None:
-    """Make one replica (and the older ones kept beside it) an executor's checkpoints."""
+    """Make one replica (and the older ones kept beside it) an executor's checkpoints: a
+    folder's files each linked by the path its manifest lists, once every path is checked."""
     stem = f"step-{step:010d}"
     result = await t.run(
-        [python, "-c", _PROMOTE, replica_folder, checkpoints, stem], timeout=timeout
+        [python, "-c", PROMOTE, replica_folder, checkpoints, stem], timeout=timeout
     )
     if result.returncode != 0:
         raise PermanentTransportError(

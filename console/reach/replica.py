@@ -10,6 +10,12 @@ console then streams the data, and the program hashes what it writes, renames it
 place, writes the manifest last and prunes again. A copy that does not fit writes nothing;
 a failed one leaves no part (except, between the attempts of one copy, the part a resumed
 stream continues); an OS error comes back with its errno.
+
+A folder checkpoint (``CheckpointManifest.files``) is a folder on the spare too: its files
+travel one after another in path order, each verified by its own sha256, into the folder
+``step-N.pt.part``, which is renamed into place before the manifest is written. Its list of
+files is checked before anything is written (``replica_rules.check_files``): a path that is
+absolute, not normalised or leaves the folder refuses the copy.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from console.reach import replica_receiver as receiver
 from console.reach import replica_rules as rules
+from console.reach.replica_stream import SourceStream
 from console.reach.transport.base import (
     DiskUsage,
     PermanentTransportError,
@@ -36,12 +43,18 @@ from console.reach.transport.base import (
     TransportError,
 )
 from console.reach.transport.files import TransferCorrupt, transfer
+from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
     from console.reach.transport.ssh import SshTransport
 
 ATTEMPTS = 4
 """Tries of one copy whose stream drops; each later one resumes from the part on the spare."""
+
+
+class UnsafeManifest(PermanentTransportError):
+    """A folder checkpoint's list of files names a path outside its folder, or does not add
+    up to the manifest's size and sha256; nothing was written."""
 
 
 class SpareDiskFull(PermanentTransportError):
@@ -68,10 +81,34 @@ class ReplicaPlan:
     """Bytes that must stay free on the spare (min_free_disk_gb)."""
     python: str
     """The spare's interpreter, for the program that receives over SSH."""
+    files: tuple[tuple[str, int, str], ...] | None = None
+    """A folder checkpoint's files (path, size, sha256), in path order; None for a file."""
 
     @property
     def stem(self) -> str:
         return posixpath.join(self.folder, rules.step_stem(self.step))
+
+    def sources(self, src_path: str) -> list[tuple[str, int]]:
+        """The source's files (path, size) whose bytes make the stream, in path order."""
+        if self.files is None:
+            return [(src_path, self.size)]
+        return [(posixpath.join(src_path, rel), n) for rel, n, _ in sorted(self.files)]
+
+    def check(self) -> None:
+        """UnsafeManifest when the files a folder's manifest lists cannot be written under
+        its replica (a host's word is no path to write to)."""
+        if self.files is None:
+            return
+        why = rules.check_files(list(self.files), self.size, self.sha256)
+        if why is not None:
+            raise UnsafeManifest(f"{self.host}: replica of step {self.step} refused: {why}")
+
+
+def folder_files(manifest: CheckpointManifest) -> tuple[tuple[str, int, str], ...] | None:
+    """What a ReplicaPlan lists of a manifest's folder, in path order; None for a file."""
+    if manifest.files is None:
+        return None
+    return tuple(sorted((f.path, f.size, f.sha256) for f in manifest.files))
 
 
 @dataclass(frozen=True)
@@ -112,6 +149,7 @@ async def receive_stepwise(
     t: Transport, plan: ReplicaPlan, src: Transport, src_path: str, measured: Measured
 ) -> Received:
     """The copy as one transport call after another: for hosts where a call costs a syscall."""
+    plan.check()
     await t.connect()
     await t.makedirs(plan.folder)
     complete, leftovers = rules.survey(await t.listdir(plan.folder))
@@ -121,17 +159,44 @@ async def receive_stepwise(
     await _remove_steps(t, plan.folder, retire)
     disk = await t.disk_usage(plan.folder)
     measured(disk)
-    need, reserve = rules.room(plan.size, len(plan.manifest), disk.block, plan.floor)
+    sizes = None if plan.files is None else [n for _, n, _ in plan.files]
+    need, reserve = rules.room(plan.size, len(plan.manifest), disk.block, plan.floor, sizes)
     if disk.free < need + reserve:
         raise _full(plan, disk, need, reserve)
-    result = await transfer(src, src_path, t, plan.stem + ".pt", sha256=plan.sha256)
+    if plan.files is None:
+        result = await transfer(src, src_path, t, plan.stem + ".pt", sha256=plan.sha256)
+        resumed, attempts = result.resumed_from, result.attempts
+    else:
+        resumed, attempts = await _transfer_folder(t, plan, src, src_path)
     await t.write_chunks(plan.stem + ".json.part", _once(plan.manifest))
     await t.rename(plan.stem + ".json.part", plan.stem + ".json")
     retire, older = rules.split_older(older, plan.step, rules.keep_after(plan.replicas_kept))
     with contextlib.suppress(TransportError):
         await _remove_steps(t, plan.folder, retire)
         measured(await t.disk_usage(plan.folder))
-    return Received(older, result.resumed_from, result.attempts)
+    return Received(older, resumed, attempts)
+
+
+async def _transfer_folder(
+    t: Transport, plan: ReplicaPlan, src: Transport, src_path: str
+) -> tuple[int, int]:
+    """A folder's files into ``STEM.pt.part``, each verified, then the folder into place
+    (after the manifest and folder of an earlier copy of this step: a rename replaces no
+    folder). The bytes resumed and the most attempts one file took."""
+    assert plan.files is not None
+    part, data = plan.stem + ".pt.part", plan.stem + ".pt"
+    await t.makedirs(part)
+    resumed, attempts = 0, 1
+    for rel, _, sha256 in sorted(plan.files):  # "a" before "a.part": no temp name collides
+        dst = posixpath.join(part, rel)
+        await t.makedirs(posixpath.dirname(dst))
+        result = await transfer(src, posixpath.join(src_path, rel), t, dst, sha256=sha256)
+        resumed, attempts = resumed + result.resumed_from, max(attempts, result.attempts)
+    if await t.stat(data) is not None:
+        await t.remove(plan.stem + ".json")
+        await t.remove(data)
+    await t.rename(part, data)
+    return resumed, attempts
 
 
 PROGRAM = Path(rules.__file__).read_text() + Path(receiver.__file__).read_text()
@@ -148,6 +213,7 @@ async def receive_in_one(
 ) -> Received:
     """The copy as one program on the spare per attempt; a dropped stream is tried again
     (``ATTEMPTS`` in all), resuming from the part the spare kept."""
+    plan.check()
     tries = 0
     first: int | None = None
     older: list[int] = []
@@ -184,10 +250,11 @@ async def _attempt(
         "kept": plan.replicas_kept,
         "floor": plan.floor,
         "resume": resume,
+        "files": None if plan.files is None else [list(f) for f in plan.files],
     }
     argv = [plan.python, "-I", "-S", "-c", PROGRAM, f"{limit:g}"]
     # a fresh copy starts reading the source while the spare checks the room
-    stream = None if resume else _Stream(src, src_path, 0)
+    stream = None if resume else SourceStream(src, src_path, plan.sources(src_path), 0)
     try:
         async with t.process(argv, what, limit) as proc:
             with t.errors(what, limit):
@@ -203,7 +270,7 @@ async def _attempt(
             if stream is None or stream.offset != have:
                 if stream is not None:
                     await stream.close()
-                stream = _Stream(src, src_path, have)
+                stream = SourceStream(src, src_path, plan.sources(src_path), have)
             try:
                 await _send(t, proc, stream, plan.size, what, limit)
             except TemporaryTransportError:
@@ -223,40 +290,8 @@ async def _attempt(
     return [int(s) for s in done["older"]], have
 
 
-class _Stream:
-    """The source's bytes from ``offset``; the first block is asked for at once, so the
-    source's command starts while the spare's program gets ready."""
-
-    def __init__(self, src: Transport, path: str, offset: int) -> None:
-        self.src, self.path, self.offset = src, path, offset
-        self._chunks = src.read_chunks(path, offset=offset)
-        self._first = asyncio.create_task(self._next(), name=f"read {src.name}:{path}")
-
-    async def _next(self) -> bytes | None:
-        try:
-            return await anext(self._chunks)
-        except StopAsyncIteration:
-            return None
-
-    async def blocks(self) -> AsyncIterator[bytes]:
-        first = await self._first
-        if first is None:
-            return
-        yield first
-        async for block in self._chunks:
-            yield block
-
-    async def close(self) -> None:
-        if not self._first.done():
-            self._first.cancel()
-        await asyncio.wait([self._first])
-        if not self._first.cancelled():
-            self._first.exception()  # an error nobody read goes with the copy it belonged to
-        await self._chunks.aclose()
-
-
 async def _send(
-    t: SshTransport, proc: Any, stream: _Stream, size: int, what: str, limit: float
+    t: SshTransport, proc: Any, stream: SourceStream, size: int, what: str, limit: float
 ) -> None:
     """The source's bytes from the stream's offset to ``size`` into the program, then end of
     input (a source cut short leaves the program the part, for a resume)."""
@@ -326,8 +361,9 @@ def _failed(t: SshTransport, what: str, reply: dict[str, Any]) -> TransportError
             f"{t.name}: {what}: the stream ended after {reply['short']} bytes"
         )
     if "corrupt" in reply:
+        where = f"{reply['path']}: " if reply.get("path") else ""
         return TransferCorrupt(
-            f"{t.name}: {what}: sha256 {str(reply['corrupt'])[:12]}… does not match"
+            f"{t.name}: {what}: {where}sha256 {str(reply['corrupt'])[:12]}… does not match"
         )
     if "timeout" in reply:
         return TemporaryTransportError(

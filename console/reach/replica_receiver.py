@@ -1,23 +1,28 @@
 """The program that receives a replica on an SSH spare, run there as ``python -I -S -c`` with
 ``replica_rules``' source before it (hence the guarded import) and its idle timeout as argument.
 
-Over stdin: one JSON header line (folder, step, size, sha256, manifest, kept, floor, resume),
-then the data. Over stdout, one JSON line at a time: ``ready`` (with the disk and the bytes of a
-part kept for a resume) or ``full`` (nothing written), then ``ok`` (the older replicas that
-stay, the disk after the prune), ``short`` (the stream ended early: the part stays, for a
-resume), ``corrupt`` (the part is gone), ``error`` with the errno of an OS error (the parts are
-gone), or ``timeout`` when no input came for the idle timeout. The standard library only.
+Over stdin: one JSON header line (folder, step, size, sha256, manifest, kept, floor, resume,
+files), then the data: a file's bytes, or a folder checkpoint's files one after another in
+path order (``files``: [path, size, sha256] each, checked by ``check_files`` before anything
+is written: a host's word is no path to write to). Over stdout, one JSON line at a time:
+``ready`` (with the disk and the bytes of a part kept for a resume) or ``full`` (nothing
+written), then ``ok`` (the older replicas that stay, the disk after the prune), ``short`` (the
+stream ended early: the part stays, for a resume), ``corrupt`` (a file's sha256 differs: the
+part is gone), ``error`` with the errno of an OS error (the parts are gone), or ``timeout``
+when no input came for the idle timeout. The standard library only.
 """
 
 import hashlib
 import json
 import os
 import select
+import shutil
 import sys
 
 try:  # on the spare these are defined by replica_rules' source, run just before this file
     from console.reach.replica_rules import (
         blocks,
+        check_files,
         keep_after,
         keep_before,
         room,
@@ -62,8 +67,12 @@ def disk(folder):
 
 
 def rm(path):
+    """A file or a folder gone (a link is unlinked, never followed)."""
     try:
-        os.unlink(path)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
     except FileNotFoundError:
         pass
 
@@ -94,36 +103,110 @@ def hash_part(path, have, h):
     return True
 
 
-def write_data(part, size, have, h, idle):
-    """The data from stdin into the part from ``have`` on, hashed as written, fsynced; the
-    part's size at the end (short of ``size`` when the input ended early)."""
-    _doing[0] = "write " + part
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
+def pieces(h, part):
+    """Where the stream's bytes go, in order: (path, size, sha256) per file; one for a file
+    checkpoint (the part itself), one per listed file under the part for a folder."""
+    if h.get("files") is None:
+        return [(part, h["size"], h["sha256"])]
+    return [(os.path.join(part, *p.split("/")), n, d) for p, n, d in sorted(map(tuple, h["files"]))]
+
+
+def kept(part, todo, folder):
+    """What a part kept for a resume holds: the whole files (each verified), the stream's
+    bytes in it, and the hash of those bytes of the file after the whole ones."""
+    if os.path.exists(part) and os.path.isdir(part) != folder:
+        rm(part)  # a part of the other kind (file or folder)
+    done, have = 0, 0
+    for path, size, digest in todo:
+        hashed = hashlib.sha256()
+        try:
+            n = os.stat(path).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return done, have, hashed
+        if n > size or not hash_part(path, n, hashed):
+            return done, have, hashlib.sha256()
+        if n < size:
+            return done, have + n, hashed
+        if hashed.hexdigest() != digest:
+            rm(part)
+            return 0, 0, hashlib.sha256()
+        done, have = done + 1, have + n
+    return done, have, hashlib.sha256()
+
+
+def take(n, idle):
+    """Up to ``n`` bytes of input (what came with the header first); b"" at its end."""
+    if _pending:
+        block = bytes(_pending[:n])
+        del _pending[:n]
+        return block
+    wait_input(idle)
+    return os.read(0, min(BLOCK, n))
+
+
+def write_file(path, size, start, h, idle):
+    """The stream's bytes into ``path`` from ``start`` to ``size``, hashed into ``h`` as
+    written, fsynced; the file's size at the end (short when the input ended early)."""
+    _doing[0] = "write " + path
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        os.ftruncate(fd, have)
-        os.lseek(fd, have, os.SEEK_SET)
-        got = have
-        block = bytes(_pending[: size - got])
-        while True:
+        os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        got = start
+        while got < size:
+            block = take(size - got, idle)
+            if not block:
+                break
             h.update(block)
             write_all(fd, block)
             got += len(block)
-            if got >= size:
-                break
-            wait_input(idle)
-            block = os.read(0, min(BLOCK, size - got))
-            if not block:
-                break
         os.fsync(fd)
     finally:
         os.close(fd)
     return got
 
 
+def write_data(part, todo, done, have, h, idle, folder):
+    """The files from the ``done``-th on, the first from byte ``have`` of the stream on:
+    (None, bytes) when all are in and verified, ("short", bytes) when the input ended early,
+    ("corrupt", (sha256, path)) when a file does not hash to its sha256."""
+    at = sum(size for _, size, _ in todo[:done])
+    if folder:
+        _doing[0] = "mkdir " + part
+        os.makedirs(part, exist_ok=True)
+    for path, size, digest in todo[done:]:
+        if folder:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        got = write_file(path, size, have - at, h, idle)
+        if got < size:
+            return "short", at + got
+        if h.hexdigest() != digest:
+            return "corrupt", (h.hexdigest(), os.path.relpath(path, part) if folder else "")
+        at, have, h = at + size, at + size, hashlib.sha256()
+    return None, at
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def publish(stem, manifest, folder):
     """Data into place, then the manifest (which makes the replica complete), then the folder."""
-    _doing[0] = "rename " + stem + ".pt.part"
-    os.rename(stem + ".pt.part", stem + ".pt")
+    part, data = stem + ".pt.part", stem + ".pt"
+    if os.path.isdir(part):
+        _doing[0] = "fsync " + part
+        for here, _dirs, _files in os.walk(part, topdown=False):
+            fsync_path(here)
+    if os.path.isdir(part) or os.path.isdir(data):  # a rename replaces no folder
+        _doing[0] = "remove " + data
+        rm(stem + ".json")
+        rm(data)
+    _doing[0] = "rename " + part
+    os.rename(part, data)
     _doing[0] = "write " + stem + ".json.part"
     fd = os.open(stem + ".json.part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -133,16 +216,12 @@ def publish(stem, manifest, folder):
         os.close(fd)
     _doing[0] = "rename " + stem + ".json.part"
     os.rename(stem + ".json.part", stem + ".json")
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(folder)
 
 
 def prune_first(h, part):
     """Drop leftovers (but a part kept for a resume) and what this copy retires; the older
-    complete replicas that stay, and the bytes of the kept part."""
+    complete replicas that stay."""
     folder, step = h["folder"], h["step"]
     _doing[0] = "mkdir " + folder
     os.makedirs(folder, exist_ok=True)
@@ -154,39 +233,53 @@ def prune_first(h, part):
         if not (h["resume"] and name == os.path.basename(part)):
             rm(os.path.join(folder, name))
     remove_steps(folder, retire)
-    have = 0
-    if h["resume"] and os.path.exists(part):
-        have = os.stat(part).st_size
-    return older, (have if have <= h["size"] else 0)
+    return older
+
+
+def unsound(h):
+    """Why a folder's list of files cannot be written (checked before anything is)."""
+    if h.get("files") is None:
+        return None
+    try:
+        return check_files([tuple(f) for f in h["files"]], h["size"], h["sha256"])
+    except (TypeError, ValueError):
+        return "manifest: an odd list of files"
 
 
 def receive(h, idle):
     folder, step, size = h["folder"], h["step"], h["size"]
+    why = unsound(h)
+    if why is not None:
+        say(error=why, errno=None, what="check the manifest of step " + str(step))
+        return 1
     stem = os.path.join(folder, step_stem(step))
     part = stem + ".pt.part"
-    older, have = prune_first(h, part)
+    is_folder = h.get("files") is not None
+    todo = pieces(h, part)
+    older = prune_first(h, part)
+    done, have, hashed = 0, 0, hashlib.sha256()
+    if h["resume"]:
+        done, have, hashed = kept(part, todo, is_folder)
     _doing[0] = "statvfs " + folder
     free, _total, block = d = disk(folder)
     manifest = h["manifest"].encode()
-    need, reserve = room(size, len(manifest), block, h["floor"])
+    sizes = [n for _, n, _ in todo] if is_folder else None
+    need, reserve = room(size, len(manifest), block, h["floor"], sizes)
     if free + blocks(have, block) < need + reserve:  # a kept part holds some of it already
         say(full=True, disk=d, need=need, reserve=reserve)
         return 0
-    hashed = hashlib.sha256()
-    if have and not hash_part(part, have, hashed):
-        have, hashed = 0, hashlib.sha256()
     say(ready=True, disk=d, have=have)
     try:
-        got = write_data(part, size, have, hashed, idle)
+        trouble, got = write_data(part, todo, done, have, hashed, idle, is_folder)
     except OSError:
         rm(part)
         raise
-    if got < size:
+    if trouble == "short":
         say(short=got)
         return 3
-    if hashed.hexdigest() != h["sha256"]:
+    if trouble == "corrupt":
         rm(part)
-        say(corrupt=hashed.hexdigest())
+        say(corrupt=got[0], path=got[1])
         return 4
     try:
         publish(stem, manifest, folder)

@@ -8,6 +8,8 @@ library only, and nothing newer than the oldest Python a host may run.
 
 from __future__ import annotations
 
+import hashlib
+import posixpath
 import re
 
 REPLICA_NAME = re.compile(r"step-(\d{10})\.(pt|json)(\.part)?")
@@ -56,13 +58,62 @@ def blocks(n: int, block: int) -> int:
     return -(-n // block) * block
 
 
-def room(size: int, manifest_bytes: int, block: int, floor: int) -> tuple[int, int]:
+def room(
+    size: int, manifest_bytes: int, block: int, floor: int, sizes: list[int] | None = None
+) -> tuple[int, int]:
     """What a copy needs on the spare's disk, and what must stay free beside it: the
     ``floor`` (min_free_disk_gb), and at least room for one more checkpoint (a promoted
-    spare writes its next one before pruning)."""
-    need = blocks(size, block) + blocks(manifest_bytes, block)
-    return need, max(floor, blocks(size, block))
+    spare writes its next one before pruning). ``sizes``: a folder's files, each in whole
+    blocks (``size`` is their sum)."""
+    data = blocks(size, block) if sizes is None else sum(blocks(n, block) for n in sizes)
+    return data + blocks(manifest_bytes, block), max(floor, data)
 
 
 def step_stem(step: int) -> str:
     return f"step-{step:010d}"
+
+
+def unsafe_path(rel: object) -> str | None:
+    """Why a folder checkpoint's file path (from a manifest: a host's word) is not one to
+    write or read under the folder; None when it is relative, normalised and free of '..'."""
+    if not isinstance(rel, str) or not rel:
+        return f"{rel!r} is not a path"
+    if rel.startswith("/"):
+        return f"{rel!r} is absolute"
+    if "\0" in rel or ".." in rel.split("/"):
+        return f"{rel!r} leaves the folder"
+    if posixpath.normpath(rel) != rel or rel == ".":
+        return f"{rel!r} is not normalised"
+    return None
+
+
+def check_files(files: list[tuple[str, int, str]], size: int, sha256: str) -> str | None:
+    """Why a folder checkpoint's list of files (path, size, sha256) cannot be written under
+    its folder, or does not add up to the manifest's ``size`` and ``sha256``; None if sound."""
+    seen: set[str] = set()
+    for path, n, digest in files:
+        why = unsafe_path(path)
+        if why is None and path in seen:
+            why = f"{path!r} is listed twice"
+        if why is None and (not isinstance(n, int) or n < 0 or not isinstance(digest, str)):
+            why = f"{path!r} has no size and sha256"
+        if why is not None:
+            return "manifest: " + why
+        seen.add(path)
+    for path in seen:
+        parent = posixpath.dirname(path)
+        while parent:
+            if parent in seen:
+                return f"manifest: {parent!r} is a file and a folder"
+            parent = posixpath.dirname(parent)
+    if sum(n for _, n, _ in files) != size or tree_digest(files) != sha256:
+        return "manifest: its files do not add up to its size and sha256"
+    return None
+
+
+def tree_digest(files: list[tuple[str, int, str]]) -> str:
+    """A folder's sha256: over one line ``SHA256 SIZE PATH`` per file, in path order."""
+    h = hashlib.sha256()
+    for path, n, digest in sorted(files):
+        h.update(f"{digest} {n} {path}\n".encode())
+    return h.hexdigest()

@@ -135,7 +135,7 @@ async def transfer(
             offset = have.size if have is not None and have.size <= total else 0
             if first_offset is None:
                 first_offset = offset
-            if offset < total:
+            if offset < total or have is None:  # an empty file is written too
                 chunks = _counted(src.read_chunks(src_path, offset=offset), offset, total, progress)
                 await dst.write_chunks(part, chunks, offset=offset)
     digest = await dst.sha256(part)
