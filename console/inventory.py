@@ -100,6 +100,11 @@ class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The address the other members of a multi-host job reach this host on for training
     traffic (gloo, NCCL), when it differs from the SSH address; default: the first SSH
     address (127.0.0.1 for a local host)."""
+    authorized_keys: str | None = None
+    """The file sshd reads this login's keys from (its AuthorizedKeysFile, usually
+    ``~/.ssh/authorized_keys``): naming it lets the console add job-scoped keys there, each
+    able only to receive one job's replicas (``console/reach/direct.py``), so other ssh hosts
+    copy replicas here directly. None: replicas reach this host through the console."""
 
     def all_addresses(self) -> list[str]:
         return [self.address] if self.address else list(self.addresses)

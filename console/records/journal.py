@@ -31,6 +31,9 @@ class Kind(StrEnum):
     CHECKPOINT = "checkpoint"
     REPLICA = "replica"
     """A checkpoint was copied to a spare and verified there."""
+    ROUTE = "route"
+    """How replicas from a host to a spare travel (data.route: direct, host to host, or relay,
+    through the console; data.why for a fall-back), or a job's copy keys were removed."""
     FAULT = "fault"
     """A fault an executor reported."""
     HEALTH = "health"
