@@ -24,8 +24,9 @@ import torch.distributed
 from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
-from executors.dist import GLOO_IFNAME, interface_of, joined
+from executors.dist import GLOO_IFNAME, Group, interface_of, joined
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.errors import ConfigError
 from protocol.messages import (
     CheckpointSaved,
     ConsoleHello,
@@ -203,14 +204,6 @@ def test_two_ranks_finish_equal_and_each_writes_its_own_shards(reference: Refere
         shards = manifests(work)
         assert [s.step for s in shards] == [10, 20, 30, 40]
         assert {(s.node_rank, s.nnodes) for s in shards} == {(rank, 2)}
-    one_host = reference.works[0].parent / "one"
-    (solo,) = serve([one_host])
-    try:
-        solo.client.send(Start(spec=SPEC, epoch=1))
-        assert finished(solo).params_sha256 != reference.digest, "each rank saw the whole batch"
-    finally:
-        kill_all([solo])
-    assert {(s.node_rank, s.nnodes) for s in manifests(one_host)} == {(None, 1)}
 
 
 def test_a_killed_rank_faults_the_survivor_which_restarts_in_place_bit_exact(
@@ -331,3 +324,18 @@ def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_proce
         assert not torch.distributed.is_initialized(), address
         assert GLOO_IFNAME not in os.environ and warnings == []
     assert interface_of("127.0.0.1") == "lo" and interface_of("198.51.100.7") is None
+
+
+def test_each_rank_takes_its_contiguous_share_of_the_global_batch() -> None:
+    def group(rank: int, n: int) -> Group:
+        rv = Rendezvous(node_rank=rank, addresses=["127.0.0.1"] * n, master_port=1)
+        return Group(rv, torch.device("cpu"))
+
+    assert [group(r, 2).share(8, 8) for r in (0, 1)] == [(slice(0, 4), 4), (slice(4, 8), 4)]
+    assert group(2, 3).share(12, 2) == (slice(8, 12), 2)
+    with pytest.raises(
+        ConfigError, match=r"^config.global_batch: 8 rows do not split evenly over 3 ranks$"
+    ):
+        group(0, 3).share(8, 8)
+    with pytest.raises(ConfigError, match=r"^config.micro_batch: 4 does not divide .* 6 rows"):
+        group(0, 2).share(12, 4)
