@@ -4,10 +4,11 @@ the console orchestrates and verifies, so a checkpoint of many GB never crosses 
 For an ssh source and an ssh spare whose inventory names its ``authorized_keys``, the
 console installs the pair's scoped key (``direct_keys``) once per console, then per copy
 runs ``direct_sender`` on the source, which feeds the file over
-``ssh -i KEY -o StrictHostKeyChecking=yes ...`` into the spare's forced receiver
-(``direct_receiver``: the same receiving program as the relay, with the folder fixed) and
-passes its answers back: ``ready`` (the room checked), then ``ok`` once the data is
-verified by sha256 and size and renamed into place, manifest last.
+``ssh -i KEY -o StrictHostKeyChecking=yes ...`` (to the spare's data_address and SSH port)
+into the spare's forced receiver (``direct_receiver``: the same receiving program as the
+relay, with the folder fixed) and passes its answers back (``direct_wire`` reads them):
+``ready`` (the room checked), then ``ok`` once the data is verified by sha256 and size and
+renamed into place, manifest last.
 
 When the pair cannot do that (no ssh client on the source, the spare refused or out of the
 source's reach, the key not installable) the copy goes through the console as before
@@ -19,8 +20,6 @@ When a job ends its keys are removed from its spares and sources (``revoke``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import math
 import posixpath
@@ -28,11 +27,11 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from console import clock
 from console.inventory import Inventory
-from console.reach import direct_host, direct_sender
+from console.reach import direct_sender
+from console.reach import direct_wire as wire
 from console.reach.direct_keys import (
     NotDirect,
     PairKey,
@@ -43,15 +42,11 @@ from console.reach.direct_keys import (
     receiver_program,
     tag,
 )
-from console.reach.replica import Measured, Received, ReplicaPlan, SpareDiskFull
+from console.reach.replica import Measured, Received, ReplicaPlan
 from console.reach.transport.base import (
-    DiskUsage,
-    PermanentTransportError,
-    TemporaryTransportError,
     Transport,
     TransportError,
 )
-from console.reach.transport.files import TransferCorrupt
 from console.reach.transport.ssh import SshTransport
 from console.records.journal import Journal, Kind
 from protocol.spec import CheckpointManifest
@@ -63,7 +58,6 @@ MIN_MB_PER_S = 5.0
 SSH = "ssh"
 """The OpenSSH client the source runs."""
 SENDER = Path(direct_sender.__file__).read_text()
-HOST_PROGRAM = Path(direct_host.__file__).read_text()
 _PLAIN = re.compile(r"[A-Za-z0-9._:-]+")
 """What a spare's address and login may hold to reach an ssh command line."""
 
@@ -183,7 +177,7 @@ class DirectReplication:
             "program_path": receiver_path(root, program),
         }
         try:
-            _, conn = await _order(t, self._inv.python(spare), order, "install a replica key")
+            _, conn = await wire.ask(t, self._inv.python(spare), order, "install a replica key")
         except TransportError as e:
             raise NotDirect(f"the key could not be installed on {spare}: {e}") from None
         alias = f"hotspare-{spare}"
@@ -203,7 +197,9 @@ class DirectReplication:
         files = {"id": key.private, "known_hosts": known + "\n"}
         order = {"op": "place", "folder": folder, "files": files}
         try:
-            await _order(self._ssh(source), self._inv.python(source), order, "place a replica key")
+            await wire.ask(
+                self._ssh(source), self._inv.python(source), order, "place a replica key"
+            )
         except TransportError as e:
             raise NotDirect(f"the key could not be placed on {source}: {e}") from None
         self._placed[key.key_id] = known
@@ -211,7 +207,8 @@ class DirectReplication:
 
     def _ssh(self, host: str) -> SshTransport:
         t = self._transport(host)
-        assert isinstance(t, SshTransport)
+        if not isinstance(t, SshTransport):
+            raise NotDirect(f"{host} is not an ssh host")
         return t
 
     # -- the copy ----------------------------------------------------------------------------
@@ -271,19 +268,23 @@ class DirectReplication:
         async with t.process([*argv, SENDER], what, reach) as proc:
             with t.errors(what, reach):
                 proc.stdin.write(json.dumps(order).encode() + b"\n")
-            first = await _answer(t, proc, what, reach, before=True)
-            _refused(source, spare, what, first)
+            first = await wire.answer(t, proc, what, reach, before=True)
+            wire.refused(source, spare, what, first)
             if not first.get("ready"):
-                raise _failed(spare, what, first)
-            measured(_disk(first["disk"]))
-            done = await _answer(t, proc, what, limit, before=False)
+                raise wire.failed(spare, what, first)
+            measured(wire.disk(first["disk"]))
+            done = await wire.answer(t, proc, what, limit, before=False)
         if not done.get("ok"):
-            raise _failed(spare, what, done)
+            raise wire.failed(spare, what, done)
         if done.get("disk"):
-            measured(_disk(done["disk"]))
+            measured(wire.disk(done["disk"]))
         return Received([int(s) for s in done["older"]], 0, 1)
 
     # -- the end of a job ------------------------------------------------------------------
+
+    def has_keys(self, job: str) -> bool:
+        """Whether keys of ``job`` were installed (by this console or one before it)."""
+        return bool(installed(self._state, job))
 
     async def revoke(self, job: str) -> None:
         """Take the job's keys away: their lines from its spares' authorized_keys, their
@@ -297,7 +298,7 @@ class DirectReplication:
             spare = any(r["spare"] == host for r in records)
             try:
                 await self._revoke_on(job, host, spare=spare)
-            except (TransportError, KeyError, AssertionError) as e:
+            except (TransportError, NotDirect, KeyError) as e:
                 failed.append(f"{host}: {e}")
         for r in records:
             self._granted.pop(r["id"], None)
@@ -313,99 +314,8 @@ class DirectReplication:
         t = self._ssh(host)
         python = self._inv.python(host)
         folder = posixpath.join(self._inv.host_root(host), "direct", job)
-        await _order(t, python, {"op": "forget", "folder": folder}, "remove replica keys")
+        await wire.ask(t, python, {"op": "forget", "folder": folder}, "remove replica keys")
         file = self._inv.hosts[host].authorized_keys
         if spare and file is not None:
             order = {"op": "revoke", "file": file, "tag": tag(job)}
-            await _order(t, python, order, "remove replica keys")
-
-
-async def _order(
-    t: SshTransport, python: str, order: dict[str, Any], what: str
-) -> tuple[dict[str, Any], Any]:
-    """``direct_host`` run on a host with ``order`` on its stdin (never its command line);
-    its answer and the connection it ran over."""
-    limit = t.default_timeout
-    argv = ["timeout", "-s", "KILL", str(math.ceil(limit) + 2), python, "-I", "-S", "-c"]
-    async with t.process([*argv, HOST_PROGRAM], what, limit) as proc:
-        conn = proc.get_extra_info("connection")
-        with t.errors(what, limit):
-            proc.stdin.write(json.dumps(order).encode() + b"\n")
-            proc.stdin.write_eof()
-        answer = await _answer(t, proc, what, limit, before=False)
-    if not answer.get("ok"):
-        raise PermanentTransportError(
-            f"{t.name}: {what}: {answer.get('error', 'no answer')}", errno=answer.get("errno")
-        )
-    return answer, conn
-
-
-async def _answer(
-    t: SshTransport, proc: Any, what: str, limit: float, *, before: bool
-) -> dict[str, Any]:
-    """The next JSON line; what the program said on stderr when there is none. ``before``:
-    nothing reached the spare yet, so silence or a dead program means the relay."""
-    line = b""
-    try:
-        with t.errors(what, limit):
-            async with asyncio.timeout(limit):
-                line = await proc.stdout.readline()
-    except TransportError as e:
-        if before:
-            raise NotDirect(str(e)) from None
-        raise
-    if line:
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            answer = None
-        if isinstance(answer, dict):
-            return answer
-        raise PermanentTransportError(f"{t.name}: {what}: odd output {line[:80]!r}")
-    err = b""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(1.0):
-            await proc.wait_closed()
-            err = await proc.stderr.read()
-    text = err.decode(errors="replace").strip().splitlines()
-    reason = text[-1] if text else f"exit status {proc.returncode}"
-    if before:
-        raise NotDirect(f"{t.name}: {what}: {reason}")
-    raise TemporaryTransportError(f"{t.name}: {what}: {reason}")
-
-
-def _refused(source: str, spare: str, what: str, answer: dict[str, Any]) -> None:
-    """The sender's own first words: the spare out of reach (the relay), the source's file
-    unreadable (a failed copy)."""
-    if "reach" in answer:
-        raise NotDirect(f"{spare} not reached from {source}: {answer['reach']}")
-    if "source" in answer:
-        raise PermanentTransportError(
-            f"{source}: {what}: {answer['source']}", errno=answer.get("errno")
-        )
-
-
-def _disk(fields: list[int]) -> DiskUsage:
-    free, total, block = fields
-    return DiskUsage(free=free, total=total, block=block)
-
-
-def _failed(spare: str, what: str, answer: dict[str, Any]) -> TransportError:
-    """What the receiver (or the sender, for a connection lost mid-copy) said went wrong."""
-    if answer.get("full"):
-        return SpareDiskFull(
-            f"{spare}: disk full: {answer['disk'][0] / 2**20:.1f} MiB free; the replica needs "
-            f"{answer['need'] / 2**20:.1f} MiB and {answer['reserve'] / 2**20:.1f} MiB must stay free"
-        )
-    if "error" in answer:
-        return PermanentTransportError(
-            f"{spare}: {answer.get('what') or what}: {answer['error']}", errno=answer.get("errno")
-        )
-    if "corrupt" in answer:
-        return TransferCorrupt(
-            f"{spare}: {what}: sha256 {str(answer['corrupt'])[:12]}… does not match"
-        )
-    for word in ("short", "timeout", "lost"):
-        if word in answer:
-            return TemporaryTransportError(f"{spare}: {what}: {word}: {answer[word]}")
-    return PermanentTransportError(f"{spare}: {what}: odd answer {json.dumps(answer)[:120]}")
+            await wire.ask(t, python, order, "remove replica keys")
