@@ -152,6 +152,23 @@ class GroupEpoch:
     def ending(self) -> bool:
         return self.first is not None
 
+    def origin(self) -> Member | None:
+        """The member whose failure ended the epoch: the first to end, unless that one ended
+        waiting (RunEnded: its collective failed) after another member's executor had gone
+        quiet (killed, hung, cut off), whose end the console learns only by probe or lease."""
+        first = self.first
+        if first is None or not first.waiting:
+            return first
+        gone = [
+            m
+            for m in self.members
+            if m.exit is not None
+            and not m.waiting
+            and m.exit.exit in (Exit.CRASHED, Exit.HUNG, Exit.HOST_LOST)
+            and m.last_seen <= first.exit_at
+        ]
+        return min(gone, key=lambda m: m.last_seen, default=first)
+
     async def _member(self, m: Member) -> None:
         while m.exit is None:
             if m.link is not None:

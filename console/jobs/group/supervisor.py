@@ -460,7 +460,7 @@ class GroupSupervisor(JobSupervisor):
             self._states.fail(FailureKind.STOPPED, "stopped by an operator")
             self._release()
             return None
-        first = run.first or members[0]
+        first = run.origin() or members[0]
         assert first.exit is not None
         await self._keep_survivors_warm(members)
         for m in members:
