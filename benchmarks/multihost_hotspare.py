@@ -229,13 +229,17 @@ class Bed:
             if inc.resolved:
                 out.console_s = inc.times["first_step"] - kill_t
         members = ", ".join(self.ctl.store.job(JOB).members)
+        state = f"{sup.state.value}: {sup.live.why}"
         if out.seconds is not None:
-            end = "ran to the end" if out.finished else f"did not finish ({sup.state.value}: {sup.live.why})"  # fmt: skip
-            out.verdict = f"first step after {out.seconds:.2f} s at world size {out.world_after} on {members}; {end}"  # fmt: skip
+            end = "ran to the end" if out.finished else f"did not finish ({state})"
+            out.verdict = (
+                f"first step after {out.seconds:.2f} s at world size {out.world_after} on "
+                f"{members}; {end}"
+            )
         elif self.task.done():
-            out.verdict = f"job ended without a step after the kill: {sup.state.value}: {sup.live.why}"  # fmt: skip
+            out.verdict = f"job ended without a step after the kill: {state}"
         else:
-            out.verdict = f"job stuck: no step within {self.hs.end_timeout_s:g} s ({sup.state.value})"  # fmt: skip
+            out.verdict = f"job stuck: no step within {self.hs.end_timeout_s:g} s ({state})"
 
 
 async def hotspare_scenario(
@@ -245,14 +249,17 @@ async def hotspare_scenario(
     folder.mkdir(parents=True)
     with sshbed.ssh_bed(folder / "bed") as bed:
         indices = netbed.free_indices(len(HOSTS))
-        hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip(HOSTS, indices, strict=True)}  # fmt: skip
+        hosts = {
+            n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip(HOSTS, indices, strict=True)
+        }
+        env = {n: {"OMP_NUM_THREADS": "1"} for n in hosts}
         if side == "hotspare":
             job = command_job(settings)
             # as torchrun's nodes: gloo on the host's one link (the torch kind finds it itself)
-            env = {n: {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": h.netns.inside} for n, h in hosts.items()}  # fmt: skip
+            for n, h in hosts.items():
+                env[n]["GLOO_SOCKET_IFNAME"] = h.netns.inside
         else:
             job = group_job(steps=TORCH_KIND_STEPS, checkpoint_every_steps=settings.save_every)
-            env = {n: {"OMP_NUM_THREADS": "1"} for n in hosts}
         ctl = Controller(load(write_inventory(folder, hosts, job)), Policy.AUTO, executor_env=env)
         task = asyncio.create_task(ctl.run())
         b = Bed(ctl, task, hosts, settings, hs)
@@ -274,7 +281,8 @@ async def _drive_command(b: Bed, scenario: str, trial: int) -> Restart:
     logs = {n: step_log(h) for n, h in b.hosts.items()}
 
     def reached() -> bool:
-        return any(mht.step_of(s) >= kill_at for p in logs.values() for s in mht.steps(mht.read_log(p)))  # fmt: skip
+        done = (mht.step_of(s) for p in logs.values() for s in mht.steps(mht.read_log(p)))
+        return any(step >= kill_at for step in done)
 
     await _wait(lambda: b.task.done() or reached(), b.hs.start_timeout_s, f"step {kill_at}")
     if b.task.done():
@@ -308,13 +316,15 @@ async def _drive_torch_kind(b: Bed, scenario: str, trial: int) -> Restart:
     """Kill once the console saw step ``kill_at``; the figures from the journal (the torch kind
     writes no step lines): the first step is rank 0's Progress as the console got it."""
     sup, kill_at = b.ctl.jobs[JOB], b.settings.kill_at
-    await _wait(lambda: b.task.done() or sup.step >= kill_at, b.hs.start_timeout_s, f"step {kill_at}")  # fmt: skip
+    seen = lambda: b.task.done() or sup.step >= kill_at  # noqa: E731
+    await _wait(seen, b.hs.start_timeout_s, f"step {kill_at}")
     if b.task.done():
         raise RuntimeError(f"the job ended before step {kill_at}: {sup.live.why}")
     victim = VICTIM[scenario]
     step = sup.step
     kill_t = await b.kill(victim)
-    out = Restart(TORCH_KIND, scenario, trial, f"{victim} (rank {MEMBERS.index(victim)})", step, len(MEMBERS))  # fmt: skip
+    killed = f"{victim} (rank {MEMBERS.index(victim)})"
+    out = Restart(TORCH_KIND, scenario, trial, killed, step, len(MEMBERS))
     await b.until_end()
     b.journal_figures(out, kill_t)
     epochs = [

@@ -103,10 +103,8 @@ def table(found: list[Restart]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(found, key=_order):
-        pair = next(
-            (t for t in found if (t.side, t.scenario, t.trial) == ("torchrun", r.scenario, r.trial)),
-            None,
-        )  # fmt: skip
+        same = [t for t in found if (t.scenario, t.trial) == (r.scenario, r.trial)]
+        pair = next((t for t in same if t.side == "torchrun"), None)
         secs = "" if r.seconds is None else f"{r.seconds:.2f} s"
         world = f"{r.world_before} -> {r.world_after or '-'}"
         resumed = "" if r.resumed_step is None else str(r.resumed_step)
@@ -159,25 +157,29 @@ def where_time_goes(found: list[Restart], lease_s: float) -> str:
         f"decide is the lease wait (at most lease_s {lease_s:g} s + clock skew after the last "
         "renewal); transfer = committed step chosen, the shard's replica promoted on the "
         "spare; start = executors up (survivors warm, the spare's started); load = rank 0's "
-        "run started from the committed step; first step = the command kind: torchrun's agent "
-        "and worker start, import torch, join and load; the torch kind: the survivors' warm "
-        "executors and the spare's join and load; then one step (rank 0's Progress as the "
-        "console saw it)."
+        "Resumed (the command kind: as soon as the command is started; the torch kind: once "
+        "the group joined, which waits for the spare's cold executor to import torch); first "
+        "step = to rank 0's first step as the console saw it (the command kind: torchrun's "
+        "agent and worker start on every member, import torch, join and load)."
     ]
-    for side, again in (("hotspare", "torchrun and the script"), (TORCH_KIND, "training")):
+    for side, again in (
+        ("hotspare", "torchrun and the script"),
+        (TORCH_KIND, "training (the spare's cold executor joining)"),
+    ):
         for scenario in SCENARIOS:
             rs = [r for r in found if (r.side, r.scenario) == (side, scenario) and r.phases]
             if not rs:
                 continue
             ph = {p: _median([r.phases.get(p, 0.0) for r in rs]) for p in PHASES}
             wait = ph["detect"] + ph["decide"]
-            console = ph["transfer"] + ph["start"] + ph["load"]
+            console = ph["transfer"] + ph["start"]
+            again_s = ph["load"] + ph["first step"]
             total = sum(ph.values())
             out.append(
                 f"{side}, {LABEL[scenario]} (median of {len(rs)}): {total:.1f} s = lease wait "
                 f"{wait:.1f} s ({100 * wait / total:.0f} %) + the console's restart "
-                f"{console:.1f} s + {again} starting again {ph['first step']:.1f} s "
-                f"({100 * ph['first step'] / total:.0f} %)."
+                f"{console:.1f} s (transfer, start) + {again} starting again {again_s:.1f} s "
+                f"(load, first step: {100 * again_s / total:.0f} %)."
             )
     return "\n".join(out)
 
