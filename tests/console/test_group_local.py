@@ -113,6 +113,9 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     lease_s = ctl.inv.console.lease_s
     lease_end = inc.fault_at + lease_s - lease_s / 3
     assert inc.times["decided"] >= lease_end, "replaced only after its lease ended"
+    (ready,) = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "started on d" in e.msg]
+    assert ready.t < inc.times["decided"], "d's executor was readied while c's lease ran out"
+    assert started_pids(inv, "d") == {"d": [ready.data["pid"]]}, "and that one trained"
 
 
 async def test_killing_rank_zeros_host_does_not_end_the_job(tmp_path: Path, baseline: str) -> None:

@@ -81,6 +81,7 @@ class GroupEpoch:
         collective_timeout_s: float,
         heartbeat_s: float,
         noted: Callable[[Member, str], None],
+        unreachable: Callable[[Member], None] = lambda _m: None,
     ) -> None:
         self.members = members
         self.epoch = epoch
@@ -94,6 +95,9 @@ class GroupEpoch:
         self._heartbeat_s = heartbeat_s
         self._noted = noted
         """Tells the supervisor of a member that went silent (state and incident)."""
+        self._unreachable = unreachable
+        """Tells the supervisor of a member whose host cannot be asked (it may ready a
+        replacement while the lease runs out; an idle executor trains nothing)."""
         self._changed = asyncio.Event()
         self.first: Member | None = None
         """The member whose run ended first: the origin of this epoch's end."""
@@ -243,6 +247,8 @@ class GroupEpoch:
             alive = await self._probe.alive(host, workdir, budget if silent else PROBE_MIN_S)
             if alive is False:
                 return await self._probe.ended(host)
+            if alive is None:
+                self._unreachable(m)
             if silent and self.left(m) <= 0:
                 if alive:
                     await self._probe.kill(host, workdir)

@@ -86,6 +86,9 @@ class GroupSupervisor(JobSupervisor):
         """Hosts whose executor's run ended and that waits, alive, for the next epoch's Start:
         kept under lease while the group recovers."""
         self._keeping: asyncio.Task[None] | None = None
+        self._readied: dict[str, asyncio.Task[ExecutorLink | Outcome]] = {}
+        """Idle executors started on replacement hosts while a lost member's lease runs out
+        (torch imported, waiting for Start): host -> its start."""
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
 
     def hosts_in_use(self) -> list[str]:
@@ -124,6 +127,7 @@ class GroupSupervisor(JobSupervisor):
                 run = None
         finally:
             await self._stop_keeping()
+            await self._drop_readied([])
 
     # --------------------------------------------------------------- launch
 
@@ -165,9 +169,58 @@ class GroupSupervisor(JobSupervisor):
                 f"job {self.name} has no spare: a host failure will wait for one", job=self.name
             )
 
+    def _ready_replacement(self, m: Member) -> None:
+        """``m``'s host cannot be asked: start an idle executor on the host that would replace
+        it, so a replacement decided when the lease ends needs no process start then."""
+        if self._readied or decide(self._policy(), failover=True) is not Decision.ACT:
+            return
+        usable = self._fleet.usable(exclude=set(self.members))
+        spares = [s for s in self.live.spares if s in usable]
+        target = next(iter(spares), None)
+        if target is None:
+            return
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: {m.host} cannot be reached; readying an executor on {target} "
+            "while its lease runs out",
+            job=self.name,
+            host=target,
+        )
+        self._readied[target] = asyncio.create_task(
+            self.launcher.start(target, promote_upto=None, released=lambda _h: None)
+        )
+
+    async def _drop_readied(self, keep: list[str]) -> None:
+        """Readied executors on hosts the next epoch does not use are stopped."""
+        for host in [h for h in self._readied if h not in keep]:
+            task = self._readied.pop(host)
+            if not task.done():
+                task.cancel()  # the launcher stops an executor whose start was cancelled
+                await asyncio.gather(task, return_exceptions=True)
+                continue
+            got = task.result() if not task.cancelled() else None
+            if isinstance(got, ExecutorLink):
+                await self._send_quietly(got, Stop(reason="not needed", checkpoint=False))
+                got.close()
+
     async def _executor(self, host: str) -> ExecutorLink | Outcome:
-        """The executor that will run this member: a warm one (its run ended, it waits), else
-        one started (deployed first)."""
+        """The executor that will run this member: a warm one (its run ended, it waits), one
+        readied while a lost member's lease ran out, else one started (deployed first)."""
+        readied = self._readied.pop(host, None)
+        if readied is not None:
+            try:
+                got = await readied
+            except asyncio.CancelledError:
+                got = None
+            if isinstance(got, ExecutorLink):
+                # a fresh link: its Hello is a current clock reading to anchor the first lease
+                # to (the readied link's is as old as the lease wait)
+                got.close()
+                link = self.launcher.link(host)
+                with contextlib.suppress(LinkError):
+                    if (await link.open(timeout=5)).state == "idle":
+                        return link
+                link.close()
         if host in self._warm:
             self._warm.discard(host)
             link = self.launcher.link(host)
@@ -184,6 +237,7 @@ class GroupSupervisor(JobSupervisor):
         self._states.move(JobState.DEPLOYING, f"on {', '.join(plan)}")
         self._assign(plan)
         await self._stop_keeping()
+        await self._drop_readied(plan)
         got = await asyncio.gather(*(self._executor(h) for h in plan))
         job.rec.epoch += 1
         self._save()
@@ -250,6 +304,7 @@ class GroupSupervisor(JobSupervisor):
             collective_timeout_s=self.collective_timeout_s,
             heartbeat_s=self._inv.console.heartbeat_s,
             noted=self._silent,
+            unreachable=self._ready_replacement,
         )
         self.epoch_run = run
         return run
@@ -598,7 +653,10 @@ class GroupSupervisor(JobSupervisor):
             else:
                 chosen: list[str] = []
                 for old in leaving:
-                    spares = [s for s in job.spares if s in usable and s not in chosen]
+                    readied = [h for h in self._readied if h in usable and h not in chosen]
+                    spares = readied + [
+                        s for s in job.spares if s in usable and s not in chosen + readied
+                    ]
                     others = rank(
                         self._inv,
                         self._inv.hosts[old].region,
