@@ -115,8 +115,9 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     hosts: list[str] = []
     """A multi-host job: its members in node-rank order (rank 0's host first); give ``host``
     or ``hosts``, not both."""
-    procs_per_host: Annotated[int, msgspec.Meta(ge=1)] = 1
-    """Rank processes per member host (the ``command`` kind's ``{local_world_size}``)."""
+    procs_per_host: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Rank processes per member host (the ``command`` kind's ``{local_world_size}``); default:
+    one per GPU of the members (the fewest any has), 1 without GPUs; the torch kind: 1."""
     backend: Literal["gloo", "nccl"] | None = None
     """torch.distributed backend of a multi-host job; default: nccl with GPUs, else gloo."""
     region: str | None = None
@@ -297,7 +298,7 @@ def _cross_check(inv: Inventory, text: str) -> None:
             _fail(inv, text, [*keys, "hosts"], "a host is named twice")
         if p.hosts and (p.warm_standby or p.warm_twin):
             _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
-        if p.procs_per_host > 1 and job.spec.executor == "torch":
+        if (p.procs_per_host or 1) > 1 and job.spec.executor == "torch":
             _fail(
                 inv,
                 text,

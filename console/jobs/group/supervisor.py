@@ -261,7 +261,7 @@ class GroupSupervisor(JobSupervisor):
             node_rank=0,
             addresses=[self._inv.data_address(h) for h in plan],
             master_port=random.randrange(*PORTS),
-            procs_per_host=self.placement.procs_per_host,
+            procs_per_host=self._procs_per_host(plan),
             backend=self.placement.backend or self._default_backend(plan),
             resume_step=resume,
             timeout_s=self.collective_timeout_s,
@@ -287,6 +287,13 @@ class GroupSupervisor(JobSupervisor):
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
         return run
+
+    def _procs_per_host(self, plan: list[str]) -> int:
+        if self.placement.procs_per_host is not None:
+            return self.placement.procs_per_host
+        if self.spec.executor == "torch":
+            return 1  # the torch kind trains one rank per host
+        return max(1, min(self._inv.hosts[h].gpus for h in plan))
 
     def _default_backend(self, plan: list[str]) -> str:
         return "nccl" if all(self._inv.hosts[h].gpus > 0 for h in plan) else "gloo"

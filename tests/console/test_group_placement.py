@@ -1,0 +1,43 @@
+"""How many rank processes a multi-host job starts per member, and its backend, by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fleetbed import local_host, write_inventory
+from groupbed import controller, group_job
+
+from console.jobs.group.supervisor import GroupSupervisor
+
+
+def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> GroupSupervisor:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    hosts = {n: local_host(tmp_path / n, gpus=g) for n, g in zip("abc", gpus, strict=True)} | {
+        "d": local_host(tmp_path / "d", role="spare")
+    }
+    inv = write_inventory(tmp_path / "inventory.toml", hosts=hosts, jobs={"j": group_job(**job)})
+    ctl = controller(inv)
+    ctl.lock.release()
+    sup = ctl.jobs["j"]
+    assert isinstance(sup, GroupSupervisor)
+    return sup
+
+
+def test_the_command_kind_starts_one_rank_per_gpu_of_the_smallest_member(tmp_path: Path) -> None:
+    cmd = {"executor": "command", "command": {"argv": ["python", "train.py"]}}
+    sup = group(tmp_path, (8, 4, 8), **cmd)
+    assert sup._procs_per_host(["a", "b", "c"]) == 4
+    assert sup._default_backend(["a", "b", "c"]) == "nccl"
+
+
+def test_the_torch_kind_and_hosts_without_gpus_start_one(tmp_path: Path) -> None:
+    assert group(tmp_path / "t", (8, 8, 8))._procs_per_host(["a", "b", "c"]) == 1
+    sup = group(tmp_path / "c", (0, 0, 0), executor="command", command={"argv": ["x"]})
+    assert sup._procs_per_host(["a", "b", "c"]) == 1
+    assert sup._default_backend(["a", "b", "c"]) == "gloo"
+
+
+def test_an_explicit_procs_per_host_wins(tmp_path: Path) -> None:
+    cmd = {"executor": "command", "command": {"argv": ["x"]}, "procs_per_host": 2}
+    assert group(tmp_path, (8, 8, 8), **cmd)._procs_per_host(["a", "b", "c"]) == 2
