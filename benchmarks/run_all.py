@@ -46,6 +46,7 @@ class Bench:
 BENCHES = [
     Bench("checkpoint_cost", "checkpoint_cost.py", [], ["--steps", "20", "--rounds", "1"], 1800),
     Bench("transfer_vs_scp", "transfer_vs_scp.py", [], ["--mb", "32", "--rounds", "1"], 1800),
+    Bench("host_to_host", "host_to_host.py", [], ["--mb", "32", "--rounds", "1"], 1200, 300),
     Bench("replica_lag", "replica_lag.py", [], ["--quick"], 900, 300),
     Bench("mttr_cold", "mttr.py", [], ["--trials", "1"], 2400),
     Bench("mttr_warm", "mttr.py", ["--warm"], ["--warm", "--trials", "1"], 2400),

@@ -173,8 +173,13 @@ class Controller:
             sup.incident, sup.resumed_step = n, None
 
     def _spawn(self, name: str) -> None:
-        self._job_tasks[name] = asyncio.create_task(self.jobs[name].run(), name=f"job {name}")
+        self._job_tasks[name] = asyncio.create_task(self._run_job(name), name=f"job {name}")
         self._jobs_changed.set()
+
+    async def _run_job(self, name: str) -> None:
+        """A job's supervisor to its end; then the keys that copied its replicas go."""
+        await self.jobs[name].run()
+        await self.replicator.job_ended(name)
 
     async def _supervise(self, stay: bool) -> None:
         """Until every job task is done (or, with ``stay``, forever); a supervisor's bug raises."""

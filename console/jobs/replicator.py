@@ -5,6 +5,8 @@ spare's whole side of a copy is one program on one channel (``console/reach/repl
 a small checkpoint costs a round trip, not a dozen remote commands. A newer
 checkpoint replaces one still waiting, so a slow link replicates the newest, not a backlog.
 A replica is complete once its manifest is in place; the last ``replicas_kept`` are kept.
+A folder checkpoint (torch.distributed.checkpoint's) is replicated as a folder, every file
+verified by the sha256 its manifest lists.
 
 Before each copy the replicas it would retire go first (never the newest complete one), then
 the spare's free space is measured: the copy must leave ``min_free_disk_gb``, and at least
@@ -29,7 +31,8 @@ import msgspec
 from console import clock
 from console.inventory import Inventory
 from console.reach.deploy import replica_dir
-from console.reach.replica import ReplicaPlan
+from console.reach.direct import DirectReplication
+from console.reach.replica import Received, ReplicaPlan, UnsafeManifest, folder_files
 from console.reach.transport.base import DiskUsage, Transport, TransportError
 from console.records.incidents import IncidentLog
 from console.records.journal import Journal, Kind
@@ -99,6 +102,7 @@ class Replicator:
         """Open incidents of spares that replicas fail to reach: (job, spare) -> incident."""
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         """One copy at a time into a spare's folder (the worker's and a failover's)."""
+        self._direct = DirectReplication(inv, transport, journal)
 
     def replica(self, job: str, spare: str, shard: int | None = None) -> ReplicaState:
         return self.state.setdefault((shard_key(job, shard), spare), ReplicaState())
@@ -174,14 +178,14 @@ class Replicator:
             replicas_kept=self._inv.console.replicas_kept,
             floor=int(self._inv.console.min_free_disk_gb * 2**30),
             python=self._inv.hosts[spare].python,
+            files=folder_files(src.manifest),
         )
         t0 = time.perf_counter()
         try:
-            got = await dst_t.receive_replica(
-                plan, self._transport(src.host), src.path, lambda d: self._measured(st, d)
-            )
+            got, route = await self._receive(job, spare, src, plan, st)
         except TransportError as e:
-            await self._discard(dst_t, plan.stem)
+            if not isinstance(e, UnsafeManifest):  # that one was refused before any write
+                await self._discard(dst_t, plan.stem)
             self._journal.record(
                 Kind.REPLICA,
                 f"{job}: replica of step {step} to {spare} failed: {e}",
@@ -217,10 +221,40 @@ class Replicator:
                 "epoch": src.manifest.epoch,
                 "free_bytes": st.disk.free if st.disk else None,
                 "shard": src.shard,
+                "route": route,
             },
         )
         self._recovered(job, spare, step)
         return True
+
+    async def _receive(
+        self, job: str, spare: str, src: Source, plan: ReplicaPlan, st: ReplicaState
+    ) -> tuple[Received, str]:
+        """Host to host where the pair can (``console/reach/direct.py``), else relayed
+        through the console; the copy and which way it went."""
+
+        def measured(disk: DiskUsage) -> None:
+            self._measured(st, disk)
+
+        got = await self._direct.copy(job, spare, src.host, src.path, src.manifest, plan, measured)
+        if got is not None:
+            return got, "direct"
+        relayed = await self._transport(spare).receive_replica(
+            plan, self._transport(src.host), src.path, measured
+        )
+        return relayed, "relay"
+
+    async def job_ended(self, job: str, timeout: float = 60.0) -> None:
+        """A job that ended keeps its replicas, not the keys that copied them; its copies
+        still under way finish first (for at most ``timeout``)."""
+        if not self._direct.has_keys(job):
+            return
+        ours = [e for (key, _), e in self._idle.items() if key.split("/")[0] == job]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                for event in ours:
+                    await event.wait()
+        await self._direct.revoke(job)
 
     def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
         st.disk, st.disk_at = disk, clock.wall()

@@ -46,6 +46,19 @@ def watch_console(proc):
     os._exit(9)
 
 
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def close(pipe):
+    try:
+        pipe.close()
+    except BrokenPipeError:
+        pass
+
+
 def last_line(data):
     lines = data.decode(errors="replace").strip().splitlines()
     return lines[-1] if lines else ""
@@ -90,18 +103,18 @@ def main():
         [ssh, *order["ssh"][1:]],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        bufsize=0,
         stderr=subprocess.PIPE,
         cwd=order["cwd"],
     )
     threading.Thread(target=watch_console, args=(proc,), daemon=True).start()
     try:
-        proc.stdin.write((json.dumps(order["header"]) + "\n").encode())
-        proc.stdin.flush()
+        write_all(proc.stdin.fileno(), (json.dumps(order["header"]) + "\n").encode())
     except BrokenPipeError:
-        pass
+        pass  # ssh is gone: its exit says why
     line = proc.stdout.readline()
     if not line:
-        proc.stdin.close()
+        close(proc.stdin)
         err = proc.stderr.read()
         code = proc.wait()
         say(reach=last_line(err) or "ssh exited " + str(code), status=code)
@@ -110,10 +123,7 @@ def main():
     answer = json.loads(line)
     if answer.get("ready"):
         stream(f, proc.stdin.fileno(), int(answer["have"]), order["size"])
-    try:
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
+    close(proc.stdin)
     answered = False
     for line in proc.stdout:
         os.write(1, line)
