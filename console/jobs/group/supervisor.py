@@ -353,6 +353,9 @@ class GroupSupervisor(JobSupervisor):
         job.link = members[0].link
         if len(linked) == len(members):
             job.step = max(m.step for m in members)
+            if job.incident is not None:  # a console restart: the group never stopped
+                job.resumed_step = job.step
+                self._incident.phase("loaded", step=job.step, last_step=job.step)
             self._journal.record(
                 Kind.EXECUTOR,
                 f"{self.name}: reattached to all {len(members)} members at epoch {job.epoch}",
