@@ -20,7 +20,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.incidents import incidents
-from console.records.journal import read
+from console.records.journal import Kind, read
 from console.states import HostState, JobState
 
 pytestmark = pytest.mark.skipif(
@@ -49,12 +49,11 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
 ) -> None:
     idx = netbed.free_indices(4)
     hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    # the spare takes shards host to host (a per-job key, forced to its replica receiver)
+    spare = {"role": "spare", "authorized_keys": str(bed.authorized_keys)}
     inv = write_inventory(
         tmp_path / "inventory.toml",
-        hosts={
-            n: h.inventory_table("r1", **({"role": "spare"} if n == "d" else {}))
-            for n, h in hosts.items()
-        },
+        hosts={n: h.inventory_table("r1", **(spare if n == "d" else {})) for n, h in hosts.items()},
         jobs={"j": group_job()},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
@@ -98,6 +97,9 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     assert epochs and max(epochs) == 1, "c trained and wrote under epoch 1 only"
     assert {m.node_rank for m in shards(hosts["d"].root)} == {2}
     journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    copies = [e for e in journal if e.kind is Kind.REPLICA and e.data.get("ok")]
+    assert {e.data["shard"] for e in copies} == {0, 1, 2}
+    assert {e.data["route"] for e in copies} == {"direct"}, "shards went host to host"
     (inc,) = incidents(journal)
     assert inc.fault_class == "host_lost"
     assert inc.times["decided"] >= inc.fault_at + ctl.inv.console.lease_s - 0.5
