@@ -6,7 +6,8 @@ executor's ``jobs/JOB/checkpoints`` (a primary) or the console's ``replicas/JOB`
 the manifest names the epoch that wrote it and the kernel stamps the file's mtime, which
 no writer chooses. A failover promotes replicas into the new host's checkpoints as hard
 links: a primary that shares its inode with a replica seen before is a promoted copy, not
-a write. Executors' events.jsonl carry no times, so each line is stamped when first seen
+a write. A multi-host job replicates each member's shard to a folder of its own
+(``replicas/JOB/node-R``), scanned as replicas too. Executors' events.jsonl carry no times, so each line is stamped when first seen
 (at most one scan late: an upper bound on when it was written).
 """
 
@@ -37,6 +38,8 @@ class Manifest:
     step: int
     sha256: str
     created_at: float
+    node_rank: int | None = None
+    """The shard's node rank (a multi-host job's member); None for a single host."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class DiskWatch:
             for job in self.jobs:
                 self._manifests(host, job, root / "jobs" / job / "checkpoints", replica=False)
                 self._manifests(host, job, root / "replicas" / job, replica=True)
+                for shard in _shard_folders(root / "replicas" / job):
+                    self._manifests(host, job, shard, replica=True)
                 self._lines(host, job, root / "jobs" / job / "events.jsonl")
 
     def _manifests(self, host: str, job: str, folder: Path, *, replica: bool) -> None:
@@ -118,6 +123,7 @@ class DiskWatch:
                         int(m.get("step", -1)),
                         str(m.get("sha256", "")),
                         float(m.get("created_at", 0.0)),
+                        None if m.get("node_rank") is None else int(m["node_rank"]),
                     )
                 )
 
@@ -143,3 +149,11 @@ class DiskWatch:
     def _run(self) -> None:
         while not self._stop.wait(SCAN_S):
             self.scan()
+
+
+def _shard_folders(folder: Path) -> list[Path]:
+    """A multi-host job's replica folders, one per node rank (``node-R``)."""
+    try:
+        return [Path(e.path) for e in os.scandir(folder) if e.name.startswith("node-")]
+    except OSError:
+        return []

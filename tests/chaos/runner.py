@@ -4,6 +4,7 @@ stale-epoch files, a restarted console's wait for a lease it cannot see). ``scri
 
     scripts/chaos --faults 200 --seed 7
     scripts/chaos --faults 12 --seed 5 --overlap 0.5 --jobs 2
+    scripts/chaos --group --faults 20 --seed 1     (a three-member job: chaos.group)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from chaos import group
 from chaos.episode import Config, Episode, Result
 from chaos.faults import ARMED
 from chaos.faults_fencing import LEASE_S, SKEW_S
@@ -164,16 +166,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n")[0])
     p.add_argument("--faults", type=int, default=200, help="faults to inject in all (default 200)")
     p.add_argument("--seed", type=int, default=7, help="seed of the first episode (default 7)")
-    p.add_argument("--per-episode", type=int, default=PER_EPISODE, help="faults per fleet")
+    p.add_argument(
+        "--per-episode",
+        type=int,
+        help=f"faults per fleet (default {PER_EPISODE}; with --group {group.PER_EPISODE})",
+    )
     p.add_argument("--jobs", type=int, choices=(1, 2), default=1, help="jobs per fleet")
     p.add_argument(
         "--overlap",
         type=float,
-        default=0.3,
-        help="chance that a fault comes before the last one's recovery (default 0.3; 0: never)",
+        help="chance that a fault comes before the last one's recovery (default 0.3; with "
+        "--group 0: one at a time)",
+    )
+    p.add_argument(
+        "--group",
+        action="store_true",
+        help="a three-member job and two spares on five hosts instead (one job, its own faults)",
     )
     p.add_argument("--keep", action="store_true", help="keep every episode's folder")
     args = p.parse_args(argv)
+    if args.per_episode is None:
+        args.per_episode = group.PER_EPISODE if args.group else PER_EPISODE
+    if args.overlap is None:
+        args.overlap = 0.0 if args.group else 0.3
     if args.faults < 1 or args.per_episode < 1 or not 0 <= args.overlap <= 1:
         print(
             "scripts/chaos: --faults and --per-episode must be at least 1, --overlap in [0, 1]",
@@ -185,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     injected, seed = 0, args.seed
     while injected < args.faults:
         rng = random.Random(seed)
-        kinds = draw(rng, min(args.per_episode, args.faults - injected))
+        n = min(args.per_episode, args.faults - injected)
+        kinds = group.draw(rng, n) if args.group else draw(rng, n)
         cfg = Config(
             seed=seed,
             kinds=kinds,
@@ -196,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda m: print(m, flush=True),
         )
         print(f"episode seed {seed}: {', '.join(kinds)}", flush=True)
-        r = Episode(cfg).run()
+        if args.group:
+            cfg.gap_steps = group.GAP_STEPS
+            r = group.GroupEpisode(cfg).run()
+        else:
+            r = Episode(cfg).run()
         results.append(r)
         injected += max(1, len(r.faults))
         print(
@@ -207,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         seed += 1
     print()
     print(summary(results, time.monotonic() - t0))
+    if args.group:
+        print(group.victims(results))
     return 0 if not any(r.violations for r in results) else 1
 
 

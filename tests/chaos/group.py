@@ -1,0 +1,281 @@
+"""The multi-host chaos episode: a three-member job (torch kind, the tiny charlm config of
+groupbed.group_job, gloo between routed network namespaces) and two spares, on five sshd
+hosts, under ``hotspare run --policy auto``, with faults one at a time in a seeded order, each
+aimed at a member the dice pick (rank 0's host as often as any other).
+
+The faults are the single-host injectors (chaos.faults, chaos.faults_fencing) aimed at one
+member: its executor SIGKILLed or SIGSTOPped, its host killed (sshd and all under its root),
+cut off and healed, frozen and cut off past its lease then continued, or the console
+restarted. What is checked: the final params_sha256 is the uninterrupted three-host run's
+(groupbed.group_baseline, computed once per spec); never two trainers of one node rank
+(/proc); every resume of a committed step of the member's own shard (events.jsonl); no stale
+publish or step after a newer epoch began (the disks: chaos.fencing); every fault an
+incident of its class in ``hotspare report``. See chaos.group_checks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import netbed
+from fleetbed import EXECUTOR_ENV, write_inventory
+from groupbed import group_baseline, group_job
+from sshbed import SshBed
+
+from chaos import faults as fz
+from chaos import fencing
+from chaos import group_checks as gc
+from chaos import invariants as inv
+from chaos.disk import DiskWatch
+from chaos.episode import Config, Result, _where
+from chaos.fleet import Fleet, JobPlan, wait_until
+from chaos.observe import job_view
+from chaos.procs import Sampler
+from chaos.schedule import FAULT_TIMEOUT_S, Scheduler
+from console.records.journal import Event, Kind
+
+JOB = "j"
+MEMBERS = ("a", "b", "c")
+SPARES = ("d", "e")
+KINDS = ("sigkill", "host_kill", "partition", "sigstop", "sigstop_past_lease", "console_restart")
+"""The faults a group episode draws from (long mode: scripts/chaos --group)."""
+EXPECT = {"sigstop": ("executor_hang", "host_lost")}
+"""Incident classes that differ for a member: a frozen member is silent, so the console opens
+host_lost before it learns (by the lock's pid) that the host is up and the executor hung."""
+CONSOLE_EXIT_S = 240.0
+PER_EPISODE = 4
+GAP_STEPS = (10, 40)
+"""Steps trained between a recovery (and a checkpoint after it) and the next fault."""
+
+
+class GroupFleet(Fleet):
+    """Five sshd hosts, each in a routed namespace of its own (members reach each other's data
+    address through this one), their disks plain folders (no disk faults here)."""
+
+    @classmethod
+    def build_group(cls) -> GroupFleet:
+        folder = Path(tempfile.mkdtemp(prefix="czg-", dir="/tmp"))
+        fleet = cls(folder, SshBed(folder / "bed"))
+        try:
+            names = (*MEMBERS, *SPARES)
+            for name, index in zip(names, netbed.free_indices(len(names)), strict=True):
+                fleet.hosts[name] = netbed.ns_host(fleet.bed, index, name, routed=True)
+        except BaseException:
+            fleet.close()
+            raise
+        return fleet
+
+    def write_group_inventory(self, over: dict[str, Any]) -> Path:
+        job = {**group_job(**over), "hosts": list(MEMBERS), "spares": list(SPARES)}
+        hosts = {
+            name: h.inventory_table("r1", **({"role": "spare"} if name in SPARES else {}))
+            for name, h in self.hosts.items()
+        }
+        self.jobs = [JobPlan(JOB, MEMBERS[0], SPARES[0], int(job["steps"]), int(job["seed"]))]
+        self.inventory = write_inventory(
+            self.folder / "inventory.toml", hosts=hosts, jobs={JOB: job}
+        )
+        return self.inventory
+
+    def executor_env(self) -> dict[str, dict[str, str]]:
+        return {name: dict(EXECUTOR_ENV) for name in self.hosts}
+
+
+def members(events: list[Event], job: str) -> list[str]:
+    """The job's hosts by node rank, as last placed."""
+    placed = [
+        e for e in events if e.job == job and e.kind is Kind.PLACEMENT and "members" in e.data
+    ]
+    return list(placed[-1].data["members"]) if placed else []
+
+
+class GroupScheduler(Scheduler):
+    """The single-host scheduler (settle, inject, heal, see through), aimed at a member the
+    dice pick instead of always the job's (rank 0's) host."""
+
+    rank: int | None = None
+    """The node rank of the last target."""
+
+    def _target(self, job: str, during: bool) -> fz.Target:
+        events = self.fleet.journal()
+        hosts = members(events, job)
+        host = self.rng.choice(hosts)
+        if fz.live_pid(self.fleet, host, job) is None:
+            host = next((h for h in hosts if fz.live_pid(self.fleet, h, job)), host)
+        spare = (job_view(events, job).spares or [None])[0]
+        self.rank = hosts.index(host)
+        return fz.Target(self.fleet, job, host, spare, self.rng)
+
+    def _settle(self, job: str) -> bool:
+        """As for one host, and until the spare holds every member's shard of one step: a host
+        lost before any step was replicated would only start the group again from step 0."""
+        if not super()._settle(job):
+            return False
+
+        def replicated() -> bool | str:
+            v = job_view(self.fleet.journal(), job)
+            if v.finished:
+                return "finished"
+            spare = (v.spares or [None])[0]
+            return spare is not None and bool(common_steps(self.fleet.replicas(spare, job)))
+
+        return wait_until(replicated, FAULT_TIMEOUT_S, f"{job}'s shards on its spare") is True
+
+    def _inject(self, job: str, kind: str) -> fz.Injected:
+        f = super()._inject(job, kind)
+        f.expect = EXPECT.get(kind, f.expect)
+        f.note = f"node rank {self.rank}" + (f"; {f.note}" if f.note else "")
+        if kind != "console_restart":
+            self.say(f"    (node rank {self.rank})")
+        return f
+
+
+def common_steps(replicas: Path) -> set[int]:
+    """Steps of which a spare holds every node rank's replica, complete (its manifest)."""
+    held = [
+        {int(p.stem.split("-")[1]) for p in (replicas / f"node-{r}").glob("step-*.json")}
+        for r in range(len(MEMBERS))
+    ]
+    return set.intersection(*held)
+
+
+def draw(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(KINDS) for _ in range(n)]
+
+
+def victims(results: list[Result]) -> str:
+    """Faults by the node rank of the member they hit (a console restart hits none)."""
+    ranks: dict[str, int] = {}
+    for r in results:
+        for f in r.faults:
+            if f.kind != "console_restart":
+                rank = f.note.split(";")[0].removeprefix("node rank ")
+                ranks[rank] = ranks.get(rank, 0) + 1
+    return "faults by node rank of the member hit: " + (
+        ", ".join(f"rank {k}: {v}" for k, v in sorted(ranks.items())) or "none"
+    )
+
+
+def spec_for(kinds: list[str]) -> dict[str, Any]:
+    """Steps for the faults (in multiples of 120, so that few baselines are needed)."""
+    return {"steps": 120 * (1 + len(kinds)), "checkpoint_every_steps": 20}
+
+
+class GroupEpisode:
+    def __init__(self, cfg: Config, over: dict[str, Any] | None = None) -> None:
+        self.cfg = cfg
+        self.over = over if over is not None else spec_for(cfg.kinds)
+        self.rng = random.Random(cfg.seed)
+        self.result = Result(cfg.seed)
+        self._checked = False
+
+    def _say(self, msg: str) -> None:
+        if self.cfg.log is not None:
+            self.cfg.log(msg)
+
+    def run(self) -> Result:
+        t0 = time.monotonic()
+        r = self.result
+        sha = group_baseline(**self.over)  # before the fleet starts: cached per spec
+        self._say(f"seed {self.cfg.seed}: uninterrupted run {time.monotonic() - t0:.1f} s")
+        fleet = GroupFleet.build_group()
+        sampler: Sampler | None = None
+        disk: DiskWatch | None = None
+        try:
+            fleet.write_group_inventory(self.over)
+            workdirs = {h: fleet.workdir(h, JOB) for h in fleet.hosts}
+            sampler = Sampler({JOB: list(workdirs.values())}).start()
+            disk = DiskWatch({n: h.root for n, h in fleet.hosts.items()}, [JOB]).start()
+            fleet.start_console()
+            sched = GroupScheduler(
+                fleet, self.rng, self.cfg.kinds, self.cfg.gap_steps, self.cfg.overlap, {}, self._say
+            )
+            try:
+                sched.run()
+            finally:
+                r.faults, r.skipped = sched.faults, sched.skipped
+            rc = fleet.console_exit(timeout=CONSOLE_EXIT_S)
+            if rc != 0:
+                r.violations.append(f"hotspare run exited {rc}: {fleet.console_stderr()[-1500:]}")
+            sampler.stop()
+            disk.stop()
+            self._check(fleet, sampler, disk, sha, workdirs)
+        except AssertionError as e:
+            r.violations.append(str(e) or f"assertion failed: {_where(e)}")
+        except Exception as e:
+            r.violations.append(f"chaos harness: {type(e).__name__}: {e} ({_where(e)})")
+        finally:
+            for watcher in (sampler, disk):
+                if watcher is not None:
+                    watcher.stop()
+            if not self._checked and sampler is not None and disk is not None:
+                try:  # the run broke off: what the watchers saw until then is still evidence
+                    self._fencing(fleet, sampler, disk, fleet.journal())
+                except Exception as e:
+                    r.violations.append(f"chaos harness: fencing checks: {e}")
+            _heal_all(r.faults, self._say)
+            fleet.close(keep=self.cfg.keep or bool(r.violations))
+            r.wall_s = time.monotonic() - t0
+            if r.violations:
+                self._say(f"seed {self.cfg.seed}: kept {fleet.folder} for a post-mortem")
+        return r
+
+    def _check(
+        self,
+        fleet: GroupFleet,
+        sampler: Sampler,
+        disk: DiskWatch,
+        sha: str,
+        workdirs: dict[str, Path],
+    ) -> None:
+        r = self.result
+        events = fleet.journal()
+        r.violations += inv.finished(events, {JOB: sha})
+        self._fencing(fleet, sampler, disk, events)
+        r.violations += inv.checkpoint_epochs(events, list(workdirs.values()), JOB)
+        eps = gc.epochs(events, JOB)
+        bad, r.loads = gc.committed_loads(workdirs, eps, disk, JOB, len(MEMBERS))
+        r.violations += bad
+        r.violations += gc.memberships(events, r.faults, JOB)
+        r.report = fleet.report()
+        r.matches, r.leftover, r.by_overlap = inv.match_incidents(events, r.faults, r.report)
+        r.false_failovers = len(inv.false_failovers(r.leftover))
+        r.violations += [
+            f"{m.fault.kind} on {m.fault.host} at {m.fault.t:.3f}: {m.why}"
+            for m in r.matches
+            if not m.ok
+        ]
+
+    def _fencing(
+        self, fleet: GroupFleet, sampler: Sampler, disk: DiskWatch, events: list[Event]
+    ) -> None:
+        """The checks that need no finished run: one trainer per node rank, no stale publish or
+        step, one host per node rank and epoch, replicas of real shards, the faults' own."""
+        self._checked = True
+        r = self.result
+        hosts = {os.path.normpath(fleet.workdir(h, JOB)): h for h in fleet.hosts}
+        bad, r.two_trainers = gc.two_trainers_per_rank(sampler, gc.epochs(events, JOB), hosts, JOB)
+        r.violations += bad
+        ends = fencing.lease_ends(fencing.epoch_starts(events, disk, JOB))
+        bad, r.stale_files = fencing.stale_files(disk, ends, JOB)
+        r.violations += bad
+        r.violations += fencing.stale_steps(disk, ends, JOB)
+        r.violations += gc.rank_hosts(disk, JOB)
+        r.violations += fencing.replica_origins(disk, JOB)
+        for f in r.faults:
+            r.violations += f.violations
+
+
+def _heal_all(faults: list[fz.Injected], say: Callable[[str], None]) -> None:
+    for f in faults:
+        if f.heal is not None:
+            try:
+                f.heal()
+            except Exception as e:
+                say(f"heal of {f.kind} failed: {e}")

@@ -1,0 +1,40 @@
+"""The short multi-host chaos seed of the default suite: a three-member job and two spares on
+five sshd hosts in routed network namespaces, under ``hotspare run --policy auto``, and a few
+faults in a seeded order, one at a time, rank 0's host among the victims (see chaos.group).
+More faults and seeds run in the long mode (scripts/chaos --group)."""
+
+from __future__ import annotations
+
+import netbed
+import pytest
+
+from chaos.episode import Config
+from chaos.group import GroupEpisode
+from chaos.runner import summary
+
+SEED = 2
+KINDS = ["host_kill", "sigkill"]
+SPEC = {"steps": 240, "checkpoint_every_steps": 20}
+"""groupbed.group_job's own: the uninterrupted run is the one the other group tests compute."""
+
+
+@pytest.mark.chaos
+@pytest.mark.skipif(
+    netbed.unavailable() is not None or netbed.forward_blocked() is not None,
+    reason=str(netbed.unavailable() or netbed.forward_blocked()),
+)
+def test_a_seeded_multi_host_chaos_run_keeps_every_guarantee(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    lines: list[str] = []
+    cfg = Config(seed=SEED, kinds=list(KINDS), gap_steps=(10, 30), log=lines.append)
+    result = GroupEpisode(cfg, SPEC).run()
+    with capsys.disabled():
+        print("\n" + "\n".join(lines) + "\n" + summary([result], result.wall_s))
+    assert result.violations == []
+    assert sorted(f.kind for f in result.faults) == sorted(KINDS), result.skipped
+    assert any(f.note.startswith("node rank 0") for f in result.faults), "rank 0 among the victims"
+    assert all(m.ok for m in result.matches)
+    assert result.loads >= 3, "the members resumed from committed shards, each one checked"
+    assert result.false_failovers == 0
+    assert result.two_trainers == 0 and result.stale_files == 0
