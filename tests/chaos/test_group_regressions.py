@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import psutil
-import pytest
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from groupbed import controller, group_job, local_group
 from helpers import REPO, env_with
@@ -47,10 +46,6 @@ async def test_a_killed_members_incident_names_it_not_a_survivor_whose_collectiv
     assert inc.host == "b", inc.lines[0].msg
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: GroupEpoch._after_loss cuts the probe of a member never linked to 0.2 s",
-)
 async def test_a_console_started_after_its_members_ended_restarts_them_in_place(
     tmp_path: Path,
 ) -> None:

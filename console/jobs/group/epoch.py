@@ -236,7 +236,7 @@ class GroupEpoch:
         """Relink after a blip; otherwise find out what happened, waiting out the lease."""
         host, workdir = m.host, self._probe.workdir(m.host)
         probe_s = max(0.5, 2 * self._heartbeat_s)
-        noted = False
+        noted = probed = False
         while True:
             silent = is_suspect(time.monotonic(), m.last_seen, self._det)
             budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
@@ -244,7 +244,12 @@ class GroupEpoch:
                 return None
             if m.exit is not None:  # seen faulted on relinking
                 return None
-            alive = await self._probe.alive(host, workdir, budget if silent else PROBE_MIN_S)
+            # the first probe gets its full time, whatever is left of the lease: a member never
+            # linked (a console started after its executor ended) is silent from the start,
+            # and a host slow to answer is not one that cannot be asked
+            cut = budget if silent and probed else PROBE_MIN_S
+            alive = await self._probe.alive(host, workdir, cut)
+            probed = True
             if alive is False:
                 return await self._probe.ended(host)
             if alive is None:
