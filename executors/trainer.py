@@ -6,15 +6,14 @@ step (out of memory, NaN) are handled here, at the step, for every workload.
 A multi-host job (a rendezvous in Control) trains data parallel, one rank per host: each rank
 takes its contiguous share of every global batch, the gradients and the loss are averaged
 over the ranks (``executors.dist``), and at each step boundary the ranks agree on saving and
-stopping, so every one checkpoints the same steps and stops at the same step.
+stopping (``executors.boundary``), so every one checkpoints the same steps and stops at the
+same step. Progress reports are made by ``executors.progress``.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,26 +21,22 @@ from typing import Any
 import torch
 
 from executors import exitcodes, rng
-from executors.checkpoint import (
-    PUBLISH_MARGIN_S,
-    CheckpointManager,
-    CorruptCheckpoint,
-    Emit,
-    Loaded,
-)
+from executors.boundary import Boundary, Halt
+from executors.checkpoint import CheckpointManager, CorruptCheckpoint, Emit, Loaded
 from executors.control import Control
+from executors.device import is_oom, make_deterministic, pick_device
 from executors.dist import Group, joined
 from executors.inject import Injections
 from executors.kinds import Outcome
+from executors.progress import ProgressMeter
 from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.faults import FaultKind
-from protocol.messages import Fault, Finished, Log, Progress, Resumed, Stopped
+from protocol.messages import Fault, Finished, Log, Resumed, Stopped
 from protocol.spec import JobSpec
 
 DEFAULT_CHECKPOINT_EVERY_S = 30.0
 MAX_ROLLBACKS_IN_A_ROW = 5
-MAX_CHECKPOINT_FAILURES = 3
 
 
 @dataclass
@@ -66,39 +61,6 @@ class TrainState:
         self.micro_batch, self.skipped = int(sd["micro_batch"]), [int(i) for i in sd["skipped"]]
 
 
-@dataclass(frozen=True)
-class Halt:
-    """Why the step loop stops at a boundary, and the fault to report when it does."""
-
-    reason: str
-    exit_code: int
-    checkpoint: bool
-    fault: Fault | None = None
-
-
-def pick_device(name: str | None = None) -> torch.device:
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def make_deterministic(device: torch.device) -> None:
-    if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    # Deterministic kernels, but no NaN-filling of every torch.empty: that fill cost ~18% of
-    # the steps/s of a small charlm on CPU (benchmarks/executor_overhead.py), and results of
-    # ops that never read uninitialised memory are the same either way.
-    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
-
-
-def is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or (
-        isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
-    )
-
-
 class Trainer:
     def __init__(
         self,
@@ -116,7 +78,6 @@ class Trainer:
         self.control = control or Control()
         self.device = device or pick_device()
         self.inj = injections or Injections()
-        self.progress_interval_s = progress_interval_s
         self.every_s = spec.checkpoint_every_s or (
             None if spec.checkpoint_every_steps else DEFAULT_CHECKPOINT_EVERY_S
         )
@@ -139,16 +100,14 @@ class Trainer:
         self._share = slice(None)
         """This rank's rows of each global batch (all of them on one host)."""
         self._rows = 0
-        self._save_due: str | None = None
-        """A multi-host periodic checkpoint waits for the boundary, where the ranks agree on it."""
         self.state = TrainState()
         self.saved_step: int | None = None
         self.stall_s = 0.0
         self._factory: Factory = resolve(spec.workload)
-        self._rate: deque[tuple[float, int]] = deque(maxlen=32)
-        self._last_progress = 0.0
-        self._last_loss = math.nan
-        self._tokens = 0
+        self.meter = ProgressMeter(spec.steps, self.control, emit, progress_interval_s)
+        self.boundary = Boundary(
+            self.control, self.ckpt, save=self._save_new, step_time=self.meter.step_time
+        )
         self._rollbacks_in_a_row = 0
         self._first_step_pending = True
         """The first step after a (re)start is always reported: it ends a recovery."""
@@ -182,11 +141,10 @@ class Trainer:
                 continue  # finished after the lease ended: not counted; the boundary stops
             if loss is not None:
                 self._after_step(loss)
-        if self.saved_step != self.state.step:
-            self._save("final")
+        self._save_new("final")
         self.ckpt.wait()
-        if not self.control.lease_valid():
-            return self._halt(self._lease_ended())  # the final checkpoint was not published
+        if not self.control.lease_valid():  # the final checkpoint was not published
+            return self._halt(self.boundary.lease_ended(self.state.step))
         self._progress(force=True)
         digest = rng.params_sha256(self.workload.model)
         self.emit(Finished(step=self.state.step, params_sha256=digest))
@@ -247,79 +205,18 @@ class Trainer:
     # ------------------------------------------------------------ boundaries
 
     def _at_boundary(self) -> Outcome | None:
-        """Between steps: honour a stop, the lease, a checkpoint request, repeated write failures."""
-        if self.group is not None:
-            return self._at_group_boundary(self.group)
-        halt = self._halt_wanted()
-        if halt is not None:
-            return self._halt(halt)
-        reason = self.control.take_checkpoint_request()
-        if reason is not None and self.saved_step != self.state.step:
-            self._save(reason)
-        if self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
-            return self._stop("disk_full", exitcodes.DISK_FULL, checkpoint=False)
-        return None
-
-    def _at_group_boundary(self, group: Group) -> Outcome | None:
-        """Every rank must checkpoint the same steps and stop at the same step, or the others
-        wait in the next collective: one rank's wish (save, stop) is agreed on by all."""
-        halt = self._halt_wanted()
-        if halt is None and self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
-            halt = Halt("disk_full", exitcodes.DISK_FULL, checkpoint=False)
-        reason, self._save_due = self.control.take_checkpoint_request() or self._save_due, None
-        agreed = group.agree(
-            save=reason is not None,
-            stop=halt is not None,
-            checkpoint=halt is not None and halt.checkpoint,
-        )
-        if agreed.stop:
-            halt = halt or Halt("peer_stopped", exitcodes.STOPPED, checkpoint=True)
-            # a rank whose lease has ended writes nothing (publishing would refuse it anyway)
-            keep = agreed.checkpoint and self.control.lease_valid()
-            return self._halt(replace(halt, checkpoint=keep))
-        if agreed.save and self.saved_step != self.state.step:
-            self._save(reason or "agreed")
-        return None
-
-    def _halt_wanted(self) -> Halt | None:
-        """Why this host would stop at this boundary: a stop request, or its lease."""
-        step, stop = self.state.step, self.control.stop
-        if stop is not None:
-            text = f"{stop.reason}: checkpointing at step {step} and stopping"
-            fault = Fault(fault=stop.fault, step=step, message=text) if stop.fault else None
-            return Halt(stop.reason, stop.exit_code, stop.checkpoint, fault)
-        left = self.control.lease_left()
-        if left is not None and left <= 0:
-            return self._lease_ended()
-        if left is not None and left <= self._lease_guard():
-            text = (
-                f"lease of epoch {self.control.epoch} ends in {max(left, 0):.1f}s without renewal; "
-                "checkpointing and stopping"
-            )
-            fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
-            return Halt("lease_lost", exitcodes.LEASE_LOST, True, fault)
-        return None
+        """Between steps: stop (``Halt``) or checkpoint as ``executors.boundary`` decides."""
+        halt = self.boundary.decide(self.state.step, self.group)
+        return None if halt is None else self._halt(halt)
 
     def _halt(self, halt: Halt) -> Outcome:
         if halt.fault is not None:
             self.emit(halt.fault)
         return self._stop(halt.reason, halt.exit_code, checkpoint=halt.checkpoint)
 
-    def _lease_ended(self) -> Halt:
-        text = f"lease of epoch {self.control.epoch} has ended; stopping without writing"
-        fault = Fault(fault=FaultKind.LEASE_LOST.value, step=self.state.step, message=text)
-        return Halt("lease_lost", exitcodes.LEASE_LOST, False, fault)
-
-    def _lease_guard(self) -> float:
-        """Stop this long before the lease ends: room for two steps and one checkpoint write,
-        published with more than the publish margin left."""
-        ttl = self.control.lease_ttl_s
-        need = 2 * self._step_time() + 1.5 * self.ckpt.last_write_s + 0.2 + PUBLISH_MARGIN_S
-        return min(0.5 * ttl, max(0.2 * ttl, need))
-
     def _stop(self, reason: str, exit_code: int, *, checkpoint: bool) -> Outcome:
-        if checkpoint and self.saved_step != self.state.step:
-            self._save(reason)
+        if checkpoint:
+            self._save_new(reason)
         self.ckpt.wait()
         self._progress(force=True)
         saved = self.ckpt.last_saved.manifest.step if self.ckpt.last_saved else self.saved_step
@@ -327,6 +224,11 @@ class Trainer:
             Stopped(step=self.state.step, reason=reason, checkpoint_step=saved, exit_code=exit_code)
         )
         return Outcome(exit_code, self.state.step, reason)
+
+    def _save_new(self, reason: str) -> None:
+        """Checkpoint this step unless it is saved already."""
+        if self.saved_step != self.state.step:
+            self._save(reason)
 
     def _save(self, reason: str) -> None:
         state = {
@@ -340,10 +242,9 @@ class Trainer:
 
     def _after_step(self, loss: float) -> None:
         self.state.step += 1
-        self._last_loss = loss
         self._rollbacks_in_a_row = 0
         now = time.monotonic()
-        self._rate.append((now, self.state.step))
+        self.meter.stepped(now, self.state.step, loss)
         first = self._first_step_pending
         self._first_step_pending = False
         every = self.spec.checkpoint_every_steps
@@ -353,7 +254,7 @@ class Trainer:
             if self.group is None:
                 self._save("periodic")
             else:
-                self._save_due = "periodic"
+                self.boundary.save_due = "periodic"
         self._progress(force=first)
 
     # ------------------------------------------------------------------ steps
@@ -364,7 +265,7 @@ class Trainer:
             self.state.data_index += 1
         step = self.state.step + 1
         batch = self.workload.batch(self.state.data_index)
-        self._tokens = self.workload.tokens(batch)
+        self.meter.tokens = self.workload.tokens(batch)
         if self.group is not None:
             batch = [t[self._share] for t in batch]
         before = rng.capture()
@@ -488,33 +389,5 @@ class Trainer:
 
     # --------------------------------------------------------------- progress
 
-    def _step_time(self) -> float:
-        if len(self._rate) < 2:
-            return 0.0
-        (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
-        return (t1 - t0) / max(1, s1 - s0)
-
     def _progress(self, force: bool = False) -> None:
-        """Progress only inside the lease: a console that moved on must not count a stale run's steps."""
-        if not self.control.lease_valid():
-            return
-        now = time.monotonic()
-        if not force and now - self._last_progress < self.progress_interval_s:
-            return
-        self._last_progress = now
-        dt = self._step_time()
-        rate = 1.0 / dt if dt > 0 else 0.0
-        left = self.spec.steps - self.state.step
-        self.emit(
-            Progress(
-                step=self.state.step,
-                steps=self.spec.steps,
-                loss=self._last_loss,
-                steps_per_s=rate,
-                tokens_per_s=rate * self._tokens,
-                eta_s=left / rate if rate > 0 else None,
-                micro_batch=self.state.micro_batch,
-                accumulation=self._rows // self.state.micro_batch,
-                epoch=self.control.epoch,
-            )
-        )
+        self.meter.report(self.state.step, self.state.micro_batch, self._rows, force)
