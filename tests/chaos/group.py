@@ -182,7 +182,11 @@ class GroupEpisode:
     def run(self) -> Result:
         t0 = time.monotonic()
         r = self.result
-        sha = group_baseline(**self.over)  # before the fleet starts: cached per spec
+        try:
+            sha = group_baseline(**self.over)  # before the fleet starts: cached per spec
+        except (AssertionError, TimeoutError) as e:
+            r.violations.append(f"the uninterrupted run failed: {e!r} ({_where(e)})")
+            return r
         self._say(f"seed {self.cfg.seed}: uninterrupted run {time.monotonic() - t0:.1f} s")
         fleet = GroupFleet.build_group()
         sampler: Sampler | None = None
