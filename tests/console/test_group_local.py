@@ -283,3 +283,35 @@ async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
     (inc,) = incidents(journal(inv))
     assert inc.fault_class == "gpu_fail"
     assert inc.lost_steps == 0
+
+
+async def test_steps_written_while_no_console_watched_are_resumed_from(
+    tmp_path: Path, baseline: str
+) -> None:
+    """The console dies; the members train on under their leases and, keeping one checkpoint,
+    prune the step it had committed. Every member's shard of one step on disk under one epoch
+    is as whole as a commit: the next console resumes there, not from step 0 (chaos)."""
+    inv = local_group(tmp_path, keep_checkpoints=1)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    procs = [psutil.Process(executor_pid(tmp_path / h)) for h in "abc"]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    committed_then = ctl.store.job("j").committed[-1]
+    for p in procs:  # their leases end; they stop
+        await until(lambda p=p: gone(p), 60, "the members to stop")
+    on_disk = {h: [m.step for m in shards(tmp_path / h)] for h in "abc"}
+    assert len({tuple(v) for v in on_disk.values()}) == 1, on_disk
+    (newest,) = on_disk["a"]
+    assert newest > committed_then, "the members trained on and pruned the committed step"
+    again = controller(inv)
+    await asyncio.wait_for(again.run(), 180)
+    await again.close()
+    sup2 = again.jobs["j"]
+    assert sup2.state is JobState.FINISHED, sup2.live.why
+    assert sup2.sha256 == baseline, "keep_checkpoints does not change what is trained"
+    assert not [e for e in journal(inv) if "starting again from step 0" in e.msg]
+    epochs = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "master" in e.msg]
+    assert epochs[-1].data["resume"] == newest

@@ -694,22 +694,25 @@ class GroupSupervisor(JobSupervisor):
     # ------------------------------------------------------- resume, promote
 
     async def _resume_step(self, replaced: list[int]) -> int | None:
-        """The newest committed step every member can load: a survivor from its own
-        checkpoints, a new member from the replica of its shard on its host (promoted now).
-        None: nothing committed that all can load; the group starts from step 0."""
+        """The newest whole step every member can load: a survivor from its own checkpoints, a
+        new member from the replica of its shard on its host (promoted now). Whole: committed
+        (every shard reported), or every member's shard of it on disk under one epoch (members
+        that trained on while no console watched wrote steps none committed, and pruned the
+        committed ones). None: no such step; the group starts from step 0."""
         committed = self.commits.steps()
-        if not committed:
-            return None
         have = await asyncio.gather(
             *(self._shards_on(r, h, r in replaced) for r, h in enumerate(self.members))
         )
-        step = next((s for s in committed if all(s in steps for steps in have)), None)
+        common = set.intersection(*(set(h) for h in have)) if have else set()
+        whole = [s for s in common if s in committed or len({h[s] for h in have}) == 1]
+        step = max(whole, default=None)
         if step is None:
-            self._alert(
-                f"{self.name}: no committed step (newest {committed[0]}) is held by every "
-                "member: starting again from step 0",
-                job=self.name,
-            )
+            if committed:
+                self._alert(
+                    f"{self.name}: no committed step (newest {committed[0]}) is held by every "
+                    "member: starting again from step 0",
+                    job=self.name,
+                )
             return None
         for r in replaced:
             host = self.members[r]
@@ -731,8 +734,9 @@ class GroupSupervisor(JobSupervisor):
     def _replica_folder(self, host: str, shard: int) -> str:
         return replica_dir(self._inv.host_root(host), shard_key(self.name, shard))
 
-    async def _shards_on(self, shard: int, host: str, replica: bool) -> set[int]:
-        """Steps of ``shard`` that ``host`` holds complete: replicas, or its own checkpoints."""
+    async def _shards_on(self, shard: int, host: str, replica: bool) -> dict[int, int]:
+        """Steps of ``shard`` that ``host`` holds complete (replicas, or its own checkpoints),
+        each with the epoch it was written under."""
         folder = (
             self._replica_folder(host, shard)
             if replica
@@ -743,9 +747,9 @@ class GroupSupervisor(JobSupervisor):
                 self._fleet.hosts[host].transport, self._inv.python(host), folder
             )
         except TransportError:
-            return set()
+            return {}
         return {
-            m.step for m in found if m.node_rank in (None, shard) and m.nnodes == len(self.members)
+            m.step: m.epoch for m in found if m.node_rank == shard and m.nnodes == len(self.members)
         }
 
     # ------------------------------------------------------------ warm survivors
