@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from groupbed import controller, group_job, local_group
 from helpers import REPO, env_with
@@ -20,6 +21,7 @@ from console.records.journal import Kind, read
 from console.states import JobState
 
 
+@pytest.mark.long
 async def test_a_killed_members_incident_names_it_not_a_survivor_whose_collective_failed(
     tmp_path: Path,
 ) -> None:

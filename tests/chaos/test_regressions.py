@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.fleet.link import ExecutorLink
@@ -28,6 +29,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.long
 async def test_a_hung_executor_is_killed_and_restarted_in_place(tmp_path: Path) -> None:
     """SIGSTOP: the console must kill the hung executor (its pkill pattern starts with a dash,
     once read as an option), so the restart in place gets the workdir; no failover."""
@@ -64,6 +66,7 @@ async def test_a_hung_executor_is_killed_and_restarted_in_place(tmp_path: Path) 
     assert inc.resolved
 
 
+@pytest.mark.long
 async def test_a_damaged_newest_replica_is_skipped_for_the_one_before(tmp_path: Path) -> None:
     """The failover promoted only the newest replica; damaged, the job started over from step
     0. Every kept replica is promoted now, so the loader falls back to the one before."""
@@ -104,6 +107,7 @@ async def test_a_damaged_newest_replica_is_skipped_for_the_one_before(tmp_path: 
     assert any(e.data.get("fault") == "checkpoint_corrupt" for e in events), "the skip is an event"
 
 
+@pytest.mark.long
 async def test_a_partitioned_host_is_suspected_within_seconds_not_at_the_keepalive(
     tmp_path: Path,
 ) -> None:

@@ -201,6 +201,7 @@ async def test_with_no_spare_left_the_job_waits_and_alerts_then_resumes_when_a_h
     assert "[hosts.d]" in inv.read_text()
 
 
+@pytest.mark.long
 async def test_manual_policy_waits_for_approval(fleet: Path, baseline: str) -> None:
     ctl = controller(fleet, Policy.MANUAL)
     sup = ctl.jobs["j"]
@@ -247,6 +248,7 @@ async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
     assert {e.data["rule"] for e in fails} >= {"ecc_dbe", "xid_79"}
 
 
+@pytest.mark.long
 async def test_a_lasting_gpu_warn_under_auto_migrates_with_zero_lost_steps(tmp_path: Path) -> None:
     from executors.gpu_fake import write_state
 
@@ -312,6 +314,7 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
     assert inc.resumed_step >= replica_at_kill, "resumed from the newest verified replica"
 
 
+@pytest.mark.long
 async def test_a_plain_training_script_fails_over_like_any_job(tmp_path: Path) -> None:
     """The `command` kind: a script that knows nothing of hotspare, its host killed midway."""
     import subprocess

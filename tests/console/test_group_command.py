@@ -108,6 +108,7 @@ async def test_a_plain_ddp_script_under_torchrun_fails_over_bit_exact(
     assert inc.fault_class == "host_lost"
 
 
+@pytest.mark.long
 async def test_a_killed_executor_restarts_the_group_in_place(tmp_path: Path, baseline: str) -> None:
     inv = inventory(tmp_path)
     ctl = controller(inv)

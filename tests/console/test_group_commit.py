@@ -28,7 +28,7 @@ def test_a_step_is_committed_only_when_every_member_wrote_its_shard() -> None:
 
 
 def test_reports_of_an_earlier_epoch_never_count() -> None:
-    c, rec, _ = commits(2)
+    c, _rec, _ = commits(2)
     c.saved(0, 40, 1)
     c.new_epoch(2)
     assert c.saved(1, 40, 2) is None, "rank 0's shard of 40 was written under epoch 1"

@@ -139,6 +139,7 @@ async def test_killing_rank_zeros_host_does_not_end_the_job(tmp_path: Path, base
     assert epochs[0].data["port"] != epochs[1].data["port"] or True
 
 
+@pytest.mark.long
 async def test_an_executor_crash_restarts_the_group_in_place(tmp_path: Path, baseline: str) -> None:
     inv = local_group(tmp_path)
     ctl = controller(inv)
@@ -207,6 +208,7 @@ async def test_a_new_console_reattaches_to_every_member(tmp_path: Path, baseline
     assert again.store.job("j").epoch == 1, "no new epoch: nothing restarted"
 
 
+@pytest.mark.long
 async def test_draining_a_member_moves_it_to_the_spare_with_zero_lost_steps(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -243,6 +245,7 @@ async def test_an_operators_stop_stops_every_member_at_one_step(tmp_path: Path) 
         await until(lambda p=proc: gone(p), 30, f"{h}'s executor to exit")
 
 
+@pytest.mark.long
 async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -261,6 +264,7 @@ async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
     assert inc.lost_steps == 0
 
 
+@pytest.mark.long
 async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
     tmp_path: Path, baseline: str
 ) -> None:

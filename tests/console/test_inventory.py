@@ -327,7 +327,7 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
     ),
     (
         "job-torch-procs-per-host",
-        H + '[jobs.j]\nprocs_per_host = 2\nsteps = 1\n',
+        H + "[jobs.j]\nprocs_per_host = 2\nsteps = 1\n",
         ["{p}:7: jobs.j.procs_per_host: the torch kind trains one rank per host for now"],
     ),
     (

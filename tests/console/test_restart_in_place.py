@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 from helpers import PLAIN_SCRIPT, maps_torch, plain_command
 
@@ -143,6 +144,7 @@ async def test_with_no_restart_left_the_waiting_executor_is_stopped_not_left_to_
     await ctl.close()
 
 
+@pytest.mark.long
 async def test_a_console_started_after_the_run_died_restarts_it_in_the_waiting_executor(
     tmp_path: Path,
 ) -> None:

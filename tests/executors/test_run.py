@@ -57,6 +57,7 @@ def test_rerun_of_a_finished_workdir_resumes_at_the_end(
     assert again.events[-1]["params_sha256"] == digest
 
 
+@pytest.mark.long
 def test_sigkill_at_random_instants_resumes_bit_exact(
     baseline: tuple[Path, str], tmp_path: Path
 ) -> None:
