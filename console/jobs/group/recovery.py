@@ -1,0 +1,279 @@
+"""What a multi-host job does once an epoch has ended: finish, fail, restart the group in place,
+or replace the members whose hosts cannot take their rank again (same world size, rank order
+kept), then say the committed step the next epoch resumes from."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.jobs.group.epoch import GroupEpoch, Member
+from console.jobs.group.resume import ResumeStep
+from console.jobs.group.warm import WarmExecutors
+from console.jobs.incident import OpenIncident
+from console.jobs.live import Alert, LiveJob, Transitions
+from console.jobs.outcome import Exit
+from console.jobs.placement import rank
+from console.jobs.policy import Decision, Policy, decide
+from console.records.journal import Journal, Kind
+from console.states import FailureKind, HostState, JobState
+
+
+class OpenMemberIncident(Protocol):
+    """Opens the job's incident naming a member (``MemberMessages.open_incident``)."""
+
+    def __call__(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None: ...
+
+
+class GroupRecovery:
+    """Recovery decisions once an epoch has ended, given the members' outcomes."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        states: Transitions,
+        incident: OpenIncident,
+        open_incident: OpenMemberIncident,
+        inv: Inventory,
+        fleet: Fleet,
+        journal: Journal,
+        alert: Alert,
+        save: Callable[[], None],
+        policy: Callable[[], Policy],
+        restart_limit: int,
+        reserved: Callable[[], dict[str, str]],
+        wait_for_hosts: Callable[[], Awaitable[None]],
+        stop_before_start: Callable[[], bool],
+        executors: WarmExecutors,
+        resume: ResumeStep,
+        members: Callable[[], list[str]],
+        assign: Callable[[list[str]], None],
+    ) -> None:
+        self._live = live
+        self._name = live.name
+        self._states = states
+        self._incident = incident
+        self._open_incident = open_incident
+        """Open the job's incident naming a member (unless one is open)."""
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._alert = alert
+        self._save = save
+        """Persist the job's record."""
+        self._policy = policy
+        self._restart_limit = restart_limit
+        self._reserved = reserved
+        self._wait_for_hosts = wait_for_hosts
+        """Until the fleet may have a usable host again (or a while has passed)."""
+        self._stop_before_start = stop_before_start
+        self._executors = executors
+        self._resume = resume
+        self._members = members
+        """The job's hosts now, by node rank."""
+        self._assign = assign
+        """Place the job on these hosts (node ranks in order), spares chosen anew if none left."""
+
+    async def recover(self, run: GroupEpoch) -> tuple[int | None] | None:
+        """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
+        may be None, step 0), or None when the job is over."""
+        job, fleet = self._live, self._fleet
+        members = run.members
+        for m in members:
+            assert m.exit is not None
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._name}: member {m.node_rank} on {m.host} ended: {m.exit.said()}",
+                job=self._name,
+                host=m.host,
+                data={"exit": m.exit.exit.value, "step": m.exit.step, "node_rank": m.node_rank},
+            )
+        exits = [m.exit.exit for m in members if m.exit is not None]
+        job.link = None
+        if all(e is Exit.FINISHED for e in exits):
+            return self._finished(members)
+        config = next((m for m in members if m.exit and m.exit.exit is Exit.CONFIG), None)
+        if config is not None:
+            assert config.exit is not None
+            self._states.fail(FailureKind.CONFIG, f"{config.host}: {config.exit.why}")
+            self.release()
+            return None
+        if job.stop_requested:
+            job.rec.stopped = True
+            self._save()
+            self._states.fail(FailureKind.STOPPED, "stopped by an operator")
+            self.release()
+            return None
+        first = run.origin() or members[0]
+        assert first.exit is not None
+        await self._executors.keep_survivors_warm(members)
+        for m in members:
+            if m.exit is not None and m.exit.exit is Exit.HOST_LOST:
+                fleet.set_state(m.host, HostState.DOWN, m.exit.why)
+        replace = [m for m in members if not self._member_fit(m)]
+        planned = any(m.exit is not None and m.exit.exit is Exit.PLANNED for m in members)
+        cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
+        self._open_incident(first, cls, f"{first.host}: {first.exit.why}", planned=planned)
+        if not replace and not planned:
+            if job.rec.restarts < self._restart_limit:
+                job.rec.restarts += 1
+                self._save()
+                self._states.move(
+                    JobState.RESTARTING,
+                    f"{first.host}: {first.exit.why}; restart {job.rec.restarts} of "
+                    f"{self._restart_limit} in place",
+                )
+                self._incident.phase(
+                    "decided", action="restart", host=first.host, last_step=self._last(members)
+                )
+                return (await self._resume.step([]),)
+            replace = [first]
+        if replace:
+            self._states.move(
+                JobState.FAILING_OVER,
+                f"replacing {', '.join(m.host for m in replace)}: {first.exit.why}",
+            )
+            if not planned and not await self._approved(first):
+                return None
+            targets = await self._targets([m.host for m in replace])
+            if targets is None:
+                return None
+            plan = list(self._members())
+            for m, target in zip(replace, targets, strict=True):
+                plan[m.node_rank] = target
+            job.rec.restarts = 0
+            for m in replace:
+                if fleet.hosts[m.host].state is HostState.DRAINING:
+                    fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
+            self._incident.phase(
+                "decided",
+                action="failover",
+                host=", ".join(targets),
+                last_step=self._last(members),
+            )
+            self._assign(plan)
+        elif planned:
+            self._states.move(JobState.RESTARTING, "planned stop: restarting the group")
+            self._incident.phase(
+                "decided", action="restart", host=first.host, last_step=self._last(members)
+            )
+        return (await self._resume.step([m.node_rank for m in replace]),)
+
+    def _member_fit(self, m: Member) -> bool:
+        """May this member's host take its rank again? Not once lost, failing a health rule,
+        drained, or preempted (its executor was told its host is going away)."""
+        assert m.exit is not None
+        rt = self._fleet.hosts[m.host]
+        if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host):
+            return False
+        if m.exit.exit is Exit.PLANNED and m.exit.why == "stopped for preempted":
+            return False
+        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+
+    def _last(self, members: list[Member]) -> int:
+        job = self._live
+        saved = job.checkpoint.step if job.checkpoint is not None else 0
+        steps = [m.exit.step or 0 for m in members if m.exit is not None]
+        return max([job.step, saved, *steps])
+
+    def _finished(self, members: list[Member]) -> None:
+        job = self._live
+        shas = {m.exit.sha256 for m in members if m.exit is not None}
+        step = max(m.exit.step or 0 for m in members if m.exit is not None)
+        if len(shas) != 1:
+            self._states.fail(
+                FailureKind.CRASH_LOOP,
+                f"members finished with different parameters: {sorted(map(str, shas))}",
+            )
+            self.release()
+            return None
+        sha = shas.pop()
+        job.sha256, job.step = sha, step
+        job.rec.finished_sha256, job.rec.finished_step = sha, step
+        self._save()
+        self._states.move(JobState.FINISHED, f"step {step}")
+        self._journal.record(
+            Kind.FINISHED,
+            f"{self._name}: finished at step {step} on {len(members)} hosts, params sha256 {sha}",
+            job=self._name,
+            host=members[0].host,
+            data={"step": step, "params_sha256": sha, "members": [m.host for m in members]},
+        )
+        self.release()
+        return None
+
+    def release(self) -> None:
+        """The job is over: its hosts and spares are free."""
+        job, fleet = self._live, self._fleet
+        for rt in fleet.hosts.values():
+            if rt.job == self._name:
+                rt.job = None
+        job.spares = []
+        fleet.changed.set()
+
+    async def _approved(self, first: Member) -> bool:
+        job = self._live
+        decision = decide(self._policy(), failover=True, operator=job.target is not None)
+        if decision is Decision.ACT:
+            return True
+        verb = "approve" if decision is Decision.ASK else "fail over by hand"
+        assert first.exit is not None
+        self._states.move(JobState.PENDING, f"waiting for an operator to {verb}: {first.exit.why}")
+        self._alert(
+            f"{self._name} needs {first.host} replaced ({first.exit.why}); {verb} in the console",
+            job=self._name,
+        )
+        job.approval = asyncio.get_running_loop().create_future()
+        approved = await job.approval
+        job.approval = None
+        if not approved:
+            job.rec.stopped = True
+            self._save()
+            self._states.fail(FailureKind.STOPPED, "failover denied by an operator")
+            self.release()
+        return approved
+
+    async def _targets(self, leaving: list[str]) -> list[str] | None:
+        """A host for each member leaving: the job's spares, then the nearest usable hosts."""
+        job, fleet = self._live, self._fleet
+        while True:
+            usable = fleet.usable(exclude=set(self._members()))
+            if job.target is not None and len(leaving) == 1:
+                if job.target in usable:
+                    return [job.target]
+            else:
+                chosen: list[str] = []
+                for old in leaving:
+                    readied = [
+                        h for h in self._executors.readied if h in usable and h not in chosen
+                    ]
+                    spares = readied + [
+                        s for s in job.spares if s in usable and s not in chosen + readied
+                    ]
+                    others = rank(
+                        self._inv,
+                        self._inv.hosts[old].region,
+                        [
+                            h
+                            for h in usable
+                            if h not in spares
+                            and h not in chosen
+                            and self._reserved().get(h) is None
+                        ],
+                    )
+                    pick = (spares + others)[:1]
+                    if not pick:
+                        break
+                    chosen.append(pick[0])
+                if len(chosen) == len(leaving):
+                    job.target = None
+                    return chosen
+            if job.stop_requested:
+                self._stop_before_start()
+                return None
+            self._states.wait_note(f"no spare left for {self._name}: it waits for a host")
+            await self._wait_for_hosts()
