@@ -161,7 +161,7 @@ class GroupRecovery:
             self._incident.phase(
                 "decided", action="restart", host=first.host, last_step=self._last(members)
             )
-        return (await self._resume.step([m.node_rank for m in replace]),)
+        return (await self._resume.step([m.node_rank for m in replace], planned=planned),)
 
     def _member_fit(self, m: Member) -> bool:
         """May this member's host take its rank again? Not once lost, failing a health rule,

@@ -14,10 +14,14 @@ from console.jobs.group.commit import Commits
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
 from console.jobs.live import Alert
-from console.jobs.replicator import shard_key
+from console.jobs.replicator import Replicator, shard_key
 from console.reach.deploy import replica_dir
 from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import TransportError
+
+REPLICATE_WAIT_S = 120.0
+"""A planned move waits this long at most for the leaving members' last shards to reach the
+hosts that take their ranks (0 lost steps), as a single host's does."""
 
 
 class ResumeStep:
@@ -34,8 +38,10 @@ class ResumeStep:
         alert: Alert,
         incident: OpenIncident,
         members: Callable[[], list[str]],
+        replicator: Replicator,
     ) -> None:
         self._name = name
+        self._replicator = replicator
         self._commits = commits
         self._inv = inv
         self._fleet = fleet
@@ -45,13 +51,17 @@ class ResumeStep:
         self._members = members
         """The job's hosts now, by node rank."""
 
-    async def step(self, replaced: list[int]) -> int | None:
-        """The newest whole step every member can load: a survivor from its own checkpoints, a
+    async def step(self, replaced: list[int], *, planned: bool = False) -> int | None:
+        """The newest whole step every member can load (``planned``: once the shards of the
+        members leaving, written at the stop, have reached the hosts taking their ranks): a survivor from its own checkpoints, a
         new member from the replica of its shard on its host (promoted now). Whole: committed
         (every shard reported), or every member's shard of it on disk under one epoch (members
         that trained on while no console watched wrote steps none committed, and pruned the
         committed ones). None: no such step; the group starts from step 0."""
         members = self._members()
+        if planned:  # the leaving members' hosts are up: their last shards reach the spares
+            for r in replaced:
+                await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, r)
         committed = self._commits.steps()
         have = await asyncio.gather(
             *(self._shards_on(r, h, r in replaced) for r, h in enumerate(members))

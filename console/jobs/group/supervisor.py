@@ -100,6 +100,7 @@ class GroupSupervisor(JobSupervisor):
             alert=ctl.alert,
             incident=self._incident,
             members=members,
+            replicator=ctl.replicator,
         )
         self._group_recovery = GroupRecovery(
             self.live,
