@@ -33,6 +33,10 @@ def gone(p: psutil.Process) -> bool:
         return True
 
 
+LONG_RUN = 800
+"""Steps of a run its members cannot finish within one lease on their own."""
+
+
 def started_pids(inv: Path, hosts: str) -> dict[str, list[int]]:
     """Every executor process started on these hosts, as the journal records each start."""
     out: dict[str, list[int]] = {h: [] for h in hosts}
@@ -289,13 +293,18 @@ async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
     assert inc.lost_steps == 0
 
 
+@pytest.fixture(scope="module")
+def long_baseline() -> str:
+    return group_baseline(steps=LONG_RUN)
+
+
 async def test_steps_written_while_no_console_watched_are_resumed_from(
-    tmp_path: Path, baseline: str
+    tmp_path: Path, long_baseline: str
 ) -> None:
     """The console dies; the members train on under their leases and, keeping one checkpoint,
     prune the step it had committed. Every member's shard of one step on disk under one epoch
     is as whole as a commit: the next console resumes there, not from step 0 (chaos)."""
-    inv = local_group(tmp_path, keep_checkpoints=1)
+    inv = local_group(tmp_path, keep_checkpoints=1, steps=LONG_RUN)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
@@ -310,12 +319,13 @@ async def test_steps_written_while_no_console_watched_are_resumed_from(
     assert len({tuple(v) for v in on_disk.values()}) == 1, on_disk
     (newest,) = on_disk["a"]
     assert newest > committed_then, "the members trained on and pruned the committed step"
+    assert newest < LONG_RUN, "the members did not finish on their own"
     again = controller(inv)
     await asyncio.wait_for(again.run(), 180)
     await again.close()
     sup2 = again.jobs["j"]
     assert sup2.state is JobState.FINISHED, sup2.live.why
-    assert sup2.sha256 == baseline, "keep_checkpoints does not change what is trained"
+    assert sup2.sha256 == long_baseline, "keep_checkpoints does not change what is trained"
     assert not [e for e in journal(inv) if "starting again from step 0" in e.msg]
     epochs = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "master" in e.msg]
     assert epochs[-1].data["resume"] == newest
