@@ -6,14 +6,14 @@ host lost, GPU FAIL, drain, preemption -> fail over (same region first); config 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
+from console.jobs.approval import approved
 from console.jobs.incident import OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome
-from console.jobs.policy import Decision, Policy, decide
+from console.jobs.policy import Policy
 from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
@@ -185,24 +185,17 @@ class Recovery:
         job, fleet, standby = self._live, self._fleet, self._standby
         old = job.host
         self._states.move(JobState.FAILING_OVER, outcome.why)
-        operator = job.target is not None
-        decision = decide(self._policy(), failover=True, operator=operator)
-        if decision is not Decision.ACT:
-            verb = "approve" if decision is Decision.ASK else "fail over by hand"
-            self._states.move(JobState.PENDING, f"waiting for an operator to {verb}: {outcome.why}")
-            self._alert(
-                f"{job.name} needs a failover off {old} ({outcome.why}); {verb} in the console",
-                job=job.name,
-            )
-            job.approval = asyncio.get_running_loop().create_future()
-            approved = await job.approval
-            job.approval = None
-            if not approved:
-                job.rec.stopped = True
-                self._save()
-                self._states.fail(FailureKind.STOPPED, "failover denied by an operator")
-                self.release()
-                return None
+        if not await approved(
+            job,
+            policy=self._policy(),
+            states=self._states,
+            alert=self._alert,
+            save=self._save,
+            release=self.release,
+            why=outcome.why,
+            asks=f"{job.name} needs a failover off {old} ({outcome.why})",
+        ):
+            return None
         if old is not None and fleet.hosts[old].job == job.name:
             fleet.hosts[old].job = None
         target = await standby.take_prepared(old)

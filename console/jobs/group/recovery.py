@@ -4,12 +4,12 @@ kept), then say the committed step the next epoch resumes from."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
+from console.jobs.approval import approved
 from console.jobs.group.epoch import GroupEpoch, Member
 from console.jobs.group.resume import ResumeStep
 from console.jobs.group.warm import WarmExecutors
@@ -17,7 +17,7 @@ from console.jobs.incident import OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit
 from console.jobs.placement import rank
-from console.jobs.policy import Decision, Policy, decide
+from console.jobs.policy import Policy
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 
@@ -216,26 +216,17 @@ class GroupRecovery:
         fleet.changed.set()
 
     async def _approved(self, first: Member) -> bool:
-        job = self._live
-        decision = decide(self._policy(), failover=True, operator=job.target is not None)
-        if decision is Decision.ACT:
-            return True
-        verb = "approve" if decision is Decision.ASK else "fail over by hand"
         assert first.exit is not None
-        self._states.move(JobState.PENDING, f"waiting for an operator to {verb}: {first.exit.why}")
-        self._alert(
-            f"{self._name} needs {first.host} replaced ({first.exit.why}); {verb} in the console",
-            job=self._name,
+        return await approved(
+            self._live,
+            policy=self._policy(),
+            states=self._states,
+            alert=self._alert,
+            save=self._save,
+            release=self.release,
+            why=first.exit.why,
+            asks=f"{self._name} needs {first.host} replaced ({first.exit.why})",
         )
-        job.approval = asyncio.get_running_loop().create_future()
-        approved = await job.approval
-        job.approval = None
-        if not approved:
-            job.rec.stopped = True
-            self._save()
-            self._states.fail(FailureKind.STOPPED, "failover denied by an operator")
-            self.release()
-        return approved
 
     async def _targets(self, leaving: list[str]) -> list[str] | None:
         """A host for each member leaving: the job's spares, then the nearest usable hosts."""
