@@ -23,8 +23,6 @@ from console.jobs.policy import Decision, Policy, decide
 from console.records.journal import Journal, Kind
 from protocol.messages import Stop
 
-KEEP_WARM_S = 1.0
-
 
 class WarmExecutors:
     """Warm survivors and readied replacements, and the executor each member's next start takes."""
@@ -156,7 +154,7 @@ class WarmExecutors:
                     self.warm.discard(host)
                 finally:
                     link.close()
-            await asyncio.sleep(KEEP_WARM_S)
+            await asyncio.sleep(self._lease.ttl_s / 3)  # as often as any lease is renewed
 
     async def stop_keeping(self) -> None:
         task, self._keeping = self._keeping, None
