@@ -65,6 +65,17 @@ class Rendezvous(msgspec.Struct, kw_only=True):
     timeout_s: float = 30.0
     """How long a collective may wait for a peer before it raises: a member that died without
     closing its sockets (a partition, a SIGSTOP) ends the others' run within this."""
+    logical_ranks: int | None = None
+    """Elastic data parallelism (the torch kind): the job's data-parallel work is this many
+    logical ranks whatever the number of members; each member runs its contiguous block of
+    them by gradient accumulation, so the global batch, the data order and the optimizer steps
+    are the planned run's at any world size (a shrunk group) and any member's shard loads on
+    any other. None: one logical rank per rank (a fixed-size group)."""
+    deterministic_reduce: bool = False
+    """With ``logical_ranks``: gradients are gathered per logical rank and summed in logical
+    order on every member, so the result does not depend on the world size (bit-exact across
+    shrinks and grows; it costs bandwidth). Off: one all-reduce of each member's sum (the
+    global batch is kept; the last bits may differ after a world-size change)."""
 
     @property
     def nnodes(self) -> int:
@@ -228,6 +239,10 @@ class Progress(_Msg, tag="progress"):
     micro_batch: int = 0
     accumulation: int = 1
     epoch: int = 0
+    global_batch: int = 0
+    """Rows of each optimizer step over the whole group (0: not said)."""
+    world_size: int = 1
+    """Ranks the step was trained on (a shrunk elastic group has fewer than planned)."""
 
 
 class CheckpointSaved(_Msg, tag="checkpoint"):
