@@ -120,6 +120,18 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     one per GPU of the members (the fewest any has), 1 without GPUs; the torch kind: 1."""
     backend: Literal["gloo", "nccl"] | None = None
     """torch.distributed backend of a multi-host job; default: nccl with GPUs, else gloo."""
+    min_hosts: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """An elastic job (the torch kind): with a member lost and no spare free, it trains on
+    while it has at least this many hosts, and grows back to ``hosts`` when a host is free.
+    Default: all of ``hosts`` (no shrinking)."""
+    logical_ranks: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The torch kind's data-parallel work, in logical ranks each member runs its share of by
+    gradient accumulation (the global batch and data order stay the planned run's at any
+    size); default: one per host of ``hosts``."""
+    deterministic_reduce: bool = False
+    """Sum gradients in a fixed logical order, so a run is bit-exact across shrinks and grows
+    (costs bandwidth: every logical rank's gradient travels); off, only the last bits may
+    differ after a change of size."""
     region: str | None = None
     spares: list[str] = []
     priority: int = 0
@@ -161,6 +173,18 @@ class Inventory:
         """The hosts a job is placed on, in node-rank order: ``hosts``, or its one ``host``."""
         p = self.jobs[job].placement
         return list(p.hosts) if p.hosts else ([p.host] if p.host else [])
+
+    def min_hosts(self, job: str) -> int:
+        """The fewest members the job trains on (all of ``hosts`` unless it is elastic)."""
+        p = self.jobs[job].placement
+        return p.min_hosts if p.min_hosts is not None else len(self.members(job))
+
+    def logical_ranks(self, job: str) -> int | None:
+        """The logical ranks of a torch-kind multi-host job; None for any other job."""
+        p, spec = self.jobs[job].placement, self.jobs[job].spec
+        if not p.hosts or spec.executor != "torch":
+            return None
+        return p.logical_ranks or len(p.hosts) * (p.procs_per_host or 1)
 
     def multi_host(self, job: str) -> bool:
         return len(self.jobs[job].placement.hosts) > 1
@@ -305,6 +329,7 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 [*keys, "procs_per_host"],
                 "the torch kind trains one rank per host for now (the command kind takes more)",
             )
+        _check_elastic(inv, text, keys, job)
         if p.hosts and job.spec.executor not in ("torch", "command"):
             _fail(inv, text, [*keys, "hosts"], "only the torch and command kinds span hosts")
         if p.region is not None and p.region not in inv.regions:
@@ -314,6 +339,42 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 _fail(inv, text, [*keys, "spares"], _known("host", spare, inv.hosts))
             if spare == p.host or spare in p.hosts:
                 _fail(inv, text, [*keys, "spares"], f"{spare!r} is one of the job's own hosts")
+
+
+def _check_elastic(inv: Inventory, text: str, keys: list[str], job: Job) -> None:
+    p = job.placement
+    elastic = {
+        k: v
+        for k, v in (
+            ("min_hosts", p.min_hosts),
+            ("logical_ranks", p.logical_ranks),
+            ("deterministic_reduce", p.deterministic_reduce or None),
+        )
+        if v is not None
+    }
+    if not elastic:
+        return
+    key = next(iter(elastic))
+    if not p.hosts:
+        _fail(inv, text, [*keys, key], "elastic keys are for a job on several `hosts`")
+    if job.spec.executor != "torch":
+        _fail(
+            inv,
+            text,
+            [*keys, key],
+            "elastic jobs are the torch kind's for now (it keeps the global batch itself)",
+        )
+    if p.min_hosts is not None and p.min_hosts > len(p.hosts):
+        _fail(
+            inv, text, [*keys, "min_hosts"], f"{p.min_hosts} is more than the {len(p.hosts)} hosts"
+        )
+    if p.logical_ranks is not None and p.logical_ranks < len(p.hosts):
+        _fail(
+            inv,
+            text,
+            [*keys, "logical_ranks"],
+            f"{p.logical_ranks} is fewer than the {len(p.hosts)} hosts (each runs one at least)",
+        )
 
 
 def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:

@@ -275,7 +275,13 @@ class Controller:
                 f"{sup.name}: step {msg.step}/{msg.steps} loss {msg.loss:.4f}",
                 job=sup.name,
                 host=sup.host,
-                data={"step": msg.step, "loss": msg.loss, "steps_per_s": msg.steps_per_s},
+                data={
+                    "step": msg.step,
+                    "loss": msg.loss,
+                    "steps_per_s": msg.steps_per_s,
+                    "global_batch": msg.global_batch,
+                    "world_size": msg.world_size,
+                },
             )
 
     # --------------------------------------------------------------- actions

@@ -55,6 +55,9 @@ class LiveJob:
     step: int = 0
     loss: float = math.nan
     steps_per_s: float = 0.0
+    rates: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """World size -> (steps/s, wall time said) of the last Progress at that size (an elastic
+    group's throughput at each size it trained at)."""
     checkpoint: CheckpointManifest | None = None
     checkpoint_path: str | None = None
     history: deque[tuple[float, int, float, float]] = field(

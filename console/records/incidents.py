@@ -71,6 +71,11 @@ class Incident:
     fault_at: float
     last_step: int
     planned: bool
+    cause: str | None = None
+    """The fault that opened it, when its decision gave it another class (a host lost with no
+    spare free: ``shrunk``)."""
+    size: dict[str, int] | None = None
+    """An elastic group's size change: ``from``, ``to``, ``planned``."""
     times: dict[str, float] = field(default_factory=dict)
     data: dict[str, dict[str, Any]] = field(default_factory=dict)
     lines: list[Event] = field(default_factory=list)
@@ -135,6 +140,10 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
         inc.lines.append(e)
         if isinstance(e.data.get("last_step"), int):  # a later phase may know a later step
             inc.last_step = max(inc.last_step, e.data["last_step"])
+        if phase == "decided" and isinstance(e.data.get("class"), str) and inc.cause is None:
+            inc.cause, inc.fault_class = inc.fault_class, e.data["class"]
+        if phase == "decided" and isinstance(e.data.get("size"), dict):
+            inc.size = dict(e.data["size"])
         inc.times.setdefault(phase, e.t)
         inc.data.setdefault(phase, dict(e.data))
     return sorted(found.values(), key=lambda i: i.id)

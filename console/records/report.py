@@ -65,6 +65,13 @@ def render_incident(i: Incident, out: TextIO) -> None:
         f"- lost steps: {'-' if i.lost_steps is None else i.lost_steps} "
         f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
     )
+    if i.cause is not None:
+        out.write(f"- caused by: {i.cause}\n")
+    if i.size is not None:
+        size = i.size
+        out.write(
+            f"- size: {size.get('from')} -> {size.get('to')} of {size.get('planned')} hosts\n"
+        )
     out.write(f"- fault at {_clock(i.fault_at)}\n\n")
     lines = [
         f"{_clock(e.t)}  {_phase(e):<{PHASE_WIDTH}}  {_detail(i, e)}".rstrip() for e in timeline(i)

@@ -258,7 +258,9 @@ def job_rows(
     for name, sup in ctl.jobs.items():
         spare = sup.spares[0] if sup.spares else None
         hosts = sup.hosts_in_use()
-        route = f"{'+'.join(hosts) or '-'} -> {', '.join(sup.spares) or '-'}"
+        planned = len(ctl.inv.members(name))
+        resized = f" ({len(hosts)}/{planned})" if hosts and len(hosts) != planned else ""
+        route = f"{'+'.join(hosts) or '-'}{resized} -> {', '.join(sup.spares) or '-'}"
         ckpt = sup.checkpoint
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
         replica = (

@@ -197,7 +197,18 @@ def job_summary(ctl: Controller, job: str) -> str:
     members = ", ".join(
         f"{h} (rank {r}, {ctl.fleet.hosts[h].state.value})" for r, h in enumerate(hosts)
     )
-    return f"{line}   committed step {committed if committed is not None else '-'}\n{members}"
+    text = f"{line}   committed step {committed if committed is not None else '-'}\n{members}"
+    planned, least = len(ctl.inv.members(job)), ctl.inv.min_hosts(job)
+    if least < planned:
+        now = time.time()
+        rates = "; ".join(
+            f"{n} ranks {rate:.2f} steps/s ({age(now - at)} ago)"
+            for n, (rate, at) in sorted(sup.live.rates.items(), reverse=True)
+        )
+        text += f"\nsize {len(hosts)} of {planned} planned (min {least})" + (
+            f"   throughput by size: {rates}" if rates else ""
+        )
+    return text
 
 
 def sample_label(rt: HostRuntime, now: float) -> str:

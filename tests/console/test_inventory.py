@@ -111,6 +111,8 @@ def test_python_of_a_host(tmp_path: Path) -> None:
 # --- malformed inventories -----------------------------------------------------------------
 
 H = '[regions.r]\n[hosts.h]\nregion = "r"\ntransport = "local"\nroot = "x"\n'  # lines 1-5
+H3 = H + "".join(f'[hosts.{n}]\nregion = "r"\ntransport = "local"\nroot = "x"\n' for n in "gk")
+"""Hosts h, g and k: lines 1-13."""
 SSH = '[regions.r]\n[hosts.h]\nregion = "r"\nroot = "x"\n'  # lines 1-4, an ssh host
 
 MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
@@ -329,6 +331,33 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         "job-torch-procs-per-host",
         H + "[jobs.j]\nprocs_per_host = 2\nsteps = 1\n",
         ["{p}:7: jobs.j.procs_per_host: the torch kind trains one rank per host for now"],
+    ),
+    (
+        "job-min-hosts-on-one-host",
+        H + "[jobs.j]\nmin_hosts = 1\nsteps = 1\n",
+        ["{p}:7: jobs.j.min_hosts: elastic keys are for a job on several `hosts`"],
+    ),
+    (
+        "job-min-hosts-zero",
+        H3 + '[jobs.j]\nhosts = ["h", "g", "k"]\nmin_hosts = 0\nsteps = 1\n',
+        ["{p}:16: jobs.j.min_hosts: Expected `int` >= 1"],
+    ),
+    (
+        "job-min-hosts-above-hosts",
+        H3 + '[jobs.j]\nhosts = ["h", "g", "k"]\nmin_hosts = 4\nsteps = 1\n',
+        ["{p}:16: jobs.j.min_hosts: 4 is more than the 3 hosts"],
+    ),
+    (
+        "job-logical-ranks-below-hosts",
+        H3 + '[jobs.j]\nhosts = ["h", "g", "k"]\nlogical_ranks = 2\nsteps = 1\n',
+        ["{p}:16: jobs.j.logical_ranks: 2 is fewer than the 3 hosts (each runs one at least)"],
+    ),
+    (
+        "job-elastic-command-kind",
+        H3
+        + '[jobs.j]\nhosts = ["h", "g"]\ndeterministic_reduce = true\nsteps = 1\n'
+        + 'executor = "command"\n[jobs.j.command]\nargv = ["true"]\n',
+        ["{p}:16: jobs.j.deterministic_reduce: elastic jobs are the torch kind's for now"],
     ),
     (
         "job-backend-unknown",
@@ -734,3 +763,22 @@ async def test_a_hostile_environment_key_is_refused(tmp_path: Path) -> None:
             env={"A=$(touch MARKER);B": "1"},
         )
     _no_markers(tmp_path)
+
+
+def test_an_elastic_job_s_size_and_logical_ranks(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.toml"
+    body = H3.replace('root = "x"', f'root = "{tmp_path}"')
+    path.write_text(
+        body
+        + '[jobs.e]\nhosts = ["h", "g", "k"]\nmin_hosts = 2\nsteps = 1\n'
+        + '[jobs.x]\nhosts = ["h", "g"]\nlogical_ranks = 6\nsteps = 1\n'
+        + '[jobs.f]\nhosts = ["h", "g"]\nsteps = 1\n'
+        + '[jobs.c]\nhosts = ["h", "g"]\nsteps = 1\nexecutor = "command"\n'
+        + '[jobs.c.command]\nargv = ["true"]\n',
+        encoding="utf-8",
+    )
+    inv = load(path)
+    assert (inv.min_hosts("e"), inv.logical_ranks("e")) == (2, 3)
+    assert (inv.min_hosts("x"), inv.logical_ranks("x")) == (2, 6)
+    assert (inv.min_hosts("f"), inv.logical_ranks("f")) == (2, 2), "not elastic: all its hosts"
+    assert inv.logical_ranks("c") is None, "a command keeps its own batch"

@@ -22,9 +22,10 @@ class Commits:
         """Step -> node ranks whose shard of it was reported under the current epoch."""
         self.epoch = -1
 
-    def new_epoch(self, epoch: int) -> None:
-        """Reports of an earlier epoch never count towards a commit of this one."""
-        self.epoch = epoch
+    def new_epoch(self, epoch: int, nnodes: int) -> None:
+        """Reports of an earlier epoch never count towards a commit of this one; ``nnodes``:
+        the members of this one (an elastic group's size changes between epochs)."""
+        self.epoch, self.nnodes = epoch, nnodes
         self._written.clear()
 
     def saved(self, node_rank: int, step: int, epoch: int) -> int | None:

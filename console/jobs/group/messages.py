@@ -96,6 +96,8 @@ class MemberMessages:
             job.last_seen = time.monotonic()
             job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
             job.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
+            if msg.steps_per_s > 0:
+                job.rates[msg.world_size] = (msg.steps_per_s, clock.wall())
             resumed = job.resumed_step
             if job.incident is not None and resumed is not None and msg.step > resumed:
                 self._incident.phase("first_step", step=msg.step)

@@ -10,6 +10,7 @@ from typing import Protocol
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.jobs.approval import approved
+from console.jobs.group.elastic import Growth
 from console.jobs.group.epoch import GroupEpoch, Member
 from console.jobs.group.resume import ResumeStep
 from console.jobs.group.warm import WarmExecutors
@@ -52,6 +53,7 @@ class GroupRecovery:
         resume: ResumeStep,
         members: Callable[[], list[str]],
         assign: Callable[[list[str]], None],
+        growth: Growth,
     ) -> None:
         self._live = live
         self._name = live.name
@@ -77,6 +79,8 @@ class GroupRecovery:
         """The job's hosts now, by node rank."""
         self._assign = assign
         """Place the job on these hosts (node ranks in order), spares chosen anew if none left."""
+        self._growth = growth
+        """The job's size: whether it may shrink, and the host a grow was started for."""
 
     async def recover(self, run: GroupEpoch) -> tuple[int | None] | None:
         """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
@@ -132,6 +136,8 @@ class GroupRecovery:
                 )
                 return (await self._resume.step([]),)
             replace = [first]
+        newcomer = self._growth.take() if planned else None
+        before = list(self._members())
         if replace:
             self._states.move(
                 JobState.FAILING_OVER,
@@ -139,29 +145,72 @@ class GroupRecovery:
             )
             if not planned and not await self._approved(first):
                 return None
-            targets = await self._targets([m.host for m in replace])
+            targets = await self._targets(
+                [m.host for m in replace], survivors=len(members) - len(replace)
+            )
             if targets is None:
                 return None
-            plan = list(self._members())
+            slots: list[str | None] = list(before)
             for m, target in zip(replace, targets, strict=True):
-                plan[m.node_rank] = target
+                slots[m.node_rank] = target
+            plan = [h for h in slots if h is not None]
+            if newcomer is not None and newcomer not in plan:
+                plan.append(newcomer)
             job.rec.restarts = 0
             for m in replace:
                 if fleet.hosts[m.host].state is HostState.DRAINING:
                     fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
-            self._incident.phase(
-                "decided",
-                action="failover",
-                host=", ".join(targets),
-                last_step=self._last(members),
-            )
+            self._decided(before, plan, first, members)
             self._assign(plan)
-        elif planned:
+        elif newcomer is not None:
+            plan = [*before, newcomer]
+            self._states.move(JobState.RESTARTING, f"growing onto {newcomer}")
+            self._decided(before, plan, first, members)
+            self._assign(plan)
+        else:
+            plan = before
             self._states.move(JobState.RESTARTING, "planned stop: restarting the group")
             self._incident.phase(
                 "decided", action="restart", host=first.host, last_step=self._last(members)
             )
-        return (await self._resume.step([m.node_rank for m in replace], planned=planned),)
+        new = [r for r, h in enumerate(plan) if h not in before]
+        return (await self._resume.step(new, planned=planned),)
+
+    def _decided(
+        self, before: list[str], plan: list[str], first: Member, members: list[Member]
+    ) -> None:
+        """The incident's decision: replace members (same size), or shrink or grow the group."""
+        added = [h for h in plan if h not in before]
+        last = self._last(members)
+        if len(plan) == len(before):
+            self._incident.phase(
+                "decided", action="failover", host=", ".join(added), last_step=last
+            )
+            return
+        change = "shrunk" if len(plan) < len(before) else "grown"
+        size = {"from": len(before), "to": len(plan), "planned": self._growth.planned}
+        self._incident.phase(
+            "decided",
+            action="shrink" if change == "shrunk" else "grow",
+            host=", ".join(added) or first.host,
+            last_step=last,
+            size=size,
+            **{"class": change},
+        )
+        self._journal.record(
+            Kind.PLACEMENT,
+            f"{self._name}: {change} from {len(before)} to {len(plan)} of "
+            f"{self._growth.planned} hosts ({', '.join(plan)})",
+            job=self._name,
+            host=plan[0],
+            data={"members": plan, "size": size, "change": change},
+        )
+        if change == "shrunk":
+            self._alert(
+                f"{self._name} shrunk to {len(plan)} of {self._growth.planned} hosts (no host "
+                f"free to replace {first.host}): same global batch, it grows back when one is",
+                job=self._name,
+            )
 
     def _member_fit(self, m: Member) -> bool:
         """May this member's host take its rank again? Not once lost, failing a health rule,
@@ -228,8 +277,9 @@ class GroupRecovery:
             asks=f"{self._name} needs {first.host} replaced ({first.exit.why})",
         )
 
-    async def _targets(self, leaving: list[str]) -> list[str] | None:
-        """A host for each member leaving: the job's spares, then the nearest usable hosts."""
+    async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
+        """A host for each member leaving: the job's spares, then the nearest usable hosts. An
+        elastic job that has none for some (None) shrinks, if it keeps ``min_hosts``."""
         job, fleet = self._live, self._fleet
         while True:
             usable = fleet.usable(exclude=set(self._members()))
@@ -262,7 +312,9 @@ class GroupRecovery:
                     chosen.append(pick[0])
                 if len(chosen) == len(leaving):
                     job.target = None
-                    return chosen
+                    return list(chosen)
+                if self._growth.may_shrink(survivors + len(chosen)):
+                    return [*chosen, *([None] * (len(leaving) - len(chosen)))]
             if job.stop_requested:
                 self._stop_before_start()
                 return None

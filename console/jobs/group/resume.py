@@ -14,11 +14,14 @@ from console.jobs.group.commit import Commits
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
 from console.jobs.live import Alert
-from console.jobs.replicator import Replicator, shard_key
-from console.reach.deploy import replica_dir
+from console.jobs.replicator import Replicator, Source, shard_key
+from console.reach.deploy import checkpoint_file, replica_dir
 from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import TransportError
+from protocol.spec import CheckpointManifest
 
+Held = tuple[int, str, CheckpointManifest]
+"""A step a host holds: the epoch it was written under, its folder there, its manifest."""
 REPLICATE_WAIT_S = 120.0
 """A planned move waits this long at most for the leaving members' last shards to reach the
 hosts that take their ranks (0 lost steps), as a single host's does."""
@@ -50,6 +53,11 @@ class ResumeStep:
         self._incident = incident
         self._members = members
         """The job's hosts now, by node rank."""
+        self._any_shard = inv.logical_ranks(name) is not None
+        """Every member's shard holds the whole state (logical ranks: replicated model and
+        optimizer, a global data position): any of them loads on any member."""
+        self._shards = len(inv.members(name))
+        """Node ranks the job can have (its planned size): the replica folders on a spare."""
 
     async def step(self, replaced: list[int], *, planned: bool = False) -> int | None:
         """The newest whole step every member can load (``planned``: once the shards of the
@@ -61,14 +69,22 @@ class ResumeStep:
         members = self._members()
         if planned:  # the leaving members' hosts are up: their last shards reach the spares
             for r in replaced:
-                await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, r)
+                # interchangeable shards: rank 0's of the stop (every member's goes to every spare)
+                shard = 0 if self._any_shard else r
+                await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
         committed = self._commits.steps()
         have = await asyncio.gather(
             *(self._shards_on(r, h, r in replaced) for r, h in enumerate(members))
         )
-        common = set.intersection(*(set(h) for h in have)) if have else set()
-        whole = [s for s in common if s in committed or len({h[s] for h in have}) == 1]
-        step = max(whole, default=None)
+        step = _newest_whole(have, committed)
+        kept = [r for r in range(len(members)) if r not in replaced]
+        if self._any_shard and replaced and kept:
+            # a new member with no replica of the survivors' newest step (a host that was no
+            # spare) gets a survivor's shard of it: any shard loads on any member
+            best = _newest_whole([have[r] for r in kept], committed)
+            if best is not None and best != step:
+                await self._seed(best, members[kept[0]], have[kept[0]][best], replaced, have)
+                step = _newest_whole(have, committed)
         if step is None:
             if committed:
                 self._alert(
@@ -83,7 +99,7 @@ class ResumeStep:
                 await promote(
                     self._fleet.hosts[host].transport,
                     self._inv.python(host),
-                    self._replica_folder(host, r),
+                    have[r][step][1],
                     posixpath.join(self._launcher.workdir(host), "checkpoints"),
                     step,
                 )
@@ -94,25 +110,60 @@ class ResumeStep:
         self._incident.phase("transfer_done", host=",".join(members), replica_step=step)
         return step
 
+    async def _seed(
+        self,
+        step: int,
+        source: str,
+        held: Held,
+        replaced: list[int],
+        have: list[dict[int, Held]],
+    ) -> None:
+        """Copy ``source``'s shard of ``step`` to each replaced member that lacks it (as a
+        replica, verified there), noting it in ``have``."""
+        members, manifest = self._members(), held[2]
+        path = checkpoint_file(self._inv.host_root(source), self._name, step)
+        for r in replaced:
+            if step in have[r]:
+                continue
+            src = Source(source, path, manifest, shard=manifest.node_rank)
+            if await self._replicator.copy(self._name, members[r], src):
+                folder = self._replica_folder(members[r], manifest.node_rank or 0)
+                have[r][step] = (held[0], folder, manifest)
+
     def _replica_folder(self, host: str, shard: int) -> str:
         return replica_dir(self._inv.host_root(host), shard_key(self._name, shard))
 
-    async def _shards_on(self, shard: int, host: str, replica: bool) -> dict[int, int]:
+    async def _shards_on(self, shard: int, host: str, replica: bool) -> dict[int, Held]:
         """Steps of ``shard`` that ``host`` holds complete (replicas, or its own checkpoints),
-        each with the epoch it was written under."""
-        folder = (
-            self._replica_folder(host, shard)
-            if replica
-            else posixpath.join(self._launcher.workdir(host), "checkpoints")
-        )
+        each with the epoch it was written under and the folder it is in. Where shards are
+        interchangeable (logical ranks), a replica of any rank's shard will do."""
+        if not replica:
+            folders = [posixpath.join(self._launcher.workdir(host), "checkpoints")]
+        elif self._any_shard:
+            others = [k for k in range(self._shards) if k != shard]
+            folders = [self._replica_folder(host, k) for k in [shard, *others]]
+        else:
+            folders = [self._replica_folder(host, shard)]
+        listed = await asyncio.gather(*(self._manifests(host, f) for f in folders))
+        found: dict[int, Held] = {}
+        for folder, manifests in zip(folders, listed, strict=True):
+            for m in manifests:
+                if self._any_shard or (m.node_rank == shard and m.nnodes == len(self._members())):
+                    found.setdefault(m.step, (m.epoch, folder, m))
+        return found
+
+    async def _manifests(self, host: str, folder: str) -> list[CheckpointManifest]:
         try:
-            found = await list_manifests(
+            return await list_manifests(
                 self._fleet.hosts[host].transport, self._inv.python(host), folder
             )
         except TransportError:
-            return {}
-        return {
-            m.step: m.epoch
-            for m in found
-            if m.node_rank == shard and m.nnodes == len(self._members())
-        }
+            return []
+
+
+def _newest_whole(have: list[dict[int, Held]], committed: list[int]) -> int | None:
+    """The newest step every host holds that is whole: committed, or all written under one
+    epoch."""
+    common = set.intersection(*(set(h) for h in have)) if have else set()
+    whole = [s for s in common if s in committed or len({h[s][0] for h in have}) == 1]
+    return max(whole, default=None)

@@ -28,6 +28,7 @@ import msgspec
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.group.commit import Commits
+from console.jobs.group.elastic import Growth
 from console.jobs.group.epoch import GroupEpoch, Member
 from console.jobs.group.messages import MemberMessages
 from console.jobs.group.recovery import GroupRecovery
@@ -102,6 +103,17 @@ class GroupSupervisor(JobSupervisor):
             members=members,
             replicator=ctl.replicator,
         )
+        self.growth = Growth(
+            self.live,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            policy=self._policy,
+            members=members,
+            reserved=self._reserved,
+            move=lambda reason, why: self.request_move(reason, why),
+            save=ctl.store.save,
+        )
         self._group_recovery = GroupRecovery(
             self.live,
             states=self._states,
@@ -121,6 +133,7 @@ class GroupSupervisor(JobSupervisor):
             resume=self._resume,
             members=members,
             assign=self._assign,
+            growth=self.growth,
         )
 
     def hosts_in_use(self) -> list[str]:
@@ -150,7 +163,12 @@ class GroupSupervisor(JobSupervisor):
                     if self._stop_before_start():
                         return
                     run = await self._launch(resume)
-                await run.watch()
+                grow = asyncio.create_task(self.growth.watch(), name=f"grow {self.name}")
+                try:
+                    await run.watch()
+                finally:
+                    grow.cancel()
+                    await asyncio.gather(grow, return_exceptions=True)
                 self.epoch_run = None
                 nxt = await self._group_recovery.recover(run)
                 if nxt is None:
@@ -212,7 +230,7 @@ class GroupSupervisor(JobSupervisor):
         job.rec.epoch += 1
         self._save()
         epoch = job.rec.epoch
-        self.commits.new_epoch(epoch)
+        self.commits.new_epoch(epoch, len(plan))
         now = time.monotonic()
         members = [Member(r, h, last_seen=now) for r, h in enumerate(plan)]
         run = self._epoch(members, epoch)
@@ -235,6 +253,8 @@ class GroupSupervisor(JobSupervisor):
             backend=self.placement.backend or self._default_backend(plan),
             resume_step=resume,
             timeout_s=self.collective_timeout_s,
+            logical_ranks=self._inv.logical_ranks(self.name),
+            deterministic_reduce=self.placement.deterministic_reduce,
         )
         self._journal.record(
             Kind.EXECUTOR,
@@ -243,7 +263,13 @@ class GroupSupervisor(JobSupervisor):
             + (f"resuming from committed step {resume}" if resume else "from step 0"),
             job=self.name,
             host=plan[0],
-            data={"epoch": epoch, "members": plan, "port": rdv.master_port, "resume": resume},
+            data={
+                "epoch": epoch,
+                "members": plan,
+                "port": rdv.master_port,
+                "resume": resume,
+                "planned": self.growth.planned,
+            },
         )
         for m, link in zip(members, got, strict=True):
             assert isinstance(link, ExecutorLink)
@@ -300,7 +326,7 @@ class GroupSupervisor(JobSupervisor):
         self._assign(plan)
         members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
         run = self._epoch(members, job.epoch)
-        self.commits.new_epoch(job.epoch)
+        self.commits.new_epoch(job.epoch, len(plan))
         for m in members:
             link = self.launcher.link(m.host)
             try:
