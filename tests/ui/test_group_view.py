@@ -63,3 +63,34 @@ def test_the_jobs_row_shows_every_member_and_the_spares_oldest_shard(tmp_path: P
         assert job_rows(ctl)["j"][-1] == "d @20 (lag 25) DISK FULL"
     finally:
         ctl.lock.release()
+
+
+def test_a_shrunk_elastic_job_shows_its_size_and_its_throughput_at_each_size(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from console.ui.view import job_rows
+
+    ctl = controller(local_group(tmp_path, min_hosts=2))
+    try:
+        sup = ctl.jobs["j"]
+        sup.members, sup.spares = ["a", "c"], []
+        now = time.time()
+        sup.live.rates = {3: (4.0, now - 30), 2: (2.5, now - 2)}
+        assert job_rows(ctl)["j"][1] == "a+c (2/3) -> -", "trained on 2 of the 3 planned"
+        summary = job_summary(ctl, "j")
+        assert "size 2 of 3 planned (min 2)" in summary
+        assert "3 ranks 4.00 steps/s (30s ago); 2 ranks 2.50 steps/s (2.0s ago)" in summary
+        sup.members = ["a", "c", "d"]
+        assert job_rows(ctl)["j"][1] == "a+c+d -> -", "back to its planned size: no mark"
+    finally:
+        ctl.lock.release()
+
+
+def test_a_fixed_size_job_s_detail_says_nothing_of_sizes(tmp_path: Path) -> None:
+    ctl = controller(local_group(tmp_path))
+    try:
+        assert "planned" not in job_summary(ctl, "j")
+    finally:
+        ctl.lock.release()
