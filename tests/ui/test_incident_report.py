@@ -126,3 +126,29 @@ def test_the_summary_counts_one_incident_in_the_singular(tmp_path: Path, wall: N
     out = io.StringIO()
     render([found, found], {}, out)
     assert "over 2 resolved incidents.\n" in out.getvalue()
+
+
+def test_a_shrink_is_an_incident_of_class_shrunk_caused_by_the_loss(tmp_path: Path) -> None:
+    """A host lost with no host to take its rank: the incident opens as host_lost; its decision
+    (shrink the elastic group) gives it the class the report shows, the loss kept as cause."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(
+        name="demo", spec=JobSpec(name="demo", steps=600), rec=JobRecord(host="a"), host="c"
+    )
+    incident = OpenIncident(
+        job, log=IncidentLog(journal, StateStore(tmp_path)), preparing=lambda: False
+    )
+    incident.open("host_lost", "c: unreachable past its lease")
+    size = {"from": 3, "to": 2, "planned": 3}
+    incident.phase("decided", action="shrink", host="c", size=size, **{"class": "shrunk"})
+    incident.phase("loaded", step=40)
+    incident.phase("first_step", step=41)
+    journal.close()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.fault_class, inc.cause, inc.size) == ("shrunk", "host_lost", size)
+    out = io.StringIO()
+    render([inc], {}, out)
+    text = out.getvalue()
+    assert "| demo | c | shrunk |" in text
+    assert "- caused by: host_lost\n" in text
+    assert "- size: 3 -> 2 of 3 hosts\n" in text
