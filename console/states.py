@@ -116,11 +116,14 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.PENDING,
         }
     ),
+    # CHECKPOINTING -> RESTARTING: a planned stop of a group whose members all stay (it grows
+    # onto a host that became free, or every member can take its rank again).
     JobState.CHECKPOINTING: frozenset(
         {
             JobState.UNREACHABLE,
             JobState.RUNNING,
             JobState.FAILING_OVER,
+            JobState.RESTARTING,
             JobState.FINISHED,
             JobState.FAILED,
             JobState.PENDING,

@@ -44,7 +44,7 @@ class Outcome:
 
 
 def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
-    if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted"):
+    if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted", "grown"):
         return Outcome(Exit.PLANNED, f"stopped for {reason}", step, checkpoint_step=checkpoint_step)
     if reason in ("lease_lost", "stale_epoch"):
         return Outcome(Exit.LEASE_LOST, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)

@@ -140,7 +140,8 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
         inc.lines.append(e)
         if isinstance(e.data.get("last_step"), int):  # a later phase may know a later step
             inc.last_step = max(inc.last_step, e.data["last_step"])
-        if phase == "decided" and isinstance(e.data.get("class"), str) and inc.cause is None:
+        cls = e.data.get("class")
+        if phase == "decided" and isinstance(cls, str) and cls != inc.fault_class and not inc.cause:
             inc.cause, inc.fault_class = inc.fault_class, e.data["class"]
         if phase == "decided" and isinstance(e.data.get("size"), dict):
             inc.size = dict(e.data["size"])

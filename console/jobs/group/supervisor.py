@@ -91,6 +91,7 @@ class GroupSupervisor(JobSupervisor):
             journal=self._journal,
             policy=self._policy,
             members=members,
+            wait_gone=self._probe.wait_gone,
         )
         self._resume = ResumeStep(
             name,

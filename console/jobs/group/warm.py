@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
@@ -37,6 +37,7 @@ class WarmExecutors:
         journal: Journal,
         policy: Callable[[], Policy],
         members: Callable[[], list[str]],
+        wait_gone: Callable[[str], Awaitable[bool | None]],
     ) -> None:
         self._live = live
         self._name = live.name
@@ -47,6 +48,11 @@ class WarmExecutors:
         self._policy = policy
         self._members = members
         """The job's hosts now, by node rank."""
+        self._wait_gone = wait_gone
+        """Until no executor of the job holds its workdir on the host (``Probe.wait_gone``)."""
+        self.exiting: set[str] = set()
+        """Hosts whose executor stopped at the end of the last epoch (a planned stop, a
+        finish) and may still be on its way out, holding the workdir a new one needs."""
         self.warm: set[str] = set()
         """Hosts whose executor's run ended and that waits, alive, for the next epoch's Start:
         kept under lease while the group recovers."""
@@ -117,6 +123,9 @@ class WarmExecutors:
                 if hello.state == "faulted":
                     return link
             link.close()
+        if host in self.exiting:
+            self.exiting.discard(host)
+            await self._wait_gone(host)
         return await self._launcher.start(host, promote_upto=None, released=lambda _h: None)
 
     # ------------------------------------------------------------ warm survivors
@@ -125,6 +134,8 @@ class WarmExecutors:
         """Survivors whose run ended wait, warm, for the next Start: link them and keep them
         under lease while the group recovers (a lost member's lease is waited out first)."""
         for m in members:
+            if m.exit is not None and m.exit.exit in (Exit.PLANNED, Exit.STOPPED, Exit.FINISHED):
+                self.exiting.add(m.host)
             if m.exit is None or m.exit.exit is not Exit.CRASHED or m.host in self.warm:
                 continue
             link = self._launcher.link(m.host)

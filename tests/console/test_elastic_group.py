@@ -1,0 +1,133 @@
+"""Elastic multi-host jobs on local demo hosts: a three-host job with no spare loses a host and
+trains on two (same global batch), then grows back to three when a host is free, and ends
+with the parameters of the uninterrupted three-host run (``deterministic_reduce``).
+
+The evidence is the journal (epochs, members, incidents, progress), the shards on each host's
+disk and the final parameters, not the console's own account of the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetbed import local_host, until, write_inventory
+from groupbed import controller, group_baseline, group_job, shards
+
+from console.jobs.controller import Controller
+from console.records.incidents import incidents
+from console.records.journal import Event, Kind, read
+from console.states import JobState
+
+ELASTIC = {"min_hosts": 2, "deterministic_reduce": True, "steps": 400}
+
+
+def elastic_group(folder: Path, **over: Any) -> Path:
+    """Hosts a, b, c and no spare: a lost host has nowhere to go."""
+    folder.mkdir(parents=True, exist_ok=True)
+    job = group_job(**{**ELASTIC, **over})
+    job["spares"] = []
+    return write_inventory(
+        folder / "inventory.toml",
+        hosts={h: local_host(folder / h) for h in "abc"},
+        jobs={"j": job},
+    )
+
+
+def journal(inv: Path) -> list[Event]:
+    return list(read(inv.parent / "state" / "journal.jsonl"))
+
+
+def events(root: Path) -> list[dict[str, Any]]:
+    """What the executor on this host wrote of its runs (its own record)."""
+    lines = (root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def epochs(inv: Path) -> list[list[str]]:
+    """The members of each epoch started, in order (the journal's epoch lines)."""
+    return [
+        e.data["members"]
+        for e in journal(inv)
+        if e.kind is Kind.EXECUTOR and "epoch" in e.data and "port" in e.data
+    ]
+
+
+async def start(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: predicate() or task.done(), timeout, what)
+    assert not task.done(), f"the run ended before {what}"
+    return task
+
+
+@pytest.fixture(scope="module")
+def baseline() -> str:
+    return group_baseline(**ELASTIC)
+
+
+async def test_a_lost_host_with_no_spare_shrinks_and_a_host_added_grows_it_back_bit_exact(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = elastic_group(tmp_path)
+    ctl = controller(inv, hosts=("a", "b", "c", "d"))
+    sup = ctl.jobs["j"]
+    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    ctl.kill_host("b")
+    await until(
+        lambda: len(epochs(inv)) >= 2 and sup.state is JobState.RUNNING and sup.step >= 160,
+        120,
+        "training on two hosts past step 160",
+    )
+    assert epochs(inv)[1] == ["a", "c"], "the survivors, rank order kept, b left out"
+    ctl.add_host("d", local_host(tmp_path / "d"))
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline, "the same parameters as the uninterrupted 3-host run"
+    assert epochs(inv) == [["a", "b", "c"], ["a", "c"], ["a", "c", "d"]]
+    assert ctl.store.job("j").members == ["a", "c", "d"]
+    # a's own record (its events file): it checkpointed at 3, then 2, then 3 hosts
+    written = [e["manifest"] for e in events(tmp_path / "a") if e["kind"] == "checkpoint"]
+    assert sorted({(m["epoch"], m["nnodes"]) for m in written}) == [(1, 3), (2, 2), (3, 3)]
+    assert {(m.epoch, m.nnodes) for m in shards(tmp_path / "d")} == {(3, 3)}
+    found = incidents(journal(inv))
+    assert [(i.fault_class, i.cause) for i in found] == [("shrunk", "host_lost"), ("grown", None)]
+    shrunk, grown = found
+    assert shrunk.size == {"from": 3, "to": 2, "planned": 3}
+    assert grown.size == {"from": 2, "to": 3, "planned": 3}
+    assert shrunk.resolved and grown.resolved
+    assert grown.lost_steps == 0, "a grow stops at a checkpoint of the step reached"
+    progress = [e for e in events(tmp_path / "a") if e["kind"] == "progress"]
+    assert {p["global_batch"] for p in progress} == {6}, "the global batch never changed"
+    assert [p["world_size"] for p in progress if p["epoch"] == 2] and {
+        p["epoch"]: p["world_size"] for p in progress
+    } == {1: 3, 2: 2, 3: 3}, "trained at each size"
+
+
+async def test_two_hosts_lost_at_once_never_shrink_below_min_hosts(tmp_path: Path) -> None:
+    """min_hosts 2 of 3, two members killed together: the one left waits for a host and never
+    trains alone. A host added then (no spare, so no replica on it) gets the survivor's shard
+    of the committed step copied, and the two go on from that step, not from step 0."""
+    inv = elastic_group(tmp_path, steps=2000)
+    ctl = controller(inv, hosts=("a", "b", "c", "d"))
+    sup = ctl.jobs["j"]
+    task = await start(
+        ctl, lambda: (ctl.store.job("j").committed or [0])[-1] >= 40, 120, "step 40 committed"
+    )
+    ctl.kill_host("b")
+    ctl.kill_host("c")
+    await until(lambda: "no spare left" in sup.live.why, 60, "waiting for a host")
+    assert epochs(inv) == [["a", "b", "c"]], "no epoch on a alone"
+    committed = ctl.store.job("j").committed[-1]
+    ctl.add_host("d", local_host(tmp_path / "d"))
+    await until(lambda: len(epochs(inv)) >= 2 and sup.step > committed, 60, "training on two")
+    assert epochs(inv)[1] == ["a", "d"], "d took the first free rank; the group is 2 of 3"
+    resumed = [e for e in events(tmp_path / "d") if e["kind"] == "resumed"]
+    assert resumed and resumed[0]["step"] >= committed, "d loaded the committed step"
+    ctl.stop_job("j")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FAILED and sup.live.failure.value == "stopped"

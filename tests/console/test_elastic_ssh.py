@@ -1,0 +1,103 @@
+"""An elastic multi-host job over real sshd, each member in a network namespace of its own:
+a member cut off with no spare leaves the group training on two hosts; a host added to the
+inventory while it does brings it back to three; the run ends bit-exact with the
+uninterrupted three-host run, and the cut-off member never writes again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import netbed
+import psutil
+import pytest
+import sshbed
+from fleetbed import EXECUTOR_ENV, until, write_inventory
+from groupbed import group_baseline, group_job, shards
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
+from console.states import JobState
+
+pytestmark = pytest.mark.skipif(
+    netbed.unavailable() is not None or netbed.forward_blocked() is not None,
+    reason=str(netbed.unavailable() or netbed.forward_blocked()),
+)
+
+ELASTIC = {"min_hosts": 2, "deterministic_reduce": True, "steps": 400}
+
+
+@pytest.fixture
+def bed() -> Iterator[sshbed.SshBed]:
+    with sshbed.ssh_bed() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def digest() -> str:
+    return group_baseline(**ELASTIC)
+
+
+async def test_a_cut_member_shrinks_the_group_and_an_added_host_grows_it_back(
+    bed: sshbed.SshBed, tmp_path: Path, digest: str
+) -> None:
+    idx = netbed.free_indices(4)
+    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    job = {**group_job(**ELASTIC), "spares": []}
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={n: hosts[n].inventory_table("r1") for n in "abc"},
+        jobs={"j": job},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run(stay=True))
+    await until(lambda: task.done() or sup.step >= 60, 180, "step 60 on three hosts")
+    assert not task.done()
+    c = hosts["c"]
+    old = psutil.Process(int((c.root / "jobs" / "j" / "executor.pid").read_text()))
+    c.netns.cut()
+    await until(
+        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
+        60,
+        "c's executor to stop (its lease runs out)",
+    )
+    frozen = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
+    await until(
+        lambda: ctl.store.job("j").members == ["a", "b"] and sup.state is JobState.RUNNING,
+        120,
+        "training on a and b",
+    )
+    ctl.add_host("d", hosts["d"].inventory_table("r1"))
+    await until(lambda: sup.state.is_terminal(), 300, "the job to end")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await ctl.close()
+    c.netns.heal()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == digest, "bit-exact with the uninterrupted 3-host run"
+    assert ctl.store.job("j").members == ["a", "b", "d"]
+    after = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
+    assert after == frozen, "c never trains or writes again once cut off"
+    events = [
+        json.loads(x) for x in (c.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    assert {e["epoch"] for e in events if e["kind"] == "resumed"} == {1}
+    assert {(m.epoch, m.nnodes) for m in shards(hosts["d"].root)} == {(3, 3)}
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    found = incidents(journal)
+    assert [(i.fault_class, i.cause) for i in found] == [("shrunk", "host_lost"), ("grown", None)]
+    shrunk, grown = found
+    assert shrunk.times["decided"] >= shrunk.fault_at + ctl.inv.console.lease_s - 0.5, (
+        "shrunk only once the cut member's lease had ended"
+    )
+    assert grown.lost_steps == 0
+    sizes = {e.data["world_size"] for e in journal if e.kind is Kind.PROGRESS}
+    assert sizes == {2, 3}
