@@ -102,11 +102,16 @@ class CheckpointManager:
         lease_valid: LeaseCheck = always_valid,
         node_rank: int | None = None,
         nnodes: int = 1,
+        any_shard: bool = False,
     ) -> None:
         self.folder = folder
         self.node_rank = node_rank
         """A multi-host job's member: its shards say so, and only its own shards load."""
         self.nnodes = nnodes
+        self.any_shard = any_shard
+        """An elastic job's member: its members' shards are interchangeable (the model and the
+        optimizer are replicated, the data position is global), so a shard of any node rank at
+        any group size loads; the checksum, spec and epoch checks stay."""
         self._lease_valid = lease_valid
         self.job = job
         self.spec_hash = spec_hash
@@ -276,7 +281,8 @@ class CheckpointManager:
 
     def load_step(self, step: int, map_location: torch.device | str = "cpu") -> Loaded:
         """Exactly the checkpoint of ``step`` (a multi-host job's committed step): verified, and
-        for a member only its own shard at the same group size; CorruptCheckpoint says why not."""
+        for a member only its own shard at the same group size (any shard of an elastic job's,
+        ``any_shard``); CorruptCheckpoint says why not."""
         manifest_path = self.folder / f"{checkpoint_name(step)}.json"
         if not manifest_path.exists():
             raise CorruptCheckpoint(f"no checkpoint of step {step} in {self.folder}")
@@ -287,9 +293,10 @@ class CheckpointManager:
         self, manifest_path: Path, map_location: torch.device | str
     ) -> tuple[CheckpointManifest, dict[str, Any]]:
         manifest = read_manifest(manifest_path)
-        if self.node_rank is not None and (manifest.node_rank, manifest.nnodes) != (
-            self.node_rank,
-            self.nnodes,
+        if (
+            self.node_rank is not None
+            and not self.any_shard
+            and (manifest.node_rank, manifest.nnodes) != (self.node_rank, self.nnodes)
         ):
             raise CorruptCheckpoint(
                 f"the shard of node rank {manifest.node_rank} of {manifest.nnodes}; this member "

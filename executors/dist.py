@@ -4,7 +4,8 @@ One rank per host, in the executor's own training thread, in torch.distributed's
 group. The group is always destroyed at the end of the run, so a run restarted in place at
 a higher epoch (same process, new rendezvous) can join the next epoch's group. Each step
 needs two collectives of every rank, in the same order: ``agree`` at the step boundary (so
-every rank checkpoints and stops at the same steps) and ``average`` after the backward pass.
+every rank checkpoints and stops at the same steps) and ``average`` (``average_in_order`` for an
+elastic job's deterministic reduce) after the backward pass.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from executors.logical import Layout, block
 from protocol.errors import ConfigError
 from protocol.messages import Rendezvous
 
@@ -48,45 +50,44 @@ class Group:
         self.world_size = rv.world_size
         self.device = device
 
-    def share(self, global_batch: int, micro_batch: int) -> tuple[slice, int]:
-        """This rank's contiguous rows of the global batch, and its micro-batch (at most the share).
-
-        The same global batch split the same way on every run of this world size: bit-exact.
-        """
-        w = self.world_size
-        if global_batch % w:
-            raise ConfigError(
-                f"config.global_batch: {global_batch} rows do not split evenly over {w} ranks"
-            )
-        rows = global_batch // w
-        micro = min(micro_batch, rows)
-        if rows % micro:
-            raise ConfigError(
-                f"config.micro_batch: {micro} does not divide each rank's share of {rows} rows "
-                f"(global batch {global_batch} over {w} ranks)"
-            )
-        return slice(self.rank * rows, (self.rank + 1) * rows), micro
-
     def average(
-        self, model: torch.nn.Module, loss: torch.Tensor
+        self, model: torch.nn.Module, loss: torch.Tensor, over: int | None = None
     ) -> tuple[list[torch.nn.Parameter], float]:
-        """Every rank's gradients and loss summed as one flat tensor, then divided by the world
-        size (what DDP does, without wrapping the model: its state_dict keys stay). The
-        gradients are replaced in place (a missing one counts as zeros); returns the parameters
-        and the mean loss, the same on every rank."""
-        params = [p for p in model.parameters() if p.requires_grad]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1).float() for g in grads] + [loss.reshape(1).float()])
+        """Every rank's gradients and loss summed as one flat tensor, then divided by ``over``
+        (the world size, or an elastic job's logical ranks: each rank's gradients are then the
+        sum over its logical ranks). What DDP does, without wrapping the model: its state_dict
+        keys stay. The gradients are replaced in place (a missing one counts as zeros); returns
+        the parameters and the mean loss, the same on every rank."""
+        params = trained(model)
+        flat = flatten(params, loss)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat /= self.world_size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-        return params, float(flat[-1])
+        flat /= over or self.world_size
+        return params, unflatten(params, flat)
+
+    def average_in_order(
+        self, model: torch.nn.Module, vectors: list[torch.Tensor], layout: Layout
+    ) -> tuple[list[torch.nn.Parameter], float]:
+        """The deterministic reduce: ``vectors`` are this rank's logical ranks' own gradients and
+        loss (``flatten``, in block order); every rank gathers every logical rank's and sums them
+        in logical order 0..L-1 before dividing by L, so the bits do not depend on how the
+        logical ranks were spread over the ranks. The gradients are replaced in place."""
+        params = trained(model)
+        width = layout.widest_block
+        mine = torch.zeros((width, vectors[0].numel()), dtype=vectors[0].dtype, device=self.device)
+        for i, v in enumerate(vectors):
+            mine[i].copy_(v)
+        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(gathered, mine)
+        ordered = [
+            gathered[p][i]
+            for p in range(self.world_size)
+            for i in range(len(block(p, self.world_size, layout.logical_ranks)))
+        ]
+        acc = ordered[0].clone()
+        for v in ordered[1:]:
+            acc += v
+        acc /= layout.logical_ranks
+        return params, unflatten(params, acc)
 
     def agree(self, *, save: bool, stop: bool, checkpoint: bool) -> Agreed:
         """One tiny all-reduce (MAX) of this rank's wishes at a step boundary."""
@@ -94,6 +95,32 @@ class Group:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         save_all, stop_all, checkpoint_all = (bool(f) for f in flags.tolist())
         return Agreed(save=save_all, stop=stop_all, checkpoint=checkpoint_all)
+
+
+def trained(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters a step reduces (those that require a gradient), in the model's order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def flatten(params: list[torch.nn.Parameter], loss: torch.Tensor) -> torch.Tensor:
+    """The gradients of ``params`` and the loss as one new float vector; a parameter without a
+    gradient is given zeros (so every rank's vector has the same layout)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params if p.grad is not None]
+    return torch.cat([g.reshape(-1).float() for g in grads] + [loss.reshape(1).float()])
+
+
+def unflatten(params: list[torch.nn.Parameter], flat: torch.Tensor) -> float:
+    """Copy a ``flatten`` vector back into the gradients; returns its loss."""
+    offset = 0
+    for p in params:
+        g = p.grad
+        assert g is not None
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return float(flat[-1])
 
 
 def check(rv: Rendezvous, device: torch.device) -> None:
@@ -107,6 +134,11 @@ def check(rv: Rendezvous, device: torch.device) -> None:
         )
     if not 0 <= rv.node_rank < rv.nnodes:
         raise ConfigError(f"rendezvous: node rank {rv.node_rank} outside 0..{rv.nnodes - 1}")
+    if rv.logical_ranks is not None and not 1 <= rv.world_size <= rv.logical_ranks:
+        raise ConfigError(
+            f"logical_ranks: {rv.logical_ranks} logical ranks cannot spread over "
+            f"{rv.world_size} ranks (each rank needs at least one)"
+        )
 
 
 @contextlib.contextmanager

@@ -30,6 +30,10 @@ class ProgressMeter:
         """The loss of the last step taken."""
         self.tokens = 0
         """Tokens in one global batch, for tokens/s."""
+        self.global_batch = 0
+        """Rows of each step over the whole group (an elastic group keeps it when it shrinks)."""
+        self.world_size = 1
+        """Ranks training each step."""
 
     def stepped(self, now: float, step: int, loss: float) -> None:
         """Step ``step`` ended at ``now`` (time.monotonic) with this loss."""
@@ -66,5 +70,7 @@ class ProgressMeter:
                 micro_batch=micro_batch,
                 accumulation=rows // micro_batch,
                 epoch=self.control.epoch,
+                global_batch=self.global_batch,
+                world_size=self.world_size,
             )
         )

@@ -46,6 +46,14 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def derived_seed(*parts: int) -> int:
+    """A seed that is a stable function of ``parts`` (sha256, the same on every host and run):
+    an elastic job seeds each logical rank's share of a step from (seed, logical rank, data
+    position), so its dropout does not depend on which host runs it or on the world size."""
+    digest = hashlib.sha256("/".join(str(int(p)) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
 def params_sha256(model: torch.nn.Module) -> str:
     """sha256 over every parameter (name, dtype, shape, bytes), in name order."""
     h = hashlib.sha256()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from executors.control import Control
@@ -9,6 +10,9 @@ from executors.inject import Injections
 from executors.publish import Emit
 from executors.trainer import Trainer, pick_device
 from protocol.spec import JobSpec
+
+PROGRESS_ENV = "HOTSPARE_PROGRESS_S"
+"""Seconds between Progress reports (default 0.5); tests set 0 to see every step's loss."""
 
 
 class TorchKind:
@@ -25,5 +29,11 @@ class TorchKind:
         injections: Injections,
     ) -> Trainer:
         return Trainer(
-            spec, workdir, emit, control=control, device=pick_device(device), injections=injections
+            spec,
+            workdir,
+            emit,
+            control=control,
+            device=pick_device(device),
+            injections=injections,
+            progress_interval_s=float(os.environ.get(PROGRESS_ENV, "0.5")),
         )

@@ -8,6 +8,15 @@ takes its contiguous share of every global batch, the gradients and the loss are
 over the ranks (``executors.dist``), and at each step boundary the ranks agree on saving and
 stopping (``executors.boundary``), so every one checkpoints the same steps and stops at the
 same step. Progress reports are made by ``executors.progress``.
+
+An elastic job (``logical_ranks`` in the rendezvous) expresses that work as a fixed number of
+logical ranks whatever the number of members (``executors.logical``): each rank runs its block
+of them one after another, each over its own rows with its RNGs seeded from (seed, logical
+rank, data position), so the global batch, the data order and the dropout are the planned
+run's at any world size, and any member's checkpoint loads on any other. With
+``deterministic_reduce`` each logical rank's gradients are gathered and summed in logical
+order (bit-exact across world sizes); without it, one all-reduce of each rank's sum.
+A fixed-size group is the same loop with one logical rank per rank (and no reseeding).
 """
 
 from __future__ import annotations
@@ -20,12 +29,12 @@ from typing import Any
 
 import torch
 
-from executors import exitcodes, rng
+from executors import exitcodes, logical, rng
 from executors.boundary import Boundary, Halt
 from executors.checkpoint import CheckpointManager, CorruptCheckpoint, Emit, Loaded
 from executors.control import Control
 from executors.device import is_oom, make_deterministic, pick_device
-from executors.dist import Group, joined
+from executors.dist import Group, flatten, joined, trained
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.progress import ProgressMeter
@@ -94,12 +103,16 @@ class Trainer:
             lease_valid=self.control.lease_valid,
             node_rank=rv.node_rank if rv else None,
             nnodes=rv.nnodes if rv else 1,
+            any_shard=rv is not None and rv.logical_ranks is not None,
         )
         self.group: Group | None = None
         """This epoch's process group, while a multi-host run is in it."""
-        self._share = slice(None)
-        """This rank's rows of each global batch (all of them on one host)."""
-        self._rows = 0
+        self._logical_ranks = rv.logical_ranks if rv else None
+        """An elastic job's logical ranks (None: one per rank)."""
+        self._in_order = rv is not None and rv.logical_ranks is not None and rv.deterministic_reduce
+        """The deterministic reduce: each logical rank's gradients apart, summed in order."""
+        self.layout: logical.Layout
+        """This rank's logical ranks and their rows of each global batch."""
         self.state = TrainState()
         self.saved_step: int | None = None
         self.stall_s = 0.0
@@ -128,6 +141,8 @@ class Trainer:
     def _run(self) -> Outcome:
         make_deterministic(self.device)
         self._build()
+        if self._logical_ranks is not None:
+            self.emit(Log(level="info", text=self.layout.describe()))
         failed = self._resume()
         if failed is not None:
             return failed
@@ -156,13 +171,21 @@ class Trainer:
         ctx = WorkloadContext(seed=self.spec.seed, device=self.device)
         if g is not None:
             ctx = replace(ctx, rank=g.rank, world_size=g.world_size)
-        self.workload = self._factory(self.spec.config, ctx)
-        micro, self._rows = self.workload.micro_batch, self.workload.global_batch
-        if g is not None:
-            self._share, micro = g.share(self.workload.global_batch, micro)
-            self._rows = self._share.stop - self._share.start
+        self.workload = w = self._factory(self.spec.config, ctx)
+        if g is None:
+            self.layout = logical.plan(w.global_batch, w.micro_batch, logical_ranks=1)
+        else:
+            self.layout = logical.plan(
+                w.global_batch,
+                w.micro_batch,
+                logical_ranks=self._logical_ranks or g.world_size,
+                world_size=g.world_size,
+                rank=g.rank,
+                elastic=self._logical_ranks is not None,
+            )
             rng.seed_all(self.spec.seed + g.rank)  # the same model on every rank, its own dropout
-        self.state = TrainState(micro_batch=micro)
+        self.meter.global_batch, self.meter.world_size = w.global_batch, self.layout.world_size
+        self.state = TrainState(micro_batch=self.layout.micro_batch)
 
     def _resume(self) -> Outcome | None:
         """Restore the training state; an Outcome only when a member cannot (the run ends)."""
@@ -201,6 +224,19 @@ class Trainer:
         self.state.load_state_dict(loaded.state["train"])
         rng.restore(loaded.state["rng"])
         self.saved_step = self.state.step
+        saved_micro, self.state.micro_batch = (
+            self.state.micro_batch,
+            self.layout.fit(self.state.micro_batch),
+        )
+        if self.state.micro_batch != saved_micro:
+            self.emit(
+                Log(
+                    level="info",
+                    text=f"micro-batch {saved_micro} of the checkpoint does not divide each "
+                    f"logical rank's {self.layout.rows_per_logical} rows; now "
+                    f"{self.state.micro_batch}",
+                )
+            )
 
     # ------------------------------------------------------------ boundaries
 
@@ -266,12 +302,10 @@ class Trainer:
         step = self.state.step + 1
         batch = self.workload.batch(self.state.data_index)
         self.meter.tokens = self.workload.tokens(batch)
-        if self.group is not None:
-            batch = [t[self._share] for t in batch]
         before = rng.capture()
         while True:
             try:
-                mean = self._forward_backward(batch, step)
+                shares = self._forward_backward(batch, step)
                 break
             except Exception as e:
                 if not is_oom(e):
@@ -279,7 +313,7 @@ class Trainer:
                 self.workload.optimizer.zero_grad(set_to_none=True)
                 self._degrade(step, e)
                 rng.restore(before)
-        params, loss = self._reduced(mean)
+        params, loss = self._reduced(shares)
         norm = torch.nn.utils.clip_grad_norm_(params, self.workload.grad_clip or math.inf)
         if not (math.isfinite(loss) and math.isfinite(float(norm))):
             self._rollback(step, loss)
@@ -291,38 +325,67 @@ class Trainer:
         self.state.data_index += 1
         return loss
 
-    def _reduced(self, mean: torch.Tensor) -> tuple[list[torch.nn.Parameter], float]:
+    def _reduced(self, shares: list[torch.Tensor]) -> tuple[list[torch.nn.Parameter], float]:
         """The parameters to clip and step and the loss: this host's own, or averaged over the
-        group (then every rank sees the same loss and decides a rollback alike)."""
+        group's logical ranks (then every rank sees the same loss and decides a rollback alike)."""
         model = self.workload.model
         if self.group is None:
+            (mean,) = shares
             return [p for p in model.parameters() if p.grad is not None], float(mean)
-        return self.group.average(model, mean)
+        if self._in_order:
+            return self.group.average_in_order(model, shares, self.layout)
+        total = shares[0]
+        for mean in shares[1:]:
+            total = total + mean
+        return self.group.average(model, total, over=self.layout.logical_ranks)
 
-    def _forward_backward(self, batch: Any, step: int) -> torch.Tensor:
-        """Forward and backward over the micro-batches; the mean loss (a tensor: no sync)."""
+    def _forward_backward(self, batch: Any, step: int) -> list[torch.Tensor]:
+        """Forward and backward over this rank's logical ranks' rows of the global batch, in
+        order; per logical rank its mean loss (a tensor: no sync), or with the deterministic
+        reduce its own gradients and loss as one vector (their gradients kept apart)."""
+        model = self.workload.model
+        shares = []
+        for n, rank in enumerate(self.layout.ranks):
+            if self._logical_ranks is not None:
+                rng.seed_all(rng.derived_seed(self.spec.seed, rank, self.state.data_index))
+            if self._in_order:
+                model.zero_grad(set_to_none=True)  # so a -0.0 or +0.0 cannot differ either
+            rows = self.layout.rows(rank)
+            mean = self._micro_batches([t[rows] for t in batch], step, first=n == 0)
+            shares.append(flatten(trained(model), mean) if self._in_order else mean)
+        return shares
+
+    def _micro_batches(self, rows: Any, step: int, *, first: bool) -> torch.Tensor:
+        """Forward and backward over one logical rank's rows in micro-batches (the gradients
+        accumulate); the mean loss. Injections fire in the first micro-batch of the first."""
         mb = self.state.micro_batch
-        accumulation = self._rows // mb
+        accumulation = self.layout.rows_per_logical // mb
         total = torch.zeros((), device=self.device)
         for i in range(accumulation):
-            micro = [t[i * mb : (i + 1) * mb] for t in batch]
-            if i == 0 and self.inj.take("oom", step):
+            micro = [t[i * mb : (i + 1) * mb] for t in rows]
+            inject = first and i == 0
+            if inject and self.inj.take("oom", step):
                 raise torch.OutOfMemoryError(
                     f"injected out of memory at step {step} (HOTSPARE_INJECT)"
                 )
-            if i == 0 and self.inj.take("crash", step):
+            if inject and self.inj.take("crash", step):
                 raise RuntimeError(f"injected crash at step {step} (HOTSPARE_INJECT)")
             loss = self.workload.loss(micro)
-            if i == 0 and self.inj.take("nan", step):
+            if inject and self.inj.take("nan", step):
                 loss = loss * math.nan
             (loss / accumulation).backward()
             total += loss.detach()
         return total / accumulation
 
     def _degrade(self, step: int, e: BaseException) -> None:
-        """Out of memory: halve the micro-batch and double accumulation; the global batch stays."""
-        g, mb = self.workload.global_batch, self.state.micro_batch
-        smaller = next((d for d in range(mb // 2, 0, -1) if self._rows % d == 0), None)
+        """Out of memory: halve the micro-batch and double accumulation (within each logical
+        rank's rows); the global batch stays."""
+        g, mb, rows = (
+            self.workload.global_batch,
+            self.state.micro_batch,
+            self.layout.rows_per_logical,
+        )
+        smaller = next((d for d in range(mb // 2, 0, -1) if rows % d == 0), None)
         if smaller is None:
             raise RuntimeError(f"out of memory at step {step} with micro-batch 1: {e}") from e
         if self.device.type == "cuda":
@@ -333,7 +396,7 @@ class Trainer:
                 fault=FaultKind.OOM.value,
                 step=step,
                 message=f"out of memory at step {step} with micro-batch {mb}; now micro-batch {smaller} x "
-                f"{self._rows // smaller} accumulation (global batch {g})",
+                f"{rows // smaller} accumulation (global batch {g})",
             )
         )
 
@@ -390,4 +453,4 @@ class Trainer:
     # --------------------------------------------------------------- progress
 
     def _progress(self, force: bool = False) -> None:
-        self.meter.report(self.state.step, self.state.micro_batch, self._rows, force)
+        self.meter.report(self.state.step, self.state.micro_batch, self.layout.local_rows, force)

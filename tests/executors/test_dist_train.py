@@ -24,7 +24,8 @@ import torch.distributed
 from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
-from executors.dist import GLOO_IFNAME, Group, interface_of, joined
+from executors.dist import GLOO_IFNAME, interface_of, joined
+from executors.logical import plan
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.errors import ConfigError
 from protocol.messages import (
@@ -134,6 +135,8 @@ def start(
     epoch: int = 1,
     resume_step: int | None = None,
     address: str = "127.0.0.1",
+    logical_ranks: int | None = None,
+    deterministic_reduce: bool = False,
 ) -> None:
     """Start every member on one rendezvous (a fresh port, as each epoch gets from the console)."""
     port = free_port()
@@ -145,6 +148,8 @@ def start(
             master_port=port,
             resume_step=resume_step,
             timeout_s=TIMEOUT_S,
+            logical_ranks=logical_ranks,
+            deterministic_reduce=deterministic_reduce,
         )
         m.client.send(Start(spec=spec, epoch=epoch, rendezvous=rv))
 
@@ -327,15 +332,18 @@ def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_proce
 
 
 def test_each_rank_takes_its_contiguous_share_of_the_global_batch() -> None:
-    def group(rank: int, n: int) -> Group:
-        rv = Rendezvous(node_rank=rank, addresses=["127.0.0.1"] * n, master_port=1)
-        return Group(rv, torch.device("cpu"))
+    """A fixed-size group: each rank is one logical rank (``executors.logical``)."""
 
-    assert [group(r, 2).share(8, 8) for r in (0, 1)] == [(slice(0, 4), 4), (slice(4, 8), 4)]
-    assert group(2, 3).share(12, 2) == (slice(8, 12), 2)
+    def share(rank: int, n: int, batch: int, micro: int) -> tuple[slice, int]:
+        layout = plan(batch, micro, logical_ranks=n, world_size=n, rank=rank, elastic=False)
+        (only,) = layout.ranks
+        return layout.rows(only), layout.micro_batch
+
+    assert [share(r, 2, 8, 8) for r in (0, 1)] == [(slice(0, 4), 4), (slice(4, 8), 4)]
+    assert share(2, 3, 12, 2) == (slice(8, 12), 2)
     with pytest.raises(
         ConfigError, match=r"^config.global_batch: 8 rows do not split evenly over 3 ranks$"
     ):
-        group(0, 3).share(8, 8)
+        share(0, 3, 8, 8)
     with pytest.raises(ConfigError, match=r"^config.micro_batch: 4 does not divide .* 6 rows"):
-        group(0, 2).share(12, 4)
+        share(0, 2, 12, 4)
