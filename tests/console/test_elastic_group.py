@@ -131,3 +131,43 @@ async def test_two_hosts_lost_at_once_never_shrink_below_min_hosts(tmp_path: Pat
     await asyncio.wait_for(task, 120)
     await ctl.close()
     assert sup.state is JobState.FAILED and sup.live.failure.value == "stopped"
+
+
+async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
+    tmp_path: Path, baseline: str
+) -> None:
+    """The console dies once it has placed the grown group (members a, c, d persisted, the
+    members stopped with a checkpoint, no epoch started on d). The next console finds no member
+    training and restarts the group: d loads the replica of the step the others wrote, not
+    step 0 (a bug: d was taken for a member with checkpoints of its own, none were found,
+    and the run began again from step 0)."""
+    inv = elastic_group(tmp_path)
+    ctl = controller(inv, hosts=("a", "b", "c", "d"))
+    sup = ctl.jobs["j"]
+    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    ctl.kill_host("b")
+    await until(
+        lambda: ctl.store.job("j").members == ["a", "c"] and sup.step >= 120,
+        120,
+        "training on a and c",
+    )
+    ctl.add_host("d", local_host(tmp_path / "d"))
+    await until(lambda: ctl.store.job("j").members == ["a", "c", "d"], 30, "the grown group")
+    stopped_at = max(m.step for m in shards(tmp_path / "a"))
+    task.cancel()  # the console dies mid-grow
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    again = controller(inv, hosts=("a", "b", "c", "d"))
+    await asyncio.wait_for(again.run(), 240)
+    await again.close()
+    sup2 = again.jobs["j"]
+    assert sup2.state is JobState.FINISHED, sup2.live.why
+    assert sup2.sha256 == baseline
+    grown = epochs(inv)
+    assert grown[:2] == [["a", "b", "c"], ["a", "c"]] and len(grown[-1]) == 3, grown
+    for members in grown:
+        assert len(set(members)) == len(members), f"a host twice in one epoch: {members}"
+    assert "d" not in grown[1] and "b" not in grown[1]
+    starts = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "port" in e.data]
+    assert all(e.data["resume"] for e in starts[1:]), "no epoch after the first began at step 0"
+    assert starts[-1].data["resume"] >= stopped_at, "nothing trained before the stop was lost"

@@ -61,11 +61,14 @@ class ResumeStep:
 
     async def step(self, replaced: list[int], *, planned: bool = False) -> int | None:
         """The newest whole step every member can load (``planned``: once the shards of the
-        members leaving, written at the stop, have reached the hosts taking their ranks): a survivor from its own checkpoints, a
-        new member from the replica of its shard on its host (promoted now). Whole: committed
-        (every shard reported), or every member's shard of it on disk under one epoch (members
-        that trained on while no console watched wrote steps none committed, and pruned the
-        committed ones). None: no such step; the group starts from step 0."""
+        members leaving, written at the stop, have reached the hosts taking their ranks), each
+        from its own checkpoints or else from a replica on its host (promoted now). Whole:
+        committed (every shard reported), or every member's shard of it on disk under one epoch
+        (members that trained on while no console watched wrote steps none committed, and
+        pruned the committed ones). None: no such step; the group starts from step 0.
+
+        ``replaced``: the node ranks new to their host (a console that restarted mid-move may
+        not know them; a replica is looked for on every member's host all the same)."""
         members = self._members()
         if planned:  # the leaving members' hosts are up: their last shards reach the spares
             for r in replaced:
@@ -73,17 +76,18 @@ class ResumeStep:
                 shard = 0 if self._any_shard else r
                 await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
         committed = self._commits.steps()
-        have = await asyncio.gather(
-            *(self._shards_on(r, h, r in replaced) for r, h in enumerate(members))
-        )
+        have = list(await asyncio.gather(*(self._shards_on(r, h) for r, h in enumerate(members))))
         step = _newest_whole(have, committed)
-        kept = [r for r in range(len(members)) if r not in replaced]
-        if self._any_shard and replaced and kept:
-            # a new member with no replica of the survivors' newest step (a host that was no
-            # spare) gets a survivor's shard of it: any shard loads on any member
-            best = _newest_whole([have[r] for r in kept], committed)
-            if best is not None and best != step:
-                await self._seed(best, members[kept[0]], have[kept[0]][best], replaced, have)
+        if self._any_shard:
+            # a member with no copy of the newest committed step some member wrote (a host that
+            # was no spare) gets that member's shard of it: any shard loads on any member
+            best = max(
+                (s for s in committed if any(self._own(r, s, have) for r in range(len(have)))),
+                default=None,
+            )
+            if best is not None and (step is None or best > step):
+                src = next(r for r in range(len(have)) if self._own(r, best, have))
+                await self._seed(best, members[src], have[src][best], have)
                 step = _newest_whole(have, committed)
         if step is None:
             if committed:
@@ -93,14 +97,15 @@ class ResumeStep:
                     job=self._name,
                 )
             return None
-        for r in replaced:
-            host = members[r]
+        for r, host in enumerate(members):
+            if self._own(r, step, have):
+                continue
             try:
                 await promote(
                     self._fleet.hosts[host].transport,
                     self._inv.python(host),
                     have[r][step][1],
-                    posixpath.join(self._launcher.workdir(host), "checkpoints"),
+                    self._checkpoints(host),
                     step,
                 )
             except TransportError as e:
@@ -110,40 +115,37 @@ class ResumeStep:
         self._incident.phase("transfer_done", host=",".join(members), replica_step=step)
         return step
 
-    async def _seed(
-        self,
-        step: int,
-        source: str,
-        held: Held,
-        replaced: list[int],
-        have: list[dict[int, Held]],
-    ) -> None:
-        """Copy ``source``'s shard of ``step`` to each replaced member that lacks it (as a
-        replica, verified there), noting it in ``have``."""
+    def _own(self, r: int, step: int, have: list[dict[int, Held]]) -> bool:
+        """Does member ``r`` hold ``step`` in its own checkpoints (not only as a replica)?"""
+        held = have[r].get(step)
+        return held is not None and held[1] == self._checkpoints(self._members()[r])
+
+    def _checkpoints(self, host: str) -> str:
+        return posixpath.join(self._launcher.workdir(host), "checkpoints")
+
+    async def _seed(self, step: int, source: str, held: Held, have: list[dict[int, Held]]) -> None:
+        """Copy ``source``'s own shard of ``step`` to each member that lacks it (as a replica,
+        verified there), noting it in ``have``."""
         members, manifest = self._members(), held[2]
         path = checkpoint_file(self._inv.host_root(source), self._name, step)
-        for r in replaced:
+        for r, host in enumerate(members):
             if step in have[r]:
                 continue
             src = Source(source, path, manifest, shard=manifest.node_rank)
-            if await self._replicator.copy(self._name, members[r], src):
-                folder = self._replica_folder(members[r], manifest.node_rank or 0)
+            if await self._replicator.copy(self._name, host, src):
+                folder = self._replica_folder(host, manifest.node_rank or 0)
                 have[r][step] = (held[0], folder, manifest)
 
     def _replica_folder(self, host: str, shard: int) -> str:
         return replica_dir(self._inv.host_root(host), shard_key(self._name, shard))
 
-    async def _shards_on(self, shard: int, host: str, replica: bool) -> dict[int, Held]:
-        """Steps of ``shard`` that ``host`` holds complete (replicas, or its own checkpoints),
-        each with the epoch it was written under and the folder it is in. Where shards are
-        interchangeable (logical ranks), a replica of any rank's shard will do."""
-        if not replica:
-            folders = [posixpath.join(self._launcher.workdir(host), "checkpoints")]
-        elif self._any_shard:
-            others = [k for k in range(self._shards) if k != shard]
-            folders = [self._replica_folder(host, k) for k in [shard, *others]]
-        else:
-            folders = [self._replica_folder(host, shard)]
+    async def _shards_on(self, shard: int, host: str) -> dict[int, Held]:
+        """Steps of ``shard`` that ``host`` holds complete, each with the epoch it was written
+        under and the folder it is in: its own checkpoints first, then the replicas there of
+        that shard (where shards are interchangeable, of any rank's)."""
+        others = [k for k in range(self._shards) if k != shard] if self._any_shard else []
+        folders = [self._checkpoints(host)]
+        folders += [self._replica_folder(host, k) for k in [shard, *others]]
         listed = await asyncio.gather(*(self._manifests(host, f) for f in folders))
         found: dict[int, Held] = {}
         for folder, manifests in zip(folders, listed, strict=True):
