@@ -59,6 +59,7 @@ BENCHES = [
     Bench("restart_vs_torchrun", "restart_vs_torchrun.py", [], ["--quick"], 1800, 900),
     Bench("multihost_torchrun", "multihost_torchrun.py", [], ["--quick"], 1200, 600),
     Bench("multihost_restart", "multihost_restart.py", [], ["--quick"], 2400, 900),
+    Bench("elastic_reduce", "elastic_reduce.py", [], ["--quick"], 900, 300),
 ]
 
 
