@@ -171,3 +171,53 @@ async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
     starts = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "port" in e.data]
     assert all(e.data["resume"] for e in starts[1:]), "no epoch after the first began at step 0"
     assert starts[-1].data["resume"] >= stopped_at, "nothing trained before the stop was lost"
+
+
+async def test_the_newcomer_lost_mid_grow_leaves_the_group_shrunk_not_stuck(
+    tmp_path: Path, baseline: str
+) -> None:
+    """A fault during recovery: the host the group grows onto dies as the grow begins. The
+    group, stopped for the grow, goes on at the size it had (the newcomer is lost like any
+    member) and still ends bit-exact."""
+    inv = elastic_group(tmp_path)
+    ctl = controller(inv, hosts=("a", "b", "c", "d"))
+    sup = ctl.jobs["j"]
+    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    ctl.kill_host("b")
+    await until(
+        lambda: ctl.store.job("j").members == ["a", "c"] and sup.step >= 120,
+        120,
+        "training on a and c",
+    )
+    ctl.add_host("d", local_host(tmp_path / "d"))
+    await until(
+        lambda: any("grow" in e.data for e in journal(inv) if e.kind is Kind.PLACEMENT),
+        30,
+        "the grow ordered",
+    )
+    ctl.kill_host("d")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "c"], "d is down: the group stays at 2"
+    sizes = [len(m) for m in epochs(inv)]
+    assert min(sizes) >= 2, f"never below min_hosts: {sizes}"
+
+
+async def test_draining_a_member_with_no_spare_shrinks_with_zero_lost_steps(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = elastic_group(tmp_path)
+    ctl = controller(inv, hosts=("a", "b", "c"))
+    sup = ctl.jobs["j"]
+    task = await start(ctl, lambda: sup.step >= 50, 120, "step 50")
+    ctl.drain_host("b")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert epochs(inv) == [["a", "b", "c"], ["a", "c"]], "b drained stays out"
+    (inc,) = incidents(journal(inv))
+    assert (inc.fault_class, inc.cause, inc.planned) == ("shrunk", "drain", True)
+    assert inc.lost_steps == 0, "a planned stop checkpoints the step reached"
