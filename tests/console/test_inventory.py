@@ -782,3 +782,21 @@ def test_an_elastic_job_s_size_and_logical_ranks(tmp_path: Path) -> None:
     assert (inv.min_hosts("x"), inv.logical_ranks("x")) == (2, 6)
     assert (inv.min_hosts("f"), inv.logical_ranks("f")) == (2, 2), "not elastic: all its hosts"
     assert inv.logical_ranks("c") is None, "a command keeps its own batch"
+
+
+def test_the_shipped_inventory_s_commented_elastic_job_loads_when_uncommented(
+    tmp_path: Path,
+) -> None:
+    """The example a reader copies must be valid: its hosts made local, uncommented, loaded."""
+    text = SHIPPED.read_text(encoding="utf-8")
+    example = text[text.index("# [jobs.big]") :]
+    jobs = "\n".join(line.removeprefix("# ").removeprefix("#") for line in example.splitlines())
+    hosts = "".join(
+        f'[hosts.gpu-{i}]\nregion = "r"\ntransport = "local"\nroot = "{tmp_path / str(i)}"\n'
+        for i in (1, 2, 3)
+    )
+    path = tmp_path / "inventory.toml"
+    path.write_text("[regions.r]\n" + hosts + jobs + "\n", encoding="utf-8")
+    inv = load(path)
+    assert (inv.min_hosts("big"), inv.logical_ranks("big")) == (2, 3)
+    assert inv.jobs["big"].placement.deterministic_reduce
