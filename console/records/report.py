@@ -1,7 +1,8 @@
 """``hotspare report``: a post-mortem of the journal, as markdown.
 
 For each incident: its timeline, fault class, time to detect, the MTTR breakdown (detect,
-decide, transfer, start, load, first step) and the steps lost.
+decide, transfer, start, load, first step) and the steps lost; for an elastic job that
+trained at several sizes, its throughput at each.
 """
 
 from __future__ import annotations
@@ -25,12 +26,27 @@ def _fmt(x: float | None, unit: str = "s") -> str:
     return "-" if x is None else f"{x:.2f} {unit}"
 
 
-def render(found: list[Incident], finished: dict[str, str], out: TextIO) -> None:
+def render(
+    found: list[Incident],
+    finished: dict[str, str],
+    out: TextIO,
+    rates: dict[str, dict[int, list[float]]] | None = None,
+) -> None:
     out.write("# hotspare post-mortem\n\n")
     if finished:
         out.write("## Jobs finished\n\n| job | params sha256 |\n|---|---|\n")
         for job, sha in sorted(finished.items()):
             out.write(f"| {job} | `{sha}` |\n")
+        out.write("\n")
+    resized = {job: by for job, by in (rates or {}).items() if len(by) > 1}
+    if resized:
+        out.write(
+            "## Throughput by size\n\n| job | ranks | steps/s (median) | samples |\n"
+            "|---|---|---|---|\n"
+        )
+        for job, by in sorted(resized.items()):
+            for n, xs in sorted(by.items(), reverse=True):
+                out.write(f"| {job} | {n} | {statistics.median(xs):.2f} | {len(xs)} |\n")
         out.write("\n")
     if not found:
         out.write("No incidents.\n")
@@ -120,9 +136,19 @@ def write_report(state_dir: Path, out: TextIO) -> int:
             file=sys.stderr,
         )
         return 2
-    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED)))
+    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED, Kind.PROGRESS)))
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }
-    render(incidents(events), finished, out)
+    render(incidents(events), finished, out, throughput(events))
     return 0
+
+
+def throughput(events: list[Event]) -> dict[str, dict[int, list[float]]]:
+    """Each job's steps/s samples (the journal's progress lines) by the ranks it trained on."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for e in events:
+        rate, size = e.data.get("steps_per_s"), e.data.get("world_size")
+        if e.kind is Kind.PROGRESS and e.job and isinstance(size, int) and rate:
+            out.setdefault(e.job, {}).setdefault(size, []).append(float(rate))
+    return out

@@ -152,3 +152,21 @@ def test_a_shrink_is_an_incident_of_class_shrunk_caused_by_the_loss(tmp_path: Pa
     assert "| demo | c | shrunk |" in text
     assert "- caused by: host_lost\n" in text
     assert "- size: 3 -> 2 of 3 hosts\n" in text
+
+
+def test_the_report_gives_an_elastic_job_s_throughput_at_each_size(tmp_path: Path) -> None:
+    from console.records.report import write_report
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    for rate, size in ((4.0, 3), (4.2, 3), (2.9, 2), (4.1, 3)):
+        data = {"step": 1, "loss": 1.0, "steps_per_s": rate, "world_size": size}
+        journal.record(Kind.PROGRESS, "big: step", job="big", data=data)
+    journal.record(
+        Kind.PROGRESS, "one: step", job="one", data={"steps_per_s": 9.0, "world_size": 1}
+    )
+    journal.close()
+    out = io.StringIO()
+    assert write_report(tmp_path, out) == 0
+    text = out.getvalue()
+    assert "| big | 3 | 4.10 | 3 |\n| big | 2 | 2.90 | 1 |\n" in text
+    assert "| one |" not in text, "a job that trained at one size has no such table"
