@@ -11,6 +11,19 @@ restarted. What is checked: the final params_sha256 is the uninterrupted three-h
 (/proc); every resume of a committed step of the member's own shard (events.jsonl); no stale
 publish or step after a newer epoch began (the disks: chaos.fencing); every fault an
 incident of its class in ``hotspare report``. See chaos.group_checks.
+
+Elastic mode (``GroupEpisode(cfg, elastic=True)``, ``scripts/chaos --group --elastic``): the
+same job with ``min_hosts = 2`` and ``deterministic_reduce``, on three hosts and no spare, so
+a lost member shrinks the group to its survivors (renumbered), and a killed or cut host, healed
+once the shrunk group runs, is free again and the group grows back onto it. The checks then
+mean: the final params_sha256 is the uninterrupted three-host run's (deterministic reduce);
+never two trainers on one host, nor as one node rank of one epoch, nor on a host after an
+epoch without it began (/proc); every load of a step some earlier epoch committed at its own
+size, any member's shard; no stale publish or step; every fault an incident (a shrink whose
+cause is the fault's class); every grow resolved with 0 lost steps; no epoch below min_hosts.
+A fault comes only when the group is at full size again (min_hosts + 1 = 3 members here: a
+fault that left it at min_hosts - 1 would only make it wait) and has committed a step at that
+size since its last recovery.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from chaos.fleet import Fleet, JobPlan, wait_until
 from chaos.observe import job_view
 from chaos.procs import Sampler
 from chaos.schedule import FAULT_TIMEOUT_S, Scheduler
+from console.records.incidents import incidents
 from console.records.journal import Event, Kind
 
 JOB = "j"
@@ -50,6 +64,8 @@ EXPECT = {"sigstop": ("executor_hang", "host_lost")}
 host_lost before it learns (by the lock's pid) that the host is up and the executor hung."""
 CONSOLE_EXIT_S = 240.0
 PER_EPISODE = 4
+ELASTIC = {"min_hosts": 2, "deterministic_reduce": True}
+"""What makes the job elastic (with no spare and no other host: a loss shrinks it)."""
 GAP_STEPS = (10, 40)
 """Steps trained between a recovery (and a checkpoint after it) and the next fault."""
 
@@ -58,12 +74,16 @@ class GroupFleet(Fleet):
     """Five sshd hosts, each in a routed namespace of its own (members reach each other's data
     address through this one), their disks plain folders (no disk faults here)."""
 
+    elastic: bool = False
+
     @classmethod
-    def build_group(cls) -> GroupFleet:
+    def build_group(cls, elastic: bool = False) -> GroupFleet:
+        """The members and the spares; elastic: the members alone (no other host)."""
         folder = Path(tempfile.mkdtemp(prefix="czg-", dir="/tmp"))
         fleet = cls(folder, SshBed(folder / "bed"))
+        fleet.elastic = elastic
         try:
-            names = (*MEMBERS, *SPARES)
+            names = MEMBERS if elastic else (*MEMBERS, *SPARES)
             for name, index in zip(names, netbed.free_indices(len(names)), strict=True):
                 fleet.hosts[name] = netbed.ns_host(fleet.bed, index, name, routed=True)
         except BaseException:
@@ -72,12 +92,13 @@ class GroupFleet(Fleet):
         return fleet
 
     def write_group_inventory(self, over: dict[str, Any]) -> Path:
-        job = {**group_job(**over), "hosts": list(MEMBERS), "spares": list(SPARES)}
+        spares = [] if self.elastic else list(SPARES)
+        job = {**group_job(**over), "hosts": list(MEMBERS), "spares": spares}
         hosts = {
             name: h.inventory_table("r1", **({"role": "spare"} if name in SPARES else {}))
             for name, h in self.hosts.items()
         }
-        self.jobs = [JobPlan(JOB, MEMBERS[0], SPARES[0], int(job["steps"]), int(job["seed"]))]
+        self.jobs = [JobPlan(JOB, MEMBERS[0], (spares or [""])[0], job["steps"], job["seed"])]
         self.inventory = write_inventory(
             self.folder / "inventory.toml", hosts=hosts, jobs={JOB: job}
         )
@@ -101,6 +122,7 @@ class GroupScheduler(Scheduler):
 
     rank: int | None = None
     """The node rank of the last target."""
+    elastic: bool = False
 
     def _target(self, job: str, during: bool) -> fz.Target:
         events = self.fleet.journal()
@@ -114,7 +136,11 @@ class GroupScheduler(Scheduler):
 
     def _settle(self, job: str) -> bool:
         """As for one host, and until the spare holds every member's shard of one step: a host
-        lost before any step was replicated would only start the group again from step 0."""
+        lost before any step was replicated would only start the group again from step 0.
+        Elastic: first until the group is back at full size (the host the last fault took,
+        healed, grown onto) and has committed a step at that size since."""
+        if self.elastic:
+            return self._full(job) and super()._settle(job)
         if not super()._settle(job):
             return False
 
@@ -126,6 +152,35 @@ class GroupScheduler(Scheduler):
             return spare is not None and bool(common_steps(self.fleet.replicas(spare, job)))
 
         return wait_until(replicated, FAULT_TIMEOUT_S, f"{job}'s shards on its spare") is True
+
+    def _full(self, job: str) -> bool:
+        """Until the newest epoch has every planned member, runs with nothing open, and has
+        committed a step (every member's shard of it written): a fault then shrinks the group
+        from its full size, and a shrink has a step of every member to resume from. False once
+        the job has finished."""
+
+        def full() -> bool | str:
+            self.fleet.check_console()
+            events = self.fleet.journal()
+            v = job_view(events, job)
+            if v.finished:
+                return "finished"
+            eps = gc.epochs(events, job)
+            if v.state != "running" or v.open_incidents or not eps:
+                return False
+            if len(eps[-1].members) < len(MEMBERS) or eps[-1].number != v.epoch:
+                return False
+            return any(
+                e.kind is Kind.CHECKPOINT
+                and e.job == job
+                and e.data.get("committed")
+                and e.data.get("epoch") == v.epoch
+                and e.t > v.running_since
+                for e in events
+            )
+
+        what = f"{job} back at {len(MEMBERS)} members, with a step committed at that size"
+        return wait_until(full, FAULT_TIMEOUT_S, what) is True
 
     def _inject(self, job: str, kind: str) -> fz.Injected:
         f = super()._inject(job, kind)
@@ -162,15 +217,25 @@ def victims(results: list[Result]) -> str:
     )
 
 
-def spec_for(kinds: list[str]) -> dict[str, Any]:
-    """Steps for the faults (in multiples of 120, so that few baselines are needed)."""
+def spec_for(kinds: list[str], elastic: bool = False) -> dict[str, Any]:
+    """Steps for the faults (in multiples of 120, so that few baselines are needed); elastic:
+    the job's elastic settings too, and twice the steps (it trains on while shrunk, until the
+    host is healed and grown onto)."""
+    if elastic:
+        return {"steps": 240 * (1 + len(kinds)), "checkpoint_every_steps": 20, **ELASTIC}
     return {"steps": 120 * (1 + len(kinds)), "checkpoint_every_steps": 20}
 
 
 class GroupEpisode:
-    def __init__(self, cfg: Config, over: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, cfg: Config, over: dict[str, Any] | None = None, *, elastic: bool = False
+    ) -> None:
+        """``over``: the job's settings over groupbed.group_job's (elastic: with ELASTIC's)."""
         self.cfg = cfg
-        self.over = over if over is not None else spec_for(cfg.kinds)
+        self.elastic = elastic
+        self.over = over if over is not None else spec_for(cfg.kinds, elastic)
+        if elastic:
+            self.over = {**ELASTIC, **self.over}
         self.rng = random.Random(cfg.seed)
         self.result = Result(cfg.seed)
         self._checked = False
@@ -188,7 +253,7 @@ class GroupEpisode:
             r.violations.append(f"the uninterrupted run failed: {e!r} ({_where(e)})")
             return r
         self._say(f"seed {self.cfg.seed}: uninterrupted run {time.monotonic() - t0:.1f} s")
-        fleet = GroupFleet.build_group()
+        fleet = GroupFleet.build_group(self.elastic)
         sampler: Sampler | None = None
         disk: DiskWatch | None = None
         try:
@@ -200,6 +265,7 @@ class GroupEpisode:
             sched = GroupScheduler(
                 fleet, self.rng, self.cfg.kinds, self.cfg.gap_steps, self.cfg.overlap, {}, self._say
             )
+            sched.elastic = self.elastic
             try:
                 sched.run()
             finally:
@@ -244,9 +310,16 @@ class GroupEpisode:
         self._fencing(fleet, sampler, disk, events)
         r.violations += inv.checkpoint_epochs(events, list(workdirs.values()), JOB)
         eps = gc.epochs(events, JOB)
-        bad, r.loads = gc.committed_loads(workdirs, eps, disk, JOB, len(MEMBERS))
-        r.violations += bad
-        r.violations += gc.memberships(events, r.faults, JOB)
+        if self.elastic:
+            bad, r.loads = gc.elastic_loads(workdirs, eps, JOB)
+            r.violations += bad
+            r.violations += gc.elastic_memberships(eps, r.faults, JOB)
+            r.violations += gc.sizes(eps, JOB, int(self.over["min_hosts"]), len(MEMBERS))
+            r.violations += gc.grows(incidents(events), JOB)
+        else:
+            bad, r.loads = gc.committed_loads(workdirs, eps, disk, JOB, len(MEMBERS))
+            r.violations += bad
+            r.violations += gc.memberships(events, r.faults, JOB)
         r.report = fleet.report()
         r.matches, r.leftover, r.by_overlap = inv.match_incidents(events, r.faults, r.report)
         r.false_failovers = len(inv.false_failovers(r.leftover))
@@ -264,7 +337,8 @@ class GroupEpisode:
         self._checked = True
         r = self.result
         hosts = {os.path.normpath(fleet.workdir(h, JOB)): h for h in fleet.hosts}
-        bad, r.two_trainers = gc.two_trainers_per_rank(sampler, gc.epochs(events, JOB), hosts, JOB)
+        check = gc.elastic_trainers if self.elastic else gc.two_trainers_per_rank
+        bad, r.two_trainers = check(sampler, gc.epochs(events, JOB), hosts, JOB)
         r.violations += bad
         ends = fencing.lease_ends(fencing.epoch_starts(events, disk, JOB))
         bad, r.stale_files = fencing.stale_files(disk, ends, JOB)

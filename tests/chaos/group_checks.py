@@ -26,6 +26,7 @@ from chaos.disk import DiskWatch
 from chaos.faults import Injected
 from chaos.observe import executor_events
 from chaos.procs import Sampler, Window
+from console.records.incidents import Incident
 from console.records.journal import Event, Kind
 
 
@@ -215,3 +216,163 @@ def memberships(events: list[Event], faults: list[Injected], job: str) -> list[s
                 f"{f.kind} on {f.host}: the members went from {list(before)} to {list(after)}"
             )
     return out
+
+
+# --------------------------------------------------------------------------- elastic groups
+#
+# An elastic group (min_hosts below its planned size, no spare) shrinks to its survivors when
+# a member is lost and grows back when a host is free: the node ranks are renumbered at each
+# change of size, so a rank means something only within one epoch, any member may load any
+# member's shard, and a shard of a committed step may have been written at another size.
+
+
+def elastic_trainers(
+    sampler: Sampler, eps: list[Epoch], hosts: dict[str, str], job: str
+) -> tuple[list[str], int]:
+    """Intervals in which an elastic group had two trainers where it may have one: two
+    processes on one host (the job has one executor per host), two as one node rank of one
+    epoch, or one training on a host after an epoch that left the host out had begun (a lost
+    member's trainer beside the shrunk group: its ranks are the survivors' now). A window is
+    the process's on its host's newest epoch begun by its end; ``hosts``: workdir -> host."""
+    out: list[str] = []
+    slots: dict[str, dict[Window, set[tuple[int, str]]]] = defaultdict(lambda: defaultdict(set))
+    """"on HOST" / "as node rank R of epoch E" -> window -> (pid, host) that trained in it."""
+    for t in sampler.trainers.values():
+        if t.job != job:
+            continue
+        host = hosts[t.workdir]
+        for w in t.windows:
+            newest = next((ep for ep in reversed(eps) if ep.t <= w.t0), None)
+            if newest is not None and host not in newest.members:
+                out.append(
+                    f"{job}: pid {t.pid} on {host} trained from {w.t0:.3f} to {w.t1:.3f}, after "
+                    f"epoch {newest.number} had begun at {newest.t:.3f} without it "
+                    f"(members {list(newest.members)})"
+                )
+                break
+            mine = next((ep for ep in reversed(eps) if ep.t <= w.t1 and host in ep.members), None)
+            if mine is None:
+                out.append(
+                    f"{job}: pid {t.pid} on {host} trained from {w.t0:.3f} to {w.t1:.3f}, "
+                    "before any epoch had that host as a member"
+                )
+                break
+            slots[f"on {host}"][w].add((t.pid, host))
+            rank = mine.members.index(host)
+            slots[f"as node rank {rank} of epoch {mine.number}"][w].add((t.pid, host))
+    intervals: list[tuple[str, list[tuple[int, str]], float, float]] = []
+    for slot, windows in slots.items():
+        for w in sorted(windows, key=lambda w: w.t0):
+            who = sorted(windows[w])
+            if len(who) < 2:
+                continue
+            last = intervals[-1] if intervals else None
+            if last is not None and last[:2] == (slot, who) and abs(last[3] - w.t0) < 1e-6:
+                intervals[-1] = (slot, who, last[2], w.t1)
+            else:
+                intervals.append((slot, who, w.t0, w.t1))
+    for where, pids, t0, t1 in intervals:
+        out.append(
+            f"{job}: {len(pids)} processes trained {where} from {t0:.3f} to {t1:.3f} (CPU of "
+            f"their training threads grew in the same sample windows): {pids}"
+        )
+    if not sampler.seen_training(job):
+        out.append(f"{job}: the sampler never saw an executor train (is it looking?)")
+    same = {(tuple(pids), t0, t1) for _, pids, t0, t1 in intervals}  # a host's and its rank's
+    return out, len(same) + len([ln for ln in out if "without it" in ln])
+
+
+def elastic_loads(workdirs: dict[str, Path], eps: list[Epoch], job: str) -> tuple[list[str], int]:
+    """Every member's resume is of a committed step (or step 0): one of which some earlier
+    epoch wrote every node rank's shard whole at that epoch's size (any size: a step written
+    at three members loads at two); any member's shard will do. Every member of an epoch
+    resumes at the same step. Also how many shards were loaded."""
+    written: dict[tuple[int, int], set[int]] = defaultdict(set)
+    """(step, epoch) -> node ranks that wrote their shard of it whole (CheckpointSaved)."""
+    sizes: dict[int, int] = {ep.number: len(ep.members) for ep in eps}
+    loads: list[Load] = []
+    for host, w in workdirs.items():
+        for ev in executor_events(w):
+            if ev.get("kind") == "checkpoint":
+                m = ev["manifest"]
+                if m.get("node_rank") is not None:
+                    epoch = int(m["epoch"])
+                    written[(int(m["step"]), epoch)].add(int(m["node_rank"]))
+                    if m.get("nnodes") is not None:
+                        sizes.setdefault(epoch, int(m["nnodes"]))
+            elif ev.get("kind") == "resumed":
+                loads.append(Load(host, int(ev["epoch"]), int(ev["step"]), ev.get("checkpoint")))
+    out: list[str] = []
+    steps: dict[int, set[int]] = defaultdict(set)
+    for ld in loads:
+        steps[ld.epoch].add(ld.step)
+        if ld.checkpoint is None:
+            if ld.step != 0:
+                out.append(
+                    f"{job}: {ld.host} resumed at step {ld.step} of epoch {ld.epoch} from no file"
+                )
+            continue
+        committed = [
+            e
+            for (step, e), ranks in written.items()
+            if step == ld.step and e < ld.epoch and ranks >= set(range(sizes.get(e, 1 << 30)))
+        ]
+        if not committed:
+            have = {e: sorted(r) for (s, e), r in sorted(written.items()) if s == ld.step}
+            out.append(
+                f"{job}: {ld.host} loaded step {ld.step} at epoch {ld.epoch}, which no earlier "
+                f"epoch committed: node ranks that wrote a shard of it, by epoch: {have} "
+                f"(epoch sizes {sizes})"
+            )
+    out += [
+        f"{job}: the members of epoch {epoch} resumed at different steps: {sorted(s)}"
+        for epoch, s in sorted(steps.items())
+        if len(s) > 1
+    ]
+    return out, len([ld for ld in loads if ld.checkpoint is not None])
+
+
+def elastic_memberships(eps: list[Epoch], faults: list[Injected], job: str) -> list[str]:
+    """The first epoch after a fault: a restart in place keeps every member (a frozen member
+    may also be found silent and left out: a shrink); a lost member is left out and the others
+    keep their order (a shrink: no spare, no free host)."""
+    out = []
+    for f in faults:
+        if f.recovered_at is None or f.kind not in (*IN_PLACE, *MOVED):
+            continue
+        before = next((ep.members for ep in reversed(eps) if ep.t <= f.t), ())
+        after = next((ep.members for ep in eps if f.t < ep.t <= f.recovered_at), None)
+        if after is None:
+            if f.kind in MOVED:
+                out.append(f"{f.kind} on {f.host}: no epoch started before it was recovered from")
+            continue  # a reattach (console restart) starts no epoch
+        shrunk = tuple(h for h in before if h != f.host)
+        ok = after == before if f.kind != "sigstop" else after in (before, shrunk)
+        if f.kind in MOVED:
+            ok = f.host in before and after == shrunk
+        if not ok:
+            out.append(
+                f"{f.kind} on {f.host}: the members went from {list(before)} to {list(after)}"
+            )
+    return out
+
+
+def sizes(eps: list[Epoch], job: str, min_hosts: int, planned: int) -> list[str]:
+    """No epoch of an elastic group trains below min_hosts, or above its planned size, or on
+    one host twice."""
+    return [
+        f"{job}: epoch {ep.number} started on {list(ep.members)}: {len(ep.members)} members, "
+        f"min_hosts {min_hosts}, planned {planned}"
+        for ep in eps
+        if not min_hosts <= len(set(ep.members)) == len(ep.members) <= planned
+    ]
+
+
+def grows(found: list[Incident], job: str) -> list[str]:
+    """Every grow of an elastic group is a planned stop with a checkpoint: resolved, 0 lost."""
+    return [
+        f"{job}: grow (incident {i.id}) "
+        + ("never resolved" if not i.resolved else f"lost {i.lost_steps} steps")
+        for i in found
+        if i.job == job and i.fault_class == "grown" and (not i.resolved or i.lost_steps != 0)
+    ]

@@ -130,6 +130,9 @@ def match_incidents(
     ``RECOVERY_SLACK_S`` after its job ran again) are put down to the overlap: neither
     unexplained nor false failovers.
 
+    An elastic group's shrink (class ``shrunk``) records the fault its cause is a class of;
+    its grows (``grown``, planned) explain no fault and are left out of the leftovers.
+
     A console restart (either kind) opens a console_restart incident for every job the
     console left running: those of other jobs are its too. An armed NaN/OOM fires at its
     step in every process that trains that step: once more after a recovery that resumed
@@ -163,7 +166,7 @@ def match_incidents(
                 i
                 for i in free
                 if i.job == f.job
-                and i.fault_class in f.expect
+                and explains(i, f)
                 and f.t - MATCH_SLACK_S <= i.times.get("detected", 0) <= end
             ),
             None,
@@ -207,8 +210,19 @@ def match_incidents(
                 free.remove(i)
                 by_overlap += 1
     armed = {(f.job, f.kind) for f in faults if f.kind in ARMED}
-    free = [i for i in free if (i.job, i.fault_class) not in armed]
+    free = [i for i in free if (i.job, i.fault_class) not in armed and i.fault_class != GROWN]
     return matches, free, by_overlap
+
+
+SHRUNK, GROWN = "shrunk", "grown"
+"""An elastic group's size changes. A shrink is the recovery from a lost member, its class
+``shrunk`` and its cause the class the loss had (host_lost, ...); a grow is a planned stop
+when a host is free again: it explains no fault and is no false failover (it is no failure)."""
+
+
+def explains(i: Incident, f: Injected) -> bool:
+    """Is the incident of a class that records the fault (a shrink by its cause)?"""
+    return i.fault_class in f.expect or (i.fault_class == SHRUNK and i.cause in f.expect)
 
 
 CONSOLE_RESTARTS = ("console_restart", "console_restart_partitioned")

@@ -5,6 +5,7 @@ stale-epoch files, a restarted console's wait for a lease it cannot see). ``scri
     scripts/chaos --faults 200 --seed 7
     scripts/chaos --faults 12 --seed 5 --overlap 0.5 --jobs 2
     scripts/chaos --group --faults 20 --seed 1     (a three-member job: chaos.group)
+    scripts/chaos --group --elastic --faults 12 --seed 1   (min_hosts 2, no spare: shrink, grow)
 """
 
 from __future__ import annotations
@@ -183,12 +184,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a three-member job and two spares on five hosts instead (one job, its own faults)",
     )
+    p.add_argument(
+        "--elastic",
+        action="store_true",
+        help="with --group: min_hosts 2, deterministic_reduce, no spare and no other host (a "
+        "lost member shrinks the group, healed it grows back)",
+    )
     p.add_argument("--keep", action="store_true", help="keep every episode's folder")
     args = p.parse_args(argv)
     if args.per_episode is None:
         args.per_episode = group.PER_EPISODE if args.group else PER_EPISODE
     if args.overlap is None:
         args.overlap = 0.0 if args.group else 0.3
+    if args.elastic and not args.group:
+        print("scripts/chaos: --elastic goes with --group", file=sys.stderr)
+        return 2
     if args.faults < 1 or args.per_episode < 1 or not 0 <= args.overlap <= 1:
         print(
             "scripts/chaos: --faults and --per-episode must be at least 1, --overlap in [0, 1]",
@@ -214,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"episode seed {seed}: {', '.join(kinds)}", flush=True)
         if args.group:
             cfg.gap_steps = group.GAP_STEPS
-            r = group.GroupEpisode(cfg).run()
+            r = group.GroupEpisode(cfg, elastic=args.elastic).run()
         else:
             r = Episode(cfg).run()
         results.append(r)

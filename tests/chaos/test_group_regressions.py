@@ -16,9 +16,11 @@ from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from groupbed import controller, group_job, local_group
 from helpers import REPO, env_with
 
+from console.jobs.group.resume import _newest_whole
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from protocol.spec import CheckpointManifest
 
 
 @pytest.mark.long
@@ -149,3 +151,39 @@ async def test_a_console_restart_incident_is_resolved_once_the_group_is_reattach
     (inc,) = incidents(list(read(journal)))
     assert inc.fault_class == "console_restart"
     assert inc.resolved, [e.msg for e in inc.lines]
+
+
+def _held(step: int, epoch: int, rank: int, nnodes: int) -> tuple[int, str, CheckpointManifest]:
+    m = CheckpointManifest(
+        job="j",
+        step=step,
+        file=f"step-{step:010d}.pt",
+        size=1,
+        sha256="x",
+        epoch=epoch,
+        spec_hash="s",
+        code_version="v",
+        created_at=0.0,
+        node_rank=rank,
+        nnodes=nnodes,
+    )
+    return (epoch, "/ckpt", m)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="resume._newest_whole calls a step whole when every *current* member holds it "
+    "written under one epoch, so an elastic group shrunk to its survivors resumes from a step "
+    "the lost member never wrote its shard of (never committed) and journals it as committed",
+)
+def test_a_shrunk_group_resumes_from_a_committed_step_not_one_only_the_survivors_wrote() -> None:
+    """Elastic chaos seeds 1 and 3 (scripts/chaos --group --elastic): sigstop_past_lease froze
+    a of epoch 4 (a, b, c) in the middle of writing its shard of step 180; b and c wrote theirs
+    (the newest committed step was 160). The group shrank to b and c and started epoch 5
+    "resuming from committed step 180": no epoch had committed 180 (rank 0's shard of it was
+    never written). Here: the survivors' holdings as Resume.step gathers them."""
+    survivors = [
+        {160: _held(160, 4, 1, 3), 180: _held(180, 4, 1, 3)},
+        {160: _held(160, 4, 2, 3), 180: _held(180, 4, 2, 3)},
+    ]
+    assert _newest_whole(survivors, [160]) == 160
