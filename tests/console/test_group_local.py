@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -329,3 +330,31 @@ async def test_steps_written_while_no_console_watched_are_resumed_from(
     assert not [e for e in journal(inv) if "starting again from step 0" in e.msg]
     epochs = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "master" in e.msg]
     assert epochs[-1].data["resume"] == newest
+
+
+async def test_a_member_slow_to_start_does_not_spend_the_others_first_lease(
+    tmp_path: Path, baseline: str
+) -> None:
+    """c's executor takes longer to start than a lease lasts (its interpreter sleeps first, as a
+    fresh host's deploy or a loaded machine would). The first lease of a and b, started long
+    before, must still be whole when the group's Start reaches them: it was anchored to the
+    clock reading of their Hello, as old as the wait for c, so it arrived spent, they died,
+    and every epoch after failed the same way (found by the elastic chaos episode)."""
+    slow = tmp_path / "slow-python"
+    slow.write_text(
+        f'#!/bin/sh\ncase "$*" in *"executors.cli serve"*) sleep 5;; esac\nexec {sys.executable} "$@"\n'
+    )
+    slow.chmod(0o755)
+    inv = local_group(tmp_path)
+    text = inv.read_text()
+    c_root = str(tmp_path / "c")
+    assert text.count(f'root = "{c_root}"') == 1
+    inv.write_text(text.replace(f'root = "{c_root}"', f'root = "{c_root}"\npython = "{slow}"'))
+    ctl = controller(inv)
+    assert ctl.inv.console.lease_s < 5, "the test needs c slower than a lease"
+    await asyncio.wait_for(ctl.run(), 240)
+    await ctl.close()
+    sup = ctl.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").epoch == 1, "the first epoch trained to the end"

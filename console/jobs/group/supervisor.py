@@ -228,6 +228,10 @@ class GroupSupervisor(JobSupervisor):
         await self._executors.stop_keeping()
         await self._executors.drop_readied(plan)
         got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
+        # the first started waited for the slowest: each first lease from a current reading
+        got = await asyncio.gather(
+            *(self._executors.fresh(h, g) for h, g in zip(plan, got, strict=True))
+        )
         job.rec.epoch += 1
         self._save()
         epoch = job.rec.epoch

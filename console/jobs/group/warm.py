@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from console import clock
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.group.epoch import Member
@@ -96,6 +97,28 @@ class WarmExecutors:
             if isinstance(got, ExecutorLink):
                 await send_quietly(got, Stop(reason="not needed", checkpoint=False))
                 got.close()
+
+    async def fresh(self, host: str, link: ExecutorLink | Outcome) -> ExecutorLink | Outcome:
+        """``link`` (or why there is none), or a new link to the same idle executor when its newest clock reading is
+        older than a third of a lease: a first lease is anchored to that reading, and one taken
+        while the slowest member of the group still started would reach its executor nearly
+        spent (chaos: the member started first got a lease already over at Start and died,
+        and a whole epoch with it)."""
+        if isinstance(link, Outcome):
+            return link
+        anchor = link.anchor
+        if anchor is not None and clock.mono() - anchor[1] <= self._lease.ttl_s / 3:
+            return link
+        link.close()
+        again = self._launcher.link(host)
+        try:
+            hello = await again.open(timeout=5)
+        except LinkError as e:
+            return Outcome(Exit.CRASHED, f"the idle executor on {host} went away: {e}")
+        if hello.state not in ("idle", "faulted"):  # faulted: a survivor waiting, warm
+            again.close()
+            return Outcome(Exit.CRASHED, f"the executor on {host} is {hello.state}, not waiting")
+        return again
 
     async def executor(self, host: str) -> ExecutorLink | Outcome:
         """The executor that will run this member: a warm one (its run ended, it waits), one
