@@ -62,6 +62,10 @@ class IncidentLog:
         )
 
 
+RESIZES = ("shrunk", "grown")
+"""Classes an elastic group's change of size gives an incident (``console/jobs/group``)."""
+
+
 @dataclass
 class Incident:
     id: int
@@ -141,7 +145,12 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
         if isinstance(e.data.get("last_step"), int):  # a later phase may know a later step
             inc.last_step = max(inc.last_step, e.data["last_step"])
         cls = e.data.get("class")
-        if phase == "decided" and isinstance(cls, str) and cls != inc.fault_class and not inc.cause:
+        if (
+            phase == "decided"
+            and isinstance(cls, str)
+            and inc.fault_class not in RESIZES  # a grow that lost its newcomer stays a grow
+            and not inc.cause
+        ):
             inc.cause, inc.fault_class = inc.fault_class, e.data["class"]
         if phase == "decided" and isinstance(e.data.get("size"), dict):
             inc.size = dict(e.data["size"])

@@ -170,12 +170,6 @@ def _held(step: int, epoch: int, rank: int, nnodes: int) -> tuple[int, str, Chec
     return (epoch, "/ckpt", m)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resume._newest_whole calls a step whole when every *current* member holds it "
-    "written under one epoch, so an elastic group shrunk to its survivors resumes from a step "
-    "the lost member never wrote its shard of (never committed) and journals it as committed",
-)
 def test_a_shrunk_group_resumes_from_a_committed_step_not_one_only_the_survivors_wrote() -> None:
     """Elastic chaos seeds 1 and 3 (scripts/chaos --group --elastic): sigstop_past_lease froze
     a of epoch 4 (a, b, c) in the middle of writing its shard of step 180; b and c wrote theirs
@@ -187,3 +181,9 @@ def test_a_shrunk_group_resumes_from_a_committed_step_not_one_only_the_survivors
         {160: _held(160, 4, 2, 3), 180: _held(180, 4, 2, 3)},
     ]
     assert _newest_whole(survivors, [160]) == 160
+    full = [
+        {180: _held(180, 4, 0, 3)},
+        {180: _held(180, 4, 1, 3)},
+        {180: _held(180, 4, 2, 3)},
+    ]
+    assert _newest_whole(full, [160]) == 180, "every rank of epoch 4 wrote it: whole"

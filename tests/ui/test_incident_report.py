@@ -170,3 +170,24 @@ def test_the_report_gives_an_elastic_job_s_throughput_at_each_size(tmp_path: Pat
     text = out.getvalue()
     assert "| big | 3 | 4.10 | 3 |\n| big | 2 | 2.90 | 1 |\n" in text
     assert "| one |" not in text, "a job that trained at one size has no such table"
+
+
+def test_a_grow_that_lost_its_newcomer_stays_a_grow(tmp_path: Path) -> None:
+    """The host a group grew onto died before the grown epoch trained: the group shrank back
+    under the same incident. It is the grow's incident still (planned, class grown), its last
+    size change the one that stood, not a shrink caused by a grow."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(
+        name="demo", spec=JobSpec(name="demo", steps=600), rec=JobRecord(host="a"), host="a"
+    )
+    incident = OpenIncident(
+        job, log=IncidentLog(journal, StateStore(tmp_path)), preparing=lambda: False
+    )
+    incident.open("grown", "d is free: growing 2 -> 3 of 3 hosts", planned=True)
+    grow = {"from": 2, "to": 3, "planned": 3}
+    incident.phase("decided", action="grow", host="d", size=grow, **{"class": "grown"})
+    back = {"from": 3, "to": 2, "planned": 3}
+    incident.phase("decided", action="shrink", host="d", size=back, **{"class": "shrunk"})
+    journal.close()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.fault_class, inc.cause, inc.planned, inc.size) == ("grown", None, True, back)

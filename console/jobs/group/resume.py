@@ -164,8 +164,17 @@ class ResumeStep:
 
 
 def _newest_whole(have: list[dict[int, Held]], committed: list[int]) -> int | None:
-    """The newest step every host holds that is whole: committed, or all written under one
-    epoch."""
+    """The newest step every host holds that is whole: committed, or written under one epoch
+    with a shard of every node rank of that epoch among them (members that trained on while no
+    console watched). A step only the survivors of a shrunk group wrote is not whole: the lost
+    member's shard of it may never have been written."""
     common = set.intersection(*(set(h) for h in have)) if have else set()
-    whole = [s for s in common if s in committed or len({h[s][0] for h in have}) == 1]
-    return max(whole, default=None)
+
+    def whole(step: int) -> bool:
+        if step in committed:
+            return True
+        held = [h[step] for h in have]
+        ranks = {m.node_rank for _, _, m in held}
+        return len({e for e, _, _ in held}) == 1 and ranks == set(range(held[0][2].nnodes))
+
+    return max((s for s in common if whole(s)), default=None)
