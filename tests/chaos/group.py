@@ -317,7 +317,9 @@ class GroupEpisode:
             r.violations += gc.sizes(eps, JOB, int(self.over["min_hosts"]), len(MEMBERS))
             r.violations += gc.grows(incidents(events), JOB)
         else:
-            bad, r.loads = gc.committed_loads(workdirs, eps, disk, JOB, len(MEMBERS))
+            bad, r.loads = gc.committed_loads(
+                workdirs, eps, disk, JOB, len(MEMBERS), any_shard=True
+            )
             r.violations += bad
             r.violations += gc.memberships(events, r.faults, JOB)
         r.report = fleet.report()

@@ -113,10 +113,18 @@ class Load:
 
 
 def committed_loads(
-    workdirs: dict[str, Path], eps: list[Epoch], disk: DiskWatch, job: str, nnodes: int
+    workdirs: dict[str, Path],
+    eps: list[Epoch],
+    disk: DiskWatch,
+    job: str,
+    nnodes: int,
+    *,
+    any_shard: bool = False,
 ) -> tuple[list[str], int]:
-    """Every member's resume is of a committed step (or step 0), of its own rank's shard, and
-    every member of an epoch resumes at the same step; also how many shards were loaded.
+    """Every member's resume is of a committed step (or step 0), of its own rank's shard (of
+    any rank's with ``any_shard``: a torch-kind group's shards are each the whole replicated
+    state, and a replacement may promote another rank's replica of the step), and every
+    member of an epoch resumes at the same step; also how many shards were loaded.
     ``workdirs``: host -> the job's workdir there."""
     written: dict[tuple[int, int], set[int]] = defaultdict(set)
     """(step, node rank) -> epochs that wrote that shard whole (CheckpointSaved)."""
@@ -155,7 +163,7 @@ def committed_loads(
         # the file at that path when it was loaded: the newest there written by an earlier epoch
         seen = shards.get((ld.host, str(Path(ld.checkpoint).with_suffix(".json"))), [])
         shard = next((r for e, r in reversed(seen) if e < ld.epoch), None)
-        if shard is not None and mine is not None and shard != mine:
+        if shard is not None and mine is not None and shard != mine and not any_shard:
             out.append(
                 f"{job}: {ld.host}, node rank {mine} at epoch {ld.epoch}, loaded node rank "
                 f"{shard}'s shard {ld.checkpoint}"

@@ -99,6 +99,9 @@ def test_a_member_loading_another_ranks_shard_is_reported(tmp_path: Path) -> Non
     disk.manifests.append(Manifest("d", "j", False, path, 3, 0.0, 0.0, 1, 20, "z", 0.0, 0))
     (line,) = gc.committed_loads(w, EPOCHS, disk, "j", 3)[0]
     assert "d, node rank 2 at epoch 2, loaded node rank 0's shard" in line
+    assert gc.committed_loads(w, EPOCHS, disk, "j", 3, any_shard=True)[0] == [], (
+        "a torch-kind group's shards are interchangeable"
+    )
 
 
 def _placed(t: float, *members: str) -> Event:
