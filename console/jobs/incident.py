@@ -10,6 +10,7 @@ from collections.abc import Callable
 from console import clock
 from console.jobs.live import LiveJob
 from console.records.incidents import IncidentLog
+from protocol.messages import Progress
 
 
 class OpenIncident:
@@ -83,3 +84,10 @@ class OpenIncident:
             self.phase("loaded", step=step - 1)
         else:
             self.phase("decided", action="roll back and skip the batch")  # Resumed follows
+
+
+def trained_past(msg: Progress, resumed: int) -> bool:
+    """Does this progress show a step trained after a recovery (what resolves its incident):
+    past the step resumed from, or the run's last step (a console that took over as the run
+    ended sees no step past the one it found)?"""
+    return msg.step > resumed or msg.step == msg.steps

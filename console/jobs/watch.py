@@ -16,7 +16,7 @@ from console.fleet.detect import ClockPace, DetectionSettings, is_suspect, renew
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
-from console.jobs.incident import OpenIncident
+from console.jobs.incident import OpenIncident, trained_past
 from console.jobs.lease import JobLease, NoAnchor
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
@@ -205,7 +205,7 @@ class Watch:
             if (
                 job.incident is not None
                 and job.resumed_step is not None
-                and msg.step > job.resumed_step
+                and trained_past(msg, job.resumed_step)
             ):
                 self._incident.phase("first_step", step=msg.step)
                 job.incident = None

@@ -18,7 +18,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.jobs.group.commit import Commits
 from console.jobs.group.epoch import Member
-from console.jobs.incident import OpenIncident
+from console.jobs.incident import OpenIncident, trained_past
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.replicator import Replicator, Source
 from console.reach.deploy import checkpoint_file
@@ -99,7 +99,7 @@ class MemberMessages:
             if msg.steps_per_s > 0:
                 job.rates[msg.world_size] = (msg.steps_per_s, clock.wall())
             resumed = job.resumed_step
-            if job.incident is not None and resumed is not None and msg.step > resumed:
+            if job.incident is not None and resumed is not None and trained_past(msg, resumed):
                 self._incident.phase("first_step", step=msg.step)
                 job.incident = None
             self._progress(msg)
