@@ -68,6 +68,7 @@ def baseline() -> str:
     return group_baseline(**ELASTIC)
 
 
+@pytest.mark.long  # the suite runs the same over sshd: test_elastic_ssh.py
 async def test_a_lost_host_with_no_spare_shrinks_and_a_host_added_grows_it_back_bit_exact(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -205,6 +206,7 @@ async def test_the_newcomer_lost_mid_grow_leaves_the_group_shrunk_not_stuck(
     assert min(sizes) >= 2, f"never below min_hosts: {sizes}"
 
 
+@pytest.mark.long
 async def test_draining_a_member_with_no_spare_shrinks_with_zero_lost_steps(
     tmp_path: Path, baseline: str
 ) -> None:
