@@ -112,6 +112,8 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
     until(lambda s: replica_on_b(), 90, "a replica on b")
     tmux("send-keys", "-t", SESSION, "-l", ":")
+    # typed before the palette is open, the keys would reach the screen under it (CI: lost)
+    until(lambda s: "Search for commands" in s, 10, "the palette open")
     tmux("send-keys", "-t", SESSION, "-l", "kill a")
     until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
     tmux("send-keys", "-t", SESSION, "Enter")
