@@ -110,6 +110,23 @@ class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return [self.address] if self.address else list(self.addresses)
 
 
+class ProvisionerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``[provisioner]``: how the console gets a host when a job needs one and none is free."""
+
+    command: Annotated[list[str], msgspec.Meta(min_length=1)]
+    """Run (argv, never through a shell) to make a host; prints its ``[hosts.X]`` table as one
+    JSON object with a ``name`` on stdout."""
+    release: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    """Run with the host's name appended, for a provisioned host idle past ``idle_release_s``."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    max_hosts: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """Provisioned hosts the fleet may hold at once."""
+    idle_release_s: Annotated[float, msgspec.Meta(gt=0)] = 1800.0
+    retry_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """The first wait after a failure; doubled each failure in a row, up to ``retry_max_s``."""
+    retry_max_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+
+
 class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str | None = None
     hosts: list[str] = []
@@ -160,6 +177,7 @@ class Inventory:
     regions: dict[str, Region]
     hosts: dict[str, Host]
     jobs: dict[str, Job]
+    provisioner: ProvisionerSettings | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -212,6 +230,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     regions: dict[str, Any] = {}
     hosts: dict[str, Any] = {}
     jobs: dict[str, Any] = {}
+    provisioner: dict[str, Any] | None = None
 
 
 def load(path: Path) -> Inventory:
@@ -226,7 +245,19 @@ def load(path: Path) -> Inventory:
     regions = {n: typed(t, Region, ["regions", n]) for n, t in raw.regions.items()}
     hosts = {n: typed(t, Host, ["hosts", n]) for n, t in raw.hosts.items()}
     jobs = {n: _job(n, t, path, text) for n, t in raw.jobs.items()}
-    inv = Inventory(path=path, console=console, regions=regions, hosts=hosts, jobs=jobs)
+    provisioner = (
+        None
+        if raw.provisioner is None
+        else typed(raw.provisioner, ProvisionerSettings, ["provisioner"])
+    )
+    inv = Inventory(
+        path=path,
+        console=console,
+        regions=regions,
+        hosts=hosts,
+        jobs=jobs,
+        provisioner=provisioner,
+    )
     _cross_check(inv, text)
     return inv
 

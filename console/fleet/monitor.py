@@ -70,6 +70,7 @@ class HostMonitor:
         spares: Callable[[], Mapping[str, list[str]]],
         executor_env: Mapping[str, Mapping[str, str]],
         may_deploy: bool = True,
+        need_host: Callable[[str], None] = lambda _why: None,
     ) -> None:
         self._fleet = fleet
         self._inv = inv
@@ -80,6 +81,8 @@ class HostMonitor:
         self._env = executor_env
         """Read at each probe: a test's fake GPU for a host reaches the probe too."""
         self._may_deploy = may_deploy
+        self._need_host = need_host
+        """A job has no healthy spare left: a host is wanted (the provisioner's cue)."""
         self.every_s = inv.console.health_probe_s
         self._probing: dict[str, asyncio.Task[None]] = {}
         self._probed_at: dict[str, float] = {}
@@ -200,6 +203,8 @@ class HostMonitor:
             if not spares:
                 continue
             healthy = [s for s in spares if not self._why_unfit(s)]
+            if not healthy:  # wanted at each check while it lasts: the provisioner retries
+                self._need_host(f"job {job} has no healthy spare left")
             if not healthy and job not in self._short:
                 self._short.add(job)
                 why = "; ".join(f"{s}: {self._why_unfit(s)}" for s in spares)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
+from console.fleet.provision import Provisioner
 from console.inventory import Inventory, append_host
 from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.observe import FOLLOW_EVERY_S
@@ -37,6 +39,8 @@ from protocol.messages import Progress
 
 ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
+HOST_WANTED_S = 15.0
+"""A provision is retried while a job asked for a host this recently."""
 
 
 class Controller:
@@ -74,6 +78,21 @@ class Controller:
         self.detection = DetectionSettings(
             c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
         )
+        self._host_wanted_at = -math.inf
+        """When a job last waited for a host (monotonic): a provision goes on while one does."""
+        self.provisioner = (
+            None
+            if inv.provisioner is None or read_only
+            else Provisioner(
+                inv.provisioner,
+                add=self._add_provisioned,
+                known=lambda: set(self.inv.hosts),
+                provisioned=lambda: {h for h in self.inv.hosts if self.store.host(h).provisioned},
+                wanted=lambda: time.monotonic() - self._host_wanted_at < HOST_WANTED_S,
+                journal=self.journal,
+                alert=self.alert,
+            )
+        )
         self.jobs = {name: self._supervisor(name) for name in inv.jobs}
         self.alert_sinks: list[Callable[[str], None]] = []
         self._alerted: dict[str, float] = {}
@@ -92,6 +111,7 @@ class Controller:
             },
             executor_env=self.executor_env,
             may_deploy=not read_only,
+            need_host=self.need_host,
         )
         """Up or down, and fit or not, for every host no job runs on."""
 
@@ -198,6 +218,8 @@ class Controller:
                 changed.cancel()
 
     async def close(self) -> None:
+        if self.provisioner is not None:
+            await self.provisioner.close()
         for sup in self.jobs.values():
             if sup.link is not None:
                 sup.link.close()
@@ -244,8 +266,21 @@ class Controller:
         )
         self.alert(f"spare {host} was taken from {from_job} by {by}", job=from_job)
 
+    def need_host(self, why: str) -> None:
+        """A job needs a host (to move to, or as its spare) and none is usable: provision one,
+        when the inventory has a provisioner."""
+        self._host_wanted_at = time.monotonic()
+        if self.provisioner is not None:
+            self.provisioner.want(why)
+
+    def _add_provisioned(self, name: str, table: dict[str, Any]) -> None:
+        self.add_host(name, table)
+        self.store.host(name).provisioned = True
+        self.store.save()
+
     async def wait_for_hosts(self, timeout: float = 5.0) -> None:
         """Until the fleet may have a usable host again (or a while has passed: recheck)."""
+        self.need_host("a job waits for a host")
         self.fleet.changed.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):

@@ -110,6 +110,7 @@ class JobSupervisor:
         self._priorities = ctl.priorities
         self._take_spare = ctl.take_spare
         self._wait_for_hosts = ctl.wait_for_hosts
+        self._need_host = ctl.need_host
         c = inv.console
         self.lease = JobLease(rec, store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
 
@@ -416,6 +417,7 @@ class JobSupervisor:
             self._alert(
                 f"job {self.name} has no spare: a host failure will wait for one", job=self.name
             )
+            self._need_host(f"job {self.name} has no spare")
 
     async def _launch(self, host: str, promote_replica: bool) -> Outcome | None:
         """Deploy, start and link an executor on ``host`` (unless one was prepared there), then Start it."""

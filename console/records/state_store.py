@@ -46,6 +46,8 @@ class JobRecord(msgspec.Struct, kw_only=True):
 class HostRecord(msgspec.Struct, kw_only=True):
     cordoned: bool = False
     drained: bool = False
+    provisioned: bool = False
+    """Made by the inventory's provisioner (counted against its ``max_hosts``)."""
 
 
 class OperatorState(msgspec.Struct, kw_only=True):

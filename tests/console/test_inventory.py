@@ -360,6 +360,26 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         ["{p}:16: jobs.j.deterministic_reduce: elastic jobs are the torch kind's for now"],
     ),
     (
+        "provisioner-empty-command",
+        H + "[provisioner]\ncommand = []\n",
+        ["{p}:7: provisioner.command: Expected `array` of length >= 1"],
+    ),
+    (
+        "provisioner-shell-string",
+        H + '[provisioner]\ncommand = "make-host --zone a"\n',
+        ["{p}:7: provisioner.command: Expected `array`, got `str`"],
+    ),
+    (
+        "provisioner-unknown-key",
+        H + '[provisioner]\ncommand = ["x"]\nmax_host = 3\n',
+        ["{p}:8: provisioner.max_host: unknown key `max_host` (did you mean `max_hosts`?)"],
+    ),
+    (
+        "provisioner-zero-timeout",
+        H + '[provisioner]\ncommand = ["x"]\ntimeout_s = 0\n',
+        ["{p}:8: provisioner.timeout_s: Expected `float` > 0.0"],
+    ),
+    (
         "job-backend-unknown",
         H + '[jobs.j]\nbackend = "mpi"\nsteps = 1\n',
         ["{p}:7: jobs.j.backend: Invalid enum value 'mpi' (expected 'gloo' or 'nccl')"],

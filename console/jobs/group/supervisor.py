@@ -219,6 +219,7 @@ class GroupSupervisor(JobSupervisor):
             self._alert(
                 f"job {self.name} has no spare: a host failure will wait for one", job=self.name
             )
+            self._need_host(f"job {self.name} has no spare")
 
     async def _launch(self, resume: int | None) -> GroupEpoch:
         job = self.live

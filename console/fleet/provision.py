@@ -1,0 +1,183 @@
+"""Hosts made on demand: when a job waits for a host and none is usable, the inventory's
+``[provisioner] command`` is run (argv, never a shell) and prints the new host's ``[hosts.X]``
+table as one JSON object with a ``name``; the host is added to the inventory (appended, as
+``n`` does) and to the running fleet, where the waiting job takes it.
+
+One provision at a time, at most ``max_hosts`` provisioned hosts held; each run has a timeout
+(its whole process group killed past it); a failure (exit status, output that is not a host
+table, a table the inventory refuses, a hang) is one alert line and a retry after an
+exponential back-off (tenacity), for as long as a job still waits. Every provision is in the
+journal with its cost in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from console.inventory import ProvisionerSettings
+from console.records.journal import Journal, Kind
+from protocol.errors import ConfigError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+OUTPUT_LIMIT = 1 << 20
+"""Bytes of a provisioner's stdout read at most (a host table is a few hundred)."""
+
+
+class ProvisionFailed(Exception):
+    """One provision that did not give a usable host; the message is the alert's line."""
+
+
+class Provisioner:
+    """Given the settings, how to add a host (``Controller.add_host``: validates, appends to the
+    inventory, starts using it), the names known, whether a job still waits, the journal and
+    the alert sink."""
+
+    def __init__(
+        self,
+        settings: ProvisionerSettings,
+        *,
+        add: Callable[[str, dict[str, Any]], None],
+        known: Callable[[], set[str]],
+        provisioned: Callable[[], set[str]],
+        wanted: Callable[[], bool],
+        journal: Journal,
+        alert: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self._add = add
+        self._known = known
+        self._provisioned = provisioned
+        """Hosts this fleet holds that a provisioner made."""
+        self._wanted = wanted
+        self._journal = journal
+        self._alert = alert
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def want(self, why: str) -> None:
+        """A job waits for a host: provision one, unless one is on its way or the cap is met."""
+        if self.busy:
+            return
+        held = len(self._provisioned())
+        if held >= self.settings.max_hosts:
+            self._alert(
+                f"provisioner: {held} provisioned hosts held, the most max_hosts allows; "
+                f"not provisioning another ({why})"
+            )
+            return
+        self._task = asyncio.get_running_loop().create_task(self._until_one(why))
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _until_one(self, why: str) -> None:
+        s = self.settings
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(ProvisionFailed),
+            wait=wait_exponential(multiplier=s.retry_s, max=s.retry_max_s),
+            stop=lambda _state: not self._wanted(),
+            reraise=True,
+        )
+        with contextlib.suppress(ProvisionFailed):
+            async for attempt in retrying:
+                with attempt:
+                    await self._once(why, attempt.retry_state.attempt_number)
+
+    async def _once(self, why: str, attempt: int) -> None:
+        t0 = time.monotonic()
+        self._journal.record(
+            Kind.ACTION,
+            f"provisioner: provisioning a host ({why}; attempt {attempt})",
+            data={"provision": "start", "attempt": attempt},
+        )
+        try:
+            out = await self._run(self.settings.command)
+            name, table = _host_table(out, self._known())
+            try:
+                self._add(name, table)
+            except ConfigError as e:
+                raise ProvisionFailed(f"the host it printed is refused: {e}") from None
+        except ProvisionFailed as e:
+            took = time.monotonic() - t0
+            self._alert(f"provisioner failed after {took:.1f} s: {e}; retrying")
+            self._journal.record(
+                Kind.ACTION,
+                f"provisioner: failed after {took:.1f} s: {e}",
+                data={"provision": "failed", "seconds": took, "error": str(e)},
+            )
+            raise
+        took = time.monotonic() - t0
+        self._journal.record(
+            Kind.ACTION,
+            f"provisioner: {name} provisioned in {took:.1f} s",
+            host=name,
+            data={"provision": "done", "host": name, "seconds": took},
+        )
+
+    async def _run(self, argv: list[str]) -> str:
+        """The command's stdout; ProvisionFailed on a non-zero exit or past the timeout (its
+        process group is killed)."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ProvisionFailed(f"{argv[0]}: cannot run: {e.strerror or e}") from None
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise ProvisionFailed(
+                f"{argv[0]}: no answer within timeout_s = {self.settings.timeout_s:g} s (killed)"
+            ) from None
+        if proc.returncode != 0:
+            last = _last_line(err.decode("utf-8", "replace"))
+            raise ProvisionFailed(
+                f"{argv[0]} exited {proc.returncode}" + (f": {last}" if last else "")
+            )
+        return out[:OUTPUT_LIMIT].decode("utf-8", "replace")
+
+
+def _host_table(out: str, known: set[str]) -> tuple[str, dict[str, Any]]:
+    """The host a provisioner printed: one JSON object with a ``name`` and the ``[hosts.X]``
+    keys (the inventory checks those)."""
+    try:
+        data = json.loads(out)
+    except ValueError:
+        raise ProvisionFailed(f"its output is not JSON: {_last_line(out)[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise ProvisionFailed("its output is not a JSON object (a host table)")
+    name = data.pop("name", None)
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ProvisionFailed(f"its host table has no usable name: {name!r}")
+    if name in known:
+        raise ProvisionFailed(f"it printed {name!r}, a host the inventory already has")
+    return name, data
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

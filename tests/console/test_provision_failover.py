@@ -1,0 +1,76 @@
+"""A job whose only spare is gone gets a provisioned host: the provisioner (the shipped local
+example) makes one, the console adds it to the inventory file and the fleet, the spare keeper
+makes it the job's spare and sends it the newest checkpoint, and when the job's host is then
+killed the job fails over there and finishes bit-exact; it then has no spare again, and
+another host is made for it.
+
+Evidence: the inventory file on disk, the replica bytes on the new host, the journal, and the
+final parameters against the uninterrupted run's."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tomllib
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Kind, read
+from console.states import JobState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_exact(
+    tmp_path: Path,
+) -> None:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=2500)}},
+    )
+    hosts = tmp_path / "provisioned"
+    with inventory.open("a") as f:
+        f.write(
+            "\n[provisioner]\n"
+            f'command = ["{sys.executable}", "{ROOT / "examples" / "provision_local.py"}", '
+            f'"--root", "{hosts}", "--region", "r1"]\n'
+            "retry_s = 0.5\n"
+        )
+    sha = baseline_sha(inventory, "j", tmp_path / "baseline")
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "prov-1")}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 50 or task.done(), 90, "step 50 on a")
+        ctl.kill_host("b")  # the only spare is gone
+        await until(lambda: sup.spares == ["prov-1"] or task.done(), 60, "prov-1 the spare")
+        await until(
+            lambda: any((hosts / "prov-1" / "replicas" / "j").glob("step-*.json")) or task.done(),
+            60,
+            "a replica on prov-1",
+        )
+        assert not task.done(), task
+        ctl.kill_host("a")
+        await asyncio.wait_for(task, 240)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.host == "prov-1"
+    assert sup.sha256 == sha, "the same parameters as the uninterrupted run"
+    table = tomllib.loads(inventory.read_text())["hosts"]["prov-1"]
+    assert table == {"region": "r1", "transport": "local", "root": str(hosts / "prov-1")}
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    done = [e for e in journal if e.kind is Kind.ACTION and e.data.get("provision") == "done"]
+    # after the failover the job had no spare again (a is dead): a second host was made for
+    # it, and no more (max_hosts = 2 by default)
+    assert [e.data["host"] for e in done] == ["prov-1", "prov-2"]
+    assert ctl.store.host("prov-1").provisioned and ctl.store.host("prov-2").provisioned
+    assert not ctl.store.host("a").provisioned

@@ -1,0 +1,164 @@
+"""The provisioner: a command that makes a host when a job needs one. Its failures (exit 1,
+output that is not a host table, a hang) are one alert line each and a retry after a growing
+wait, never a crash; a host it prints is added through the inventory's own checks.
+
+Real subprocesses (small Python scripts), a real journal; the host table added is the one
+the script printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetbed import until
+
+from console.fleet.provision import Provisioner
+from console.inventory import ProvisionerSettings
+from console.records.journal import Journal, Kind, read
+from protocol.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "examples" / "provision_local.py"
+
+
+class Bed:
+    def __init__(self, tmp: Path, command: list[str], *, attempts: int = 3, **over: Any) -> None:
+        self.journal = Journal(tmp / "journal.jsonl")
+        self.path = tmp / "journal.jsonl"
+        self.added: list[tuple[str, dict[str, Any]]] = []
+        self.alerts: list[str] = []
+        self.refuse: str | None = None
+        self.attempts = attempts
+        settings = ProvisionerSettings(
+            command=command, timeout_s=1.0, retry_s=0.05, retry_max_s=0.2, **over
+        )
+        self.p = Provisioner(
+            settings,
+            add=self.add,
+            known=lambda: {"a", "b"},
+            provisioned=lambda: {n for n, _ in self.added},
+            wanted=self.wanted,
+            journal=self.journal,
+            alert=self.alerts.append,
+        )
+
+    def add(self, name: str, table: dict[str, Any]) -> None:
+        if self.refuse:
+            raise ConfigError(self.refuse)
+        self.added.append((name, table))
+
+    def wanted(self) -> bool:
+        return len(self.tries()) < self.attempts
+
+    def tries(self) -> list[dict[str, Any]]:
+        return [e.data for e in read(self.path) if e.kind is Kind.ACTION and "provision" in e.data]
+
+
+def script(tmp: Path, body: str) -> list[str]:
+    path = tmp / "prov.py"
+    path.write_text(body)
+    return [sys.executable, str(path)]
+
+
+async def settled(bed: Bed, timeout: float = 20) -> None:
+    await until(lambda: not bed.p.busy, timeout, "the provisioner to settle")
+
+
+async def test_a_host_it_prints_is_added(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts")])
+    bed.p.want("a job waits for a host")
+    await settled(bed)
+    assert bed.added == [
+        (
+            "prov-1",
+            {"region": "r1", "transport": "local", "root": str(tmp_path / "hosts" / "prov-1")},
+        )
+    ]
+    assert (tmp_path / "hosts" / "prov-1").is_dir()
+    done = [d for d in bed.tries() if d["provision"] == "done"]
+    assert len(done) == 1 and done[0]["host"] == "prov-1" and done[0]["seconds"] >= 0
+    assert not bed.alerts
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            "import sys\nprint('quota exceeded', file=sys.stderr)\nsys.exit(1)\n",
+            "exited 1: quota exceeded",
+        ),
+        ("print('<html>oops</html>')\n", "its output is not JSON: '<html>oops</html>'"),
+        ("print('[1, 2]')\n", "not a JSON object"),
+        ('print(\'{"region": "r1"}\')\n', "no usable name: None"),
+        ('print(\'{"name": "a", "region": "r1"}\')\n', "'a', a host the inventory already has"),
+        ("import time\ntime.sleep(60)\n", "no answer within timeout_s = 1 s (killed)"),
+    ],
+    ids=["exit-1", "garbage", "not-an-object", "no-name", "known-name", "hang"],
+)
+async def test_a_failure_is_one_alert_line_and_a_retry_never_a_crash(
+    tmp_path: Path, body: str, said: str
+) -> None:
+    bed = Bed(tmp_path, script(tmp_path, body))
+    t0 = time.monotonic()
+    bed.p.want("a job waits for a host")
+    await settled(bed, 30)
+    assert not bed.added
+    failed = [d for d in bed.tries() if d["provision"] == "failed"]
+    assert len(failed) == 2, "tried again while a job still wanted a host, then stopped"
+    assert all(said in d["error"] for d in failed), failed
+    assert len(bed.alerts) == 2 and all("\n" not in a for a in bed.alerts)
+    assert all(a.startswith("provisioner failed after ") and said in a for a in bed.alerts)
+    if "hang" in said or "timeout" in said:
+        assert time.monotonic() - t0 < 10, "the hung command was killed at its timeout"
+
+
+async def test_a_hung_provisioner_s_children_are_killed_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    body = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    bed = Bed(tmp_path, script(tmp_path, body), attempts=1)
+    bed.p.want("a job waits for a host")
+    await settled(bed, 30)
+    child = int(pidfile.read_text())
+    await until(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 10, "child gone")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+async def test_a_host_the_inventory_refuses_is_a_failure_with_its_reason(tmp_path: Path) -> None:
+    bed = Bed(tmp_path, [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts")])
+    bed.refuse = "inventory.toml: hosts.prov-1.region: unknown region 'r1' (have: eu)"
+    bed.p.want("a job waits for a host")
+    await settled(bed)
+    failed = [d for d in bed.tries() if d["provision"] == "failed"]
+    assert failed and "unknown region 'r1'" in failed[0]["error"]
+
+
+async def test_one_at_a_time_and_never_past_max_hosts(tmp_path: Path) -> None:
+    bed = Bed(
+        tmp_path,
+        [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts"), "--delay", "0.3"],
+        max_hosts=1,
+    )
+    bed.p.want("first")
+    bed.p.want("second, while the first is on its way")
+    await settled(bed)
+    assert [n for n, _ in bed.added] == ["prov-1"]
+    bed.p.want("third, with one held")
+    await asyncio.sleep(0)
+    assert not bed.p.busy and [n for n, _ in bed.added] == ["prov-1"]
+    assert any("max_hosts" in a for a in bed.alerts)
