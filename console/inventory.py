@@ -427,3 +427,37 @@ def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
     with open(path, "a", encoding="utf-8") as f:
         f.write(new_text[len(text) :])
     return load(path)
+
+
+def remove_host(path: Path, name: str) -> Inventory:
+    """Take ``[hosts.NAME]`` out of the file (every other line kept), if what is left still
+    loads (no job names the host); ConfigError otherwise, the file untouched."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    header = f"[hosts.{name}]"
+    starts = [i for i, line in enumerate(lines) if line.strip() == header]
+    if len(starts) != 1:
+        raise ConfigError(f"{path}: hosts.{name}: no table [hosts.{name}] of its own to remove")
+    start = end = starts[0]
+    for i in range(start + 1, len(lines)):
+        stripped = lines[i].strip()
+        if stripped.startswith("["):
+            break
+        if stripped and not stripped.startswith("#"):
+            end = i  # its last key: comments after it belong to what follows
+    end += 1
+    while start > 0 and not lines[start - 1].strip():
+        start -= 1  # the blank lines before it went with it when it was appended
+    new_text = "".join(lines[:start] + lines[end:])
+    candidate = path.with_name(f".{path.name}.candidate")
+    candidate.write_text(new_text, encoding="utf-8")
+    try:
+        load(candidate)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace(str(candidate), str(path))) from None
+    finally:
+        candidate.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(new_text, encoding="utf-8")
+    tmp.replace(path)
+    return load(path)

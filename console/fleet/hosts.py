@@ -62,6 +62,8 @@ class HostRuntime:
     probe of a host with no executor: ``health_probe_s``): what its age is measured against."""
     job: str | None = None
     """The job running here as its primary, if any."""
+    released: bool = False
+    """A provisioned host given back (its release command ran): never probed or used again."""
 
     @property
     def state(self) -> HostState:
@@ -121,7 +123,8 @@ class Fleet:
     def fit(self, name: str) -> bool:
         """Up and failing no health rule or health probe: a host a job may go to (a spare found
         broken is not where a job should fail over to)."""
-        return self.hosts[name].state is HostState.UP and not self.failing(name)
+        rt = self.hosts[name]
+        return rt.state is HostState.UP and not rt.released and not self.failing(name)
 
     def usable(self, *, exclude: set[str] | None = None) -> set[str]:
         """Hosts that may take a job or serve as a spare: fit and free."""
@@ -221,6 +224,12 @@ class Fleet:
             return True
         results = await asyncio.gather(*(self.probe(n) for n in others))
         return any(results)
+
+    def release(self, name: str) -> None:
+        """A provisioned host was given back: cordoned, never probed or chosen again."""
+        rt = self.hosts[name]
+        rt.released = True
+        self.set_state(name, HostState.CORDONED, "released (provisioned, idle)")
 
     async def close(self) -> None:
         for rt in self.hosts.values():

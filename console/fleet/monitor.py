@@ -107,7 +107,7 @@ class HostMonitor:
             idle = [  # a host heard from just now (a standby's heartbeat) needs no probe
                 n
                 for n, rt in list(fleet.hosts.items())
-                if rt.job is None and now - rt.last_seen > REACH_EVERY_S
+                if rt.job is None and not rt.released and now - rt.last_seen > REACH_EVERY_S
             ]
             results = await asyncio.gather(*(fleet.probe(n, every_s=REACH_EVERY_S) for n in idle))
             for name, ok in zip(idle, results, strict=True):
@@ -147,6 +147,8 @@ class HostMonitor:
             last = self._probed_at.get(name, 0.0)
             if rt.sampled_at != self._ours.get(name):  # an executor's sample is the newest
                 last = max(last, rt.sampled_at)
+            if rt.released:
+                continue
             if rt.job is None and rt.state is not HostState.DOWN and now - last >= self.every_s:
                 out.append(name)
         return out

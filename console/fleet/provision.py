@@ -6,8 +6,10 @@ table as one JSON object with a ``name``; the host is added to the inventory (ap
 One provision at a time, at most ``max_hosts`` provisioned hosts held; each run has a timeout
 (its whole process group killed past it); a failure (exit status, output that is not a host
 table, a table the inventory refuses, a hang) is one alert line and a retry after an
-exponential back-off (tenacity), for as long as a job still waits. Every provision is in the
-journal with its cost in seconds.
+exponential back-off (tenacity), for as long as a job still waits. A provisioned host idle
+(no job on it, no job's spare) past ``idle_release_s`` is given back: the ``release`` command
+with its name, then it is cordoned for good and its table taken out of the inventory. Every
+provision and release is in the journal with its cost in seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from console.records.journal import Journal, Kind
 from protocol.errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RELEASE_CHECK_S = 5.0
+"""How often provisioned hosts are checked for idleness."""
 OUTPUT_LIMIT = 1 << 20
 """Bytes of a provisioner's stdout read at most (a host table is a few hundred)."""
 
@@ -62,6 +66,61 @@ class Provisioner:
         self._journal = journal
         self._alert = alert
         self._task: asyncio.Task[None] | None = None
+
+    async def keep(
+        self,
+        busy: Callable[[str], bool],
+        released: Callable[[str], None],
+        every_s: float = RELEASE_CHECK_S,
+    ) -> None:
+        """Give back each provisioned host idle (``busy`` false: no job on it, no job's spare)
+        past ``idle_release_s``: its release command, then ``released`` (the console forgets
+        it). A failed release is an alert and is tried again after a growing wait."""
+        if self.settings.release is None:
+            return
+        idle_since: dict[str, float] = {}
+        next_try: dict[str, tuple[int, float]] = {}
+        while True:
+            await asyncio.sleep(every_s)
+            now = time.monotonic()
+            for host in sorted(self._provisioned()):
+                if busy(host):
+                    idle_since.pop(host, None)
+                    continue
+                idle = now - idle_since.setdefault(host, now)
+                failures, at = next_try.get(host, (0, 0.0))
+                if idle < self.settings.idle_release_s or now < at:
+                    continue
+                if await self._release(host, idle):
+                    released(host)
+                    idle_since.pop(host, None)
+                    next_try.pop(host, None)
+                else:
+                    wait = min(self.settings.retry_max_s, self.settings.retry_s * 2**failures)
+                    next_try[host] = (failures + 1, time.monotonic() + wait)
+
+    async def _release(self, host: str, idle: float) -> bool:
+        assert self.settings.release is not None
+        t0 = time.monotonic()
+        try:
+            await self._run([*self.settings.release, host])
+        except ProvisionFailed as e:
+            self._alert(f"provisioner: releasing {host} failed: {e}; trying again later")
+            self._journal.record(
+                Kind.ACTION,
+                f"provisioner: releasing {host} failed: {e}",
+                host=host,
+                data={"release": "failed", "host": host, "error": str(e)},
+            )
+            return False
+        took = time.monotonic() - t0
+        self._journal.record(
+            Kind.ACTION,
+            f"provisioner: {host} released after {idle:.0f} s idle, in {took:.1f} s",
+            host=host,
+            data={"release": "done", "host": host, "seconds": took, "idle_s": idle},
+        )
+        return True
 
     @property
     def busy(self) -> bool:

@@ -21,7 +21,7 @@ from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
 from console.fleet.provision import Provisioner
-from console.inventory import Inventory, append_host
+from console.inventory import Inventory, append_host, remove_host
 from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
@@ -35,6 +35,7 @@ from console.records.state_store import StateStore
 from console.records.timeline import Timeline
 from console.states import HostState, JobState
 from console.webhook import Webhook
+from protocol.errors import ConfigError
 from protocol.messages import Progress
 
 ALERT_REPEAT_S = 60.0
@@ -87,7 +88,11 @@ class Controller:
                 inv.provisioner,
                 add=self._add_provisioned,
                 known=lambda: set(self.inv.hosts),
-                provisioned=lambda: {h for h in self.inv.hosts if self.store.host(h).provisioned},
+                provisioned=lambda: {
+                    h
+                    for h in self.inv.hosts
+                    if self.store.host(h).provisioned and not self.store.host(h).released
+                },
                 wanted=lambda: time.monotonic() - self._host_wanted_at < HOST_WANTED_S,
                 journal=self.journal,
                 alert=self.alert,
@@ -135,6 +140,9 @@ class Controller:
         if died is not None and not self.read_only:
             self._console_died(*died)
         background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
+        if self.provisioner is not None:
+            keep = self.provisioner.keep(self._host_busy, self._released)
+            background.append(asyncio.create_task(keep, name="provisioned hosts"))
         if self.read_only:
             background.append(asyncio.create_task(self._follow_state(), name="follow state"))
         if self.inv.console.webhook:
@@ -272,6 +280,25 @@ class Controller:
         self._host_wanted_at = time.monotonic()
         if self.provisioner is not None:
             self.provisioner.want(why)
+
+    def _host_busy(self, host: str) -> bool:
+        """A job trains on it or keeps it as a spare."""
+        rt = self.fleet.hosts.get(host)
+        return (rt is not None and rt.job is not None) or any(
+            host in sup.spares or host in sup.hosts_in_use()
+            for sup in self.jobs.values()
+            if not sup.state.is_terminal()
+        )
+
+    def _released(self, host: str) -> None:
+        """Its release command ran: cordoned for good, out of the inventory file."""
+        self.fleet.release(host)
+        self.store.host(host).released = True
+        self.store.save()
+        try:
+            remove_host(self.inv.path, host)
+        except ConfigError as e:
+            self.alert(f"{host} released, but its table stays in the inventory: {e}", host=host)
 
     def _add_provisioned(self, name: str, table: dict[str, Any]) -> None:
         self.add_host(name, table)

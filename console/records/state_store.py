@@ -48,6 +48,8 @@ class HostRecord(msgspec.Struct, kw_only=True):
     drained: bool = False
     provisioned: bool = False
     """Made by the inventory's provisioner (counted against its ``max_hosts``)."""
+    released: bool = False
+    """A provisioned host given back (its release command ran); no longer in the inventory."""
 
 
 class OperatorState(msgspec.Struct, kw_only=True):

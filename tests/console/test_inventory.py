@@ -13,7 +13,7 @@ import pytest
 import tomli_w
 from helpers import REPO, env_with, wait_for
 
-from console.inventory import Inventory, append_host, load
+from console.inventory import Inventory, append_host, load, remove_host
 from console.reach.deploy import build_bundle, bundle_dir, deploy
 from console.reach.preflight import preflight
 from console.reach.transport.local import LocalTransport
@@ -820,3 +820,26 @@ def test_the_shipped_inventory_s_commented_elastic_job_loads_when_uncommented(
     inv = load(path)
     assert (inv.min_hosts("big"), inv.logical_ranks("big")) == (2, 3)
     assert inv.jobs["big"].placement.deterministic_reduce
+
+
+def test_a_host_appended_then_removed_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.toml"
+    body = H.replace('root = "x"', f'root = "{tmp_path}"') + "# the next table's own comment\n"
+    body += '[jobs.j]\nhost = "h"\nsteps = 1\n'
+    path.write_text(body, encoding="utf-8")
+    append_host(path, "p1", {"region": "r", "transport": "local", "root": str(tmp_path / "p1")})
+    assert "p1" in load(path).hosts
+    inv = remove_host(path, "p1")
+    assert "p1" not in inv.hosts
+    assert path.read_text(encoding="utf-8") == body
+
+
+def test_a_host_a_job_names_is_not_removed(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.toml"
+    body = H.replace('root = "x"', f'root = "{tmp_path}"') + '[jobs.j]\nhost = "h"\nsteps = 1\n'
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown host 'h'"):
+        remove_host(path, "h")
+    assert path.read_text(encoding="utf-8") == body
+    with pytest.raises(ConfigError, match=r"no table \[hosts.zz\]"):
+        remove_host(path, "zz")

@@ -2,7 +2,8 @@
 example) makes one, the console adds it to the inventory file and the fleet, the spare keeper
 makes it the job's spare and sends it the newest checkpoint, and when the job's host is then
 killed the job fails over there and finishes bit-exact; it then has no spare again, and
-another host is made for it.
+another host is made for it. Once the job is over, both are idle: their release command runs
+and their tables leave the inventory.
 
 Evidence: the inventory file on disk, the replica bytes on the new host, the journal, and the
 final parameters against the uninterrupted run's."""
@@ -39,13 +40,15 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
             "\n[provisioner]\n"
             f'command = ["{sys.executable}", "{ROOT / "examples" / "provision_local.py"}", '
             f'"--root", "{hosts}", "--region", "r1"]\n'
-            "retry_s = 0.5\n"
+            f'release = ["{sys.executable}", "{ROOT / "examples" / "provision_local.py"}", '
+            f'"--root", "{hosts}", "--release"]\n'
+            "retry_s = 0.5\nidle_release_s = 1.0\n"
         )
     sha = baseline_sha(inventory, "j", tmp_path / "baseline")
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "prov-1")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
     sup = ctl.jobs["j"]
-    task = asyncio.create_task(ctl.run())
+    task = asyncio.create_task(ctl.run(stay=True))
     try:
         await until(lambda: sup.step >= 50 or task.done(), 90, "step 50 on a")
         ctl.kill_host("b")  # the only spare is gone
@@ -57,7 +60,13 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
         )
         assert not task.done(), task
         ctl.kill_host("a")
-        await asyncio.wait_for(task, 240)
+        await until(lambda: sup.state.is_terminal() or task.done(), 240, "the job to end")
+        # idle once the job is over: both given back, their tables out of the inventory
+        await until(
+            lambda: all(ctl.store.host(h).released for h in ("prov-1", "prov-2")),
+            30,
+            "both provisioned hosts released",
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -65,9 +74,12 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.host == "prov-1"
     assert sup.sha256 == sha, "the same parameters as the uninterrupted run"
-    table = tomllib.loads(inventory.read_text())["hosts"]["prov-1"]
-    assert table == {"region": "r1", "transport": "local", "root": str(hosts / "prov-1")}
+    assert set(tomllib.loads(inventory.read_text())["hosts"]) == {"a", "b"}
+    assert not (hosts / "prov-1").exists() and not (hosts / "prov-2").exists()
+    assert ctl.fleet.hosts["prov-1"].state.value == "cordoned"
     journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    added = [e for e in journal if e.kind is Kind.ACTION and e.msg == "add host prov-1"]
+    assert added, "added to the inventory and the fleet as n adds a host"
     done = [e for e in journal if e.kind is Kind.ACTION and e.data.get("provision") == "done"]
     # after the failover the job had no spare again (a is dead): a second host was made for
     # it, and no more (max_hosts = 2 by default)

@@ -162,3 +162,46 @@ async def test_one_at_a_time_and_never_past_max_hosts(tmp_path: Path) -> None:
     await asyncio.sleep(0)
     assert not bed.p.busy and [n for n, _ in bed.added] == ["prov-1"]
     assert any("max_hosts" in a for a in bed.alerts)
+
+
+async def test_an_idle_provisioned_host_is_released_and_a_failed_release_retried(
+    tmp_path: Path,
+) -> None:
+    hosts = tmp_path / "hosts"
+    local = [sys.executable, str(LOCAL), "--root", str(hosts)]
+    flaky = tmp_path / "release.py"
+    flaky.write_text(
+        "import subprocess, sys\nfrom pathlib import Path\n"
+        f"marker = Path({str(tmp_path / 'tried')!r})\n"
+        "if not marker.exists():\n"
+        "    marker.write_text('1')\n"
+        "    print('api timeout', file=sys.stderr)\n"
+        "    sys.exit(3)\n"
+        f"sys.exit(subprocess.call({local!r} + ['--release', sys.argv[1]]))\n"
+    )
+    bed = Bed(
+        tmp_path,
+        local,
+        release=[sys.executable, str(flaky)],
+        idle_release_s=0.3,
+        attempts=1,
+    )
+    bed.p.want("a job waits for a host")
+    await settled(bed)
+    assert (hosts / "prov-1").is_dir()
+    busy = {"prov-1": True}
+    released: list[str] = []
+    keep = asyncio.create_task(bed.p.keep(lambda h: busy[h], released.append, every_s=0.05))
+    try:
+        await asyncio.sleep(0.6)
+        assert not released, "a busy host is kept however long"
+        busy["prov-1"] = False
+        await until(lambda: released, 10, "prov-1 released")
+    finally:
+        keep.cancel()
+        await asyncio.gather(keep, return_exceptions=True)
+    assert released == ["prov-1"] and not (hosts / "prov-1").exists()
+    data = [e.data for e in read(bed.path) if e.kind is Kind.ACTION and "release" in e.data]
+    assert [d["release"] for d in data] == ["failed", "done"]
+    assert "exited 3: api timeout" in data[0]["error"]
+    assert any("releasing prov-1 failed" in a for a in bed.alerts)
