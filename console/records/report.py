@@ -2,7 +2,8 @@
 
 For each incident: its timeline, fault class, time to detect, the MTTR breakdown (detect,
 decide, transfer, start, load, first step) and the steps lost; for an elastic job that
-trained at several sizes, its throughput at each.
+trained at several sizes, its throughput at each; every host provisioned or released, with
+its cost in seconds.
 """
 
 from __future__ import annotations
@@ -31,12 +32,28 @@ def render(
     finished: dict[str, str],
     out: TextIO,
     rates: dict[str, dict[int, list[float]]] | None = None,
+    provisions: list[Event] | None = None,
 ) -> None:
     out.write("# hotspare post-mortem\n\n")
     if finished:
         out.write("## Jobs finished\n\n| job | params sha256 |\n|---|---|\n")
         for job, sha in sorted(finished.items()):
             out.write(f"| {job} | `{sha}` |\n")
+        out.write("\n")
+    if provisions:
+        out.write(
+            "## Provisioned hosts\n\n| time | host | what | seconds | note |\n|---|---|---|---|---|\n"
+        )
+        for e in provisions:
+            what = "provision" if "provision" in e.data else "release"
+            outcome = e.data.get(what)
+            secs = e.data.get("seconds")
+            note = e.data.get("error", "") if outcome == "failed" else ""
+            note = " ".join(str(note).split()).replace("|", "/")
+            out.write(
+                f"| {_clock(e.t)} | {e.data.get('host') or '-'} | {what} {outcome} | "
+                f"{'-' if secs is None else f'{secs:.1f}'} | {note} |\n"
+            )
         out.write("\n")
     resized = {job: by for job, by in (rates or {}).items() if len(by) > 1}
     if resized:
@@ -136,11 +153,17 @@ def write_report(state_dir: Path, out: TextIO) -> int:
             file=sys.stderr,
         )
         return 2
-    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED, Kind.PROGRESS)))
+    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED, Kind.PROGRESS, Kind.ACTION)))
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }
-    render(incidents(events), finished, out, throughput(events))
+    provisions = [
+        e
+        for e in events
+        if e.kind is Kind.ACTION
+        and (e.data.get("provision") in ("done", "failed") or "release" in e.data)
+    ]
+    render(incidents(events), finished, out, throughput(events), provisions)
     return 0
 
 

@@ -191,3 +191,27 @@ def test_a_grow_that_lost_its_newcomer_stays_a_grow(tmp_path: Path) -> None:
     journal.close()
     (inc,) = incidents(read(tmp_path / "journal.jsonl"))
     assert (inc.fault_class, inc.cause, inc.planned, inc.size) == ("grown", None, True, back)
+
+
+def test_the_report_lists_each_provision_and_release_with_its_seconds(tmp_path: Path) -> None:
+    from console.records.report import write_report
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.record(Kind.ACTION, "provisioner: start", data={"provision": "start", "attempt": 1})
+    failed = {"provision": "failed", "seconds": 1.25, "error": "make-host exited 1: quota | x"}
+    journal.record(Kind.ACTION, "provisioner: failed", data=failed)
+    done = {"provision": "done", "host": "prov-1", "seconds": 41.0}
+    journal.record(Kind.ACTION, "provisioner: prov-1 provisioned", host="prov-1", data=done)
+    gone = {"release": "done", "host": "prov-1", "seconds": 3.5, "idle_s": 1800.0}
+    journal.record(Kind.ACTION, "provisioner: prov-1 released", host="prov-1", data=gone)
+    journal.close()
+    out = io.StringIO()
+    assert write_report(tmp_path, out) == 0
+    text = out.getvalue()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and ":" in line[:12]]
+    assert [r.split(" | ")[1:4] for r in rows] == [
+        ["-", "provision failed", "1.2"],
+        ["prov-1", "provision done", "41.0"],
+        ["prov-1", "release done", "3.5"],
+    ]
+    assert "quota / x" in rows[0], "the cell keeps the error, its pipe made harmless"
