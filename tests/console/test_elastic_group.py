@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,32 @@ async def test_draining_a_member_with_no_spare_shrinks_with_zero_lost_steps(
     (inc,) = incidents(journal(inv))
     assert (inc.fault_class, inc.cause, inc.planned) == ("shrunk", "drain", True)
     assert inc.lost_steps == 0, "a planned stop checkpoints the step reached"
+
+
+async def test_a_group_with_no_spare_gets_a_provisioned_host_for_a_lost_rank(
+    tmp_path: Path, baseline: str
+) -> None:
+    """No spare and a provisioner: the job placed with no spare has a host made for it; when
+    a member is lost, that host takes its rank (a survivor's shard copied there: it held no
+    replica), so the group keeps its size instead of shrinking; bit-exact."""
+    inv = elastic_group(tmp_path)
+    made = tmp_path / "provisioned"
+    script = Path(__file__).resolve().parents[2] / "examples" / "provision_local.py"
+    with inv.open("a") as f:
+        f.write(
+            f'\n[provisioner]\ncommand = ["{sys.executable}", "{script}", "--root", "{made}"]\n'
+        )
+    ctl = controller(inv, hosts=("a", "b", "c", "prov-1", "prov-2"))
+    sup = ctl.jobs["j"]
+    task = await start(
+        ctl, lambda: sup.step >= 60 and "prov-1" in ctl.fleet.hosts, 120, "prov-1 made"
+    )
+    ctl.kill_host("b")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert epochs(inv) == [["a", "b", "c"], ["a", "prov-1", "c"]]
+    assert ctl.store.host("prov-1").provisioned
+    resumed = [e for e in events(made / "prov-1") if e["kind"] == "resumed"]
+    assert resumed and resumed[0]["step"] > 0, "it loaded the committed step, not step 0"
