@@ -1,6 +1,8 @@
 """A running job's spares kept fit: a spare found unfit while the job trains (down, drained,
 cordoned, or failing a health rule or the health probe) is replaced by the best usable host,
 and the newest checkpoint is sent there at once, so a failover finds a replica where it goes.
+A job with no spare at all takes one as soon as a usable host no other job holds appears (added
+by hand, provisioned, back up).
 
 Without this, a spare that broke after placement kept receiving replicas (or failing to), and
 a failover went to another host that held none. A spare is replaced only when there is a host
@@ -79,12 +81,14 @@ class SpareKeeper:
         return "; ".join(f.message for f in failing) if failing else None
 
     def check(self, now: float | None = None) -> dict[str, str]:
-        """Replace the spares unfit for ``GRACE_S`` that a usable host can replace; returns
-        old -> new."""
+        """Replace the spares unfit for ``GRACE_S`` that a usable host can replace, or take one
+        for a job that has none; returns old -> new (old "" for one taken)."""
         job = self._live
         if job.host is None or job.state is not JobState.RUNNING:
             return {}
         now = time.monotonic() if now is None else now
+        if not job.spares:
+            return self._take_one()
         unfit = {s: w for s in job.spares if (w := self.unfit(s)) is not None}
         for s in set(self._unfit_since) - set(unfit):
             del self._unfit_since[s]
@@ -123,7 +127,44 @@ class SpareKeeper:
                 host=new,
                 data={"spares": job.spares, "replaced": old, "why": why[old]},
             )
-        if job.checkpoint is not None and job.checkpoint_path is not None:
-            source = Source(job.host, job.checkpoint_path, job.checkpoint)
-            self._replicator.submit(job.name, list(replaced.values()), source)
+        self._send_newest(list(replaced.values()))
         return replaced
+
+    def _take_one(self) -> dict[str, str]:
+        """A job with no spare at all takes a usable host no other job holds, once there is one
+        (added, provisioned, back up), and sends it the newest checkpoint."""
+        job = self._live
+        assert job.host is not None
+        others = self._reserved()
+        usable = {
+            h for h in self._fleet.usable(exclude={job.host}) if others.get(h) in (None, job.name)
+        }
+        choice = choose_spares(
+            self._inv,
+            job.name,
+            job.host,
+            usable=usable,
+            reserved=others,
+            priority=self._priorities(),
+            count=1,
+        )
+        if not choice.spares:
+            return {}
+        job.spares = list(choice.spares)
+        job.rec.spares = list(job.spares)
+        self._save()
+        self._journal.record(
+            Kind.PLACEMENT,
+            f"{job.name}: had no spare: {job.spares[0]} taken as its spare",
+            job=job.name,
+            host=job.spares[0],
+            data={"spares": job.spares},
+        )
+        self._send_newest(job.spares)
+        return {"": job.spares[0]}
+
+    def _send_newest(self, spares: list[str]) -> None:
+        job = self._live
+        if job.checkpoint is not None and job.checkpoint_path is not None and job.host:
+            source = Source(job.host, job.checkpoint_path, job.checkpoint)
+            self._replicator.submit(job.name, spares, source)

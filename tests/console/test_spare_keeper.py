@@ -123,3 +123,41 @@ def test_a_spare_down_for_one_probe_is_kept_and_one_down_past_the_grace_is_repla
     assert keeper.check(t + 10) == {}, "the grace starts again at the new fall"
     assert keeper.check(t + 10 + GRACE_S) == {"b": "c"}
     assert sup.spares == ["c"] and sup.rec.spares == ["c"]
+
+
+async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there(
+    tmp_path: Path,
+) -> None:
+    """Placed with no spare (none usable), the job takes the first host that appears as its
+    spare and sends it the newest checkpoint: the failover then resumes from a replica, not
+    from step 0 (a host added, or one the provisioner made, used to sit unused)."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "c")}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 40 or task.done(), 90, "j training on a")
+        assert sup.spares == []
+        ctl.add_host("c", local_host(tmp_path / "c"))
+        await until(lambda: sup.spares == ["c"] or task.done(), 30, "c taken as the spare")
+        await until(
+            lambda: verified_replicas(tmp_path / "c", "j") or task.done(), 30, "a replica on c"
+        )
+        on_c = max(verified_replicas(tmp_path / "c", "j"))
+        ctl.kill_host("a")
+        await until(
+            lambda: (sup.host == "c" and sup.resumed_step is not None) or task.done(),
+            60,
+            "j resumed on c",
+        )
+        assert not task.done(), task
+        assert sup.resumed_step >= on_c > 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
