@@ -202,7 +202,8 @@ class HostMonitor:
         self._short &= set(live)
         for job, spares in live.items():
             spares = [s for s in spares if s in fleet.hosts]
-            if not spares:
+            if not spares:  # wanted at each check while it has none: the provisioner retries
+                self._need_host(f"job {job} has no spare")
                 continue
             healthy = [s for s in spares if not self._why_unfit(s)]
             if not healthy:  # wanted at each check while it lasts: the provisioner retries

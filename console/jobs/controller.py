@@ -277,9 +277,13 @@ class Controller:
     def need_host(self, why: str) -> None:
         """A job needs a host (to move to, or as its spare) and none is usable: provision one,
         when the inventory has a provisioner."""
+        if self.provisioner is None:
+            return
+        reserved = {h for sup in self.jobs.values() for h in sup.spares}
+        if self.fleet.usable(exclude=reserved):
+            return  # a free host is there to take (the spare keeper, a failover will)
         self._host_wanted_at = time.monotonic()
-        if self.provisioner is not None:
-            self.provisioner.want(why)
+        self.provisioner.want(why)
 
     def _host_busy(self, host: str) -> bool:
         """A job trains on it or keeps it as a spare."""

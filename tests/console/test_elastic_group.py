@@ -175,6 +175,7 @@ async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
     assert starts[-1].data["resume"] >= stopped_at, "nothing trained before the stop was lost"
 
 
+@pytest.mark.long
 async def test_the_newcomer_lost_mid_grow_leaves_the_group_shrunk_not_stuck(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -226,6 +227,7 @@ async def test_draining_a_member_with_no_spare_shrinks_with_zero_lost_steps(
     assert inc.lost_steps == 0, "a planned stop checkpoints the step reached"
 
 
+@pytest.mark.long
 async def test_a_group_with_no_spare_gets_a_provisioned_host_for_a_lost_rank(
     tmp_path: Path, baseline: str
 ) -> None:
