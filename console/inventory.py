@@ -416,6 +416,14 @@ def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
     text = path.read_text(encoding="utf-8")
     addition = tomli_w.dumps({"hosts": {name: table}})
     new_text = text + ("" if text.endswith("\n") or not text else "\n") + "\n" + addition
+    _must_load(path, new_text)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(new_text[len(text) :])
+    return load(path)
+
+
+def _must_load(path: Path, new_text: str) -> None:
+    """ConfigError (naming ``path``) unless ``new_text`` would load as this inventory."""
     candidate = path.with_name(f".{path.name}.candidate")
     candidate.write_text(new_text, encoding="utf-8")
     try:
@@ -424,9 +432,6 @@ def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
         raise ConfigError(str(e).replace(str(candidate), str(path))) from None
     finally:
         candidate.unlink(missing_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(new_text[len(text) :])
-    return load(path)
 
 
 def remove_host(path: Path, name: str) -> Inventory:
@@ -449,14 +454,7 @@ def remove_host(path: Path, name: str) -> Inventory:
     while start > 0 and not lines[start - 1].strip():
         start -= 1  # the blank lines before it went with it when it was appended
     new_text = "".join(lines[:start] + lines[end:])
-    candidate = path.with_name(f".{path.name}.candidate")
-    candidate.write_text(new_text, encoding="utf-8")
-    try:
-        load(candidate)
-    except ConfigError as e:
-        raise ConfigError(str(e).replace(str(candidate), str(path))) from None
-    finally:
-        candidate.unlink(missing_ok=True)
+    _must_load(path, new_text)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(new_text, encoding="utf-8")
     tmp.replace(path)

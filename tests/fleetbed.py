@@ -111,3 +111,15 @@ async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(POLL_S)
+
+
+async def run_until(
+    ctl: Any, predicate: Callable[[], Any], timeout: float, what: str
+) -> asyncio.Task[Any]:
+    """Start the controller's run and wait until ``predicate`` holds, the run still going."""
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: predicate() or task.done(), timeout, what)
+    assert not task.done(), (
+        f"the run ended before {what}: {task.result() if not task.exception() else task.exception()}"
+    )
+    return task

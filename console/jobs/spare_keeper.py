@@ -98,22 +98,7 @@ class SpareKeeper:
         if not why:
             return {}
         keep = [s for s in job.spares if s not in why]
-        others = self._reserved()
-        usable = {
-            h
-            for h in self._fleet.usable(exclude={job.host, *keep})
-            if others.get(h) in (None, job.name)
-        }
-        choice = choose_spares(
-            self._inv,
-            job.name,
-            job.host,
-            usable=usable,
-            reserved=others,
-            priority=self._priorities(),
-            count=len(why),
-        )
-        replaced = dict(zip(why, choice.spares, strict=False))
+        replaced = dict(zip(why, self._choose({job.host, *keep}, len(why)), strict=False))
         if not replaced:
             return {}
         job.spares = [replaced.get(s, s) for s in job.spares]
@@ -135,22 +120,10 @@ class SpareKeeper:
         (added, provisioned, back up), and sends it the newest checkpoint."""
         job = self._live
         assert job.host is not None
-        others = self._reserved()
-        usable = {
-            h for h in self._fleet.usable(exclude={job.host}) if others.get(h) in (None, job.name)
-        }
-        choice = choose_spares(
-            self._inv,
-            job.name,
-            job.host,
-            usable=usable,
-            reserved=others,
-            priority=self._priorities(),
-            count=1,
-        )
-        if not choice.spares:
+        chosen = self._choose({job.host}, 1)
+        if not chosen:
             return {}
-        job.spares = list(choice.spares)
+        job.spares = chosen
         job.rec.spares = list(job.spares)
         self._save()
         self._journal.record(
@@ -162,6 +135,24 @@ class SpareKeeper:
         )
         self._send_newest(job.spares)
         return {"": job.spares[0]}
+
+    def _choose(self, exclude: set[str], count: int) -> list[str]:
+        """Up to ``count`` usable hosts not in ``exclude`` that no other job holds, best first."""
+        job = self._live
+        assert job.host is not None
+        others = self._reserved()
+        usable = {
+            h for h in self._fleet.usable(exclude=exclude) if others.get(h) in (None, job.name)
+        }
+        return choose_spares(
+            self._inv,
+            job.name,
+            job.host,
+            usable=usable,
+            reserved=others,
+            priority=self._priorities(),
+            count=count,
+        ).spares
 
     def _send_newest(self, spares: list[str]) -> None:
         job = self._live

@@ -17,12 +17,15 @@ from protocol.spec import CheckpointManifest
 _LIST = r"""
 import glob, json, os, sys
 out = []
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "step-*.json"))):
-    try:
-        with open(p) as f:
-            out.append(json.load(f))
-    except (OSError, ValueError):
-        pass
+for folder in sys.argv[1:]:
+    found = []
+    for p in sorted(glob.glob(os.path.join(folder, "step-*.json"))):
+        try:
+            with open(p) as f:
+                found.append(json.load(f))
+        except (OSError, ValueError):
+            pass
+    out.append(found)
 print(json.dumps(out))
 """
 
@@ -319,20 +322,32 @@ async def list_manifests(
     t: Transport, python: str, folder: str, *, timeout: float = 30
 ) -> list[CheckpointManifest]:
     """The complete checkpoints (manifests) in a folder on the host, oldest first."""
-    result = await t.run([python, "-c", _LIST, folder], timeout=timeout)
+    return (await list_manifests_in(t, python, [folder], timeout=timeout))[folder]
+
+
+async def list_manifests_in(
+    t: Transport, python: str, folders: list[str], *, timeout: float = 30
+) -> dict[str, list[CheckpointManifest]]:
+    """The complete checkpoints in each of these folders on the host, oldest first: one
+    remote program for all of them."""
+    result = await t.run([python, "-c", _LIST, *folders], timeout=timeout)
     if result.returncode != 0:
         raise PermanentTransportError(
-            f"{t.name}: listing {folder} failed: {result.stderr.strip()[-200:]}"
+            f"{t.name}: listing {', '.join(folders)} failed: {result.stderr.strip()[-200:]}"
         )
-    out = []
-    for item in json.loads(result.stdout or "[]"):
-        try:
-            m = msgspec.convert(item, CheckpointManifest)
-        except msgspec.ValidationError:
-            continue
-        if sound(m):
-            out.append(m)
-    return sorted(out, key=lambda m: m.step)
+    listed = json.loads(result.stdout or "[]")
+    out: dict[str, list[CheckpointManifest]] = {}
+    for folder, items in zip(folders, listed, strict=True):
+        found = []
+        for item in items:
+            try:
+                m = msgspec.convert(item, CheckpointManifest)
+            except msgspec.ValidationError:
+                continue
+            if sound(m):
+                found.append(m)
+        out[folder] = sorted(found, key=lambda m: m.step)
+    return out
 
 
 def sound(m: CheckpointManifest) -> bool:

@@ -8,7 +8,15 @@ import signal
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from fleetbed import (
+    EXECUTOR_ENV,
+    baseline_sha,
+    job_table,
+    local_host,
+    run_until,
+    until,
+    write_inventory,
+)
 from helpers import PLAIN_SCRIPT, plain_command
 
 from console.inventory import load
@@ -40,15 +48,6 @@ def baseline(fleet: Path, tmp_path: Path) -> str:
 def controller(inventory: Path, policy: Policy = Policy.AUTO) -> Controller:
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
     return Controller(load(inventory), policy, executor_env=env)
-
-
-async def run_until(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
-    task = asyncio.create_task(ctl.run())
-    await until(lambda: predicate() or task.done(), timeout, what)
-    assert not task.done(), (
-        f"the run ended before {what}: {task.result() if not task.exception() else task.exception()}"
-    )
-    return task
 
 
 def executor_pid(root: Path) -> int:

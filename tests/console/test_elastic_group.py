@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import local_host, until, write_inventory
+from fleetbed import local_host, run_until, until, write_inventory
 from groupbed import controller, group_baseline, group_job, shards
 
-from console.jobs.controller import Controller
 from console.records.incidents import incidents
 from console.records.journal import Event, Kind, read
 from console.states import JobState
@@ -57,13 +56,6 @@ def epochs(inv: Path) -> list[list[str]]:
     ]
 
 
-async def start(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
-    task = asyncio.create_task(ctl.run())
-    await until(lambda: predicate() or task.done(), timeout, what)
-    assert not task.done(), f"the run ended before {what}"
-    return task
-
-
 @pytest.fixture(scope="module")
 def baseline() -> str:
     return group_baseline(**ELASTIC)
@@ -76,7 +68,7 @@ async def test_a_lost_host_with_no_spare_shrinks_and_a_host_added_grows_it_back_
     inv = elastic_group(tmp_path)
     ctl = controller(inv, hosts=("a", "b", "c", "d"))
     sup = ctl.jobs["j"]
-    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    task = await run_until(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
     ctl.kill_host("b")
     await until(
         lambda: len(epochs(inv)) >= 2 and sup.state is JobState.RUNNING and sup.step >= 160,
@@ -116,7 +108,7 @@ async def test_two_hosts_lost_at_once_never_shrink_below_min_hosts(tmp_path: Pat
     inv = elastic_group(tmp_path, steps=2000)
     ctl = controller(inv, hosts=("a", "b", "c", "d"))
     sup = ctl.jobs["j"]
-    task = await start(
+    task = await run_until(
         ctl, lambda: (ctl.store.job("j").committed or [0])[-1] >= 40, 120, "step 40 committed"
     )
     ctl.kill_host("b")
@@ -146,7 +138,7 @@ async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
     inv = elastic_group(tmp_path)
     ctl = controller(inv, hosts=("a", "b", "c", "d"))
     sup = ctl.jobs["j"]
-    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    task = await run_until(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
     ctl.kill_host("b")
     await until(
         lambda: ctl.store.job("j").members == ["a", "c"] and sup.step >= 120,
@@ -185,7 +177,7 @@ async def test_the_newcomer_lost_mid_grow_leaves_the_group_shrunk_not_stuck(
     inv = elastic_group(tmp_path)
     ctl = controller(inv, hosts=("a", "b", "c", "d"))
     sup = ctl.jobs["j"]
-    task = await start(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
+    task = await run_until(ctl, lambda: sup.step >= 60, 120, "step 60 on three hosts")
     ctl.kill_host("b")
     await until(
         lambda: ctl.store.job("j").members == ["a", "c"] and sup.step >= 120,
@@ -215,7 +207,7 @@ async def test_draining_a_member_with_no_spare_shrinks_with_zero_lost_steps(
     inv = elastic_group(tmp_path)
     ctl = controller(inv, hosts=("a", "b", "c"))
     sup = ctl.jobs["j"]
-    task = await start(ctl, lambda: sup.step >= 50, 120, "step 50")
+    task = await run_until(ctl, lambda: sup.step >= 50, 120, "step 50")
     ctl.drain_host("b")
     await asyncio.wait_for(task, 240)
     await ctl.close()
@@ -243,7 +235,7 @@ async def test_a_group_with_no_spare_gets_a_provisioned_host_for_a_lost_rank(
         )
     ctl = controller(inv, hosts=("a", "b", "c", "prov-1", "prov-2"))
     sup = ctl.jobs["j"]
-    task = await start(
+    task = await run_until(
         ctl, lambda: sup.step >= 60 and "prov-1" in ctl.fleet.hosts, 120, "prov-1 made"
     )
     ctl.kill_host("b")

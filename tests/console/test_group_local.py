@@ -13,10 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fleetbed import until
+from fleetbed import run_until, until
 from groupbed import controller, group_baseline, local_group, shards
 
-from console.jobs.controller import Controller
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
@@ -49,13 +48,6 @@ def started_pids(inv: Path, hosts: str) -> dict[str, list[int]]:
 
 def executor_pid(root: Path) -> int:
     return int((root / "jobs" / "j" / "executor.pid").read_text())
-
-
-async def run_until(ctl: Controller, predicate, timeout: float, what: str) -> asyncio.Task:  # type: ignore[no-untyped-def]
-    task = asyncio.create_task(ctl.run())
-    await until(lambda: predicate() or task.done(), timeout, what)
-    assert not task.done(), f"the run ended before {what}"
-    return task
 
 
 @pytest.fixture(scope="module")

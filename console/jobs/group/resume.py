@@ -16,7 +16,7 @@ from console.jobs.launcher import Launcher
 from console.jobs.live import Alert
 from console.jobs.replicator import Replicator, Source, shard_key
 from console.reach.deploy import checkpoint_file, replica_dir
-from console.reach.remote import list_manifests, promote
+from console.reach.remote import list_manifests_in, promote
 from console.reach.transport.base import TransportError
 from protocol.spec import CheckpointManifest
 
@@ -146,21 +146,18 @@ class ResumeStep:
         others = [k for k in range(self._shards) if k != shard] if self._any_shard else []
         folders = [self._checkpoints(host)]
         folders += [self._replica_folder(host, k) for k in [shard, *others]]
-        listed = await asyncio.gather(*(self._manifests(host, f) for f in folders))
+        try:
+            listed = await list_manifests_in(
+                self._fleet.hosts[host].transport, self._inv.python(host), folders
+            )
+        except TransportError:
+            return {}
         found: dict[int, Held] = {}
-        for folder, manifests in zip(folders, listed, strict=True):
-            for m in manifests:
+        for folder in folders:  # in order: its own checkpoints first
+            for m in listed[folder]:
                 if self._any_shard or (m.node_rank == shard and m.nnodes == len(self._members())):
                     found.setdefault(m.step, (m.epoch, folder, m))
         return found
-
-    async def _manifests(self, host: str, folder: str) -> list[CheckpointManifest]:
-        try:
-            return await list_manifests(
-                self._fleet.hosts[host].transport, self._inv.python(host), folder
-            )
-        except TransportError:
-            return []
 
 
 def _newest_whole(have: list[dict[int, Held]], committed: list[int]) -> int | None:
