@@ -32,7 +32,7 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=2500)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=10_000)}},
     )
     hosts = tmp_path / "provisioned"
     with inventory.open("a") as f:
