@@ -7,6 +7,7 @@ user's file: ``append_host`` adds a table at the end, so comments survive.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     console waits out the rest of it before failing over a host it cannot reach. Never less
     than ``lease_s``."""
     replicas_kept: Annotated[int, msgspec.Meta(ge=1)] = 2
+    tensorboard_dir: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    """Where the console writes each job's metrics as one TensorBoard run (``DIR/JOB``), across
+    failovers and consoles; relative paths are beside the inventory. None: none written."""
     health: HealthThresholds = msgspec.field(default_factory=HealthThresholds)
 
 
@@ -182,6 +186,11 @@ class Inventory:
     @property
     def state_dir(self) -> Path:
         return (self.path.parent / self.console.state_dir).resolve()
+
+    @property
+    def tensorboard_dir(self) -> Path | None:
+        d = self.console.tensorboard_dir
+        return None if d is None else (self.path.parent / Path(d).expanduser()).resolve()
 
     def python(self, name: str) -> str:
         host = self.hosts[name]
@@ -410,24 +419,35 @@ def _check_elastic(inv: Inventory, text: str, keys: list[str], job: Job) -> None
 
 def append_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
     """Add ``[hosts.NAME]`` at the end of the file (comments and layout kept); validated first."""
-    current = load(path)
-    if name in current.hosts:
-        raise ConfigError(f"{path}: hosts.{name}: a host of that name already exists")
-    text = path.read_text(encoding="utf-8")
-    addition = tomli_w.dumps({"hosts": {name: table}})
-    new_text = text + ("" if text.endswith("\n") or not text else "\n") + "\n" + addition
+    text, new_text = _appended(path, name, table)
     _must_load(path, new_text)
     with open(path, "a", encoding="utf-8") as f:
         f.write(new_text[len(text) :])
     return load(path)
 
 
-def _must_load(path: Path, new_text: str) -> None:
-    """ConfigError (naming ``path``) unless ``new_text`` would load as this inventory."""
+def with_host(path: Path, name: str, table: dict[str, Any]) -> Inventory:
+    """The inventory as it would be with ``[hosts.NAME]`` appended, the file untouched;
+    ConfigError (naming ``path``) when it would not load."""
+    return _must_load(path, _appended(path, name, table)[1])
+
+
+def _appended(path: Path, name: str, table: dict[str, Any]) -> tuple[str, str]:
+    """The file's text, and its text with ``[hosts.NAME]`` appended (no host of that name yet)."""
+    if name in load(path).hosts:
+        raise ConfigError(f"{path}: hosts.{name}: a host of that name already exists")
+    text = path.read_text(encoding="utf-8")
+    addition = tomli_w.dumps({"hosts": {name: table}})
+    return text, text + ("" if text.endswith("\n") or not text else "\n") + "\n" + addition
+
+
+def _must_load(path: Path, new_text: str) -> Inventory:
+    """The inventory ``new_text`` loads as (beside ``path``, so relative paths mean the same);
+    ConfigError naming ``path`` when it would not load."""
     candidate = path.with_name(f".{path.name}.candidate")
     candidate.write_text(new_text, encoding="utf-8")
     try:
-        load(candidate)
+        return dataclasses.replace(load(candidate), path=path)
     except ConfigError as e:
         raise ConfigError(str(e).replace(str(candidate), str(path))) from None
     finally:

@@ -1,7 +1,9 @@
 """Hosts made on demand: when a job waits for a host and none is usable, the inventory's
 ``[provisioner] command`` is run (argv, never a shell) and prints the new host's ``[hosts.X]``
-table as one JSON object with a ``name``; the host is added to the inventory (appended, as
-``n`` does) and to the running fleet, where the waiting job takes it.
+table as one JSON object with a ``name``; the host is preflighted and the executor deployed
+there, and only then is it added to the inventory (appended, as ``n`` does) and to the running
+fleet, where the waiting job takes it. A host that fails its preflight is given back (the
+``release`` command) and another is provisioned.
 
 One provision at a time, at most ``max_hosts`` provisioned hosts held; each run has a timeout
 (its whole process group killed past it); a failure (exit status, output that is not a host
@@ -21,12 +23,13 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from console.inventory import ProvisionerSettings
+from console.reach.check import Readied
 from console.records.journal import Journal, Kind
 from protocol.errors import ConfigError
 
@@ -42,14 +45,16 @@ class ProvisionFailed(Exception):
 
 
 class Provisioner:
-    """Given the settings, how to add a host (``Controller.add_host``: validates, appends to the
-    inventory, starts using it), the names known, whether a job still waits, the journal and
-    the alert sink."""
+    """Given the settings, how to ready a new host (preflight and deploy, before the fleet
+    knows it; ConfigError when the inventory would refuse its table), how to add it
+    (``Controller.add_host``: appends to the inventory, starts using it), the names known,
+    whether a job still waits, the journal and the alert sink."""
 
     def __init__(
         self,
         settings: ProvisionerSettings,
         *,
+        prepare: Callable[[str, dict[str, Any]], Awaitable[Readied]],
         add: Callable[[str, dict[str, Any]], None],
         known: Callable[[], set[str]],
         provisioned: Callable[[], set[str]],
@@ -58,6 +63,7 @@ class Provisioner:
         alert: Callable[[str], None],
     ) -> None:
         self.settings = settings
+        self._prepare = prepare
         self._add = add
         self._known = known
         self._provisioned = provisioned
@@ -99,7 +105,7 @@ class Provisioner:
                     wait = min(self.settings.retry_max_s, self.settings.retry_s * 2**failures)
                     next_try[host] = (failures + 1, time.monotonic() + wait)
 
-    async def _release(self, host: str, idle: float) -> bool:
+    async def _release(self, host: str, idle: float, why: str = "") -> bool:
         assert self.settings.release is not None
         t0 = time.monotonic()
         try:
@@ -114,9 +120,10 @@ class Provisioner:
             )
             return False
         took = time.monotonic() - t0
+        after = why or f"after {idle:.0f} s idle"
         self._journal.record(
             Kind.ACTION,
-            f"provisioner: {host} released after {idle:.0f} s idle, in {took:.1f} s",
+            f"provisioner: {host} released ({after}) in {took:.1f} s",
             host=host,
             data={"release": "done", "host": host, "seconds": took, "idle_s": idle},
         )
@@ -165,10 +172,17 @@ class Provisioner:
             f"provisioner: provisioning a host ({why}; attempt {attempt})",
             data={"provision": "start", "attempt": attempt},
         )
+        made: str | None = None
         try:
             out = await self._run(self.settings.command)
             name, table = _host_table(out, self._known())
+            made, made_s = name, time.monotonic() - t0
             try:
+                ready = await self._prepare(name, table)
+                if ready.problems:
+                    raise ProvisionFailed(
+                        f"{name} failed its preflight: {'; '.join(ready.problems)}"
+                    )
                 self._add(name, table)
             except ConfigError as e:
                 raise ProvisionFailed(f"the host it printed is refused: {e}") from None
@@ -178,15 +192,26 @@ class Provisioner:
             self._journal.record(
                 Kind.ACTION,
                 f"provisioner: failed after {took:.1f} s: {e}",
+                host=made,
                 data={"provision": "failed", "seconds": took, "error": str(e)},
             )
+            if made is not None and self.settings.release is not None:
+                await self._release(made, 0.0, why="it is not usable")
             raise
         took = time.monotonic() - t0
         self._journal.record(
             Kind.ACTION,
-            f"provisioner: {name} provisioned in {took:.1f} s",
+            f"provisioner: {name} provisioned in {took:.1f} s (made {made_s:.1f} s, "
+            f"preflight {ready.preflight_s:.1f} s, deploy {ready.deploy_s:.1f} s)",
             host=name,
-            data={"provision": "done", "host": name, "seconds": took},
+            data={
+                "provision": "done",
+                "host": name,
+                "seconds": took,
+                "made_s": made_s,
+                "preflight_s": ready.preflight_s,
+                "deploy_s": ready.deploy_s,
+            },
         )
 
     async def _run(self, argv: list[str]) -> str:

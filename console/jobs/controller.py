@@ -21,12 +21,13 @@ from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
 from console.fleet.provision import Provisioner
-from console.inventory import Inventory, append_host, remove_host
+from console.inventory import Inventory, append_host, remove_host, with_host
 from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.replicator import Replicator
 from console.jobs.supervisor import JobSupervisor
+from console.reach.check import ready_host
 from console.reach.transport.local import LocalTransport
 from console.records.console_lock import ConsoleLock
 from console.records.incidents import IncidentLog, unclean_exit
@@ -86,6 +87,7 @@ class Controller:
             if inv.provisioner is None or read_only
             else Provisioner(
                 inv.provisioner,
+                prepare=lambda name, table: ready_host(with_host(self.inv.path, name, table), name),
                 add=self._add_provisioned,
                 known=lambda: set(self.inv.hosts),
                 provisioned=lambda: {

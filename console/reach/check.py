@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from console.inventory import Inventory
@@ -35,6 +37,54 @@ async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight
             min_free_gb=inv.console.min_free_disk_gb,
             timeout=inv.console.command_timeout_s,
         )
+    finally:
+        await t.close()
+
+
+@dataclass
+class Readied:
+    """A new host made ready before the fleet uses it: its problems (none: ready) and what
+    each step cost."""
+
+    problems: list[str] = field(default_factory=list)
+    preflight_s: float = 0.0
+    deploy_s: float = 0.0
+
+
+async def ready_host(inv: Inventory, name: str) -> Readied:
+    """Preflight a host the fleet does not use yet (``inv`` has its table) and, when it
+    passes, deploy the executor bundle there, so its first executor starts without an upload."""
+    host, root, python = inv.hosts[name], inv.host_root(name), inv.python(name)
+    bundle = build_bundle()
+    t = open_transport(inv, name)
+    out = Readied()
+    try:
+        t0 = time.monotonic()
+        pf = await preflight(
+            t,
+            root=root,
+            python=python,
+            bundle=bundle,
+            gpus=host.gpus,
+            min_free_gb=inv.console.min_free_disk_gb,
+            timeout=inv.console.command_timeout_s,
+        )
+        out.preflight_s = time.monotonic() - t0
+        if not pf.ok:
+            out.problems = pf.problems
+            return out
+        t0 = time.monotonic()
+        try:
+            async with asyncio.timeout(inv.console.command_timeout_s):
+                await deploy(t, root, python, bundle)
+        except TimeoutError:
+            out.problems.append(
+                f"deploying the executor took over {inv.console.command_timeout_s:g} s"
+            )
+        except TransportError as e:
+            out.problems.append(f"deploying the executor failed: {e}")
+        out.deploy_s = time.monotonic() - t0
+        return out
     finally:
         await t.close()
 

@@ -1,9 +1,10 @@
 """The provisioner: a command that makes a host when a job needs one. Its failures (exit 1,
-output that is not a host table, a hang) are one alert line each and a retry after a growing
-wait, never a crash; a host it prints is added through the inventory's own checks.
+output that is not a host table, a hang, a host that fails its preflight) are one alert line
+each and a retry after a growing wait, never a crash; a host it prints is checked against the
+inventory, preflighted and has the executor deployed before it is added.
 
-Real subprocesses (small Python scripts), a real journal; the host table added is the one
-the script printed.
+Real subprocesses (small Python scripts), a real journal, a real inventory file and the real
+preflight and deploy on the local host; the host table added is the one the script printed.
 """
 
 from __future__ import annotations
@@ -15,30 +16,45 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import until
+from fleetbed import local_host, until, write_inventory
 
 from console.fleet.provision import Provisioner
-from console.inventory import ProvisionerSettings
+from console.inventory import ProvisionerSettings, with_host
+from console.reach.check import ready_host
+from console.reach.deploy import MARKER, build_bundle, bundle_dir
 from console.records.journal import Journal, Kind, read
-from protocol.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "examples" / "provision_local.py"
 
 
 class Bed:
-    def __init__(self, tmp: Path, command: list[str], *, attempts: int = 3, **over: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        command: list[str],
+        *,
+        attempts: int = 3,
+        regions: tuple[str, ...] = ("r1",),
+        **over: Any,
+    ) -> None:
+        self.inventory = write_inventory(
+            tmp / "inventory.toml",
+            hosts={"a": local_host(tmp / "a"), "b": local_host(tmp / "b")},
+            jobs={},
+            regions=regions,
+        )
         self.journal = Journal(tmp / "journal.jsonl")
         self.path = tmp / "journal.jsonl"
         self.added: list[tuple[str, dict[str, Any]]] = []
         self.alerts: list[str] = []
-        self.refuse: str | None = None
         self.attempts = attempts
         settings = ProvisionerSettings(
             command=command, timeout_s=1.0, retry_s=0.05, retry_max_s=0.2, **over
         )
         self.p = Provisioner(
             settings,
+            prepare=lambda n, table: ready_host(with_host(self.inventory, n, table), n),
             add=self.add,
             known=lambda: {"a", "b"},
             provisioned=lambda: {n for n, _ in self.added},
@@ -48,8 +64,6 @@ class Bed:
         )
 
     def add(self, name: str, table: dict[str, Any]) -> None:
-        if self.refuse:
-            raise ConfigError(self.refuse)
         self.added.append((name, table))
 
     def wanted(self) -> bool:
@@ -80,9 +94,51 @@ async def test_a_host_it_prints_is_added(tmp_path: Path) -> None:
         )
     ]
     assert (tmp_path / "hosts" / "prov-1").is_dir()
+    marker = Path(bundle_dir(str(tmp_path / "hosts" / "prov-1"), build_bundle()), MARKER)
+    assert marker.is_file(), "the executor was deployed before the host was added"
     done = [d for d in bed.tries() if d["provision"] == "done"]
-    assert len(done) == 1 and done[0]["host"] == "prov-1" and done[0]["seconds"] >= 0
+    assert len(done) == 1 and done[0]["host"] == "prov-1"
+    parts = done[0]["made_s"] + done[0]["preflight_s"] + done[0]["deploy_s"]
+    assert done[0]["preflight_s"] > 0 and done[0]["deploy_s"] > 0
+    assert parts <= done[0]["seconds"]
     assert not bed.alerts
+
+
+async def test_a_host_that_fails_its_preflight_is_released_and_another_made(
+    tmp_path: Path,
+) -> None:
+    hosts = tmp_path / "hosts"
+    # the first host made has an interpreter that does not run; the second is fine
+    body = (
+        "import json, sys\nfrom pathlib import Path\n"
+        f"root = Path({str(hosts)!r})\n"
+        "n = 1\n"
+        "while (root / f'prov-{n}').exists() or (root / f'gone-{n}').exists():\n"
+        "    n += 1\n"
+        "(root / f'prov-{n}').mkdir(parents=True)\n"
+        "table = {'name': f'prov-{n}', 'region': 'r1', 'transport': 'local',\n"
+        "         'root': str(root / f'prov-{n}')}\n"
+        "if n == 1:\n"
+        "    table['python'] = str(root / 'no-python')\n"
+        "print(json.dumps(table))\n"
+    )
+    release = tmp_path / "release.py"
+    release.write_text(
+        "import sys\nfrom pathlib import Path\n"
+        f"root = Path({str(hosts)!r})\n"
+        "(root / sys.argv[1]).rename(root / sys.argv[1].replace('prov-', 'gone-'))\n"
+    )
+    bed = Bed(tmp_path, script(tmp_path, body), release=[sys.executable, str(release)])
+    bed.p.want("a job waits for a host")
+    await settled(bed, 60)
+    assert [n for n, _ in bed.added] == ["prov-2"], "the unusable host is never added"
+    assert (hosts / "gone-1").is_dir() and not (hosts / "prov-1").exists(), "given back"
+    failed = [d for d in bed.tries() if d["provision"] == "failed"]
+    assert len(failed) == 1 and "prov-1 failed its preflight" in failed[0]["error"]
+    assert "no-python" in failed[0]["error"]
+    released = [e.data for e in read(bed.path) if e.kind is Kind.ACTION and "release" in e.data]
+    assert [(d["release"], d["host"]) for d in released] == [("done", "prov-1")]
+    assert len(bed.alerts) == 1 and "\n" not in bed.alerts[0]
 
 
 @pytest.mark.parametrize(
@@ -140,12 +196,16 @@ def _zombie(pid: int) -> bool:
 
 
 async def test_a_host_the_inventory_refuses_is_a_failure_with_its_reason(tmp_path: Path) -> None:
-    bed = Bed(tmp_path, [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts")])
-    bed.refuse = "inventory.toml: hosts.prov-1.region: unknown region 'r1' (have: eu)"
+    bed = Bed(
+        tmp_path,
+        [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts"), "--region", "mars"],
+    )
     bed.p.want("a job waits for a host")
     await settled(bed)
+    assert not bed.added
     failed = [d for d in bed.tries() if d["provision"] == "failed"]
-    assert failed and "unknown region 'r1'" in failed[0]["error"]
+    assert failed and "hosts.prov-1" in failed[0]["error"] and "mars" in failed[0]["error"]
+    assert "inventory.toml" in failed[0]["error"], failed[0]["error"]
 
 
 async def test_one_at_a_time_and_never_past_max_hosts(tmp_path: Path) -> None:
