@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 import torch
 
 from executors.durable import fsync_dir
+from executors.lineage import bare, descend
 from executors.publish import (
     PUBLISH_MARGIN_S,
     CorruptCheckpoint,
@@ -39,7 +40,7 @@ from executors.publish import (
 )
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
-from protocol.spec import CheckpointManifest
+from protocol.spec import CheckpointManifest, Lineage
 
 __all__ = [
     "PUBLISH_MARGIN_S",
@@ -103,6 +104,7 @@ class CheckpointManager:
         node_rank: int | None = None,
         nnodes: int = 1,
         any_shard: bool = False,
+        lineage: Lineage | None = None,
     ) -> None:
         self.folder = folder
         self.node_rank = node_rank
@@ -125,6 +127,10 @@ class CheckpointManager:
         self.last_saved: CheckpointSaved | None = None
         self.consecutive_failures = 0
         self.last_write_s = 0.0
+        self.lineage = lineage or bare()
+        """This start's lineage (``executors.lineage.at_start``); each manifest adds its parent."""
+        self._parent: CheckpointManifest | None = None
+        """What the next checkpoint descends from: the one loaded, then each one written."""
         folder.mkdir(parents=True, exist_ok=True)
         self._remove_incomplete()
 
@@ -171,6 +177,7 @@ class CheckpointManager:
                 created_at=time.time(),
                 node_rank=self.node_rank,
                 nnodes=self.nnodes,
+                lineage=descend(self.lineage, self._parent),
             )
             manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
@@ -182,6 +189,7 @@ class CheckpointManager:
             self._write_failed(step, e)
             return None
         self.consecutive_failures = 0
+        self._parent = manifest
         self.last_write_s = time.perf_counter() - t0
         saved = CheckpointSaved(
             manifest=manifest,
@@ -276,6 +284,7 @@ class CheckpointManager:
                     )
                 )
                 continue
+            self._parent = manifest
             return Loaded(manifest, manifest_path.with_suffix(".pt"), state)
         return None
 
@@ -287,6 +296,7 @@ class CheckpointManager:
         if not manifest_path.exists():
             raise CorruptCheckpoint(f"no checkpoint of step {step} in {self.folder}")
         manifest, state = self._load(manifest_path, map_location)
+        self._parent = manifest
         return Loaded(manifest, manifest_path.with_suffix(".pt"), state)
 
     def _load(

@@ -31,6 +31,7 @@ from executors.command_tree import (
     stage,
 )
 from executors.durable import fsync_dir
+from executors.lineage import bare, descend
 from executors.publish import (
     CorruptCheckpoint,
     Emit,
@@ -41,7 +42,7 @@ from executors.publish import (
 )
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
-from protocol.spec import CheckpointManifest, CommandSpec
+from protocol.spec import CheckpointManifest, CommandSpec, Lineage
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ class Publisher:
         lease_valid: LeaseCheck | None = None,
         node_rank: int | None = None,
         nnodes: int = 1,
+        lineage: Lineage | None = None,
     ) -> None:
         self.folder = folder
         self.node_rank, self.nnodes = node_rank, nnodes
@@ -185,6 +187,9 @@ class Publisher:
         self._emit = emit
         self.last: CheckpointManifest | None = None
         """The newest checkpoint this run holds: the restored one, then each one published."""
+        self.lineage = lineage or bare()
+        """This start's lineage (``executors.lineage.at_start``); each manifest adds its parent:
+        ``last``."""
         folder.mkdir(parents=True, exist_ok=True)
         for tmp in folder.glob(".*.tmp"):
             remove(tmp)
@@ -221,6 +226,7 @@ class Publisher:
                 node_rank=self.node_rank,
                 nnodes=self.nnodes,
                 files=files,
+                lineage=descend(self.lineage, self.last),
             )
             manifest_path = put(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:

@@ -71,6 +71,7 @@ from executors.command_warm import WarmStart
 from executors.control import Control
 from executors.inject import Injections
 from executors.kinds import Outcome
+from executors.lineage import at_start
 from executors.publish import PUBLISH_MARGIN_S, Emit
 from executors.version import code_version
 from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
@@ -181,6 +182,7 @@ class CommandRunner:
         t0 = time.perf_counter()
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
+        self.pub.lineage = at_start(self.spec, cwd=self.cwd)
         if self.warm is not None:
             self.warm.prepare(*self._command(None))  # the zygote imports while we restore
         gone = clear(self.ckpt_dir, self.cs, self.watcher)

@@ -37,6 +37,7 @@ from executors.device import is_oom, make_deterministic, pick_device
 from executors.dist import Group, flatten, joined, trained
 from executors.inject import Injections
 from executors.kinds import Outcome
+from executors.lineage import at_start
 from executors.progress import ProgressMeter
 from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
@@ -91,6 +92,7 @@ class Trainer:
             None if spec.checkpoint_every_steps else DEFAULT_CHECKPOINT_EVERY_S
         )
         rv = self.control.rendezvous
+        self._factory: Factory = resolve(spec.workload)
         self.ckpt = CheckpointManager(
             workdir / "checkpoints",
             job=spec.name,
@@ -104,6 +106,7 @@ class Trainer:
             node_rank=rv.node_rank if rv else None,
             nnodes=rv.nnodes if rv else 1,
             any_shard=rv is not None and rv.logical_ranks is not None,
+            lineage=at_start(spec, factory=self._factory),
         )
         self.group: Group | None = None
         """This epoch's process group, while a multi-host run is in it."""
@@ -116,7 +119,6 @@ class Trainer:
         self.state = TrainState()
         self.saved_step: int | None = None
         self.stall_s = 0.0
-        self._factory: Factory = resolve(spec.workload)
         self.meter = ProgressMeter(spec.steps, self.control, emit, progress_interval_s)
         self.boundary = Boundary(
             self.control, self.ckpt, save=self._save_new, step_time=self.meter.step_time

@@ -181,6 +181,28 @@ class FolderFile(msgspec.Struct, kw_only=True):
     sha256: str
 
 
+class Lineage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where a checkpoint came from, beyond the spec hash, code version and epoch of its
+    manifest: what ``hotspare lineage`` prints (``executors.lineage`` says how each is found)."""
+
+    host: str
+    """The hostname of the machine that wrote it."""
+    code_hash: str | None = None
+    """The torch kind: sha256 over the workload's source files (``code_files``)."""
+    code_files: list[str] = []
+    """The files ``code_hash`` covers, as module paths ('executors/workloads/charlm.py')."""
+    git_commit: str | None = None
+    """The command kind: HEAD of the git repository the command ran in, if it ran in one."""
+    git_dirty: bool | None = None
+    """With ``git_commit``: tracked files differed from that commit."""
+    data: str | None = None
+    """The data it trained on, as the spec names it (``key=value`` pairs)."""
+    parent_step: int | None = None
+    """The checkpoint it descends from: the one this run resumed from for its first
+    checkpoint, the one it wrote before for each later one; None after a fresh start."""
+    parent_sha256: str | None = None
+
+
 class CheckpointManifest(msgspec.Struct, kw_only=True):
     """Written beside a checkpoint after its data file is durable; the checkpoint's completion mark."""
 
@@ -206,3 +228,5 @@ class CheckpointManifest(msgspec.Struct, kw_only=True):
     every file in the folder ``file``. ``size`` is then their sum and ``sha256`` the sha256 of
     one line ``SHA256 SIZE PATH`` (a newline after each) per file in path order. None: ``file``
     is one file."""
+    lineage: Lineage | None = None
+    """Where it came from; None in a manifest written before lineage was recorded."""
