@@ -42,7 +42,7 @@ LINES_PER_S = 50.0
 LINE_BURST = 500
 PLACEHOLDER = re.compile(
     r"\{(checkpoint_dir|resume_from|step|steps|seed|workdir|node_rank|nnodes|master_addr"
-    r"|master_port|rank|world_size|local_world_size|backend|timeout_s)\}"
+    r"|master_port|rank|world_size|local_world_size|backend|timeout_s|run_id|job|epoch)\}"
 )
 RESUME = "{resume_from}"
 ALONE = Rendezvous(node_rank=0, addresses=["127.0.0.1"], master_port=29500)
@@ -97,11 +97,15 @@ def build_argv(template: list[str], values: dict[str, str]) -> list[str]:
     return [substitute(e, values) for i, e in enumerate(template) if i not in drop]
 
 
-def command_env(extra: dict[str, str], values: dict[str, str]) -> dict[str, str]:
+def command_env(
+    extra: dict[str, str], values: dict[str, str], run: dict[str, str] | None = None
+) -> dict[str, str]:
     """The executor's environment, unbuffered Python output, the bundle off ``PYTHONPATH`` (its
-    ``executors`` and ``protocol`` packages must not shadow the command's), then ``extra``."""
+    ``executors`` and ``protocol`` packages must not shadow the command's), the run's identity
+    (``run``: ``executors.run_env``), then ``extra``."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(run or {})
     bundle = Path(__file__).resolve().parent.parent
     paths = [
         p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != bundle

@@ -17,6 +17,8 @@ runs a training script that knows nothing of hotspare. The runner:
    outlives this executor is reaped by the next one (``executors.workdir.reap_command``);
    with ``preload``, a Python command is forked warm from the job's zygote instead of exec'd,
    recorded alike (executors/zygote.py; what it cannot run is exec'd, with a Log line why);
+   ``HOTSPARE_RUN_ID``, ``HOTSPARE_JOB``, ``HOTSPARE_EPOCH`` and ``HOTSPARE_RESUMED_FROM_STEP``
+   are in its environment (``executors.run_env``), below ``env``;
 3. forwards output lines as ``Log`` events and parses progress (``progress_regex`` over
    each stdout or stderr line, or ``metrics_file``) into ``Progress`` events;
 4. copies each new complete checkpoint (by marker or settle time) into
@@ -73,6 +75,7 @@ from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.lineage import at_start
 from executors.publish import PUBLISH_MARGIN_S, Emit
+from executors.run_env import run_env
 from executors.version import code_version
 from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
 from executors.zygote import ForkedRun
@@ -272,8 +275,12 @@ class CommandRunner:
             "steps": str(self.spec.steps),
             "seed": str(self.spec.seed),
             **group_values(self.control.rendezvous),
+            "run_id": self.control.run_id,
+            "job": self.spec.name,
+            "epoch": str(self.control.epoch),
         }
-        return build_argv(self.cs.argv, values), command_env(self.cs.env, values)
+        run = run_env(self.spec.name, self.control, step)
+        return build_argv(self.cs.argv, values), command_env(self.cs.env, values, run)
 
     def _line(self, stream: str, text: str) -> None:
         self.lines(stream, text)

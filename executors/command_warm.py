@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from executors import zygote
+from executors import run_env, zygote
 from executors.command_io import PLACEHOLDER
 from executors.control import Control
 from executors.publish import Emit
@@ -32,9 +32,9 @@ class WarmStart:
     ) -> None:
         self.job, self.cs, self.workdir, self.cwd = job, cs, workdir, cwd
         self.control, self.emit = control, emit
-        self.per_run = {k for k, v in cs.env.items() if PLACEHOLDER.search(v)}
-        """Variables whose value changes between runs: set in each run, no reason for a new
-        zygote."""
+        self.per_run = {k for k, v in cs.env.items() if PLACEHOLDER.search(v)} | run_env.NAMES
+        """Variables whose value changes between runs (placeholders, the run's identity): set
+        in each run, no reason for a new zygote."""
         self._zygote: Zygote | None = None
         self._failed_note: str | None = None
 

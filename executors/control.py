@@ -28,8 +28,11 @@ class Control:
         lease_s: float = 0.0,
         lease_anchor: float | None = None,
         rendezvous: Rendezvous | None = None,
+        run_id: str = "",
     ) -> None:
         self._lock = threading.Lock()
+        self.run_id = run_id
+        """The job's one run across restarts and failovers (Start's ``run_id``; "" when none)."""
         self.rendezvous = rendezvous
         """A multi-host job's meeting point for this epoch (None: one host)."""
         self._checkpoint_reason: str | None = None

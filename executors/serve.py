@@ -252,6 +252,7 @@ class Server:
             lease_s=msg.lease_s,
             lease_anchor=msg.lease_anchor,
             rendezvous=msg.rendezvous,
+            run_id=msg.run_id,
         )
         self.state = ExecutorState.TRAINING
         self._thread = threading.Thread(

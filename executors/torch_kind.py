@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from executors import run_env
 from executors.control import Control
 from executors.inject import Injections
 from executors.publish import Emit
@@ -28,6 +29,7 @@ class TorchKind:
         device: str | None,
         injections: Injections,
     ) -> Trainer:
+        run_env.export(spec.name, control)
         return Trainer(
             spec,
             workdir,

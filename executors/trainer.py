@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from executors import exitcodes, logical, rng
+from executors import exitcodes, logical, rng, run_env
 from executors.boundary import Boundary, Halt
 from executors.checkpoint import CheckpointManager, CorruptCheckpoint, Emit, Loaded
 from executors.control import Control
@@ -201,6 +201,7 @@ class Trainer:
             return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
         if loaded is not None:
             self._restore(loaded)
+        run_env.export_resumed(self.state.step)
         self.emit(
             Resumed(
                 step=self.state.step,

@@ -110,6 +110,9 @@ class Start(_Msg, tag="start"):
     world_size: int = 1
     rendezvous: Rendezvous | None = None
     """A multi-host job: where this epoch's ranks meet, and the committed step to resume."""
+    run_id: str = ""
+    """The job's one training run across restarts, failovers and consoles (``HOTSPARE_RUN_ID``
+    for the workload or command); "" from a console that keeps none."""
 
 
 class Lease(_Msg, tag="lease"):

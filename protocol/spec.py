@@ -65,6 +65,12 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with the element before it when that one starts with ``-`` and the left-out element is
     exactly ``{resume_from}``: both ``["--resume", "{resume_from}"]`` and
     ``["--resume={resume_from}"]`` vanish on a fresh start.
+
+    ``{run_id}`` is the job's one run across restarts, failovers and consoles (kept by the
+    console), ``{job}`` its name and ``{epoch}`` this start's epoch (it rises at every start):
+    ``"--wandb-id={run_id}"``, ``"runs/{run_id}"``. The command's environment has them too, as
+    ``HOTSPARE_RUN_ID``, ``HOTSPARE_JOB`` and ``HOTSPARE_EPOCH``, with
+    ``HOTSPARE_RESUMED_FROM_STEP`` (``{step}``: 0 on a fresh start); ``env`` may override them.
     """
 
     argv: Argv

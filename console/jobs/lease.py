@@ -10,6 +10,7 @@ cannot see the lease, but it can wait out the bound.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 from console import clock
@@ -37,9 +38,19 @@ class JobLease:
     # ------------------------------------------------------------ granting
 
     def start(self, link: ExecutorLink, host: str, spec: JobSpec, epoch: int) -> Start:
-        """A Start whose first lease is bounded and persisted; send it next."""
+        """A Start whose first lease is bounded and persisted, with the job's run id (made and
+        persisted at its first start); send it next."""
+        if not self._rec.run_id:
+            self._rec.run_id = uuid.uuid4().hex
+            self._save()
         anchor = self._grant(link, host, epoch)
-        return Start(spec=spec, epoch=epoch, lease_s=self.ttl_s, lease_anchor=anchor)
+        return Start(
+            spec=spec,
+            epoch=epoch,
+            lease_s=self.ttl_s,
+            lease_anchor=anchor,
+            run_id=self._rec.run_id,
+        )
 
     def renewal(
         self, link: ExecutorLink, host: str, epoch: int, ttl_s: float | None = None

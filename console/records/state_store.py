@@ -41,6 +41,9 @@ class JobRecord(msgspec.Struct, kw_only=True):
     committed: list[int] = []
     """A multi-host job: its newest committed steps (every member wrote and verified its shard),
     oldest first; only these are resumed from."""
+    run_id: str = ""
+    """The job's one training run (``HOTSPARE_RUN_ID``): made at its first start, then kept
+    across restarts, failovers and consoles, and the same for every member of a group."""
 
 
 class HostRecord(msgspec.Struct, kw_only=True):
