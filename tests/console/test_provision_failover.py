@@ -15,6 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 
 from console.inventory import load
@@ -26,6 +27,7 @@ from console.states import JobState
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long  # test_provision_ssh proves the same over sshd; this adds the second host
 async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_exact(
     tmp_path: Path,
 ) -> None:
