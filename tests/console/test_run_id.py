@@ -164,3 +164,27 @@ async def test_a_job_keeps_one_run_id_across_restarts_failovers_and_consoles(
     hosts = [Path(line["workdir"]) for line in lines[:3]]
     assert hosts == [a_work.resolve(), a_work.resolve(), b_work.resolve()]
     assert lines[2]["loaded"] > lines[1]["loaded"], "b resumed from the newer replica"
+
+
+async def test_every_member_of_a_group_job_gets_the_same_run_id(tmp_path: Path) -> None:
+    script, out = tmp_path / "train.py", tmp_path / "starts.jsonl"
+    script.write_text(SCRIPT)
+    job = command_job(script, out)
+    job.pop("host")
+    argv = job["command"]["argv"]
+    argv[argv.index("--placeholders") + 1] = "{run_id} {node_rank}"
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b")},
+        jobs={"g": {**job, "hosts": ["a", "b"], "spares": [], "steps": 30}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO)
+    await asyncio.wait_for(ctl.run(), 60)
+    await ctl.close()
+    assert ctl.jobs["g"].state is JobState.FINISHED
+    run_id = json.loads((tmp_path / "state" / "state.json").read_bytes())["jobs"]["g"]["run_id"]
+    lines = starts(out)
+    assert sorted(line["placeholders"][1] for line in lines) == ["0", "1"], lines
+    for line in lines:
+        assert line["env"]["HOTSPARE_RUN_ID"] == line["placeholders"][0] == run_id, line
+        assert (line["env"]["HOTSPARE_JOB"], line["env"]["HOTSPARE_EPOCH"]) == ("g", "1"), line
