@@ -4,6 +4,7 @@
     hotspare run [--inventory F] --policy auto [--json]                     headless, to completion
     hotspare check [--inventory F] [--json] [--deploy]                      preflight every host
     hotspare report [--inventory F | --state-dir D]                         post-mortem (markdown)
+    hotspare lineage JOB [--json] [--inventory F | --state-dir D]           a job's checkpoints
 
 Bad input is one line on stderr and exit 2, never a traceback.
 """
@@ -59,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--state-dir", type=Path, help="read this state dir instead of the inventory's"
     )
+    lineage = sub.add_parser(
+        "lineage",
+        parents=[inv],
+        help="a job's chain of checkpoints across hosts and epochs, with its incidents",
+    )
+    lineage.add_argument("job", help="the job's name")
+    lineage.add_argument("--json", action="store_true", help="print the chain as JSON")
+    lineage.add_argument(
+        "--state-dir", type=Path, help="read this state dir instead of the inventory's"
+    )
     return p
 
 
@@ -81,6 +92,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "report":
         return _report(args)
+    if args.command == "lineage":
+        from console.records.lineage import write_lineage
+
+        return write_lineage(_state_dir(args), args.job, sys.stdout, to_json=args.json)
     inv = load(args.inventory)
     if args.command == "check":
         from console.reach.check import run_check
@@ -98,21 +113,28 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     """The report needs only the state dir: an inventory that does not load (a typo) is said,
     and the state dir it names, or the default one beside it, is read all the same."""
-    from console.inventory import load
     from console.records.report import write_report
 
+    return write_report(_state_dir(args), sys.stdout)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    """``--state-dir``, else the inventory's; an inventory that does not load is said, and the
+    state dir it names (or the default one beside it) is read all the same."""
+    from console.inventory import load
+
     if args.state_dir is not None:
-        return write_report(args.state_dir, sys.stdout)
+        return Path(args.state_dir)
     try:
-        state_dir = load(args.inventory).state_dir
+        return load(args.inventory).state_dir
     except ConfigError as e:
         state_dir = _state_dir_named(args.inventory)
         print(
             f"{PROG}: {e}\n{PROG}: reporting on {state_dir} all the same "
-            "(the report reads only the journal; --state-dir D reads another)",
+            f"(hotspare {args.command} reads only the journal; --state-dir D reads another)",
             file=sys.stderr,
         )
-    return write_report(state_dir, sys.stdout)
+        return state_dir
 
 
 def _state_dir_named(inventory: Path) -> Path:

@@ -26,6 +26,7 @@ from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Standby
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
+from console.records.lineage import journal_fields
 from console.states import HostState, JobState
 from protocol.messages import (
     CheckpointSaved,
@@ -227,6 +228,7 @@ class Watch:
                     "stall_s": msg.stall_s,
                     "write_s": msg.write_s,
                     "epoch": msg.manifest.epoch,
+                    **journal_fields(msg.manifest),
                 },
             )
             if msg.manifest.epoch == job.epoch:

@@ -8,6 +8,7 @@ from console.fleet.hosts import HostRuntime
 from console.jobs.controller import Controller
 from console.records.incidents import Incident
 from console.records.journal import Event, Kind
+from console.records.lineage import brief
 from console.ui.view import Row, age, size
 
 CHECKPOINT_COLUMNS = ("step", "written", "size", "sha256", "verified on")
@@ -107,6 +108,12 @@ def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
             )
         lines.append(line + ("  DISK FULL" if st.full else ""))
     return "\n".join(lines) or "no spares"
+
+
+def lineage_lines(ctl: Controller, job: str) -> str:
+    """The newest checkpoints' host, epoch and parent, and where the chain crossed hosts, from
+    the journal's recent events (``hotspare lineage JOB`` prints the whole chain)."""
+    return "\n".join(brief(ctl.timeline.for_job(job), job)) or "no checkpoints yet"
 
 
 def incident_row(i: Incident) -> Row:

@@ -23,6 +23,7 @@ from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.replicator import Replicator, Source
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
+from console.records.lineage import journal_fields
 from console.states import HostState, JobState
 from protocol.messages import (
     CheckpointSaved,
@@ -147,6 +148,7 @@ class MemberMessages:
                 "write_s": msg.write_s,
                 "epoch": man.epoch,
                 "shard": m.node_rank,
+                **journal_fields(man),
             },
         )
         if man.epoch != job.epoch:

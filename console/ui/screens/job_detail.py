@@ -17,6 +17,7 @@ from console.ui.view_detail import (
     event_lines,
     job_incident_rows,
     job_summary,
+    lineage_lines,
     replica_lines,
 )
 from console.ui.widgets.key_bar import KeyBar
@@ -65,6 +66,8 @@ class JobDetailScreen(JobActions):
                 yield LiveTable(JOB_INCIDENT_COLUMNS, id="incidents")
         yield Static("Replicas", classes="pane-title")
         yield Static("", id="replicas", markup=False)
+        yield Static("Lineage", classes="pane-title")
+        yield Static("", id="lineage", markup=False)
         yield Static("Log tail", classes="pane-title")
         yield Static("", id="log-tail", markup=False)
         yield KeyBar()
@@ -86,6 +89,7 @@ class JobDetailScreen(JobActions):
             self.query_one("#speed-label", Static).update(_curve_label("steps/s", speeds, 1))
         self.query_one("#checkpoints", LiveTable).sync(checkpoint_rows(ctl, self.job))
         self.query_one("#replicas", Static).update(replica_lines(ctl, self.job))
+        self.query_one("#lineage", Static).update(lineage_lines(ctl, self.job))
         self.query_one("#incidents", LiveTable).sync(job_incident_rows(ctl, self.job))
         tail = self.query_one("#log-tail", Static)
         n = max(LOG_LINES, tail.size.height)  # as many lines as the pane holds
