@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from console.export.tensorboard import ExportError, TensorBoardExport, open_tensorboard
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
@@ -43,6 +44,8 @@ ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
 HOST_WANTED_S = 15.0
 """A provision is retried while a job asked for a host this recently."""
+METRICS_OPEN_S = 30.0
+"""The most the console waits at start to open its metrics export (import, folder check)."""
 
 
 class Controller:
@@ -102,6 +105,8 @@ class Controller:
         )
         self.jobs = {name: self._supervisor(name) for name in inv.jobs}
         self.alert_sinks: list[Callable[[str], None]] = []
+        self.progress_sinks: list[Callable[[str, Progress], None]] = []
+        """Told of every Progress message: (job, message)."""
         self._alerted: dict[str, float] = {}
         self._progress_at: dict[str, float] = {}
         self._job_tasks: dict[str, asyncio.Task[None]] = {}
@@ -139,6 +144,7 @@ class Controller:
             f"console started (policy {self.policy.value})",
             data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
         )
+        metrics = await self._open_metrics()
         if died is not None and not self.read_only:
             self._console_died(*died)
         background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
@@ -153,6 +159,8 @@ class Controller:
             )
             self.alert_sinks.append(hook.send)
             background.append(asyncio.create_task(hook.run(), name="webhook"))
+        if metrics is not None:
+            background.append(asyncio.create_task(metrics.run(), name="metrics export"))
         try:
             for name in self.jobs:
                 self._spawn(name)
@@ -165,7 +173,28 @@ class Controller:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if metrics is not None:
+                await metrics.close()
         return {name: sup.state for name, sup in self.jobs.items()}
+
+    async def _open_metrics(self) -> TensorBoardExport | None:
+        """The TensorBoard export (``tensorboard_dir``), told of every Progress message and
+        journal event; one that cannot be opened is one alert, and the console goes on."""
+        root = self.inv.tensorboard_dir
+        if root is None or self.read_only:
+            return None
+        try:
+            async with asyncio.timeout(METRICS_OPEN_S):
+                metrics = await asyncio.to_thread(open_tensorboard, root, self.alert)
+        except ExportError as e:
+            self.alert(str(e))
+            return None
+        except TimeoutError:
+            self.alert(f"tensorboard_dir {root}: not opened in {METRICS_OPEN_S:g} s; no metrics")
+            return None
+        self.progress_sinks.append(metrics.progress)
+        self.journal.subscribe(metrics.event)
+        return metrics
 
     def _supervisor(self, name: str) -> JobSupervisor:
         """A job on one host, or a multi-host job's group."""
@@ -332,6 +361,8 @@ class Controller:
         return time.monotonic() - self._alerted.get(msg, -ALERT_REPEAT_S) < ALERT_REPEAT_S
 
     def on_progress(self, sup: JobSupervisor, msg: Progress) -> None:
+        for sink in self.progress_sinks:
+            sink(sup.name, msg)
         now = time.monotonic()
         if (
             now - self._progress_at.get(sup.name, 0.0) >= PROGRESS_JOURNAL_EVERY_S
