@@ -3,7 +3,7 @@
     hotspare [--inventory F] [--policy manual|auto|observe] [--read-only]   the terminal UI
     hotspare run [--inventory F] --policy auto [--json]                     headless, to completion
     hotspare check [--inventory F] [--json] [--deploy]                      preflight every host
-    hotspare report [--inventory F | --state-dir D]                         post-mortem (markdown)
+    hotspare report [--json] [--inventory F | --state-dir D]                post-mortem (markdown)
     hotspare lineage JOB [--json] [--inventory F | --state-dir D]           a job's checkpoints
 
 Bad input is one line on stderr and exit 2, never a traceback.
@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--state-dir", type=Path, help="read this state dir instead of the inventory's"
     )
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
     lineage = sub.add_parser(
         "lineage",
         parents=[inv],
@@ -115,7 +116,7 @@ def _report(args: argparse.Namespace) -> int:
     and the state dir it names, or the default one beside it, is read all the same."""
     from console.records.report import write_report
 
-    return write_report(_state_dir(args), sys.stdout)
+    return write_report(_state_dir(args), sys.stdout, as_json=args.json)
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

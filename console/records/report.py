@@ -3,11 +3,14 @@
 For each incident: its timeline, fault class, time to detect, the MTTR breakdown (detect,
 decide, transfer, start, load, first step) and the steps lost; for an elastic job that
 trained at several sizes, its throughput at each; every host provisioned or released, with
-its cost in seconds.
+its cost in seconds; and per job, its goodput, the steps each class of incident lost and its
+checkpoint overhead (``console/records/summary.py`` defines them). ``--json``: the same as one
+JSON object.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import sys
@@ -17,6 +20,7 @@ from typing import TextIO
 
 from console.records.incidents import PHASES, Incident, incidents
 from console.records.journal import Event, Kind, read
+from console.records.summary import SUMMARY_KINDS, JobSummary, summarise
 
 
 def _clock(t: float) -> str:
@@ -33,6 +37,7 @@ def render(
     out: TextIO,
     rates: dict[str, dict[int, list[float]]] | None = None,
     provisions: list[Event] | None = None,
+    summaries: list[JobSummary] | None = None,
 ) -> None:
     out.write("# hotspare post-mortem\n\n")
     if finished:
@@ -40,6 +45,8 @@ def render(
         for job, sha in sorted(finished.items()):
             out.write(f"| {job} | `{sha}` |\n")
         out.write("\n")
+    if summaries:
+        render_summaries(summaries, out)
     if provisions:
         out.write(
             "## Provisioned hosts\n\n| time | host | what | seconds | note |\n|---|---|---|---|---|\n"
@@ -87,6 +94,32 @@ def render(
     for i in found:
         out.write("\n")
         render_incident(i, out)
+
+
+def render_summaries(summaries: list[JobSummary], out: TextIO) -> None:
+    """Per job: wall and training time, goodput, checkpoint overhead, steps lost by class."""
+    out.write(
+        "## Goodput\n\n| job | wall | training | goodput | checkpoints | checkpoint stall "
+        "| stall share | steps lost |\n|---|---|---|---|---|---|---|---|\n"
+    )
+    for s in summaries:
+        lost = ", ".join(
+            f"{cls} {x.steps} ({x.incidents} incident{'' if x.incidents == 1 else 's'})"
+            for cls, x in sorted(s.lost.items())
+        )
+        out.write(
+            f"| {s.job} | {_fmt(s.wall_s)} | {_fmt(s.training_s)} | {_share(s.goodput)} | "
+            f"{s.checkpoints} | {_fmt(s.stall_s)} | {_share(s.stall_share)} | {lost or '-'} |\n"
+        )
+    out.write(
+        "\nGoodput: training time / wall time (from each start to its end); training runs "
+        "from the first step after a start or a recovery to the next fault. Stall share: "
+        "checkpoint stall / training time.\n\n"
+    )
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
 
 
 def render_incident(i: Incident, out: TextIO) -> None:
@@ -145,7 +178,7 @@ def _detail(i: Incident, e: Event) -> str:
     return "; ".join(x for x in (text, ", ".join(facts)) if x)
 
 
-def write_report(state_dir: Path, out: TextIO) -> int:
+def write_report(state_dir: Path, out: TextIO, *, as_json: bool = False) -> int:
     path = state_dir / "journal.jsonl"
     if not path.exists():
         print(
@@ -153,7 +186,7 @@ def write_report(state_dir: Path, out: TextIO) -> int:
             file=sys.stderr,
         )
         return 2
-    events = list(read(path, kinds=(Kind.INCIDENT, Kind.FINISHED, Kind.PROGRESS, Kind.ACTION)))
+    events = list(read(path, kinds={*SUMMARY_KINDS, Kind.ACTION}))
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }
@@ -163,8 +196,40 @@ def write_report(state_dir: Path, out: TextIO) -> int:
         if e.kind is Kind.ACTION
         and (e.data.get("provision") in ("done", "failed") or "release" in e.data)
     ]
-    render(incidents(events), finished, out, throughput(events), provisions)
+    found, summaries = incidents(events), summarise(events)
+    if as_json:
+        json.dump(_as_json(found, finished, summaries), out, indent=2)
+        out.write("\n")
+        return 0
+    render(found, finished, out, throughput(events), provisions, summaries)
     return 0
+
+
+def _as_json(
+    found: list[Incident], finished: dict[str, str], summaries: list[JobSummary]
+) -> dict[str, object]:
+    return {
+        "jobs": [s.to_json() for s in summaries],
+        "finished": finished,
+        "incidents": [
+            {
+                "id": i.id,
+                "job": i.job,
+                "host": i.host,
+                "class": i.fault_class,
+                "cause": i.cause,
+                "planned": i.planned,
+                "fault_at": i.fault_at,
+                "mttr_s": i.mttr_s,
+                "breakdown_s": i.breakdown(),
+                "last_step": i.last_step,
+                "resumed_step": i.resumed_step,
+                "lost_steps": i.lost_steps,
+                "resolved": i.resolved,
+            }
+            for i in found
+        ],
+    }
 
 
 def throughput(events: list[Event]) -> dict[str, dict[int, list[float]]]:
