@@ -19,8 +19,9 @@ writers add each checkpoint's parent (``descend``). What each field holds, exact
 - ``data``: what the spec names as data: the ``config`` entries whose key contains ``data``
   or ``corpus`` (any case; ``dataset`` and ``data_path`` too) and, for the command kind, such
   ``env`` entries and argv flags (``--data-path X``, ``--dataset=X``), as ``key=value``
-  separated by spaces, in that order, keys sorted; None when nothing names data. A
-  workload's default that the spec does not write (charlm's built-in corpus) is not there.
+  separated by spaces: config then env, each by key, then flags in argv order (a value that is
+  not a string as JSON); None when nothing names data. A workload's default that the spec
+  does not write (charlm's built-in corpus) is not there; the data's bytes are not hashed.
 """
 
 from __future__ import annotations

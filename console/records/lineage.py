@@ -232,24 +232,22 @@ def render(job: str, items: list[Link | Incident], out: TextIO) -> None:
 
 
 def brief(events: list[Event], job: str, last: int = 3) -> list[str]:
-    """A few lines for the job's detail view: its newest checkpoints with host, epoch and
-    parent, then where the chain crossed hosts (newest last)."""
+    """A few lines for the job's detail view, oldest first: its newest checkpoints with host,
+    epoch and parent, then the last two places the chain crossed hosts."""
     found = links(events, job)
-    lines = [
-        f"step {x.step} on {x.host}, epoch {x.epoch}, "
-        + (
-            f"from step {x.parent_step}" + (f" on {x.parent_host}" if x.crossed else "")
-            if x.parent_step is not None
-            else ("fresh start" if x.known else "parent unknown")
-        )
-        for x in found[-last:]
-    ]
-    lines += [
+    lines = [f"step {x.step} on {x.host}, epoch {x.epoch}, {_came_from(x)}" for x in found[-last:]]
+    crossings = [
         f"crossed {x.parent_host} -> {x.host} at step {x.parent_step} (epoch {x.epoch})"
         for x in found
         if x.crossed
-    ][-2:]
-    return lines
+    ]
+    return lines + crossings[-2:]
+
+
+def _came_from(x: Link) -> str:
+    if x.parent_step is None:
+        return "fresh start" if x.known else "parent unknown"
+    return f"from step {x.parent_step}" + (f" on {x.parent_host}" if x.crossed else "")
 
 
 # ------------------------------------------------------------------- the CLI

@@ -150,6 +150,18 @@ def test_no_state_dir_or_no_journal_is_one_clear_line(
     (tmp_path / "empty").mkdir()
     code, _, err = lineage(capsys, "j", "--state-dir", str(tmp_path / "empty"))
     assert code == 2 and err.count("\n") == 1 and "no journal here" in err
+    inventory = write_inventory(  # the inventory's state dir, before any console ran
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table()}},
+    )
+    code = main(["--inventory", str(inventory), "lineage", "j"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"hotspare: lineage: no state dir {tmp_path / 'state'} yet (has the console run with it?)\n"
+    )
 
 
 def test_a_bad_job_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,8 +17,9 @@ import pytest
 import tomli_w
 from helpers import REPO, env_with, run_job, write_spec
 
-from executors.lineage import git_state, module_files
-from protocol.spec import CheckpointManifest
+from executors.lineage import data_source, git_state, module_files, workload_code
+from executors.workload import resolve
+from protocol.spec import CheckpointManifest, CommandSpec, JobSpec
 
 PLAIN = REPO / "tests" / "train_plain.py"
 
@@ -147,18 +148,59 @@ def test_a_command_outside_a_repository_or_without_git_still_checkpoints(tmp_pat
     )
 
 
-def test_a_top_level_workload_module_hashes_its_own_file_only(
+def hash_of(files: dict[str, Path]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + files[rel].read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def test_a_module_factory_workload_hashes_its_package_and_the_module_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "my_workload.py").write_text(
-        "def build(config, ctx):\n    raise NotImplementedError\n"
-    )
+    """``top_level:build`` re-exports ``mypkg.model.build``: the named module's own file, and
+    every .py file directly in mypkg (not its subpackage, not its neighbours outside it)."""
+    pkg = tmp_path / "mypkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("def build(config, ctx):\n    raise NotImplementedError\n")
+    (pkg / "layers.py").write_text("WIDTH = 64\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "notes.txt").write_text("not code\n")
+    (tmp_path / "top_level.py").write_text("from mypkg.model import build\n")
     (tmp_path / "neighbour.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    import my_workload  # noqa: F401 - module_files reads imported modules
-
     try:
-        assert module_files("my_workload") == {"my_workload.py": tmp_path / "my_workload.py"}
+        factory = resolve("top_level:build")
+        code = workload_code("top_level:build", factory)
+        expected = {
+            "top_level.py": tmp_path / "top_level.py",
+            "mypkg/__init__.py": pkg / "__init__.py",
+            "mypkg/layers.py": pkg / "layers.py",
+            "mypkg/model.py": pkg / "model.py",
+        }
+        assert code == (hash_of(expected), sorted(expected))
+        (pkg / "layers.py").write_text("WIDTH = 128\n")  # a sibling the model imports changed
+        changed = workload_code("top_level:build", factory)
+        assert changed is not None and changed[0] == hash_of(expected) != code[0]
         assert module_files("no.such.module") is None
     finally:
-        sys.modules.pop("my_workload", None)
+        for name in ("top_level", "mypkg", "mypkg.model"):
+            sys.modules.pop(name, None)
+
+
+def test_data_is_what_the_spec_names_as_data() -> None:
+    spec = JobSpec(
+        name="d",
+        executor="command",
+        steps=1,
+        config={"data": {"shards": 4}, "lr": 0.1, "Corpus": "wiki"},
+        command=CommandSpec(
+            argv=["python", "train.py", "--data-path", "/d", "--dataset=c4", "--lr", "0.1"],
+            env={"HF_DATASET": "x", "OMP_NUM_THREADS": "1"},
+        ),
+    )
+    assert data_source(spec) == (
+        'Corpus=wiki data={"shards":4} HF_DATASET=x data-path=/d dataset=c4'
+    )
+    assert data_source(JobSpec(name="d", steps=1, config={"lr": 0.1})) is None
