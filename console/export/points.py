@@ -91,7 +91,7 @@ class Translate:
         if phase == "detected":
             step = last if isinstance(last, int) else 0
             self._incident_step[n] = self._last_step[n] = step
-            text = f"incident {n}: {e.data.get('class', '?')} on {e.host or '?'}: {e.msg}"
+            text = e.msg  # "incident N: JOB on HOST: CLASS: what was seen"
             return [
                 Point(
                     job,

@@ -136,10 +136,7 @@ class TensorBoardExport:
         if not batch:
             return
         loop = asyncio.get_running_loop()
-        try:
-            problems = await loop.run_in_executor(self._pool, self._write, batch)
-        except OSError as e:
-            problems = [f"tensorboard export to {self.root} failed: {e}"]
+        problems = await loop.run_in_executor(self._pool, self._write, batch)
         for problem in problems:
             self._problem(problem)
 
@@ -155,7 +152,7 @@ class TensorBoardExport:
                 await loop.run_in_executor(self._pool, self._close_writers)
         except TimeoutError:
             self._problem(f"tensorboard export: the last points did not reach {self.root} in time")
-        except OSError as e:
+        except OSError as e:  # tensorboardX's last flush
             self._problem(f"tensorboard export to {self.root} failed while closing: {e}")
         finally:
             self._closed = True
@@ -173,11 +170,12 @@ class TensorBoardExport:
             logdir = self.root / job
             try:
                 marks = self._job_marks(job, logdir)
+                if marks is not None:
+                    self._write_job(job, logdir, marks, points)
             except ValueError as e:
                 problems.append(f"tensorboard export of {job} is off: {e}")
-                continue
-            if marks is not None:
-                self._write_job(job, logdir, marks, points)
+            except OSError as e:
+                problems.append(f"tensorboard export to {logdir} failed: {e}")
         return problems
 
     def _write_job(

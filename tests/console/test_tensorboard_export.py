@@ -36,6 +36,7 @@ from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
 from executors.torch_kind import PROGRESS_ENV
+from protocol.errors import ConfigError
 from protocol.messages import Progress
 
 
@@ -215,3 +216,17 @@ async def test_a_tensorboard_dir_that_cannot_be_written_is_one_alert_and_the_job
         f"tensorboard_dir {tmp_path / 'afile' / 'tb'} is not writable (Not a directory): no metrics are exported"
     ]
     assert [m for m in said if "tensorboard" in m] == alerts, "the alert sinks hear it too"
+
+
+def test_an_empty_tensorboard_dir_is_one_config_error(tmp_path: Path) -> None:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table()}},
+        tensorboard_dir="",
+    )
+    with pytest.raises(ConfigError) as e:
+        load(inventory)
+    assert "console.tensorboard_dir" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert load(write_inventory(inventory, {}, {})).tensorboard_dir is None, "default: off"
