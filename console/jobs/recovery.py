@@ -6,6 +6,7 @@ host lost, GPU FAIL, drain, preemption -> fail over (same region first); config 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
@@ -14,14 +15,14 @@ from console.jobs.incident import OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.policy import Policy
-from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
 from console.jobs.twin import Twin
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 
-REPLICATE_WAIT_S = 120.0
+LOST_CHECK_S = 0.2
+"""How often a failover that readies its target looks whether that host was found down."""
 
 
 def _last(job: LiveJob, outcome: Outcome) -> int:
@@ -46,7 +47,6 @@ class Recovery:
         fleet: Fleet,
         journal: Journal,
         alert: Alert,
-        replicator: Replicator,
         save: Callable[[], None],
         policy: Callable[[], Policy],
         restart_limit: int,
@@ -61,7 +61,6 @@ class Recovery:
         self._fleet = fleet
         self._journal = journal
         self._alert = alert
-        self._replicator = replicator
         self._save = save
         """Persist the job's record."""
         self._policy = policy
@@ -149,27 +148,9 @@ class Recovery:
             fleet.set_state(host, HostState.DOWN, outcome.why)
         if outcome.exit is Exit.PLANNED:
             self._incident.open("planned", outcome.why, planned=True)
-            await self._replicate_final(host, outcome)
             if fleet.hosts[host].state is HostState.DRAINING:
                 fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
         return await self._failover(outcome)
-
-    async def _replicate_final(self, host: str, outcome: Outcome) -> None:
-        """A planned move: make sure the checkpoint at the stop reaches every spare before moving."""
-        job = self._live
-        cp = job.checkpoint
-        if cp is None or job.checkpoint_path is None:
-            return
-        for spare in job.spares:
-            await self._replicator.wait_idle(job.name, spare, REPLICATE_WAIT_S)
-            if not await self._replicator.copy(
-                job.name, spare, Source(host, job.checkpoint_path, cp)
-            ):
-                self._alert(
-                    f"{job.name}: the checkpoint at the stop (step {cp.step}) did not reach "
-                    f"{spare}; a move there resumes from an older replica and loses steps",
-                    job=job.name,
-                )
 
     def release(self) -> None:
         """The job is over (finished, failed, stopped): its host and spares are free."""
@@ -199,23 +180,59 @@ class Recovery:
         if old is not None and fleet.hosts[old].job == job.name:
             fleet.hosts[old].job = None
         target = await standby.take_prepared(old)
-        while target is None:
-            target = await self._targets.pick(old)
-            if target is not None or job.stop_requested:
+        while True:
+            while target is None:
+                target = await self._targets.pick(old)
+                if target is not None or job.stop_requested:
+                    break
+                self._states.wait_note(f"no spare left for {job.name}: it waits for a host")
+                await self._wait_for_hosts()
+            job.target = None
+            if target is None:  # an operator stopped the job while it waited for a host
+                return old or "", False
+            job.rec.restarts = 0
+            self._incident.phase(
+                "decided", action="failover", host=target, last_step=_last(job, outcome)
+            )
+            prepared = standby.prepared
+            if prepared is not None and prepared.host == target and prepared.promoted:
+                return target, False
+            # the newest checkpoint (a planned move's: the one at its stop) goes to the target
+            # only, once it is chosen: a copy to a spare that is not the target (one that died
+            # with the fault, say) would hold up the move for nothing
+            copied = await self._unless_lost(target, self._targets.ensure_replica(target))
+            if copied is not None:
                 break
-            self._states.wait_note(f"no spare left for {job.name}: it waits for a host")
-            await self._wait_for_hosts()
-        job.target = None
-        if target is None:  # an operator stopped the job while it waited for a host
-            return old or "", False
-        job.rec.restarts = 0
-        self._incident.phase(
-            "decided", action="failover", host=target, last_step=_last(job, outcome)
-        )
-        prepared = standby.prepared
-        if prepared is not None and prepared.host == target:
-            if not prepared.promoted:
-                await self._targets.ensure_replica(target)
-            return target, not prepared.promoted
-        await self._targets.ensure_replica(target)
+            # a fault during the recovery: the target was found down while it was readied
+            self._journal.record(
+                Kind.ACTION,
+                f"{job.name}: {target} was lost while the failover readied it; choosing again",
+                job=job.name,
+                host=target,
+            )
+            if fleet.hosts[target].job == job.name:
+                fleet.hosts[target].job = None
+            standby.prepared = None
+            target = None
+        if not copied and outcome.exit is Exit.PLANNED and job.checkpoint is not None:
+            self._alert(
+                f"{job.name}: the checkpoint at the stop (step {job.checkpoint.step}) did not "
+                f"reach {target}; it resumes from an older replica and loses steps",
+                job=job.name,
+            )
         return target, True
+
+    async def _unless_lost(self, host: str, work: Awaitable[bool]) -> bool | None:
+        """``work``'s result, or None (``work`` cancelled) once ``host`` is found down."""
+        task = asyncio.ensure_future(work)
+        try:
+            while not task.done():
+                if self._fleet.hosts[host].state is HostState.DOWN:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    return None
+                await asyncio.wait({task}, timeout=LOST_CHECK_S)
+            return task.result()
+        finally:
+            if not task.done():  # this coroutine was cancelled itself
+                task.cancel()

@@ -203,7 +203,6 @@ class JobSupervisor:
             fleet=fleet,
             journal=journal,
             alert=ctl.alert,
-            replicator=ctl.replicator,
             save=store.save,
             policy=lambda: ctl.policy,
             restart_limit=c.restart_limit,

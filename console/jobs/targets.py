@@ -53,8 +53,9 @@ class Targets:
         ordered = spares + others
         return ordered[0] if ordered else None
 
-    async def ensure_replica(self, target: str) -> None:
-        """If ``target`` lacks the newest replica another reachable host holds, copy it there first."""
+    async def ensure_replica(self, target: str) -> bool:
+        """If ``target`` lacks the newest checkpoint another reachable host holds (the job's
+        own host first, then the replicas), copy it there first; False when that copy failed."""
         job, fleet, inv, replicator = self._live, self._fleet, self._inv, self._replicator
         best: Source | None = None
         if (
@@ -75,7 +76,7 @@ class Targets:
             ):
                 best = Source(holder, replica_file(inv.host_root(holder), job.name, m.step), m)
         if best is None:
-            return
+            return True
         have = replicator.replica(job.name, target).manifest
         if have is None:
             try:
@@ -88,4 +89,5 @@ class Targets:
             except TransportError:
                 have = None
         if have is None or have.step < best.manifest.step:
-            await replicator.copy(job.name, target, best)
+            return await replicator.copy(job.name, target, best)
+        return True

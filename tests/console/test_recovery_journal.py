@@ -47,7 +47,6 @@ async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
         fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
         journal=journal,
         alert=lambda *a, **k: None,
-        replicator=quiet,
         save=lambda: None,
         policy=lambda: Policy.AUTO,
         restart_limit=1,

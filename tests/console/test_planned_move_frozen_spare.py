@@ -1,0 +1,119 @@
+"""A planned move (GPU FAIL) at the moment the job's first spare freezes: the failover chooses
+that spare (nothing says it is gone yet), and once it is found down while the checkpoint is
+being copied there, the failover chooses again and the job moves to its other spare with the
+checkpoint at its stop, 0 steps lost.
+
+Found by the provisioning MTTR benchmark: the checkpoint at a planned stop was copied to
+every spare, one after another, before the failover chose its target, so a spare that had
+died with the fault held the move up for its copy attempts' timeouts; and a target found
+down while the failover readied it was still waited on (a copy to a frozen host waits out
+``command_timeout_s`` per attempt, here 300 s) and then started on.
+
+Real sshd hosts; the frozen spare's sshd and sessions are SIGSTOPped (a host whose kernel
+hangs: connections open, nothing answers). Evidence: the journal, and the stop's checkpoint
+on the target's disk."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import sshbed
+from fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.reach.deploy import replica_file
+from console.records.incidents import incidents
+from console.records.journal import Kind, read
+from executors.gpu_fake import write_state
+
+FAILED = {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}
+
+
+@pytest.fixture
+def bed() -> Iterator[sshbed.SshBed]:
+    with sshbed.ssh_bed() as b:
+        yield b
+
+
+async def test_a_planned_move_does_not_wait_on_a_spare_frozen_with_the_fault(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    a, b, c = (bed.host(name=n) for n in ("a", "b", "c"))
+    nvml = tmp_path / "nvml-a.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": a.inventory_table("r1"),
+            "b": b.inventory_table("r1", role="spare", priority=1),
+            "c": c.inventory_table("r1", role="spare", priority=2),
+        },
+        jobs={"j": {"host": "a", "spares": ["b", "c"], **job_table(steps=100_000)}},
+        command_timeout_s=300.0,  # a copy to the frozen spare hangs long past the move
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in "abc"}
+    env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    journal = tmp_path / "state" / "journal.jsonl"
+    task = asyncio.create_task(ctl.run(stay=True))
+    frozen: list[psutil.Process] = []
+    try:
+        await until(
+            lambda: (
+                (
+                    sup.step >= 40
+                    and ctl.replicator.replica("j", "b").manifest
+                    and ctl.replicator.replica("j", "c").manifest
+                )
+                or task.done()
+            ),
+            120,
+            "step 40 and replicas on b and c",
+        )
+        assert not task.done(), task
+        frozen = b._doomed()  # b's sshd and every session on it
+        for p in frozen:
+            p.suspend()
+        write_state(nvml, FAILED)
+        await until(
+            lambda: any(i.resolved for i in incidents(read(journal))) or task.done(),
+            120,
+            "the first step after the move",
+        )
+    finally:
+        for p in frozen:
+            with contextlib.suppress(psutil.Error):
+                p.resume()
+        ctl.stop_job("j")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    events = list(read(journal))
+    (inc,) = incidents(events)
+    assert inc.fault_class == "gpu_fail" and sup.host == "c"
+    assert inc.lost_steps == 0, "c got the checkpoint at the stop"
+    stop = max(
+        e.data["step"]
+        for e in events
+        if e.kind is Kind.EXECUTOR and e.data.get("exit") == "planned"
+    )
+    on_c = Path(replica_file(str(c.root), "j", stop))
+    assert on_c.is_file() and on_c.with_suffix(".json").is_file(), "the stop's checkpoint is on c"
+    decided = [
+        e.data.get("host")
+        for e in events
+        if e.kind is Kind.INCIDENT and e.data.get("phase") == "decided"
+    ]
+    assert decided == ["b", "c"], "b chosen first (not yet known down), then c"
+    assert any(
+        e.kind is Kind.ACTION and e.host == "b" and "lost while the failover readied it" in e.msg
+        for e in events
+    )
