@@ -61,6 +61,7 @@ BENCHES = [
     Bench("multihost_restart", "multihost_restart.py", [], ["--quick"], 2400, 900),
     Bench("elastic_reduce", "elastic_reduce.py", [], ["--quick"], 900, 300),
     Bench("elastic_resize", "elastic_resize.py", [], ["--quick"], 1200, 600),
+    Bench("provision_mttr", "provision_mttr.py", [], ["--trials", "1"], 1200, 600),
 ]
 
 
