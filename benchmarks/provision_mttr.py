@@ -184,7 +184,7 @@ def main() -> None:
             Figure("MTTR p50, spare there", p50["spare"], "s"),
             Figure("MTTR p50, provisioned", p50["provisioned"], "s"),
             Figure("extra MTTR when provisioned (p50)", extra, "s"),
-            *(Figure(f"{c} (median, provisioned)", med(c), "s") for c in COLS[1:4]),
+            *(Figure(f"{c} (median, provisioned)", med(c), "s") for c in COLS[1:6]),
         ]
         notes = (
             f"{args.trials} trials each, loopback sshd, 60 MB checkpoint, GPU fail; provisioner "
