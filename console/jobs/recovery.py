@@ -6,7 +6,6 @@ host lost, GPU FAIL, drain, preemption -> fail over (same region first); config 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
@@ -18,11 +17,9 @@ from console.jobs.policy import Policy
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
 from console.jobs.twin import Twin
+from console.jobs.unless_down import HostLost, unless_down
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
-
-LOST_CHECK_S = 0.2
-"""How often a failover that readies its target looks whether that host was found down."""
 
 
 def _last(job: LiveJob, outcome: Outcome) -> int:
@@ -200,10 +197,11 @@ class Recovery:
             # the newest checkpoint (a planned move's: the one at its stop) goes to the target
             # only, once it is chosen: a copy to a spare that is not the target (one that died
             # with the fault, say) would hold up the move for nothing
-            copied = await self._unless_lost(target, self._targets.ensure_replica(target))
-            if copied is not None:
+            try:
+                copied = await unless_down(fleet, target, self._targets.ensure_replica(target))
                 break
-            # a fault during the recovery: the target was found down while it was readied
+            except HostLost:  # a fault during the recovery: the target was found down
+                pass
             self._journal.record(
                 Kind.ACTION,
                 f"{job.name}: {target} was lost while the failover readied it; choosing again",
@@ -221,18 +219,3 @@ class Recovery:
                 job=job.name,
             )
         return target, True
-
-    async def _unless_lost(self, host: str, work: Awaitable[bool]) -> bool | None:
-        """``work``'s result, or None (``work`` cancelled) once ``host`` is found down."""
-        task = asyncio.ensure_future(work)
-        try:
-            while not task.done():
-                if self._fleet.hosts[host].state is HostState.DOWN:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                    return None
-                await asyncio.wait({task}, timeout=LOST_CHECK_S)
-            return task.result()
-        finally:
-            if not task.done():  # this coroutine was cancelled itself
-                task.cancel()

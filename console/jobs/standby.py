@@ -18,6 +18,7 @@ from console.jobs.live import LiveJob
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.probe import Probe
 from console.jobs.targets import Targets
+from console.jobs.unless_down import HostLost, unless_down
 from console.reach.transport.base import TransportError
 from console.records.journal import Journal, Kind
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
@@ -58,6 +59,8 @@ class Standby:
         self.prepared: Prepared | None = None
         """An idle executor readied on the failover target while the old lease runs out."""
         self._preparing: asyncio.Task[Prepared | None] | None = None
+        self._preparing_on: str | None = None
+        """The host being readied, once chosen."""
         self.warm: Prepared | None = None
         """The warm standby on the first spare, when the job asks for one."""
         self._warm_task: asyncio.Task[None] | None = None
@@ -121,6 +124,7 @@ class Standby:
             and self.pumping(warm.link)
             and fleet.fit(warm.host)
         ):
+            self._preparing_on = warm.host
             try:
                 await self._targets.ensure_replica(warm.host)
                 await self._launcher.promote(warm.host, job.epoch)
@@ -131,6 +135,7 @@ class Standby:
         target = await self._targets.pick(old)
         if target is None:
             return None
+        self._preparing_on = target
         fleet.hosts[target].job = job.name
         started: ExecutorLink | object = None
         try:
@@ -148,6 +153,7 @@ class Standby:
     async def cancel_preparation(self) -> None:
         self._incident.forget_early()
         task, self._preparing = self._preparing, None
+        self._preparing_on = None
         if task is None:
             return
         task.cancel()
@@ -157,11 +163,24 @@ class Standby:
 
     async def take_prepared(self, old: str | None) -> str | None:
         """The target readied during the lease wait (or the warm standby), if it is still fit
-        to use; it becomes ``prepared``."""
+        to use; it becomes ``prepared``. A readying whose host is found down meanwhile is
+        given up, not waited for (a frozen host would hold it up for its timeouts)."""
         task, self._preparing = self._preparing, None
-        prepared = (
-            (await asyncio.gather(task, return_exceptions=True))[0] if task is not None else None
-        )
+        prepared: object = None
+        if task is not None:
+            try:
+                on = lambda: self._preparing_on  # noqa: E731
+                (prepared,) = await unless_down(
+                    self._fleet, on, asyncio.gather(task, return_exceptions=True)
+                )
+            except HostLost as e:
+                self._journal.record(
+                    Kind.ACTION,
+                    f"{self._live.name}: {e.host} was lost while it was readied; not used",
+                    job=self._live.name,
+                    host=e.host,
+                )
+        self._preparing_on = None
         if not isinstance(prepared, Prepared):
             prepared, self.warm = self.warm, None
             if prepared is None:

@@ -1,17 +1,21 @@
-"""A planned move (GPU FAIL) at the moment the job's first spare freezes: the failover chooses
-that spare (nothing says it is gone yet), and once it is found down while the checkpoint is
-being copied there, the failover chooses again and the job moves to its other spare with the
-checkpoint at its stop, 0 steps lost.
+"""A recovery whose first choice of target freezes with the fault: the job's first spare is
+SIGSTOPped (its sshd and every session on it: a host whose kernel hangs, connections open,
+nothing answers) at the moment the job's host fails. Nothing says the spare is gone yet, so
+the recovery chooses it; once the fleet finds it down, the recovery gives it up and the job
+moves to its other spare.
+
+- A planned move (GPU FAIL): the checkpoint at the stop reaches the second spare, 0 lost steps.
+- A host killed (the lease is waited out, and the target readied meanwhile): the readying
+  on the frozen spare is given up, not waited for.
 
 Found by the provisioning MTTR benchmark: the checkpoint at a planned stop was copied to
 every spare, one after another, before the failover chose its target, so a spare that had
 died with the fault held the move up for its copy attempts' timeouts; and a target found
-down while the failover readied it was still waited on (a copy to a frozen host waits out
-``command_timeout_s`` per attempt, here 300 s) and then started on.
+down while the recovery readied it was still waited on (a copy to a frozen host waits out
+``command_timeout_s`` per attempt, here 300 s, so the old code did not move within 120 s).
 
-Real sshd hosts; the frozen spare's sshd and sessions are SIGSTOPped (a host whose kernel
-hangs: connections open, nothing answers). Evidence: the journal, and the stop's checkpoint
-on the target's disk."""
+Real sshd hosts. Evidence: the journal's decisions, the stop's checkpoint on the second
+spare's disk, and the incident's lost steps."""
 
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.reach.deploy import replica_file
-from console.records.incidents import incidents
-from console.records.journal import Kind, read
+from console.records.incidents import Incident, incidents
+from console.records.journal import Event, Kind, read
 from executors.gpu_fake import write_state
 
 FAILED = {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}
@@ -42,9 +46,11 @@ def bed() -> Iterator[sshbed.SshBed]:
         yield b
 
 
-async def test_a_planned_move_does_not_wait_on_a_spare_frozen_with_the_fault(
-    bed: sshbed.SshBed, tmp_path: Path
-) -> None:
+async def _fault_with_b_frozen(
+    bed: sshbed.SshBed, tmp_path: Path, fault: str
+) -> tuple[Incident, list[Event], sshbed.SshHost, str | None]:
+    """Train on a with spares b then c, freeze b and fail a (``gpu`` or ``kill``); the
+    incident, the journal and c once the job's first step after it is done, and its host."""
     a, b, c = (bed.host(name=n) for n in ("a", "b", "c"))
     nvml = tmp_path / "nvml-a.json"
     write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
@@ -82,11 +88,14 @@ async def test_a_planned_move_does_not_wait_on_a_spare_frozen_with_the_fault(
         frozen = b._doomed()  # b's sshd and every session on it
         for p in frozen:
             p.suspend()
-        write_state(nvml, FAILED)
+        if fault == "gpu":
+            write_state(nvml, FAILED)
+        else:
+            a.kill_all()
         await until(
             lambda: any(i.resolved for i in incidents(read(journal))) or task.done(),
             120,
-            "the first step after the move",
+            "the first step after the fault",
         )
     finally:
         for p in frozen:
@@ -98,7 +107,14 @@ async def test_a_planned_move_does_not_wait_on_a_spare_frozen_with_the_fault(
         await ctl.close()
     events = list(read(journal))
     (inc,) = incidents(events)
-    assert inc.fault_class == "gpu_fail" and sup.host == "c"
+    return inc, events, c, sup.host
+
+
+async def test_a_planned_move_gives_up_a_target_frozen_with_the_fault(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    inc, events, c, host = await _fault_with_b_frozen(bed, tmp_path, "gpu")
+    assert inc.fault_class == "gpu_fail" and host == "c"
     assert inc.lost_steps == 0, "c got the checkpoint at the stop"
     stop = max(
         e.data["step"]
@@ -117,3 +133,16 @@ async def test_a_planned_move_does_not_wait_on_a_spare_frozen_with_the_fault(
         e.kind is Kind.ACTION and e.host == "b" and "lost while the failover readied it" in e.msg
         for e in events
     )
+
+
+async def test_a_host_lost_gives_up_readying_a_target_frozen_with_the_fault(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    inc, events, _, host = await _fault_with_b_frozen(bed, tmp_path, "kill")
+    assert inc.fault_class == "host_lost" and host == "c"
+    assert any(
+        e.kind is Kind.ACTION and e.host == "b" and "lost while it was readied" in e.msg
+        for e in events
+    ), "the readying on b, chosen during the lease wait, was given up"
+    started = [e.host for e in events if e.kind is Kind.EXECUTOR and "started on" in e.msg]
+    assert "b" not in started

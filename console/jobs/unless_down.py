@@ -1,0 +1,49 @@
+"""Work on a host that a recovery waits for (a copy to its target, an executor readied
+there), given up as soon as the fleet finds that host down: a fault during the recovery must
+not hold it up for the work's own timeouts (a frozen host answers nothing until then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from console.fleet.hosts import Fleet
+from console.states import HostState
+
+T = TypeVar("T")
+
+CHECK_S = 0.2
+"""How often the host's state is looked at while the work runs."""
+
+
+class HostLost(Exception):
+    """The host was found down while the work ran; the work was cancelled."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"{host} was found down")
+        self.host = host
+
+
+async def unless_down(
+    fleet: Fleet,
+    host: str | Callable[[], str | None],
+    work: Awaitable[T],
+    every_s: float = CHECK_S,
+) -> T:
+    """``work``'s result; HostLost (``work`` cancelled) once ``host`` (or what ``host()``
+    says, None while not known) is found down."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            name = host if isinstance(host, str) else host()
+            if name is not None and fleet.hosts[name].state is HostState.DOWN:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise HostLost(name)
+            await asyncio.wait({task}, timeout=every_s)
+        return task.result()
+    finally:
+        if not task.done():  # this coroutine was cancelled itself
+            task.cancel()

@@ -1,0 +1,77 @@
+"""A job whose only spare turns unhealthy (its GPU falls off the bus, as the fake NVML says)
+gets a provisioned host: the console makes one (the shipped local provisioner), the spare
+keeper puts it in the unhealthy spare's place, the newest checkpoint reaches it, and when the
+job's host dies the job moves there, never to the unhealthy spare, and finishes bit-exact.
+
+Evidence: the replica files on the new host's disk, the final parameters against the
+uninterrupted run's, and no workdir of the job on the unhealthy spare."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.states import JobState
+from executors.gpu_fake import write_state
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = ROOT / "examples" / "provision_local.py"
+HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 45}]}
+
+
+async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_host(
+    tmp_path: Path,
+) -> None:
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=10_000)}},
+        health_probe_s=0.5,
+    )
+    made = tmp_path / "made"
+    local = [sys.executable, str(LOCAL), "--root", str(made)]
+    with inventory.open("a") as f:
+        f.write(
+            "\n[provisioner]\n"
+            + f"command = {[*local, '--region', 'r1']!r}\n".replace("'", '"')
+            + f"release = {[*local, '--release']!r}\n".replace("'", '"')
+            + "max_hosts = 1\nretry_s = 0.5\n"
+        )
+    sha = baseline_sha(inventory, "j", tmp_path / "baseline")
+    nvml = {h: tmp_path / f"nvml-{h}.json" for h in ("a", "b", "prov-1")}
+    for path in nvml.values():
+        write_state(path, HEALTHY)
+    env = {h: {**EXECUTOR_ENV, "HOTSPARE_FAKE_NVML": str(p)} for h, p in nvml.items()}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (sup.step >= 20 and ctl.fleet.hosts["b"].samples) or task.done(),
+            90,
+            "training, and b probed",
+        )
+        write_state(nvml["b"], {"devices": [{"name": "Fake H100", "lost": True}]})
+        await until(lambda: sup.spares == ["prov-1"] or task.done(), 60, "prov-1 in b's place")
+        await until(
+            lambda: any((made / "prov-1" / "replicas" / "j").glob("step-*.json")) or task.done(),
+            60,
+            "a replica on prov-1",
+        )
+        assert not task.done(), task
+        ctl.kill_host("a")
+        await asyncio.wait_for(task, 240)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.host == "prov-1"
+    assert sup.sha256 == sha, "the same parameters as the uninterrupted run"
+    assert not (tmp_path / "b" / "jobs" / "j").exists(), "the unhealthy spare never ran it"
