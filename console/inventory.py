@@ -129,6 +129,10 @@ class ProvisionerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     retry_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
     """The first wait after a failure; doubled each failure in a row, up to ``retry_max_s``."""
     retry_max_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    min_spares: dict[str, Annotated[int, msgspec.Meta(ge=0)]] = {}
+    """Region -> free hosts kept there (fit, no job training on them: a job's spare counts):
+    fewer, and a host is provisioned for the region (the command gets ``HOTSPARE_REGION``);
+    an idle provisioned host is not released while its region would drop below this."""
 
 
 class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -323,6 +327,11 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 ["regions", name],
                 "a region name may hold only letters, digits, '.', '_' and '-'",
             )
+    if inv.provisioner is not None:
+        for region in inv.provisioner.min_spares:
+            if region not in inv.regions:
+                keys = ["provisioner", "min_spares", region]
+                _fail(inv, text, keys, _known("region", region, inv.regions))
     for name, host in inv.hosts.items():
         keys = ["hosts", name]
         if host.region not in inv.regions:

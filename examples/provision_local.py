@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -24,7 +25,12 @@ from pathlib import Path
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True, type=Path)
-    ap.add_argument("--region", default="r1")
+    ap.add_argument(
+        "--region",
+        default=os.environ.get("HOTSPARE_REGION") or "r1",
+        help="the host's region (default: HOTSPARE_REGION, which the console sets when it "
+        "provisions for a region's min_spares, else r1)",
+    )
     ap.add_argument("--delay", type=float, default=0.0, help="seconds a machine takes to boot")
     ap.add_argument("--release", metavar="NAME")
     args = ap.parse_args()

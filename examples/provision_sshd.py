@@ -48,7 +48,12 @@ def main() -> int:
     ap.add_argument("--authorized-keys", type=Path, help="keys the new host's sshd accepts")
     ap.add_argument("--identity", type=Path, help="the console's private key (in the table)")
     ap.add_argument("--known-hosts", type=Path, help="the console's known_hosts file")
-    ap.add_argument("--region", default="r1")
+    ap.add_argument(
+        "--region",
+        default=os.environ.get("HOTSPARE_REGION") or "r1",
+        help="the host's region (default: HOTSPARE_REGION, which the console sets when it "
+        "provisions for a region's min_spares, else r1)",
+    )
     ap.add_argument("--python", default=sys.executable, help="the host's interpreter")
     ap.add_argument("--addresses", default="127.0.0.200-127.0.0.239", metavar="FIRST-LAST")
     ap.add_argument("--release", metavar="NAME")

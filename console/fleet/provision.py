@@ -12,6 +12,11 @@ exponential back-off (tenacity), for as long as a job still waits. A provisioned
 (no job on it, no job's spare) past ``idle_release_s`` is given back: the ``release`` command
 with its name, then it is cordoned for good and its table taken out of the inventory. Every
 provision and release is in the journal with its cost in seconds.
+
+With ``min_spares`` (region -> count), a region with fewer free hosts (fit, no job training
+on them) gets one provisioned for it: the command runs with ``HOTSPARE_REGION`` set, and a
+host it prints in another region is refused (and given back). A provisioned host is not
+released while that would leave its region short.
 """
 
 from __future__ import annotations
@@ -48,7 +53,8 @@ class Provisioner:
     """Given the settings, how to ready a new host (preflight and deploy, before the fleet
     knows it; ConfigError when the inventory would refuse its table), how to add it
     (``Controller.add_host``: appends to the inventory, starts using it), the names known,
-    whether a job still waits, the journal and the alert sink."""
+    whether a job still waits, how many free hosts a region has (for ``min_spares``), the
+    journal and the alert sink."""
 
     def __init__(
         self,
@@ -57,8 +63,9 @@ class Provisioner:
         prepare: Callable[[str, dict[str, Any]], Awaitable[Readied]],
         add: Callable[[str, dict[str, Any]], None],
         known: Callable[[], set[str]],
-        provisioned: Callable[[], set[str]],
+        provisioned: Callable[[], dict[str, str]],
         wanted: Callable[[], bool],
+        free_in: Callable[[str], int],
         journal: Journal,
         alert: Callable[[str], None],
     ) -> None:
@@ -67,8 +74,10 @@ class Provisioner:
         self._add = add
         self._known = known
         self._provisioned = provisioned
-        """Hosts this fleet holds that a provisioner made."""
+        """Hosts this fleet holds that a provisioner made, with their regions."""
         self._wanted = wanted
+        self._free_in = free_in
+        """Free hosts (fit, no job training on them) in a region."""
         self._journal = journal
         self._alert = alert
         self._task: asyncio.Task[None] | None = None
@@ -79,30 +88,40 @@ class Provisioner:
         released: Callable[[str], None],
         every_s: float = RELEASE_CHECK_S,
     ) -> None:
-        """Give back each provisioned host idle (``busy`` false: no job on it, no job's spare)
-        past ``idle_release_s``: its release command, then ``released`` (the console forgets
-        it). A failed release is an alert and is tried again after a growing wait."""
-        if self.settings.release is None:
+        """Keep ``min_spares`` free hosts in each region named (provisioning one for a region
+        short of it), and give back each provisioned host idle (``busy`` false: no job on
+        it, no job's spare) past ``idle_release_s``, unless its region would then be short:
+        its release command, then ``released`` (the console forgets it). A failed release is
+        an alert and is tried again after a growing wait."""
+        s = self.settings
+        if s.release is None and not s.min_spares:
             return
         idle_since: dict[str, float] = {}
         next_try: dict[str, tuple[int, float]] = {}
         while True:
             await asyncio.sleep(every_s)
+            for region, least in sorted(s.min_spares.items()):
+                if (have := self._free_in(region)) < least:
+                    self.want(f"{region} has {have} free hosts, min_spares {least}", region)
+            if s.release is None:
+                continue
             now = time.monotonic()
-            for host in sorted(self._provisioned()):
+            for host, region in sorted(self._provisioned().items()):
                 if busy(host):
                     idle_since.pop(host, None)
                     continue
                 idle = now - idle_since.setdefault(host, now)
                 failures, at = next_try.get(host, (0, 0.0))
-                if idle < self.settings.idle_release_s or now < at:
+                if idle < s.idle_release_s or now < at:
                     continue
+                if self._free_in(region) - 1 < s.min_spares.get(region, 0):
+                    continue  # kept as one of its region's min_spares
                 if await self._release(host, idle):
                     released(host)
                     idle_since.pop(host, None)
                     next_try.pop(host, None)
                 else:
-                    wait = min(self.settings.retry_max_s, self.settings.retry_s * 2**failures)
+                    wait = min(s.retry_max_s, s.retry_s * 2**failures)
                     next_try[host] = (failures + 1, time.monotonic() + wait)
 
     async def _release(self, host: str, idle: float, why: str = "") -> bool:
@@ -133,8 +152,9 @@ class Provisioner:
     def busy(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def want(self, why: str) -> None:
-        """A job waits for a host: provision one, unless one is on its way or the cap is met."""
+    def want(self, why: str, region: str | None = None) -> None:
+        """A job waits for a host (or ``region`` is short of its ``min_spares``): provision
+        one, unless one is on its way or the cap is met."""
         if self.busy:
             return
         held = len(self._provisioned())
@@ -144,7 +164,7 @@ class Provisioner:
                 f"not provisioning another ({why})"
             )
             return
-        self._task = asyncio.get_running_loop().create_task(self._until_one(why))
+        self._task = asyncio.get_running_loop().create_task(self._until_one(why, region))
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -152,31 +172,41 @@ class Provisioner:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _until_one(self, why: str) -> None:
+    def _still_wanted(self, region: str | None) -> bool:
+        if region is None:
+            return self._wanted()
+        return self._free_in(region) < self.settings.min_spares.get(region, 0)
+
+    async def _until_one(self, why: str, region: str | None) -> None:
         s = self.settings
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(ProvisionFailed),
             wait=wait_exponential(multiplier=s.retry_s, max=s.retry_max_s),
-            stop=lambda _state: not self._wanted(),
+            stop=lambda _state: not self._still_wanted(region),
             reraise=True,
         )
         with contextlib.suppress(ProvisionFailed):
             async for attempt in retrying:
                 with attempt:
-                    await self._once(why, attempt.retry_state.attempt_number)
+                    await self._once(why, attempt.retry_state.attempt_number, region)
 
-    async def _once(self, why: str, attempt: int) -> None:
+    async def _once(self, why: str, attempt: int, region: str | None) -> None:
         t0 = time.monotonic()
         self._journal.record(
             Kind.ACTION,
             f"provisioner: provisioning a host ({why}; attempt {attempt})",
-            data={"provision": "start", "attempt": attempt},
+            data={"provision": "start", "attempt": attempt, "region": region},
         )
         made: str | None = None
         try:
-            out = await self._run(self.settings.command)
+            out = await self._run(self.settings.command, region)
             name, table = _host_table(out, self._known())
             made, made_s = name, time.monotonic() - t0
+            if region is not None and table.get("region") != region:
+                raise ProvisionFailed(
+                    f"it printed {name} in region {table.get('region')!r}, not {region!r} "
+                    "(HOTSPARE_REGION)"
+                )
             try:
                 ready = await self._prepare(name, table)
                 if ready.problems:
@@ -214,12 +244,14 @@ class Provisioner:
             },
         )
 
-    async def _run(self, argv: list[str]) -> str:
+    async def _run(self, argv: list[str], region: str | None = None) -> str:
         """The command's stdout; ProvisionFailed on a non-zero exit or past the timeout (its
-        process group is killed)."""
+        process group is killed). ``region``: in its environment as ``HOTSPARE_REGION``."""
+        env = {**os.environ, **({"HOTSPARE_REGION": region} if region else {})}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -94,11 +94,14 @@ class Controller:
                 add=self._add_provisioned,
                 known=lambda: set(self.inv.hosts),
                 provisioned=lambda: {
-                    h
-                    for h in self.inv.hosts
+                    h: host.region
+                    for h, host in self.inv.hosts.items()
                     if self.store.host(h).provisioned and not self.store.host(h).released
                 },
                 wanted=lambda: time.monotonic() - self._host_wanted_at < HOST_WANTED_S,
+                free_in=lambda region: sum(
+                    1 for h in self.fleet.usable() if self.inv.hosts[h].region == region
+                ),
                 journal=self.journal,
                 alert=self.alert,
             )

@@ -77,6 +77,21 @@ def test_the_shipped_inventory_shows_commented_ssh_examples() -> None:
     assert any("addresses" in line for line in commented)
 
 
+def test_the_shipped_commented_provisioner_loads_when_uncommented(tmp_path: Path) -> None:
+    lines = SHIPPED.read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [provisioner]")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        block.append(line[2:])
+    copy = tmp_path / "inventory.toml"
+    copy.write_text("\n".join(lines) + "\n" + "\n".join(block) + "\n", encoding="utf-8")
+    prov = load(copy).provisioner
+    assert prov is not None and prov.min_spares == {"us-east": 1}
+    assert prov.command == ["examples/provision_skypilot.sh", "up"]
+
+
 def test_local_host_roots_resolve_beside_the_inventory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -378,6 +393,16 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         "provisioner-zero-timeout",
         H + '[provisioner]\ncommand = ["x"]\ntimeout_s = 0\n',
         ["{p}:8: provisioner.timeout_s: Expected `float` > 0.0"],
+    ),
+    (
+        "provisioner-min-spares-unknown-region",
+        H + '[provisioner]\ncommand = ["x"]\nmin_spares = { mars = 1 }\n',
+        ["{p}:8: provisioner.min_spares.mars: unknown region 'mars' (have: r)"],
+    ),
+    (
+        "provisioner-min-spares-negative",
+        H + '[provisioner]\ncommand = ["x"]\nmin_spares = { r = -1 }\n',
+        ["{p}:8: provisioner.min_spares: Expected `int` >= 0"],
     ),
     (
         "job-backend-unknown",

@@ -88,3 +88,37 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
     assert [e.data["host"] for e in done] == ["prov-1", "prov-2"]
     assert ctl.store.host("prov-1").provisioned and ctl.store.host("prov-2").provisioned
     assert not ctl.store.host("a").provisioned
+
+
+async def test_min_spares_gets_a_region_a_host_of_its_own(tmp_path: Path) -> None:
+    """``min_spares = {r2 = 1}``: the console provisions a host for r2 (the shipped local
+    provisioner reads HOTSPARE_REGION), which lands in the inventory file and the fleet in r2."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    made = tmp_path / "made"
+    local = [sys.executable, str(ROOT / "examples" / "provision_local.py"), "--root", str(made)]
+    with inventory.open("a") as f:
+        f.write(
+            "\n[provisioner]\n"
+            + f"command = {local!r}\n".replace("'", '"')
+            + "min_spares = { r2 = 1 }\nretry_s = 0.5\n"
+        )
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    task = asyncio.create_task(ctl.run(stay=True))
+    try:
+        await until(lambda: "prov-1" in ctl.fleet.hosts or task.done(), 60, "a host for r2")
+        assert not task.done(), task
+    finally:
+        ctl.stop_job("j")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    on_disk = tomllib.loads(inventory.read_text())["hosts"]
+    assert on_disk["prov-1"]["region"] == "r2"
+    assert on_disk["prov-1"]["root"] == str(made / "prov-1")
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    starts = [e.data for e in journal if e.kind is Kind.ACTION and e.data.get("provision")]
+    assert [d.get("region") for d in starts if d["provision"] == "start"] == ["r2"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,8 @@ class Bed:
         self.journal = Journal(tmp / "journal.jsonl")
         self.path = tmp / "journal.jsonl"
         self.added: list[tuple[str, dict[str, Any]]] = []
+        self.gone: set[str] = set()
+        """Added hosts released since."""
         self.alerts: list[str] = []
         self.attempts = attempts
         settings = ProvisionerSettings(
@@ -57,8 +60,11 @@ class Bed:
             prepare=lambda n, table: ready_host(with_host(self.inventory, n, table), n),
             add=self.add,
             known=lambda: {"a", "b"},
-            provisioned=lambda: {n for n, _ in self.added},
+            provisioned=lambda: {n: t["region"] for n, t in self.added if n not in self.gone},
             wanted=self.wanted,
+            free_in=lambda r: sum(
+                1 for n, t in self.added if t["region"] == r and n not in self.gone
+            ),
             journal=self.journal,
             alert=self.alerts.append,
         )
@@ -265,3 +271,95 @@ async def test_an_idle_provisioned_host_is_released_and_a_failed_release_retried
     assert [d["release"] for d in data] == ["failed", "done"]
     assert "exited 3: api timeout" in data[0]["error"]
     assert any("releasing prov-1 failed" in a for a in bed.alerts)
+
+
+async def test_min_spares_provisions_for_the_short_region_and_keeps_it_from_release(
+    tmp_path: Path,
+) -> None:
+    hosts = tmp_path / "hosts"
+    local = [sys.executable, str(LOCAL), "--root", str(hosts)]  # region from HOTSPARE_REGION
+    bed = Bed(
+        tmp_path,
+        local,
+        regions=("r1", "r2"),
+        release=[*local, "--release"],
+        idle_release_s=0.1,
+        min_spares={"r2": 1},
+    )
+    looks: list[str] = []
+    keep = asyncio.create_task(bed.p.keep(idle(looks), bed.gone.add, every_s=0.05))
+    try:
+        await until(lambda: bed.added, 20, "a host provisioned for r2")
+        await settled(bed)
+        # looked at 20 times (1 s) while idle, past idle_release_s = 0.1 s: still kept, as
+        # r2 would be short without it
+        await until(lambda: looks.count("prov-1") >= 20, 10, "prov-1 looked at, idle")
+        assert not bed.gone, "the region's only free host is not released"
+    finally:
+        keep.cancel()
+        await asyncio.gather(keep, return_exceptions=True)
+    assert [(n, t["region"]) for n, t in bed.added] == [("prov-1", "r2")]
+    assert (hosts / "prov-1").is_dir()
+    start = [d for d in bed.tries() if d["provision"] == "start"]
+    assert [d["region"] for d in start] == ["r2"], "provisioned once, for r2"
+
+
+def idle(looks: list[str]) -> Callable[[str], bool]:
+    """``busy`` for ``keep``: every host idle; each look at one is noted."""
+
+    def busy(host: str) -> bool:
+        looks.append(host)
+        return False
+
+    return busy
+
+
+async def test_a_host_printed_in_another_region_than_min_spares_asked_is_refused(
+    tmp_path: Path,
+) -> None:
+    hosts = tmp_path / "hosts"
+    local = [sys.executable, str(LOCAL), "--root", str(hosts)]
+    bed = Bed(
+        tmp_path,
+        [*local, "--region", "r1"],  # ignores HOTSPARE_REGION
+        regions=("r1", "r2"),
+        release=[*local, "--release"],
+        min_spares={"r2": 1},
+    )
+    bed.p.want("r2 has 0 free hosts, min_spares 1", "r2")
+    await until(lambda: len(bed.tries()) >= 2, 20, "a failed attempt")
+    await bed.p.close()
+    assert not bed.added
+    failed = [d for d in bed.tries() if d["provision"] == "failed"]
+    assert "in region 'r1', not 'r2' (HOTSPARE_REGION)" in failed[0]["error"]
+    assert not (hosts / "prov-1").exists(), "the host it made was given back"
+
+
+async def test_an_idle_host_past_its_region_s_min_spares_is_released(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    local = [sys.executable, str(LOCAL), "--root", str(hosts), "--region", "r1"]
+    bed = Bed(
+        tmp_path,
+        local,
+        attempts=1,
+        release=[*local[:4], "--release"],
+        idle_release_s=0.1,
+        min_spares={"r1": 1},
+    )
+    for _ in range(2):  # two made for waiting jobs, one more than r1 keeps
+        bed.p.want("a job waits for a host")
+        await settled(bed)
+        bed.attempts += 1
+    assert [n for n, _ in bed.added] == ["prov-1", "prov-2"]
+    looks: list[str] = []
+    keep = asyncio.create_task(bed.p.keep(idle(looks), bed.gone.add, every_s=0.05))
+    try:
+        await until(lambda: bed.gone, 10, "one released")
+        kept = ({"prov-1", "prov-2"} - bed.gone).pop()
+        seen = looks.count(kept)
+        await until(lambda: looks.count(kept) >= seen + 10, 10, "the kept host looked at again")
+    finally:
+        keep.cancel()
+        await asyncio.gather(keep, return_exceptions=True)
+    assert len(bed.gone) == 1, "one released, one kept for r1's min_spares"
+    assert [p.name for p in hosts.glob("prov-*")] == [kept]
