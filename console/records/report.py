@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from console.records.incidents import PHASES, Incident, incidents
 from console.records.journal import Event, Kind, read
@@ -29,6 +29,13 @@ def _clock(t: float) -> str:
 
 def _fmt(x: float | None, unit: str = "s") -> str:
     return "-" if x is None else f"{x:.2f} {unit}"
+
+
+def _parts(data: dict[str, Any]) -> str:
+    """A provision's seconds by part (making the host, preflight, deploy), where journalled."""
+    names = (("made_s", "made"), ("preflight_s", "preflight"), ("deploy_s", "deploy"))
+    parts = [f"{label} {data[k]:.1f} s" for k, label in names if isinstance(data.get(k), float)]
+    return ", ".join(parts)
 
 
 def render(
@@ -55,7 +62,7 @@ def render(
             what = "provision" if "provision" in e.data else "release"
             outcome = e.data.get(what)
             secs = e.data.get("seconds")
-            note = e.data.get("error", "") if outcome == "failed" else ""
+            note = e.data.get("error", "") if outcome == "failed" else _parts(e.data)
             note = " ".join(str(note).split()).replace("|", "/")
             out.write(
                 f"| {_clock(e.t)} | {e.data.get('host') or '-'} | {what} {outcome} | "

@@ -200,7 +200,8 @@ def test_the_report_lists_each_provision_and_release_with_its_seconds(tmp_path: 
     journal.record(Kind.ACTION, "provisioner: start", data={"provision": "start", "attempt": 1})
     failed = {"provision": "failed", "seconds": 1.25, "error": "make-host exited 1: quota | x"}
     journal.record(Kind.ACTION, "provisioner: failed", data=failed)
-    done = {"provision": "done", "host": "prov-1", "seconds": 41.0}
+    done = {"provision": "done", "host": "prov-1", "seconds": 41.0, "made_s": 38.5}
+    done |= {"preflight_s": 1.5, "deploy_s": 0.75}
     journal.record(Kind.ACTION, "provisioner: prov-1 provisioned", host="prov-1", data=done)
     gone = {"release": "done", "host": "prov-1", "seconds": 3.5, "idle_s": 1800.0}
     journal.record(Kind.ACTION, "provisioner: prov-1 released", host="prov-1", data=gone)
@@ -215,3 +216,4 @@ def test_the_report_lists_each_provision_and_release_with_its_seconds(tmp_path: 
         ["prov-1", "release done", "3.5"],
     ]
     assert "quota / x" in rows[0], "the cell keeps the error, its pipe made harmless"
+    assert rows[1].endswith("| made 38.5 s, preflight 1.5 s, deploy 0.8 s |"), rows[1]
