@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import signal
 import socket
@@ -21,14 +20,13 @@ from console.export.tensorboard import ExportError, TensorBoardExport, open_tens
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
-from console.fleet.provision import Provisioner
-from console.inventory import Inventory, append_host, remove_host, with_host
+from console.inventory import Inventory, append_host
 from console.jobs.group.supervisor import GroupSupervisor
+from console.jobs.host_supply import HostSupply
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.replicator import Replicator
 from console.jobs.supervisor import JobSupervisor
-from console.reach.check import ready_host
 from console.reach.transport.local import LocalTransport
 from console.records.console_lock import ConsoleLock
 from console.records.incidents import IncidentLog, unclean_exit
@@ -37,13 +35,10 @@ from console.records.state_store import StateStore
 from console.records.timeline import Timeline
 from console.states import HostState, JobState
 from console.webhook import Webhook
-from protocol.errors import ConfigError
 from protocol.messages import Progress
 
 ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
-HOST_WANTED_S = 15.0
-"""A provision is retried while a job asked for a host this recently."""
 METRICS_OPEN_S = 30.0
 """The most the console waits at start to open its metrics export (import, folder check)."""
 
@@ -83,29 +78,22 @@ class Controller:
         self.detection = DetectionSettings(
             c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
         )
-        self._host_wanted_at = -math.inf
-        """When a job last waited for a host (monotonic): a provision goes on while one does."""
-        self.provisioner = (
+        self.supply = (
             None
             if inv.provisioner is None or read_only
-            else Provisioner(
+            else HostSupply(
                 inv.provisioner,
-                prepare=lambda name, table: ready_host(with_host(self.inv.path, name, table), name),
-                add=self._add_provisioned,
-                known=lambda: set(self.inv.hosts),
-                provisioned=lambda: {
-                    h: host.region
-                    for h, host in self.inv.hosts.items()
-                    if self.store.host(h).provisioned and not self.store.host(h).released
-                },
-                wanted=lambda: time.monotonic() - self._host_wanted_at < HOST_WANTED_S,
-                free_in=lambda region: sum(
-                    1 for h in self.fleet.usable() if self.inv.hosts[h].region == region
-                ),
+                inv=inv,
+                fleet=self.fleet,
+                store=self.store,
+                add_host=self.add_host,
+                reserved=lambda: {h for sup in self.jobs.values() for h in sup.spares},
+                busy=self._host_busy,
                 journal=self.journal,
                 alert=self.alert,
             )
         )
+        """Hosts provisioned when a job needs one (``[provisioner]``), released when idle."""
         self.jobs = {name: self._supervisor(name) for name in inv.jobs}
         self.alert_sinks: list[Callable[[str], None]] = []
         self.progress_sinks: list[Callable[[str, Progress], None]] = []
@@ -151,8 +139,8 @@ class Controller:
         if died is not None and not self.read_only:
             self._console_died(*died)
         background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
-        if self.provisioner is not None:
-            keep = self.provisioner.keep(self._host_busy, self._released)
+        if self.supply is not None:
+            keep = self.supply.keep()
             background.append(asyncio.create_task(keep, name="provisioned hosts"))
         if self.read_only:
             background.append(asyncio.create_task(self._follow_state(), name="follow state"))
@@ -260,8 +248,8 @@ class Controller:
                 changed.cancel()
 
     async def close(self) -> None:
-        if self.provisioner is not None:
-            await self.provisioner.close()
+        if self.supply is not None:
+            await self.supply.close()
         for sup in self.jobs.values():
             if sup.link is not None:
                 sup.link.close()
@@ -311,13 +299,8 @@ class Controller:
     def need_host(self, why: str) -> None:
         """A job needs a host (to move to, or as its spare) and none is usable: provision one,
         when the inventory has a provisioner."""
-        if self.provisioner is None:
-            return
-        reserved = {h for sup in self.jobs.values() for h in sup.spares}
-        if self.fleet.usable(exclude=reserved):
-            return  # a free host is there to take (the spare keeper, a failover will)
-        self._host_wanted_at = time.monotonic()
-        self.provisioner.want(why)
+        if self.supply is not None:
+            self.supply.need(why)
 
     def _host_busy(self, host: str) -> bool:
         """A job trains on it or keeps it as a spare."""
@@ -327,21 +310,6 @@ class Controller:
             for sup in self.jobs.values()
             if not sup.state.is_terminal()
         )
-
-    def _released(self, host: str) -> None:
-        """Its release command ran: cordoned for good, out of the inventory file."""
-        self.fleet.release(host)
-        self.store.host(host).released = True
-        self.store.save()
-        try:
-            remove_host(self.inv.path, host)
-        except ConfigError as e:
-            self.alert(f"{host} released, but its table stays in the inventory: {e}", host=host)
-
-    def _add_provisioned(self, name: str, table: dict[str, Any]) -> None:
-        self.add_host(name, table)
-        self.store.host(name).provisioned = True
-        self.store.save()
 
     async def wait_for_hosts(self, timeout: float = 5.0) -> None:
         """Until the fleet may have a usable host again (or a while has passed: recheck)."""
