@@ -185,7 +185,7 @@ class CommandRunner:
         t0 = time.perf_counter()
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
-        self.pub.lineage = at_start(self.spec, cwd=self.cwd)
+        self.pub.lineage = at_start(self.spec, run_id=self.control.run_id, cwd=self.cwd)
         if self.warm is not None:
             self.warm.prepare(*self._command(None))  # the zygote imports while we restore
         gone = clear(self.ckpt_dir, self.cs, self.watcher)

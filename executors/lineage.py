@@ -48,14 +48,20 @@ _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 def at_start(
-    spec: JobSpec, *, factory: Callable[..., Any] | None = None, cwd: Path | None = None
+    spec: JobSpec,
+    *,
+    run_id: str = "",
+    factory: Callable[..., Any] | None = None,
+    cwd: Path | None = None,
 ) -> Lineage:
-    """This start's lineage: the workload's code hash with ``factory`` (the torch kind), the
-    git state of ``cwd`` with it (the command kind); no parent yet."""
+    """This start's lineage: the run id (empty: started without a console), the workload's
+    code hash with ``factory`` (the torch kind), the git state of ``cwd`` with it (the
+    command kind); no parent yet."""
     code = workload_code(spec.workload, factory) if factory is not None else None
     git = git_state(cwd) if cwd is not None else None
     return Lineage(
         host=socket.gethostname(),
+        run_id=run_id or None,
         code_hash=code[0] if code else None,
         code_files=code[1] if code else [],
         git_commit=git[0] if git else None,

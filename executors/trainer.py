@@ -106,7 +106,7 @@ class Trainer:
             node_rank=rv.node_rank if rv else None,
             nnodes=rv.nnodes if rv else 1,
             any_shard=rv is not None and rv.logical_ranks is not None,
-            lineage=at_start(spec, factory=self._factory),
+            lineage=at_start(spec, run_id=self.control.run_id, factory=self._factory),
         )
         self.group: Group | None = None
         """This epoch's process group, while a multi-host run is in it."""

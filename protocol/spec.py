@@ -193,6 +193,8 @@ class Lineage(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     host: str
     """The hostname of the machine that wrote it."""
+    run_id: str | None = None
+    """The job's run id (``HOTSPARE_RUN_ID``): the same for every checkpoint of one run."""
     code_hash: str | None = None
     """The torch kind: sha256 over the workload's source files (``code_files``)."""
     code_files: list[str] = []

@@ -57,6 +57,7 @@ class Link:
     sha256: str | None
     shard: int | None = None
     hostname: str | None = None
+    run_id: str | None = None
     spec_hash: str | None = None
     code_version: str | None = None
     code_hash: str | None = None
@@ -94,6 +95,7 @@ def links(events: Iterable[Event], job: str) -> list[Link]:
             sha256=d.get("sha256"),
             shard=d.get("shard"),
             hostname=lin.get("host"),
+            run_id=lin.get("run_id"),
             spec_hash=d.get("spec_hash"),
             code_version=d.get("code_version"),
             code_hash=lin.get("code_hash"),
@@ -190,6 +192,8 @@ def incident_text(i: Incident) -> str:
 def _origin(x: Link) -> str:
     """What a start's checkpoints came from: spec, code, data, machine."""
     parts = [f"spec {_short(x.spec_hash)}", f"code version {_code(x.code_version or '-')}"]
+    if x.run_id:
+        parts.insert(0, f"run {_code(x.run_id)}")
     if x.code_hash:
         parts.append(f"workload code {_short(x.code_hash)}")
     if x.git_commit:

@@ -99,6 +99,9 @@ async def test_a_failover_from_a_to_b_is_one_chain_with_the_incident_between(
             assert lin is not None and disk[x["step"]].sha256 == x["sha256"]
             assert (lin.parent_step, lin.parent_sha256) == (x["parent_step"], x["parent_sha256"])
             assert lin.host == x["hostname"] and lin.code_hash == x["code_hash"]
+            assert lin.run_id == x["run_id"]
+    run_id = json.loads((tmp_path / "state" / "state.json").read_text())["jobs"]["j"]["run_id"]
+    assert run_id and {x["run_id"] for x in before + after} == {run_id}, "one run, both hosts"
 
     code, md, _ = lineage(capsys, "j", "--state-dir", str(tmp_path / "state"))
     assert code == 0
@@ -106,6 +109,7 @@ async def test_a_failover_from_a_to_b_is_one_chain_with_the_incident_between(
     assert md.index(f"## Epoch {epoch_a}") < md.index("incident 1 on `a`")
     assert md.index("incident 1 on `a`") < md.index(f"## Epoch {epoch_b}")
     assert f"lost steps {inc.lost_steps}" in md
+    assert md.count(f"run `{run_id}`") == 2, "each epoch's origin names the run"
     assert f"| step {inc.resumed_step} on `a` (crossed hosts) |" in md
 
     events = list(read(tmp_path / "state" / "journal.jsonl"))

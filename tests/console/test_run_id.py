@@ -164,6 +164,11 @@ async def test_a_job_keeps_one_run_id_across_restarts_failovers_and_consoles(
     hosts = [Path(line["workdir"]) for line in lines[:3]]
     assert hosts == [a_work.resolve(), a_work.resolve(), b_work.resolve()]
     assert lines[2]["loaded"] > lines[1]["loaded"], "b resumed from the newer replica"
+    for work in (a_work, b_work):  # every checkpoint's lineage names the run
+        manifests = list((work / "checkpoints").glob("step-*.json"))
+        assert manifests, work
+        for m in manifests:
+            assert json.loads(m.read_bytes())["lineage"]["run_id"] == run_id, m
 
 
 async def test_every_member_of_a_group_job_gets_the_same_run_id(tmp_path: Path) -> None:
