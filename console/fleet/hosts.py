@@ -85,6 +85,10 @@ class Fleet:
         self.journal = journal
         self.store = store
         self.hosts: dict[str, HostRuntime] = {}
+        self.readying: set[str] = set()
+        """Hosts a recovery readies (a copy there, an executor started there) before any
+        executor of a job reports from them: the reachability check watches them as it
+        watches idle hosts, so a host that dies meanwhile is found down."""
         self.changed = asyncio.Event()
         """Set whenever a host may have become usable (added, revived, uncordoned)."""
         for name in inv.hosts:

@@ -107,7 +107,9 @@ class HostMonitor:
             idle = [  # a host heard from just now (a standby's heartbeat) needs no probe
                 n
                 for n, rt in list(fleet.hosts.items())
-                if rt.job is None and not rt.released and now - rt.last_seen > REACH_EVERY_S
+                if (rt.job is None or n in fleet.readying)
+                and not rt.released
+                and now - rt.last_seen > REACH_EVERY_S
             ]
             results = await asyncio.gather(*(fleet.probe(n, every_s=REACH_EVERY_S) for n in idle))
             for name, ok in zip(idle, results, strict=True):

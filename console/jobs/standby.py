@@ -137,6 +137,7 @@ class Standby:
             return None
         self._preparing_on = target
         fleet.hosts[target].job = job.name
+        fleet.readying.add(target)  # watched for reachability while nothing reports from it
         started: ExecutorLink | object = None
         try:
             await self._targets.ensure_replica(target)
@@ -144,6 +145,7 @@ class Standby:
         except TransportError:
             pass
         finally:  # also when cancelled: the target is free again unless readied
+            fleet.readying.discard(target)
             if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == job.name:
                 fleet.hosts[target].job = None
         return (

@@ -33,17 +33,24 @@ async def unless_down(
     every_s: float = CHECK_S,
 ) -> T:
     """``work``'s result; HostLost (``work`` cancelled) once ``host`` (or what ``host()``
-    says, None while not known) is found down."""
+    says, None while not known) is found down. Meanwhile the host is in ``fleet.readying``,
+    so the reachability check watches it even when a job has it."""
     task = asyncio.ensure_future(work)
+    watched: set[str] = set()
     try:
         while not task.done():
             name = host if isinstance(host, str) else host()
-            if name is not None and fleet.hosts[name].state is HostState.DOWN:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise HostLost(name)
+            if name is not None:
+                if name not in watched:
+                    watched.add(name)
+                    fleet.readying.add(name)
+                if fleet.hosts[name].state is HostState.DOWN:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    raise HostLost(name)
             await asyncio.wait({task}, timeout=every_s)
         return task.result()
     finally:
+        fleet.readying -= watched
         if not task.done():  # this coroutine was cancelled itself
             task.cancel()

@@ -87,7 +87,8 @@ async def _fault_with_b_frozen(
         assert not task.done(), task
         frozen = b._doomed()  # b's sshd and every session on it
         for p in frozen:
-            p.suspend()
+            with contextlib.suppress(psutil.NoSuchProcess):  # a session that just ended
+                p.suspend()
         if fault == "gpu":
             write_state(nvml, FAILED)
         else:
