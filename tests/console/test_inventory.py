@@ -834,7 +834,7 @@ def test_the_shipped_inventory_s_commented_elastic_job_loads_when_uncommented(
 ) -> None:
     """The example a reader copies must be valid: its hosts made local, uncommented, loaded."""
     text = SHIPPED.read_text(encoding="utf-8")
-    example = text[text.index("# [jobs.big]") :]
+    example = text[text.index("# [jobs.big]") :].split("\n\n")[0]  # to the next blank line
     jobs = "\n".join(line.removeprefix("# ").removeprefix("#") for line in example.splitlines())
     hosts = "".join(
         f'[hosts.gpu-{i}]\nregion = "r"\ntransport = "local"\nroot = "{tmp_path / str(i)}"\n'
