@@ -12,6 +12,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 
 from console.inventory import load
@@ -25,6 +26,8 @@ LOCAL = ROOT / "examples" / "provision_local.py"
 HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 45}]}
 
 
+@pytest.mark.long  # the suite proves provisioning over sshd (test_provision_ssh) and an
+# unfit spare's replacement (test_spare_keeper); this is the two together
 async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_host(
     tmp_path: Path,
 ) -> None:
