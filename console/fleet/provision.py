@@ -263,18 +263,26 @@ class Provisioner:
             async with asyncio.timeout(self.settings.timeout_s):
                 out, err = await proc.communicate()
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            await _kill(proc)
             raise ProvisionFailed(
                 f"{argv[0]}: no answer within timeout_s = {self.settings.timeout_s:g} s (killed)"
             ) from None
+        except asyncio.CancelledError:  # the console closes: the command does not outlive it
+            await asyncio.shield(_kill(proc))
+            raise
         if proc.returncode != 0:
             last = _last_line(err.decode("utf-8", "replace"))
             raise ProvisionFailed(
                 f"{argv[0]} exited {proc.returncode}" + (f": {last}" if last else "")
             )
         return out[:OUTPUT_LIMIT].decode("utf-8", "replace")
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL to the command's whole process group; reaped (it cannot refuse SIGKILL)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
 
 
 def _host_table(out: str, known: set[str]) -> tuple[str, dict[str, Any]]:

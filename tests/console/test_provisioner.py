@@ -53,7 +53,7 @@ class Bed:
         self.alerts: list[str] = []
         self.attempts = attempts
         settings = ProvisionerSettings(
-            command=command, timeout_s=1.0, retry_s=0.05, retry_max_s=0.2, **over
+            command=command, **{"timeout_s": 1.0, "retry_s": 0.05, "retry_max_s": 0.2, **over}
         )
         self.p = Provisioner(
             settings,
@@ -327,7 +327,11 @@ async def test_a_host_printed_in_another_region_than_min_spares_asked_is_refused
         min_spares={"r2": 1},
     )
     bed.p.want("r2 has 0 free hosts, min_spares 1", "r2")
-    await until(lambda: len(bed.tries()) >= 2, 20, "a failed attempt")
+
+    def given_back() -> bool:
+        return any(e.kind is Kind.ACTION and "release" in e.data for e in read(bed.path))
+
+    await until(given_back, 20, "a failed attempt, its host given back")
     await bed.p.close()
     assert not bed.added
     failed = [d for d in bed.tries() if d["provision"] == "failed"]
@@ -363,3 +367,22 @@ async def test_an_idle_host_past_its_region_s_min_spares_is_released(tmp_path: P
         await asyncio.gather(keep, return_exceptions=True)
     assert len(bed.gone) == 1, "one released, one kept for r1's min_spares"
     assert [p.name for p in hosts.glob("prov-*")] == [kept]
+
+
+async def test_a_provision_in_flight_when_the_console_closes_is_killed_with_its_children(
+    tmp_path: Path,
+) -> None:
+    pids = tmp_path / "pids"
+    body = (
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}')\n"
+        "time.sleep(60)\n"
+    )
+    bed = Bed(tmp_path, script(tmp_path, body), timeout_s=120.0)
+    bed.p.want("a job waits for a host")
+    await until(lambda: pids.exists() and len(pids.read_text().split()) == 2, 20, "running")
+    await bed.p.close()
+    for pid in map(int, pids.read_text().split()):
+        await until(lambda p=pid: not Path(f"/proc/{p}").exists() or _zombie(p), 10, "gone")
+    assert not bed.added
