@@ -40,7 +40,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 import sshbed  # noqa: E402
 from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model as mttr.py)
 from common import Figure, to_json  # noqa: E402
-from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
+from fleetbed import EXECUTOR_ENV, add_provisioner, until, write_inventory  # noqa: E402
 
 from console.inventory import load  # noqa: E402
 from console.jobs.controller import Controller  # noqa: E402
@@ -53,22 +53,7 @@ EVERY = 10
 CONSOLE = {"lease_s": 2.0, "heartbeat_s": 0.25, "suspect_after_s": 0.75, "clock_skew_s": 0.1}
 HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 50}]}
 FAILED = {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}
-PROVISIONER = ROOT / "examples" / "provision_sshd.py"
 COLS = ["detect", "wait", "provision", "preflight", "deploy", "transfer", "start", "mttr"]
-
-
-def _provisioner(bed: sshbed.SshBed) -> str:
-    argv = [sys.executable, str(PROVISIONER), "--root", str(bed.folder / "made")]
-    command = [
-        *argv,
-        *("--authorized-keys", str(bed.authorized_keys), "--identity", str(bed.client_key)),
-        *("--known-hosts", str(bed.known_hosts), "--region", "r1"),
-    ]
-    quoted = lambda xs: "[" + ", ".join(f'"{x}"' for x in xs) + "]"  # noqa: E731
-    return (
-        f"\n[provisioner]\ncommand = {quoted(command)}\n"
-        f"release = {quoted([*argv, '--release'])}\nmax_hosts = 1\nretry_s = 1.0\n"
-    )
 
 
 async def trial(folder: Path, provisioned: bool) -> dict[str, float]:
@@ -92,9 +77,10 @@ async def trial(folder: Path, provisioned: bool) -> dict[str, float]:
             },
             **CONSOLE,
         )
+        made = bed.folder / "made"
+        command, release = bed.sshd_provisioner(made)
         if provisioned:
-            with inv.open("a") as f:
-                f.write(_provisioner(bed))
+            add_provisioner(inv, command, release, max_hosts=1, retry_s=1.0)
         env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "prov-1")}
         env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
         ctl = Controller(load(inv), Policy.AUTO, executor_env=env)
@@ -120,11 +106,8 @@ async def trial(folder: Path, provisioned: bool) -> dict[str, float]:
             await asyncio.gather(task, return_exceptions=True)
             await ctl.close()
             if provisioned:
-                for made in (bed.folder / "made").glob("prov-*"):
-                    proc = await asyncio.create_subprocess_exec(
-                        sys.executable, str(PROVISIONER), "--root", str(bed.folder / "made"),
-                        "--release", made.name,
-                    )  # fmt: skip
+                for left in made.glob("prov-*"):
+                    proc = await asyncio.create_subprocess_exec(*release, left.name)
                     await asyncio.wait_for(proc.wait(), 60)
         events = list(read(journal))
         inc = next(i for i in incidents(events) if i.resolved)

@@ -59,6 +59,17 @@ def write_inventory(
     return path
 
 
+def add_provisioner(
+    inventory: Path, command: list[str], release: list[str] | None = None, **settings: Any
+) -> None:
+    """Append a ``[provisioner]`` table (TOML-quoted by tomli_w) to a written inventory."""
+    table: dict[str, Any] = {"command": command, **settings}
+    if release is not None:
+        table["release"] = release
+    with inventory.open("a", encoding="utf-8") as f:
+        f.write("\n" + tomli_w.dumps({"provisioner": table}))
+
+
 def local_host(root: Path, region: str = "r1", **over: Any) -> dict[str, Any]:
     return {"region": region, "transport": "local", "root": str(root), **over}
 

@@ -26,6 +26,8 @@ import asyncssh
 import psutil
 
 SSHD = "/usr/sbin/sshd"
+SSHD_PROVISIONER = Path(__file__).resolve().parent.parent / "examples" / "provision_sshd.py"
+"""The shipped provisioner that starts a fresh sshd host on this machine."""
 START_TIMEOUT = 10.0
 
 
@@ -255,6 +257,18 @@ class SshBed:
         if start:
             host.start()
         return host
+
+    def sshd_provisioner(self, root: Path, region: str = "r1") -> tuple[list[str], list[str]]:
+        """``examples/provision_sshd.py`` for this bed: the command that makes a fresh sshd
+        host under ``root`` trusting the bed's client key (its host key added to the bed's
+        known_hosts), and the release command (the host's name to append)."""
+        argv = [sys.executable, str(SSHD_PROVISIONER), "--root", str(root)]
+        command = [
+            *argv,
+            *("--authorized-keys", str(self.authorized_keys), "--identity", str(self.client_key)),
+            *("--known-hosts", str(self.known_hosts), "--region", region),
+        ]
+        return command, [*argv, "--release"]
 
     def ssh_options(self) -> list[str]:
         """Options for the OpenSSH client (ssh, scp) that trust exactly this bed."""

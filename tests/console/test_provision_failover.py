@@ -16,7 +16,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from fleetbed import (
+    EXECUTOR_ENV,
+    add_provisioner,
+    baseline_sha,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -37,15 +45,14 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=10_000)}},
     )
     hosts = tmp_path / "provisioned"
-    with inventory.open("a") as f:
-        f.write(
-            "\n[provisioner]\n"
-            f'command = ["{sys.executable}", "{ROOT / "examples" / "provision_local.py"}", '
-            f'"--root", "{hosts}", "--region", "r1"]\n'
-            f'release = ["{sys.executable}", "{ROOT / "examples" / "provision_local.py"}", '
-            f'"--root", "{hosts}", "--release"]\n'
-            "retry_s = 0.5\nidle_release_s = 1.0\n"
-        )
+    local = [sys.executable, str(ROOT / "examples" / "provision_local.py"), "--root", str(hosts)]
+    add_provisioner(
+        inventory,
+        [*local, "--region", "r1"],
+        [*local, "--release"],
+        retry_s=0.5,
+        idle_release_s=1.0,
+    )
     sha = baseline_sha(inventory, "j", tmp_path / "baseline")
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "prov-1")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
@@ -100,12 +107,7 @@ async def test_min_spares_gets_a_region_a_host_of_its_own(tmp_path: Path) -> Non
     )
     made = tmp_path / "made"
     local = [sys.executable, str(ROOT / "examples" / "provision_local.py"), "--root", str(made)]
-    with inventory.open("a") as f:
-        f.write(
-            "\n[provisioner]\n"
-            + f"command = {local!r}\n".replace("'", '"')
-            + "min_spares = { r2 = 1 }\nretry_s = 0.5\n"
-        )
+    add_provisioner(inventory, local, min_spares={"r2": 1}, retry_s=0.5)
     ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     task = asyncio.create_task(ctl.run(stay=True))
     try:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sshbed
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, until, write_inventory
+from fleetbed import EXECUTOR_ENV, add_provisioner, baseline_sha, job_table, until, write_inventory
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -27,9 +26,6 @@ from console.jobs.policy import Policy
 from console.reach.deploy import MARKER, build_bundle, bundle_dir
 from console.records.journal import Kind, read
 from console.states import JobState
-
-ROOT = Path(__file__).resolve().parents[2]
-SSHD_PROVISIONER = ROOT / "examples" / "provision_sshd.py"
 
 
 @pytest.fixture
@@ -55,18 +51,8 @@ async def test_a_job_without_a_spare_gets_a_fresh_sshd_host_and_fails_over_to_it
         jobs={"j": {"host": "a", **job_table(steps=10_000)}},
     )
     made = bed.folder / "provisioned"
-    argv = [sys.executable, str(SSHD_PROVISIONER), "--root", str(made)]
-    command = [
-        *argv,
-        *("--authorized-keys", str(bed.authorized_keys), "--identity", str(bed.client_key)),
-        *("--known-hosts", str(bed.known_hosts), "--region", "r1"),
-    ]
-    with inventory.open("a") as f:
-        f.write(
-            f"\n[provisioner]\ncommand = {command!r}\n".replace("'", '"')
-            + f"release = {[*argv, '--release']!r}\n".replace("'", '"')
-            + "max_hosts = 1\nretry_s = 0.5\nidle_release_s = 1.0\n"
-        )
+    command, release = bed.sshd_provisioner(made)
+    add_provisioner(inventory, command, release, max_hosts=1, retry_s=0.5, idle_release_s=1.0)
     sha = baseline_sha(inventory, "j", tmp_path / "baseline")
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "prov-1")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
@@ -94,9 +80,7 @@ async def test_a_job_without_a_spare_gets_a_fresh_sshd_host_and_fails_over_to_it
         await asyncio.gather(task, return_exceptions=True)
         await ctl.close()
         for left in made.glob("prov-*"):  # a failed test leaves no sshd behind
-            await asyncio.to_thread(
-                subprocess.run, [*argv, "--release", left.name], timeout=30, check=False
-            )
+            await asyncio.to_thread(subprocess.run, [*release, left.name], timeout=30, check=False)
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.host == "prov-1"
     assert sup.sha256 == sha, "the same parameters as the uninterrupted run"

@@ -13,7 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from fleetbed import (
+    EXECUTOR_ENV,
+    add_provisioner,
+    baseline_sha,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -39,13 +47,9 @@ async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_hos
     )
     made = tmp_path / "made"
     local = [sys.executable, str(LOCAL), "--root", str(made)]
-    with inventory.open("a") as f:
-        f.write(
-            "\n[provisioner]\n"
-            + f"command = {[*local, '--region', 'r1']!r}\n".replace("'", '"')
-            + f"release = {[*local, '--release']!r}\n".replace("'", '"')
-            + "max_hosts = 1\nretry_s = 0.5\n"
-        )
+    add_provisioner(
+        inventory, [*local, "--region", "r1"], [*local, "--release"], max_hosts=1, retry_s=0.5
+    )
     sha = baseline_sha(inventory, "j", tmp_path / "baseline")
     nvml = {h: tmp_path / f"nvml-{h}.json" for h in ("a", "b", "prov-1")}
     for path in nvml.values():
