@@ -20,6 +20,8 @@ out = []
 for folder in sys.argv[1:]:
     found = []
     for p in sorted(glob.glob(os.path.join(folder, "step-*.json"))):
+        if not os.path.exists(p[: -len(".json")] + ".pt"):
+            continue  # a manifest whose data is gone is no checkpoint to load or promote
         try:
             with open(p) as f:
                 found.append(json.load(f))
@@ -73,13 +75,19 @@ def place(name, paths):
 chosen = []
 for manifest in sorted(glob.glob(os.path.join(src, "step-*.json"))):
     name = os.path.basename(manifest)[: -len(".json")]
-    if name > stem or not os.path.exists(os.path.join(src, name + ".pt")):
+    if name > stem:
+        continue
+    if not os.path.exists(os.path.join(src, name + ".pt")):
+        if name == stem:
+            sys.exit("%s: its data is gone" % name)
         continue
     try:
         chosen.append((name, files_of(manifest)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         if name == stem:
             sys.exit("%s: %s" % (name, e))
+if stem not in [name for name, _ in chosen]:
+    sys.exit("%s: no such replica in %s" % (stem, src))
 shutil.rmtree(dst, ignore_errors=True)
 os.makedirs(dst)
 for name, paths in chosen:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -203,6 +204,27 @@ async def test_an_unsafe_replica_on_the_spare_is_neither_listed_nor_promoted(
         assert os.path.samefile(
             dst / "step-0000000100.pt" / rel, bed.folder / "step-0000000100.pt" / rel
         )
+
+
+async def test_a_replica_whose_data_is_gone_is_neither_listed_nor_promoted_as_done(
+    bed: Bed, tmp_path: Path
+) -> None:
+    """A manifest left without its data: listing skips it, and promoting that step is an
+    error that writes nothing (it used to succeed with the step missing, so a multi-host
+    member was started on a step it could not load); no such step at all is the same."""
+    assert await bed.copy(100)
+    assert await bed.copy(200)
+    shutil.rmtree(bed.folder / "step-0000000200.pt")
+    b, python = LocalTransport("b"), bed.ctl.inv.python("b")
+    assert [m.step for m in await list_manifests(b, python, str(bed.folder))] == [100]
+    dst = tmp_path / "b" / "jobs" / "j" / "checkpoints"
+    dst.mkdir(parents=True)
+    (dst / "kept").write_bytes(b"untouched")
+    with pytest.raises(PermanentTransportError, match="step-0000000200: its data is gone"):
+        await promote(b, python, str(bed.folder), str(dst), 200)
+    with pytest.raises(PermanentTransportError, match="step-0000000300: no such replica"):
+        await promote(b, python, str(bed.folder), str(dst), 300)
+    assert os.listdir(dst) == ["kept"], "a refused promotion writes nothing"
 
 
 async def test_ensure_replica_copies_the_newest_folder_replica_to_a_new_host(
