@@ -202,7 +202,9 @@ class CommandRunner:
         except NotCommitted as e:
             step = self.control.rendezvous.resume_step if self.control.rendezvous else None
             self.emit(
-                Fault(fault=FaultKind.CRASH.value, step=step or 0, fatal=True, message=str(e))
+                Fault(
+                    fault=FaultKind.RESUME_FAILED.value, step=step or 0, fatal=True, message=str(e)
+                )
             )
             return Outcome(exitcodes.FAILED, step or 0, "crash")
         self.meter.step = restored.manifest.step if restored else 0

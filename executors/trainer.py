@@ -197,7 +197,8 @@ class Trainer:
         except CorruptCheckpoint as e:
             step = self.control.rendezvous.resume_step if self.control.rendezvous else None
             text = f"cannot resume from the committed step {step}: {e}"
-            self.emit(Fault(fault=FaultKind.CRASH.value, step=step or 0, message=text, fatal=True))
+            kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
+            self.emit(Fault(fault=kind.value, step=step or 0, message=text, fatal=True))
             return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
         if loaded is not None:
             self._restore(loaded)

@@ -22,6 +22,9 @@ class FaultKind(StrEnum):
     """SIGTERM: checkpoint at the current step, then exit."""
     LEASE_LOST = "lease_lost"
     """The lease ran out before a renewal; checkpointed and stopped."""
+    RESUME_FAILED = "resume_failed"
+    """A member of a multi-host job could not load the step its group resumes from (``step``):
+    the run ends, and the console chooses an older step for the next epoch."""
     CRASH = "crash"
     """The workload raised (or a wrapped command exited non-zero); the executor exits non-zero."""
     HANG = "hang"

@@ -345,13 +345,15 @@ def runner(
 
 
 def test_a_committed_step_missing_here_ends_the_run_as_a_crash_naming_it(tmp_path: Path) -> None:
+    """The run ends as a crash; its fault says the step could not be resumed from, so the
+    console chooses an older one for the next epoch."""
     pub = shard_publisher(tmp_path / "w" / "checkpoints", [], node_rank=0)
     publish_fakes(pub, tmp_path / "src", [10, 20])
     run, events = runner(tmp_path / "w", group(1234, resume_step=30)[0], ["no-such-program"])
     outcome = run.run()
     assert (outcome.exit_code, outcome.reason, outcome.step) == (exitcodes.FAILED, "crash", 30)
     (fault,) = [e for e in events if isinstance(e, Fault)]
-    assert (fault.fault, fault.fatal, fault.step) == ("crash", True, 30)
+    assert (fault.fault, fault.fatal, fault.step) == ("resume_failed", True, 30)
     assert fault.message.startswith("committed step 30 is not on this host")
     assert "\n" not in fault.message
     assert run.proc is None and not [e for e in events if isinstance(e, Resumed)]

@@ -25,6 +25,7 @@ from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.states import HostState, JobState
+from protocol.faults import FaultKind
 from protocol.messages import (
     CheckpointSaved,
     Drain,
@@ -68,6 +69,7 @@ class MemberMessages:
         save: Callable[[], None],
         progress: Callable[[Progress], None],
         members: Callable[[], list[str]],
+        refused: Callable[[str, int], None],
     ) -> None:
         self._live = live
         self._name = live.name
@@ -84,6 +86,8 @@ class MemberMessages:
         self._progress = progress
         self._members = members
         """The job's hosts now, by node rank."""
+        self._refused = refused
+        """A member on this host could not load this step: the next resume chooses another."""
 
     def on_message(self, m: Member, msg: ExecutorMessage) -> None:
         job = self._live
@@ -123,6 +127,8 @@ class MemberMessages:
                 host=m.host,
                 data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank},
             )
+            if msg.fault == FaultKind.RESUME_FAILED.value:
+                self._refused(m.host, msg.step)
             if msg.fault == "preempted":
                 self.open_incident(
                     m, "preemption", f"SIGTERM on {m.host}: checkpoint now, then move", planned=True

@@ -17,7 +17,7 @@ from console.jobs.live import Alert
 from console.jobs.replicator import Replicator, Source, shard_key
 from console.reach.deploy import checkpoint_file, replica_dir
 from console.reach.remote import list_manifests_in, promote
-from console.reach.transport.base import TransportError
+from console.reach.transport.base import PermanentTransportError, TransportError
 from protocol.spec import CheckpointManifest
 
 Held = tuple[int, str, CheckpointManifest]
@@ -58,6 +58,13 @@ class ResumeStep:
         optimizer, a global data position): any of them loads on any member."""
         self._shards = len(inv.members(name))
         """Node ranks the job can have (its planned size): the replica folders on a spare."""
+        self._refused: set[tuple[str, int]] = set()
+        """(host, step): a member on that host could not load that step (its executor said so,
+        or its promotion failed); never chosen for that host again."""
+
+    def refuse(self, host: str, step: int) -> None:
+        """A member on ``host`` could not load ``step``: the next resume chooses an older one."""
+        self._refused.add((host, step))
 
     async def step(self, replaced: list[int], *, planned: bool = False) -> int | None:
         """The newest whole step every member can load (``planned``: once the shards of the
@@ -77,6 +84,9 @@ class ResumeStep:
                 await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
         committed = self._commits.steps()
         have = list(await asyncio.gather(*(self._shards_on(r, h) for r, h in enumerate(members))))
+        for r, host in enumerate(members):
+            for s in [s for s in have[r] if (host, s) in self._refused]:
+                del have[r][s]
         step = _newest_whole(have, committed)
         if self._any_shard:
             # a member with no copy of the newest committed step some member wrote (a host that
@@ -89,6 +99,8 @@ class ResumeStep:
                 src = next(r for r in range(len(have)) if self._own(r, best, have))
                 await self._seed(best, members[src], have[src][best], have)
                 step = _newest_whole(have, committed)
+        while step is not None and not await self._promoted(step, have):
+            step = _newest_whole(have, committed)  # one that failed is gone from ``have``
         if step is None:
             if committed:
                 self._alert(
@@ -97,7 +109,13 @@ class ResumeStep:
                     job=self._name,
                 )
             return None
-        for r, host in enumerate(members):
+        self._incident.phase("transfer_done", host=",".join(members), replica_step=step)
+        return step
+
+    async def _promoted(self, step: int, have: list[dict[int, Held]]) -> bool:
+        """Promote ``step``'s replica for each member that does not hold it itself. False when
+        one fails: that step is refused for its host (and dropped from ``have``)."""
+        for r, host in enumerate(self._members()):
             if self._own(r, step, have):
                 continue
             try:
@@ -108,12 +126,20 @@ class ResumeStep:
                     self._checkpoints(host),
                     step,
                 )
-            except TransportError as e:
+            except PermanentTransportError as e:  # the replica itself will not do
+                self._alert(
+                    f"{self._name}: promoting shard {r} of step {step} on {host} failed: {e}; "
+                    "choosing an older step",
+                    job=self._name,
+                )
+                self.refuse(host, step)
+                del have[r][step]
+                return False
+            except TransportError as e:  # the host: its start fails too, and is handled then
                 self._alert(
                     f"{self._name}: promoting shard {r} on {host} failed: {e}", job=self._name
                 )
-        self._incident.phase("transfer_done", host=",".join(members), replica_step=step)
-        return step
+        return True
 
     def _own(self, r: int, step: int, have: list[dict[int, Held]]) -> bool:
         """Does member ``r`` hold ``step`` in its own checkpoints (not only as a replica)?"""
@@ -129,7 +155,7 @@ class ResumeStep:
         members, manifest = self._members(), held[2]
         path = checkpoint_file(self._inv.host_root(source), self._name, step)
         for r, host in enumerate(members):
-            if step in have[r]:
+            if step in have[r] or (host, step) in self._refused:
                 continue
             src = Source(source, path, manifest, shard=manifest.node_rank)
             if await self._replicator.copy(self._name, host, src):

@@ -69,6 +69,17 @@ class GroupSupervisor(JobSupervisor):
         def members() -> list[str]:
             return self.members  # read when used: a failover places the job anew
 
+        self._resume = ResumeStep(
+            name,
+            commits=self.commits,
+            inv=inv,
+            fleet=self._fleet,
+            launcher=self.launcher,
+            alert=ctl.alert,
+            incident=self._incident,
+            members=members,
+            replicator=ctl.replicator,
+        )
         self._messages = MemberMessages(
             self.live,
             states=self._states,
@@ -82,6 +93,7 @@ class GroupSupervisor(JobSupervisor):
             save=ctl.store.save,
             progress=self._progress,
             members=members,
+            refused=self._resume.refuse,
         )
         self._executors = WarmExecutors(
             self.live,
@@ -92,17 +104,6 @@ class GroupSupervisor(JobSupervisor):
             policy=self._policy,
             members=members,
             wait_gone=self._probe.wait_gone,
-        )
-        self._resume = ResumeStep(
-            name,
-            commits=self.commits,
-            inv=inv,
-            fleet=self._fleet,
-            launcher=self.launcher,
-            alert=ctl.alert,
-            incident=self._incident,
-            members=members,
-            replicator=ctl.replicator,
         )
         self.growth = Growth(
             self.live,

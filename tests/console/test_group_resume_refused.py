@@ -1,0 +1,73 @@
+"""A member that cannot load the step its group resumes from: the next epoch resumes from an
+older step, not the same one again.
+
+Found by CI (028e228): a member cut off mid-copy left its replacement with a step it could not
+load; the group restarted in place three times with that same step, then had no host left to
+replace the member with and waited for ever. Here the newcomer's replica of the step it would
+resume from is damaged in place (same size, one byte flipped: its manifest still lists it as
+sound, so only loading it finds out)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fleetbed import run_until
+from groupbed import controller, group_baseline, local_group
+
+from console.states import JobState
+
+
+@pytest.fixture(scope="module")
+def baseline() -> str:
+    return group_baseline()
+
+
+def replicas(spare: Path, shard: int) -> list[Path]:
+    """The spare's replicas of ``shard``, oldest first (their data files)."""
+    folder = spare / "replicas" / "j" / f"node-{shard}"
+    return [p.with_suffix(".pt") for p in sorted(folder.glob("step-*.json"))]
+
+
+def events(root: Path) -> list[dict]:  # type: ignore[type-arg]
+    path = root / "jobs" / "j" / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 60 and len(replicas(tmp_path / "d", 2)) >= 2,
+        120,
+        "step 60 and two replicas of shard 2 on the spare",
+    )
+    ctl.kill_host("c")
+    assert await ctl.replicator.wait_idle("j", "d", 10, 2)
+    newest = replicas(tmp_path / "d", 2)[-1]
+    damaged = int(newest.stem.removeprefix("step-"))
+    with newest.open("r+b") as f:  # in place: a promoted hard link of it is damaged too
+        f.seek(newest.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "b", "d"]
+    # from d's own events: it could not load the damaged step, and then resumed from an older one
+    seen = events(tmp_path / "d")
+    refused = [e for e in seen if e.get("kind") == "fault" and e.get("fault") == "resume_failed"]
+    assert [e["step"] for e in refused] == [damaged], refused
+    resumed = [e["step"] for e in seen if e.get("kind") == "resumed"]
+    assert resumed and resumed[-1] < damaged, resumed
+    for member in "ab":  # the survivors resumed from that same older step
+        steps = [e["step"] for e in events(tmp_path / member) if e.get("kind") == "resumed"]
+        assert steps[-1] == resumed[-1], (member, steps)
