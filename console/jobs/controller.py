@@ -73,6 +73,7 @@ class Controller:
             journal=self.journal,
             incidents=self.incidents,
             step_of=lambda job: self.jobs[job].step if job in self.jobs else None,
+            read_only=read_only,
         )
         c = inv.console
         self.detection = DetectionSettings(

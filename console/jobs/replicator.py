@@ -32,6 +32,7 @@ from console import clock
 from console.inventory import Inventory
 from console.reach.deploy import replica_dir
 from console.reach.direct import DirectReplication
+from console.reach.remote import list_manifests
 from console.reach.replica import Received, ReplicaPlan, UnsafeManifest, folder_files
 from console.reach.transport.base import DiskUsage, Transport, TransportError
 from console.records.incidents import IncidentLog
@@ -87,8 +88,11 @@ class Replicator:
         journal: Journal,
         incidents: IncidentLog,
         step_of: Callable[[str], int | None],
+        read_only: bool = False,
     ) -> None:
         self._inv = inv
+        self._read_only = read_only
+        """A read-only console copies nothing: it reads what the spares hold (``_look``)."""
         self._transport = transport
         self._journal = journal
         self._incidents_log = incidents
@@ -160,7 +164,24 @@ class Replicator:
         """One checkpoint to one spare; True when verified there. Failures are journalled, not
         raised. ``saved_at`` (``clock.mono()``): when the checkpoint was reported, for the lag."""
         async with self.folder_lock(job, spare, src.shard):
+            if self._read_only:
+                return await self._look(job, spare, src.shard)
             return await self._copy(job, spare, src, saved_at)
+
+    async def _look(self, job: str, spare: str, shard: int | None) -> bool:
+        """What a read-only console does instead of a copy: list the spare's replicas (the
+        owning console's copies) and show the newest, as seen now. True when there is one."""
+        st = self.replica(job, spare, shard)
+        folder = replica_dir(self._inv.host_root(spare), shard_key(job, shard))
+        try:
+            found = await list_manifests(self._transport(spare), self._inv.python(spare), folder)
+        except TransportError:
+            return False
+        if found:
+            if st.manifest is None or st.manifest.step != found[-1].step:
+                st.manifest, st.at, st.lag_s = found[-1], clock.wall(), None
+            st.kept = [m.step for m in found]
+        return bool(found)
 
     async def _copy(self, job: str, spare: str, src: Source, saved_at: float | None) -> bool:
         st = self.replica(job, spare, src.shard)

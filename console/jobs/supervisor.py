@@ -192,6 +192,7 @@ class JobSupervisor:
             progress=lambda msg: ctl.on_progress(self, msg),
             move=self._orders.request_move,
             keep_spares=keeper.keep,
+            acts=not ctl.read_only,
         )
         self._recovery = Recovery(
             self.live,

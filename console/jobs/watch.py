@@ -75,6 +75,7 @@ class Watch:
         progress: Callable[[Progress], None],
         move: Callable[[str, str], None],
         keep_spares: Callable[[], Coroutine[None, None, None]] | None = None,
+        acts: bool = True,
     ) -> None:
         self._live = live
         self._states = states
@@ -99,6 +100,9 @@ class Watch:
         """Ask for a planned move off the host: (reason, why)."""
         self._keep_spares = keep_spares
         """Runs while the executor does: replaces spares found unfit (``SpareKeeper.keep``)."""
+        self._acts = acts
+        """False for a read-only console: messages update the view, and nothing is done about
+        them (no incident opened, no drain, no restart count reset)."""
         self._pace = ClockPace(inv.console.lease_s)
         self._warned = 0
         self._ended = asyncio.Event()
@@ -235,7 +239,7 @@ class Watch:
                 self._replicator.submit(
                     job.name, job.spares, Source(job.host, job.checkpoint_path, msg.manifest)
                 )
-                if job.rec.restarts and msg.manifest.step > (job.resumed_step or 0):
+                if self._acts and job.rec.restarts and msg.manifest.step > (job.resumed_step or 0):
                     self._restarts_paid_off(msg.manifest.step)
         elif isinstance(msg, Resumed):
             job.resumed_step = msg.step
@@ -295,6 +299,8 @@ class Watch:
             host=job.host,
             data={"fault": msg.fault, "step": msg.step},
         )
+        if not self._acts:
+            return
         if msg.fault == "preempted" and job.incident is None:
             self._incident.open("preemption", "SIGTERM: checkpoint now, then migrate", planned=True)
         if msg.fault in ("nan", "oom") and job.incident is None:
@@ -307,6 +313,8 @@ class Watch:
         host = job.host
         assert host is not None
         fleet.observe(host, msg)
+        if not self._acts:
+            return
         failing = fleet.failing(host)
         if failing and job.state is JobState.RUNNING:
             why = "; ".join(f.message for f in failing)

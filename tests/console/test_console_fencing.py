@@ -231,3 +231,65 @@ async def test_a_read_only_console_watches_a_live_job_and_sends_nothing(tmp_path
         await _stop(watcher, watching)
         await _stop(owner, task)
         _kill_executors(tmp_path / "a")
+
+
+def _progress_step(workdir: Path) -> int:
+    """The newest step the executor itself reported (its events.jsonl)."""
+    lines = (workdir / "events.jsonl").read_text().splitlines()
+    return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*")} if folder.exists() else {}
+
+
+async def test_a_read_only_console_alone_copies_no_replica_and_drains_nothing(
+    tmp_path: Path,
+) -> None:
+    """Found by the tmux read-only test: a read-only console handled an executor's messages as
+    the owner does. It copied every checkpoint to the spare (beside the owner's own copies:
+    sha256 failures on b), and a GPU FAIL would have had it drain the job. Here it watches
+    alone (the owner quit and left a long last lease): the spare's folder does not change
+    while the executor checkpoints on, and a GPU FAIL it sees leaves the executor training."""
+    from executors.gpu_fake import write_state
+
+    nvml = tmp_path / "nvml-a.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
+    inventory = _fleet(tmp_path, unattended_s=120.0)
+    owner = _console(inventory)
+    owner.executor_env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    replicas = tmp_path / "b" / "replicas" / "j"
+    task: asyncio.Task[object] = asyncio.create_task(owner.run())
+    await until(lambda: _files(replicas) or task.done(), 90, "a replica on b")
+    await _stop(owner, task)  # a clean quit: the executor trains on under a 120 s lease
+    workdir = tmp_path / "a" / "jobs" / "j"
+    pid = int((workdir / "executor.pid").read_text())
+    watcher = Controller(load(inventory), Policy.AUTO, read_only=True)
+    watching: asyncio.Task[object] = asyncio.create_task(watcher.run(stay=True))
+    try:
+        seen = watcher.jobs["j"]
+        await until(lambda: seen.state is JobState.RUNNING, 30, "the job watched")
+        before = _files(replicas)
+        first = seen.checkpoint.step if seen.checkpoint else 0
+        await until(
+            lambda: seen.checkpoint is not None and seen.checkpoint.step >= first + 60,
+            60,
+            "three more checkpoints seen",
+        )
+        assert _files(replicas) == before, "a read-only console copies no replica"
+        write_state(
+            nvml,
+            {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]},
+        )
+        await until(lambda: watcher.fleet.failing("a"), 30, "the GPU FAIL seen")
+        at = _progress_step(workdir)
+        await until(lambda: _progress_step(workdir) >= at + 100, 30, "the executor training on")
+        assert Path(f"/proc/{pid}").exists()
+        kinds = [
+            json.loads(x).get("kind") for x in (workdir / "events.jsonl").read_text().splitlines()
+        ]
+        assert "stopped" not in kinds, "nothing told it to drain or stop"
+        assert _files(replicas) == before
+    finally:
+        await _stop(watcher, watching)
+        _kill_executors(tmp_path / "a")

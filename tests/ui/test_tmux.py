@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +20,7 @@ from console.records.incidents import incidents
 from console.records.journal import Kind, read
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
-SESSION = "hotspare-test"
+SESSION = f"hotspare-test-{os.getpid()}"  # apart from a test run beside this one
 
 
 def tmux(*args: str) -> str:
@@ -151,3 +154,86 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     tmux("send-keys", "-t", SESSION, "q")
     until(quit_note_shown, 30, "the second quit note")
     assert len(incidents(read(journal))) == before, "no incident for a console that quit cleanly"
+
+
+def lock_holder(state_dir: Path) -> int | None:
+    """The pid holding the flock on the state dir's console.lock, from /proc/locks."""
+    st = (state_dir / "console.lock").stat()
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        words = line.split()
+        if "FLOCK" in words and want in words:
+            return int(words[words.index("FLOCK") + 3])
+    return None
+
+
+def job_step(shown: str) -> int | None:
+    """The step on the Jobs view's row for job j (its progress column: STEP/STEPS)."""
+    for line in shown.splitlines():
+        words = line.split()
+        if words[:1] == ["j"] and "running" in words:
+            for w in words:
+                done, _, total = w.partition("/")
+                if done.isdigit() and total.isdigit():
+                    return int(done)
+    return None
+
+
+def test_a_read_only_console_beside_a_live_one_watches_and_changes_nothing(
+    tmp_path: Path, session: None
+) -> None:
+    """`hotspare run` supervises; `hotspare --read-only` on the same state dir opens beside it,
+    shows the job training, and refuses an action: the executor is untouched, the lock stays
+    with the first console, and the journal has nothing the second did."""
+    inventory = fleet(tmp_path, steps=200_000)
+    state = tmp_path / "state"
+    owner = subprocess.Popen(
+        [str(HOTSPARE), "--inventory", str(inventory), "run", "--policy", "auto"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
+    try:
+        pidfile = tmp_path / "a" / "jobs" / "j" / "executor.pid"
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and (state / "console.lock").exists()):
+            assert time.monotonic() < deadline, "the first console never started j on a"
+            assert owner.poll() is None, owner.stderr.read() if owner.stderr else ""
+            time.sleep(POLL_S)  # polling, bounded by the deadline above
+        executor = int(pidfile.read_text().strip())
+        assert lock_holder(state) == owner.pid
+        command = f"env -u COLUMNS -u LINES {HOTSPARE} --inventory {inventory} --read-only"
+        tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
+        tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
+        until(lambda s: "READ-ONLY" in s and "Fleet" in s, 30, "the read-only Fleet view")
+        tmux("send-keys", "-t", SESSION, "2")
+        first = job_step(until(lambda s: job_step(s) is not None, 60, "j running, with its step"))
+        assert first is not None
+        until(lambda s: (job_step(s) or 0) > first, 30, "j's step moving on the read-only view")
+        # the spare's replica as it lies on b (the owner's copy: this console copies nothing)
+        until(lambda s: "b @" in s, 30, "b's replica shown")
+        tmux("send-keys", "-t", SESSION, "-l", ":")
+        until(lambda s: "Search for commands" in s, 10, "the palette open")
+        tmux("send-keys", "-t", SESSION, "-l", "kill a")
+        until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
+        tmux("send-keys", "-t", SESSION, "Enter")
+        until(lambda s: "read-only console" in s and "is off" in s, 10, "the refusal")
+        tmux("send-keys", "-t", SESSION, "q")
+        until(lambda s: "Fleet" not in s or "Pane is dead" in s, 30, "the read-only console gone")
+        assert "Traceback" not in pane_history()
+        # independent evidence: the executor is the same live process; the lock is the owner's
+        assert Path(f"/proc/{executor}").exists()
+        assert int(pidfile.read_text().strip()) == executor
+        assert owner.poll() is None and lock_holder(state) == owner.pid
+        events = list(read(state / "journal.jsonl"))
+        assert not [e for e in events if "kill demo host" in e.msg]
+        started = [e for e in events if e.kind is Kind.EXECUTOR and "started on" in e.msg]
+        assert len(started) == 1, [e.msg for e in started]
+    finally:
+        owner.kill()
+        owner.wait(timeout=30)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(
+                int((tmp_path / "a" / "jobs" / "j" / "executor.pid").read_text()), signal.SIGKILL
+            )
