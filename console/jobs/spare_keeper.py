@@ -110,7 +110,7 @@ class SpareKeeper:
                 f"{job.name}: spare {old} is unfit ({why[old]}): replaced by {new}",
                 job=job.name,
                 host=new,
-                data={"spares": job.spares, "replaced": old, "why": why[old]},
+                data={"spares": job.spares, "replaced": old, "why": why[old], "change": "spare"},
             )
         self._send_newest(list(replaced.values()))
         return replaced
@@ -131,7 +131,7 @@ class SpareKeeper:
             f"{job.name}: had no spare: {job.spares[0]} taken as its spare",
             job=job.name,
             host=job.spares[0],
-            data={"spares": job.spares},
+            data={"spares": job.spares, "change": "spare"},
         )
         self._send_newest(job.spares)
         return {"": job.spares[0]}

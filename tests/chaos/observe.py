@@ -86,7 +86,8 @@ def job_view(events: list[Event], job: str) -> JobView:
                 v.host, v.epoch, v.running_since = e.host, e.data.get("epoch", 0), e.t
         elif e.kind is Kind.PLACEMENT and "spares" in e.data:
             v.spares = list(e.data["spares"])
-            v.placed = e.host
+            if e.data.get("change") != "spare":  # a new spare's event names the spare
+                v.placed = e.host
         elif e.kind is Kind.FINISHED:
             v.finished = True
     started = max((e.t for e in events if e.kind is Kind.CONSOLE and "started" in e.msg), default=0)
