@@ -146,5 +146,10 @@ async def test_a_real_run_s_summary_matches_its_journal(tmp_path: Path) -> None:
         for e in events
         if e.kind is Kind.CHECKPOINT
     }
-    assert s.checkpoints == len(stalls) >= 400 // 20
+    # every step past the one resumed from was checkpointed after the restart (one written
+    # just before the SIGKILL may never have been reported: CI under load at a1a965c)
+    resumed = inc.resumed_step
+    assert resumed is not None
+    assert {step for (_, step) in stalls} >= set(range(resumed + 20, 401, 20))
+    assert s.checkpoints == len(stalls)
     assert math.isclose(s.stall_s, sum(stalls.values()), rel_tol=1e-9)
