@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from chaos.observe import executor_events, last_step
 from chaos.procs import Sampler
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from helpers import REPO, env_with
@@ -233,12 +234,6 @@ async def test_a_read_only_console_watches_a_live_job_and_sends_nothing(tmp_path
         _kill_executors(tmp_path / "a")
 
 
-def _progress_step(workdir: Path) -> int:
-    """The newest step the executor itself reported (its events.jsonl)."""
-    lines = (workdir / "events.jsonl").read_text().splitlines()
-    return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
-
-
 def _files(folder: Path) -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in folder.glob("*")} if folder.exists() else {}
 
@@ -282,12 +277,10 @@ async def test_a_read_only_console_alone_copies_no_replica_and_drains_nothing(
             {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]},
         )
         await until(lambda: watcher.fleet.failing("a"), 30, "the GPU FAIL seen")
-        at = _progress_step(workdir)
-        await until(lambda: _progress_step(workdir) >= at + 100, 30, "the executor training on")
+        at = last_step(workdir)
+        await until(lambda: last_step(workdir) >= at + 100, 30, "the executor training on")
         assert Path(f"/proc/{pid}").exists()
-        kinds = [
-            json.loads(x).get("kind") for x in (workdir / "events.jsonl").read_text().splitlines()
-        ]
+        kinds = [e.get("kind") for e in executor_events(workdir)]
         assert "stopped" not in kinds, "nothing told it to drain or stop"
         assert _files(replicas) == before
     finally:

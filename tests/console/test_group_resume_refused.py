@@ -10,10 +10,11 @@ sound, so only loading it finds out)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from chaos.observe import executor_events
 from fleetbed import run_until
 from groupbed import controller, group_baseline, local_group
 
@@ -31,9 +32,8 @@ def replicas(spare: Path, shard: int) -> list[Path]:
     return [p.with_suffix(".pt") for p in sorted(folder.glob("step-*.json"))]
 
 
-def events(root: Path) -> list[dict]:  # type: ignore[type-arg]
-    path = root / "jobs" / "j" / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def events(root: Path) -> list[dict[str, Any]]:
+    return executor_events(root / "jobs" / "j")
 
 
 async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
