@@ -1,8 +1,9 @@
 """The process group of one epoch of a multi-host job: joined when a run starts, left when it ends.
 
 One rank per host, in the executor's own training thread, in torch.distributed's default
-group. The group is always destroyed at the end of the run, so a run restarted in place at
-a higher epoch (same process, new rendezvous) can join the next epoch's group. Each step
+group. The group is always destroyed at the end of the run, and a failed join forgotten, so a
+run restarted in place at a higher epoch (same process, new rendezvous) can join the next
+epoch's group beside fresh executors. Each step
 needs two collectives of every rank, in the same order: ``agree`` at the step boundary (so
 every rank checkpoints and stops at the same steps) and ``average`` (``average_in_order`` for an
 elastic job's deterministic reduce) after the backward pass.
@@ -146,6 +147,7 @@ def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
     """Join this epoch's group (waits for every member up to ``rv.timeout_s``); always leave it."""
     check(rv, device)
     timeout = timedelta(seconds=rv.timeout_s)
+    _name_the_group_as_a_fresh_process_would()
     with _gloo_bound_to(rv, warn):
         dist.init_process_group(
             rv.backend,
@@ -159,6 +161,20 @@ def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _name_the_group_as_a_fresh_process_would() -> None:
+    """torch names the default group (the prefix of every key its members wait on in the store)
+    from a process-wide count, raised by every join, and reset only when a joined group is
+    destroyed. A join that failed (a peer never came) leaves it raised, so this process would
+    wait on group "1" where a fresh executor beside it waits on "0", and neither would ever
+    meet. Each epoch has a store of its own, so every join may start from 0."""
+    if dist.is_initialized():  # never left (``joined`` always leaves): leave it now
+        dist.destroy_process_group()
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is None or not hasattr(world, "group_count"):
+        raise RuntimeError("this torch has no process-group count to reset (torch changed)")
+    world.group_count = 0
 
 
 def _host(address: str) -> str:
