@@ -173,9 +173,11 @@ async def test_a_console_restarted_beside_a_twin_reattaches_to_the_executor_not_
             "the restart at epoch 2",
         )
         assert not task.done(), task
+        # running counts from the Start sent; the twin's pid file and training thread follow it
+        await until(
+            lambda: trainers_and_twins(work_a)[0] == [twin] or task.done(), 30, "the twin trains"
+        )
         assert pid_in(work_a / "executor.pid") == twin, "the twin's process took over"
-        trainers, _ = trainers_and_twins(work_a)
-        assert trainers == [twin], trainers
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
