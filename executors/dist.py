@@ -3,10 +3,10 @@
 One rank per host, in the executor's own training thread, in torch.distributed's default
 group. The group is always destroyed at the end of the run, and a failed join forgotten, so a
 run restarted in place at a higher epoch (same process, new rendezvous) can join the next
-epoch's group beside fresh executors. Each step
-needs two collectives of every rank, in the same order: ``agree`` at the step boundary (so
-every rank checkpoints and stops at the same steps) and ``average`` (``average_in_order`` for an
-elastic job's deterministic reduce) after the backward pass.
+epoch's group beside fresh executors. Each step needs two collectives of every rank, in the
+same order: ``agree`` at the step boundary (so every rank checkpoints and stops at the same
+steps) and ``average`` (``average_in_order`` for an elastic job's deterministic reduce) after
+the backward pass.
 """
 
 from __future__ import annotations
@@ -169,8 +169,6 @@ def _name_the_group_as_a_fresh_process_would() -> None:
     destroyed. A join that failed (a peer never came) leaves it raised, so this process would
     wait on group "1" where a fresh executor beside it waits on "0", and neither would ever
     meet. Each epoch has a store of its own, so every join may start from 0."""
-    if dist.is_initialized():  # never left (``joined`` always leaves): leave it now
-        dist.destroy_process_group()
     world = getattr(dist.distributed_c10d, "_world", None)
     if world is None or not hasattr(world, "group_count"):
         raise RuntimeError("this torch has no process-group count to reset (torch changed)")

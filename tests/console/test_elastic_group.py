@@ -9,12 +9,12 @@ disk and the final parameters, not the console's own account of the job.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos.observe import executor_events
 from fleetbed import local_host, run_until, until, write_inventory
 from groupbed import controller, group_baseline, group_job, shards
 
@@ -42,16 +42,8 @@ def journal(inv: Path) -> list[Event]:
 
 
 def events(root: Path) -> list[dict[str, Any]]:
-    """What the executor on this host wrote of its runs (its own record)."""
-    lines = (root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines]
-
-
-def kinds(root: Path) -> set[str]:
-    """The kinds of record this host's executor has written so far (none before it starts)."""
-    path = root / "jobs" / "j" / "events.jsonl"
-    lines = path.read_text().split("\n")[:-1] if path.exists() else []  # whole lines only
-    return {json.loads(x)["kind"] for x in lines}
+    """What the executor on this host wrote of its runs (its own record; none before it starts)."""
+    return executor_events(root / "jobs" / "j")
 
 
 def epochs(inv: Path) -> list[list[str]]:
@@ -126,7 +118,9 @@ async def test_two_hosts_lost_at_once_never_shrink_below_min_hosts(tmp_path: Pat
     ctl.add_host("d", local_host(tmp_path / "d"))
     # d's own record, not the console's step: the console's step may still be a's last progress
     # of the first epoch, past the committed step, before d has loaded anything (CI at c2deecf)
-    await until(lambda: "progress" in kinds(tmp_path / "d"), 60, "d training")
+    await until(
+        lambda: any(e["kind"] == "progress" for e in events(tmp_path / "d")), 60, "d training"
+    )
     assert epochs(inv)[1] == ["a", "d"], "d took the first free rank; the group is 2 of 3"
     resumed = [e for e in events(tmp_path / "d") if e["kind"] == "resumed"]
     assert resumed and resumed[0]["step"] >= committed, "d loaded the committed step"
