@@ -1,10 +1,10 @@
 """The command kind's process plumbing: argv and env from the spec, the launch, the output.
 
 A command never reaches a shell: its argv is a list, placeholders are replaced inside each
-element once (a replaced value is never scanned again), and it is started with ``subprocess``
-without ``shell=True``. On Linux a tiny launcher sets ``PR_SET_PDEATHSIG`` before it execs the
-command, so a command cannot outlive an executor that is killed (its successor on the same
-host would otherwise train beside it).
+element once (a replaced value is never scanned again), and it is exec'd without a shell by
+its fence (``executors.fencing``): every process the command starts, whatever session it
+moves to, ends with the run, and no later than its lease, even when the executor is killed
+(its successor on the same host would otherwise train beside it).
 
 Output lines become ``Log`` events with level ``stdout`` or ``stderr``, each cut to
 ``MAX_LINE_CHARS`` and at most ``LINES_PER_S`` a second (a burst of ``LINE_BURST``); the lines
@@ -19,8 +19,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -28,6 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from executors.fencing import cgroup
+from executors.fencing import run as fencing
+from executors.fencing.run import FencedRun
 from executors.publish import Emit, LeaseCheck
 from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
@@ -47,21 +48,6 @@ PLACEHOLDER = re.compile(
 RESUME = "{resume_from}"
 ALONE = Rendezvous(node_rank=0, addresses=["127.0.0.1"], master_port=29500)
 """Where a job without a rendezvous (one host) meets itself: torchrun's own defaults."""
-
-_LAUNCH = r"""
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-except Exception:
-    pass
-if os.getppid() != int(sys.argv[1]):
-    os._exit(137)
-try:
-    os.execvp(sys.argv[2], sys.argv[2:])
-except OSError as e:
-    sys.stderr.write("hotspare: cannot run %r: %s\n" % (sys.argv[2], e.strerror))
-    os._exit(127)
-"""
 
 
 def substitute(text: str, values: dict[str, str]) -> str:
@@ -129,41 +115,38 @@ def check_program(argv0: str, cwd: Path, env: dict[str, str]) -> None:
 
 
 def launch(
-    argv: list[str], *, cwd: Path, env: dict[str, str], record_in: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session (its own process group), stdin closed, output piped.
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    record_in: Path,
+    deadline: float | None = None,
+) -> FencedRun:
+    """Start ``argv`` inside a fence of its own (a cgroup too, where the host gives one), stdin
+    closed, output piped; ``deadline``: the lease's end, the fence's from the first moment.
 
-    With ``record_in`` (the workdir), a fresh token goes into the command's environment and
-    the group is recorded there, before the start and again with its id after, so whatever
-    outlives this executor can be reaped by the next (``workdir.reap_command``).
+    A fresh token goes into the command's environment and the run is recorded in the workdir
+    (``record_in``), before the start and again with its group after, so whatever outlives
+    this executor and its fence can be reaped by the next (``workdir.reap_command``).
     """
-    full = (
-        [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()), *argv]
-        if sys.platform == "linux"
-        else argv
-    )
     token = new_token()
-    if record_in is not None:
-        env = {**env, TOKEN_ENV: token}
-        record_command(record_in, token, None)
-    proc = subprocess.Popen(
-        full,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-    )
-    if record_in is not None:
-        record_command(record_in, token, proc.pid)  # its own session: the group's id is its pid
-    return proc
+    env = {**env, TOKEN_ENV: token}
+    cg = fencing.new_cgroup(token)
+    record_command(record_in, token, None, cg)
+    try:
+        run = fencing.launch(argv, cwd=cwd, env=env, workdir=record_in, cg=cg, deadline=deadline)
+    except BaseException:
+        if cg is not None:
+            cgroup.remove(cg)
+        raise
+    record_command(record_in, token, run.pid, cg)  # the fence leads the command's group
+    return run
 
 
-def signal_group(proc: subprocess.Popen[bytes] | ForkedRun, sig: int) -> None:
-    """Signal the command's whole process group (its pid is the group's id: launched or forked
-    by the zygote, it leads a session of its own)."""
+def signal_group(proc: FencedRun | ForkedRun, sig: int) -> None:
+    """Signal the command's whole process group (its pid is the group's id: its fence leads
+    it, or, forked by the zygote, it leads a session of its own). The fence ignores SIGTERM,
+    SIGINT and SIGHUP: the run's end is ``proc.fence.end()``."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

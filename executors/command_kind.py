@@ -51,6 +51,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from executors import exitcodes
@@ -71,6 +72,7 @@ from executors.command_io import (
 )
 from executors.command_warm import WarmStart
 from executors.control import Control
+from executors.fencing.run import FencedRun
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.lineage import at_start
@@ -154,7 +156,8 @@ class CommandRunner:
         self._params_re = re.compile(cs.params_regex) if cs.params_regex else None
         self._params_digest: str | None = None
         self._metrics: MetricsTail | None = None
-        self.proc: subprocess.Popen[bytes] | ForkedRun | None = None
+        self.proc: FencedRun | ForkedRun | None = None
+        self._unwatch: Callable[[], None] | None = None
         self.warm = (
             WarmStart(spec.name, cs, self.workdir, self.cwd, control, self.emit)
             if cs.preload
@@ -226,7 +229,14 @@ class CommandRunner:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
         self.proc = self.warm.launch(argv, env, warm) if self.warm is not None else None
         if self.proc is None:
-            self.proc = launch(argv, cwd=self.cwd, env=env, record_in=self.workdir)
+            self.proc = launch(
+                argv,
+                cwd=self.cwd,
+                env=env,
+                record_in=self.workdir,
+                deadline=self.control.lease_deadline,
+            )
+        self._unwatch = self.control.watch_lease(self.proc.fence.lease)
         how = f" (forked warm, preloaded {', '.join(self.cs.preload)})" if warm else ""
         self.meter.touch(advanced=False)
         self.emit(
@@ -399,7 +409,7 @@ class CommandRunner:
         while proc.poll() is None:
             now = time.monotonic()
             if now >= deadline:
-                signal_group(proc, signal.SIGKILL)
+                proc.fence.end()  # the whole run, whatever session its processes moved to
                 proc.wait()
                 break
             self._observe()
@@ -408,13 +418,13 @@ class CommandRunner:
             except subprocess.TimeoutExpired:
                 pass
         self._ended_at = time.monotonic()
-        signal_group(proc, signal.SIGKILL)  # what is left of the group (workers of a dead leader)
+        proc.fence.end()  # what is left of the run (workers of a dead leader)
         self.emit(Log(level="info", text=f"command {describe_exit(proc.returncode)}"))
 
     def _exited(self, code: int) -> Outcome:
         self._ended_at = time.monotonic()
         assert self.proc is not None
-        signal_group(self.proc, signal.SIGKILL)
+        self.proc.fence.end()
         self._after_end(code)
         step = self.meter.step
         last = self.pub.last
@@ -459,9 +469,10 @@ class CommandRunner:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            signal_group(proc, signal.SIGKILL)
-            proc.wait()
+        if self._unwatch is not None:
+            self._unwatch()
+        proc.fence.end()
+        proc.wait()
         if not any(t.is_alive() for t in self._readers):
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:

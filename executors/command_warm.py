@@ -15,6 +15,7 @@ from pathlib import Path
 from executors import run_env, zygote
 from executors.command_io import PLACEHOLDER
 from executors.control import Control
+from executors.fencing import cgroup
 from executors.publish import Emit
 from executors.zygote import ForkedRun, Plan, Zygote, ZygoteError
 from protocol.messages import Log
@@ -37,12 +38,18 @@ class WarmStart:
         in each run, no reason for a new zygote."""
         self._zygote: Zygote | None = None
         self._failed_note: str | None = None
+        self._no_cgroup: str | None = None
 
     def prepare(self, argv: list[str], env: dict[str, str]) -> None:
         """The job's zygote for this command, started now if it has none (or another's)."""
         p = zygote.plan(argv, self.cwd, env)
         if isinstance(p, str):
             return  # ready() says why
+        no_cgroup = cgroup.usable()
+        if no_cgroup is not None:  # a forked run is fenced by its cgroup alone
+            self._zygote, self._failed_note = None, None
+            self._no_cgroup = f"runs get no cgroup on this host ({no_cgroup})"
+            return
         k = zygote.key(p, self.cs.preload, self.cwd, env, self.per_run)
         title = ["hotspare-zygote", f"job={self.job}", f"preload={','.join(self.cs.preload)}"]
         z, note = zygote.ensure(self.workdir, k, env, title)
@@ -62,7 +69,7 @@ class WarmStart:
             self.prepare(argv, env)
             z = self._zygote
         if z is None:
-            self._cold(f"{self._failed_note} (the zygote failed before)")
+            self._cold(self._no_cgroup or f"{self._failed_note} (the zygote failed before)")
             return None
         cs = self.cs
         limit = min(READY_TIMEOUT_S, cs.startup_timeout_s or cs.hang_timeout_s or READY_TIMEOUT_S)
@@ -81,7 +88,14 @@ class WarmStart:
             return None
         z, p = warm
         try:
-            return z.run(p, argv, cwd=self.cwd, env=env, record_in=self.workdir)
+            return z.run(
+                p,
+                argv,
+                cwd=self.cwd,
+                env=env,
+                record_in=self.workdir,
+                deadline=self.control.lease_deadline,
+            )
         except ZygoteError as e:
             self._fail(z, str(e))
             return None

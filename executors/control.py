@@ -6,6 +6,7 @@ Set from any thread; the trainer reads them at step boundaries only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from executors import clock
@@ -42,6 +43,22 @@ class Control:
         self.lease_deadline: float | None = None
         if lease_s > 0:
             self.lease_deadline = _from(lease_anchor) + lease_s
+        self._lease_watchers: list[Callable[[float | None], None]] = []
+
+    def watch_lease(self, watcher: Callable[[float | None], None]) -> Callable[[], None]:
+        """Call ``watcher`` with the lease's end now and on every renewal (from the thread that
+        renews; it must not block): how a run's fence learns the lease. Returns the undo."""
+        with self._lock:
+            self._lease_watchers.append(watcher)
+            deadline = self.lease_deadline
+        watcher(deadline)
+
+        def unwatch() -> None:
+            with self._lock:
+                if watcher in self._lease_watchers:
+                    self._lease_watchers.remove(watcher)
+
+        return unwatch
 
     def request_checkpoint(self, reason: str) -> None:
         with self._lock:
@@ -75,8 +92,11 @@ class Control:
             if until <= clock.now():
                 return False
             self.lease_ttl_s = ttl_s
-            self.lease_deadline = max(self.lease_deadline or 0.0, until)
-            return True
+            self.lease_deadline = deadline = max(self.lease_deadline or 0.0, until)
+            watchers = list(self._lease_watchers)
+        for watcher in watchers:
+            watcher(deadline)
+        return True
 
     def lease_left(self) -> float | None:
         deadline = self.lease_deadline

@@ -1,11 +1,13 @@
 """A job's folder on a host: the names of what lives there, the lock that keeps it to one
 executor, and the record of the command group an executor of the ``command`` kind started.
 
-The record (``command.pgid``: JSON ``{"pgid": N or null, "token": HEX}``) outlives an executor
-that is SIGKILLed: the next executor on the workdir reaps what is left of that group before it
-starts anything (``reap_command``), since a command's workers (torchrun's, a DataLoader's) do
-not die with it. A process counts as the command's only if it carries the token in its
-environment (``HOTSPARE_RUN_TOKEN``): a process group id is reused once the group is empty.
+The record (``command.pgid``: JSON ``{"pgid": N or null, "token": HEX, "cgroup": PATH or ""}``)
+outlives an executor that is SIGKILLed. The run's fence (``executors.fencing``) ends the run
+when its executor dies; the record is for what a fence could not end (the fence itself
+SIGKILLed, a host without cgroups): the next executor on the workdir reaps it before it starts
+anything (``reap_command``): the run's cgroup killed whole, then every process that carries
+the token in its environment (``HOTSPARE_RUN_TOKEN``) and the recorded group while one of
+them is in it (a process group id is reused once the group is empty).
 console/reach/remote.py reads the same record on a host; keep the two in step.
 """
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from executors.durable import atomic_write
+from executors.fencing import cgroup
 
 SOCKET = "executor.sock"
 PID = "executor.pid"
@@ -86,10 +89,26 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
-def record_command(workdir: Path, token: str, pgid: int | None) -> None:
+def record_command(workdir: Path, token: str, pgid: int | None, cg: Path | None = None) -> None:
     """Write the record before the launch (``pgid`` None: only the token is known yet) and again
     after it, so no moment exists when a running command is not recorded."""
-    atomic_write(workdir / COMMAND_GROUP, json.dumps({"pgid": pgid, "token": token}).encode())
+    rec = {"pgid": pgid, "token": token, "cgroup": str(cg or "")}
+    atomic_write(workdir / COMMAND_GROUP, json.dumps(rec).encode())
+
+
+def recorded_cgroup(workdir: Path) -> Path | None:
+    """The recorded run's cgroup, if it had one (a path under a cgroup v2 mount only)."""
+    try:
+        value = json.loads((workdir / COMMAND_GROUP).read_bytes()).get("cgroup")
+    except (OSError, ValueError, AttributeError):
+        return None
+    mount = cgroup.mount_point()
+    if not isinstance(value, str) or not value or mount is None:
+        return None
+    path = Path(value)
+    if not path.name.startswith(cgroup.PREFIX) or mount not in path.parents:
+        return None
+    return path
 
 
 def read_command(workdir: Path) -> tuple[int | None, str] | None:
@@ -161,8 +180,12 @@ def _kill_pass(pgid: int | None, token: str, ours: bool) -> tuple[set[int], bool
 
 def kill_command(workdir: Path) -> set[int]:
     """SIGKILL the recorded command's processes once, without waiting; the pids signalled."""
+    cg = recorded_cgroup(workdir)
+    in_cgroup = set(cgroup.procs(cg)) if cg is not None else set()
+    if cg is not None:
+        cgroup.kill(cg)
     rec = read_command(workdir)
-    return set() if rec is None else _kill_pass(*rec, ours=False)[0]
+    return in_cgroup | (set() if rec is None else _kill_pass(*rec, ours=False)[0])
 
 
 def reap_command(workdir: Path, timeout_s: float = REAP_TIMEOUT_S) -> int:
@@ -175,6 +198,14 @@ def reap_command(workdir: Path, timeout_s: float = REAP_TIMEOUT_S) -> int:
     rec = read_command(workdir)
     killed: set[int] = set()
     deadline = time.monotonic() + timeout_s
+    cg = recorded_cgroup(workdir)
+    if cg is not None:
+        killed |= set(cgroup.procs(cg))
+        if not cgroup.kill_and_wait(cg, timeout_s):
+            raise CommandLingers(
+                f"{workdir}: processes {sorted(cgroup.procs(cg))} of the previous command's "
+                f"cgroup outlived SIGKILL for {timeout_s:g}s; not starting beside them"
+            )
     ours = False
     while rec is not None:
         pending, ours = _kill_pass(*rec, ours=ours)

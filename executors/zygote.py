@@ -8,10 +8,13 @@ place skips the interpreter's start and the imports (``import torch``: most of a
 
 A forked run is the command's process as a launched one is (``command_io.launch``): its own
 session and process group, stdin ``/dev/null``, stdout and stderr pipes to this executor, the
-command's environment with a fresh run token (in ``/proc/PID/environ`` too) and cwd, killed
-if the executor dies (through the zygote), and recorded in the workdir before and after it
-starts (``workdir.record_command``), so stops, hang kills, lease fencing and the next
-executor's reaping treat it alike. Its exit code comes from the zygote (its parent).
+command's environment with a fresh run token (in ``/proc/PID/environ`` too) and cwd, in a
+cgroup of its own that it joins before it runs a line of the command, watched by a fence
+(``executors.fencing``) that kills the cgroup whole when the lease ends or the executor dies,
+and recorded in the workdir before and after it starts (``workdir.record_command``), so
+stops, hang kills, lease fencing and the next executor's reaping treat it alike. A host that
+gives runs no cgroup gets no forked runs: a fence holds only its own descendants, and a forked
+run is the zygote's. Its exit code comes from the zygote (its parent).
 
 What differs from a fresh interpreter, on purpose: the preloaded modules were imported once,
 under the environment the zygote started with (a change of that environment, the
@@ -46,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from executors.fencing import cgroup
+from executors.fencing import run as fencing
 from executors.workdir import TOKEN_ENV, new_token, record_command
 
 SERVER = Path(__file__).resolve().with_name("zygote_server.py")
@@ -223,10 +228,43 @@ class Zygote:
     # ---------------------------------------------------------------- runs
 
     def run(
-        self, p: Plan, argv: list[str], *, cwd: Path, env: dict[str, str], record_in: Path
+        self,
+        p: Plan,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        record_in: Path,
+        deadline: float | None = None,
     ) -> ForkedRun:
-        """Hand the run to the waiting spare; its pid and group recorded like a launched one's."""
+        """Hand the run to the waiting spare, in a cgroup its fence watches (from before the
+        fork: no moment without one); its pid and group recorded like a launched one's."""
         token = new_token()
+        cg = fencing.new_cgroup(token)
+        if cg is None:
+            raise ZygoteError(f"a forked run needs a cgroup: {cgroup.usable() or 'none made'}")
+        try:
+            fence = fencing.watch(cg, workdir=record_in, deadline=deadline)
+        except OSError as e:
+            cgroup.remove(cg)
+            raise ZygoteError(f"the run's fence did not start: {e}") from None
+        try:
+            return self._hand_over(p, argv, cwd, env, record_in, token, cg, fence)
+        except BaseException:
+            fence.end()
+            raise
+
+    def _hand_over(
+        self,
+        p: Plan,
+        argv: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        record_in: Path,
+        token: str,
+        cg: Path,
+        fence: fencing.FenceLink,
+    ) -> ForkedRun:
         orders = {
             "op": "run",
             "mark": MARK,
@@ -239,6 +277,7 @@ class Zygote:
             "args": list(p.args),
             "path0": p.path0,
             "bundle": str(BUNDLE),
+            "cgroup": str(cg),
         }
         data = json.dumps(orders).encode()
         if len(data) > MAX_ORDERS:
@@ -246,7 +285,7 @@ class Zygote:
         r_out, w_out = os.pipe()
         r_err, w_err = os.pipe()
         try:
-            record_command(record_in, token, None)
+            record_command(record_in, token, None, cg)
             socket.send_fds(self._link, [data], [w_out, w_err])
         except OSError as e:
             os.close(r_out)
@@ -263,8 +302,10 @@ class Zygote:
             os.close(r_err)
             raise ZygoteError(self.error or "the zygote did not start the run in time")
         pid = self._started.pop(0)
-        record_command(record_in, token, pid)  # its own session: the group's id is its pid
-        return ForkedRun(self, pid, argv, os.fdopen(r_out, "rb"), os.fdopen(r_err, "rb"))
+        record_command(record_in, token, pid, cg)  # its own session: the group's id is its pid
+        run = ForkedRun(self, pid, argv, os.fdopen(r_out, "rb"), os.fdopen(r_err, "rb"))
+        run.fence = fence
+        return run
 
     def close(self) -> None:
         """End the zygote and its spare (never a run in flight: the caller's run is over)."""
@@ -283,6 +324,8 @@ class ForkedRun:
         self.zygote, self.pid, self.args = zygote, pid, argv
         self.stdout, self.stderr = stdout, stderr
         self.returncode: int | None = None
+        self.fence: fencing.FenceLink
+        """The fence over the run's cgroup (set by ``Zygote.run``)."""
 
     def _code(self) -> int | None:
         if self.returncode is None:

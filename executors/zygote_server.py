@@ -242,7 +242,8 @@ def reap(ctl, spare, wakeup):
 
 
 def become(orders, fds):
-    """The spare turns into the command; what raises out of here ends the process."""
+    """The spare turns into the command; what raises out of here ends the process. It joins
+    the run's cgroup before a line of the command runs."""
     out, err = fds
     os.dup2(out, 1)
     os.dup2(err, 2)
@@ -256,6 +257,12 @@ def become(orders, fds):
     sys.orig_argv = list(orders["argv"])
     set_path0(orders["path0"])
     sys.path[:] = [p for p in sys.path if os.path.realpath(p) != os.path.realpath(orders["bundle"])]
+    try:
+        with open(os.path.join(orders["cgroup"], "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError as e:
+        os.write(2, f"hotspare: the run's cgroup refused it: {e.strerror}\n".encode())
+        os._exit(126)
     generator = sys.modules.get("numpy.random")
     if generator is not None:  # its global generator was seeded at the zygote's import: reseed
         generator.seed()

@@ -2,13 +2,16 @@
 
     torchrun --nnodes N --node-rank R --master-addr A --master-port P --nproc-per-node L \
         train_ddp_plain.py --checkpoint-dir DIR [--resume PATH] [--steps N] [--save-every K]
-        [--backend gloo] [--timeout-s S] [--step-s S] [--seed S]
+        [--backend gloo] [--timeout-s S] [--step-s S] [--seed S] [--metrics-file PATH]
 
 Each rank trains its slice of a global batch that depends only on the seed and the step, so
 a run at the same world size is deterministic. Local rank 0 of every node saves
 ``ckpt-STEP.pt`` (temp file, rename, then ``NAME.done``) every K steps and at the end: there
 is no shared filesystem, each node keeps its own copy. Every rank resumes from ``--resume``.
-Local rank 0 prints ``step N loss L`` per step and ``params sha256 HEX`` at the end.
+Local rank 0 prints ``step N loss L`` per step and ``params sha256 HEX`` at the end; with
+``--metrics-file`` it prints nothing and appends ``{"step": N, "loss": L}`` lines to that file
+instead, as most training scripts log (a worker that never writes to the executor's pipes
+lives on when its executor dies: no EPIPE ends it).
 """
 
 from __future__ import annotations
@@ -61,10 +64,19 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=30.0)
     p.add_argument("--step-s", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metrics-file", type=Path)
     args = p.parse_args()
     dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     speaks = int(os.environ["LOCAL_RANK"]) == 0
+    log = open(args.metrics_file, "a") if speaks and args.metrics_file else None  # noqa: SIM115
+
+    def say(line: str, **record: object) -> None:
+        if log is not None:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+        elif speaks:
+            print(line, flush=True)
 
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
@@ -75,9 +87,8 @@ def main() -> int:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         step = ck["step"]
-    if speaks:
-        where = json.dumps(str(args.resume) if args.resume else None)
-        print(f"resume {where} at step {step} (rank {rank} of {world})", flush=True)
+    where = json.dumps(str(args.resume) if args.resume else None)
+    say(f"resume {where} at step {step} (rank {rank} of {world})", resumed=step)
     ddp = DistributedDataParallel(model)
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     while step < args.steps:
@@ -88,14 +99,14 @@ def main() -> int:
         loss.backward()
         opt.step()
         if speaks:
-            print(f"step {step} loss {loss.item():.6f}", flush=True)
+            say(f"step {step} loss {loss.item():.6f}", step=step, loss=round(loss.item(), 6))
             if step % args.save_every == 0 or step == args.steps:
                 state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
                 save(state, args.checkpoint_dir, step)
         if args.step_s:
             time.sleep(args.step_s)
-    if speaks:
-        print(f"params sha256 {params_sha256(model)}", flush=True)
+    digest = params_sha256(model)
+    say(f"params sha256 {digest}", params_sha256=digest)
     dist.destroy_process_group()
     return 0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import time
 from collections.abc import Callable
@@ -421,7 +420,8 @@ class Controller:
         self.fleet.set_state(host, HostState.UP, "operator")
 
     def kill_host(self, host: str) -> None:
-        """Demo: a local host dies. Its executors get SIGKILL and the console can no longer reach it."""
+        """Demo: a local host dies as in a power cut: everything it runs is SIGKILLed (its
+        executors, their runs and whatever those started) and the console can no longer reach it."""
         t = self.fleet.hosts[host].transport
         if not isinstance(t, LocalTransport):
             raise ValueError(
@@ -429,10 +429,11 @@ class Controller:
             )
         self._act(f"kill demo host {host}", host=host)
         jobs = Path(self.inv.host_root(host)) / "jobs"
+        roots: set[int] = set()
         for pidfile in [*jobs.glob("*/executor.pid"), *jobs.glob("*/twin.pid")]:  # twins too
             with contextlib.suppress(OSError, ValueError):
-                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
-        t.set_down(True)
+                roots.add(int(pidfile.read_text().strip()))
+        t.kill_host(roots)  # everything the host runs: the executors' runs and their workers
 
     def revive_host(self, host: str) -> None:
         t = self.fleet.hosts[host].transport

@@ -19,6 +19,8 @@ from console.reach.transport.base import Transport, TransportError
 from console.records.journal import Journal, Kind
 
 POLL_S = 0.2
+REAP_BUDGET_S = 10.0
+"""How long a move waits on the old host's reaping before the lease bound and fence cover it."""
 TAIL_BYTES = 64 * 1024
 
 
@@ -99,6 +101,46 @@ class Probe:
                 job=self.job,
                 host=host,
             )
+
+    async def reap(self, host: str) -> bool:
+        """Before a job moves off a host the console can reach: whatever is left there of its
+        run (an executor still exiting, the run's cgroup, the processes carrying its token) is
+        killed and seen gone. True when it was; False (journaled, an alert) when the host did
+        not answer or something outlived SIGKILL: then the lease bound and the host's fence
+        are what keep the old run from training beside the next."""
+        workdir = self.workdir(host)
+        try:
+            async with asyncio.timeout(REAP_BUDGET_S):
+                result = await kill_executor(
+                    self._transport(host), self._inv.python(host), workdir, timeout=5
+                )
+        except (TransportError, TimeoutError) as e:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.job}: could not reap the old run on {host} before moving: "
+                f"{e or 'no answer in time'}",
+                job=self.job,
+                host=host,
+                data={"reap": "unanswered"},
+            )
+            return False
+        clean = result.status in (KillStatus.KILLED, KillStatus.NOT_HELD)
+        if result.reaped or result.status is KillStatus.KILLED or not clean:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.job}: reaped the old run on {host} before moving: {result.why}"
+                f" ({result.reaped} process(es) of its command)",
+                job=self.job,
+                host=host,
+                data={"reap": result.status.name.lower(), "reaped": result.reaped},
+            )
+        if not clean:
+            self._alert(
+                f"{self.job}: the old run on {host} was not reaped cleanly: {result.why}",
+                job=self.job,
+                host=host,
+            )
+        return clean
 
     async def ended(self, host: str) -> Outcome:
         """The executor is gone: how did it end? Its events.jsonl says."""

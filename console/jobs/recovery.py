@@ -48,6 +48,7 @@ class Recovery:
         policy: Callable[[], Policy],
         restart_limit: int,
         wait_for_hosts: Callable[[], Awaitable[None]],
+        reap: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self._live = live
         self._states = states
@@ -64,6 +65,8 @@ class Recovery:
         self._restart_limit = restart_limit
         self._wait_for_hosts = wait_for_hosts
         """Until the fleet may have a usable host again (or a while has passed)."""
+        self._reap = reap
+        """Kill what is left of the run on a host the console can reach (``Probe.reap``)."""
 
     # ---------------------------------------------------------------- recover
 
@@ -147,6 +150,12 @@ class Recovery:
             self._incident.open("planned", outcome.why, planned=True)
             if fleet.hosts[host].state is HostState.DRAINING:
                 fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
+        if (
+            outcome.exit is not Exit.HOST_LOST
+            and self._reap is not None
+            and fleet.hosts[host].state is not HostState.DOWN
+        ):
+            await self._reap(host)  # the old run gone before the next epoch trains anywhere
         return await self._failover(outcome)
 
     def release(self) -> None:

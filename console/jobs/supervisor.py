@@ -208,6 +208,7 @@ class JobSupervisor:
             policy=lambda: ctl.policy,
             restart_limit=c.restart_limit,
             wait_for_hosts=ctl.wait_for_hosts,
+            reap=self._probe.reap,
         )
         self._observe = Observe(
             self.live,

@@ -199,6 +199,48 @@ def scan(pgid, entry):
     return carriers, members
 
 
+def cgroup_mount():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] == ["cgroup2"]:
+                return left.split()[4]
+    return None
+
+
+def kill_cgroup(cg, killed):
+    # the run's cgroup (executors/fencing/cgroup.py: keep the two in step), killed whole and
+    # waited out; only a hotspare-run-* folder under the cgroup v2 mount is ever touched
+    mount = cgroup_mount()
+    if mount is None or not os.path.basename(cg).startswith("hotspare-run-"):
+        return True
+    if os.path.commonpath([mount, os.path.realpath(cg)]) != mount or not os.path.isdir(cg):
+        return True
+    while True:
+        try:
+            with open(os.path.join(cg, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+            with open(os.path.join(cg, "cgroup.events")) as f:
+                populated = "populated 1" in f.read()
+            with open(os.path.join(cg, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return True
+        killed.update(pids)
+        out["reaped"] = len(killed)
+        if not populated:
+            try:
+                os.rmdir(cg)
+            except OSError:
+                pass
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
 def reap():
     # the command group the executor recorded (executors/workdir.py: keep the two in step):
     # its token's carriers, and the whole group while a carrier is in it
@@ -213,6 +255,9 @@ def reap():
         return True
     pgid = pgid if isinstance(pgid, int) and pgid > 1 else None
     entry, ours, killed = ("HOTSPARE_RUN_TOKEN=" + token).encode(), False, set()
+    cg = rec.get("cgroup")
+    if isinstance(cg, str) and cg and not kill_cgroup(cg, killed):
+        return False
     while True:
         carriers, members = scan(pgid, entry)
         if carriers & members:

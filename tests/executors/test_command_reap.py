@@ -1,9 +1,10 @@
 """Kill all of the command, even when its executor was SIGKILLed.
 
 A command's workers (a child and a grandchild that ignore SIGTERM, like torchrun's or a
-DataLoader's) do not die with the executor: PR_SET_PDEATHSIG reaches only the command's
-leader. The next executor on the workdir reaps them from the record (``command.pgid``) before
-it starts anything, and only them: /proc is the evidence.
+DataLoader's) do not die with the executor by themselves: PR_SET_PDEATHSIG reaches only the
+command's leader. The run's fence ends them the moment the executor is gone; where the fence
+was killed too, the next executor on the workdir reaps them from the record (``command.pgid``,
+the run's cgroup) before it starts anything, and only them: /proc is the evidence.
 """
 
 from __future__ import annotations
@@ -88,7 +89,24 @@ def started(proc: ExecutorProcess) -> None:
     )
 
 
-def test_the_next_executor_reaps_the_workers_a_sigkilled_one_left(
+def test_a_sigkilled_executors_fence_ends_its_command_at_once(
+    tmp_path: Path, bystander: subprocess.Popen[bytes]
+) -> None:
+    work, out = tmp_path / "w", tmp_path / "out"
+    out.mkdir()
+    first = start(write_job(tmp_path, out), work)
+    old = wait_for(lambda: worker_tree_pids(out), 60, "the command's three processes")
+    fence = json.loads((work / COMMAND_GROUP).read_text())["pgid"]
+    assert alive(fence) and all(alive(p) for p in old.values())
+    first.proc.kill()  # SIGKILL, the executor only: its fence and the command live on
+    first.finish(30)
+    wait_for(lambda: not any(alive(p) for p in [fence, *old.values()]), 10, "the whole run's end")
+    assert alive(bystander.pid)
+    (report,) = [json.loads(line) for line in (work / "fence.jsonl").read_text().splitlines()]
+    assert report["fence"] == fence and "executor is gone" in report["why"]
+
+
+def test_the_next_executor_reaps_the_workers_a_sigkilled_one_and_its_fence_left(
     tmp_path: Path, bystander: subprocess.Popen[bytes]
 ) -> None:
     work, first_out, second_out = tmp_path / "w", tmp_path / "first", tmp_path / "second"
@@ -96,18 +114,20 @@ def test_the_next_executor_reaps_the_workers_a_sigkilled_one_left(
     second_out.mkdir()
     first = start(write_job(tmp_path, first_out), work)
     old = wait_for(lambda: worker_tree_pids(first_out), 60, "the command's three processes")
-    pgid = old["leader"]
+    record = json.loads((work / COMMAND_GROUP).read_text())
+    pgid = record["pgid"]  # the fence's: it leads the command's group
     assert {stat(p)[1] for p in old.values()} == {pgid}, "one process group of its own"
     assert stat(bystander.pid)[1] != pgid
-    record = json.loads((work / COMMAND_GROUP).read_text())
-    assert record["pgid"] == pgid
     token = f"{TOKEN_ENV}={record['token']}".encode()
     assert token in Path(f"/proc/{old['grandchild']}/environ").read_bytes().split(b"\0")
 
-    first.proc.kill()  # SIGKILL, the executor only
+    first.proc.send_signal(signal.SIGSTOP)  # a host losing both at once: nothing fences the run
+    os.kill(pgid, signal.SIGKILL)
+    wait_for(lambda: not alive(pgid), 10, "the fence's death")
+    first.proc.kill()
     first.finish(30)
     wait_for(lambda: not alive(old["leader"]), 10, "the leader's death signal")
-    assert alive(old["child"]) and alive(old["grandchild"]), "workers outlive the executor"
+    assert alive(old["child"]) and alive(old["grandchild"]), "workers outlive executor and fence"
     assert sorted(group_members(pgid)) == sorted([old["child"], old["grandchild"]])
 
     second = start(write_job(tmp_path, second_out), work)

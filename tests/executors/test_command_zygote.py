@@ -186,7 +186,9 @@ def test_a_crashed_warm_run_restarts_in_place_warm_from_its_checkpoint(
     assert st is not None and st["pgid"] == child and st["sid"] == child, "a session of its own"
     zygote = st["ppid"]
     assert zygote != executor.proc.pid and proc_stat(zygote)["ppid"] == executor.proc.pid
-    assert Path(cmdline(child)[1]).name == "train_plain.py", "ps shows the command"
+    wait_for(  # ps shows the command: the fork rewrites it a moment after it is started
+        lambda: Path(cmdline(child)[1]).name == "train_plain.py", 10, "the command's cmdline"
+    )
     record = json.loads((work / COMMAND_GROUP).read_text())
     assert record["pgid"] == child
     token = f"{TOKEN_ENV}={record['token']}".encode()
@@ -246,16 +248,16 @@ def test_a_forked_run_is_recorded_and_reaped_like_an_exec_one(tmp_path: Path) ->
         first.proc.kill()  # SIGKILL, the executor only
         first.finish(30)
     wait_for(lambda: not alive(zygote), 10, "the zygote's death signal")
-    wait_for(lambda: not alive(leader), 10, "the leader's, through the zygote")
-    assert alive(old["child"]) and alive(old["grandchild"]), "workers outlive the executor"
+    wait_for(  # the run's fence kills its cgroup: the workers in their own group too
+        lambda: not any(alive(p) for p in old.values()), 10, "the whole run's end"
+    )
+    assert not record["cgroup"] or not Path(record["cgroup"]).exists(), "its cgroup removed"
 
     second = start(second_out)
     try:
         second.wait_event(
             lambda e: e["kind"] == "log" and e["text"].startswith("command started"), 60, "start"
         )
-        assert not alive(old["child"]) and not alive(old["grandchild"]), "reaped by the next"
-        assert f"(process group {leader})" in (work / "events.jsonl").read_text()
         new = wait_for(lambda: worker_tree_pids(second_out), 60, "the new command's processes")
         t0 = time.monotonic()
         second.proc.send_signal(signal.SIGTERM)

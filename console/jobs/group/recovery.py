@@ -54,6 +54,7 @@ class GroupRecovery:
         members: Callable[[], list[str]],
         assign: Callable[[list[str]], None],
         growth: Growth,
+        reap: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self._live = live
         self._name = live.name
@@ -81,6 +82,8 @@ class GroupRecovery:
         """Place the job on these hosts (node ranks in order), spares chosen anew if none left."""
         self._growth = growth
         """The job's size: whether it may shrink, and the host a grow was started for."""
+        self._reap = reap
+        """Kill what is left of a member's run on a host the console can reach."""
 
     async def recover(self, run: GroupEpoch) -> tuple[int | None] | None:
         """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
@@ -158,6 +161,8 @@ class GroupRecovery:
                 plan.append(newcomer)
             job.rec.restarts = 0
             for m in replace:
+                if self._reap is not None and fleet.hosts[m.host].state is not HostState.DOWN:
+                    await self._reap(m.host)  # its old run gone before the next epoch trains
                 if fleet.hosts[m.host].state is HostState.DRAINING:
                     fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
             self._decided(before, plan, first, members)

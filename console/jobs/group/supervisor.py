@@ -136,6 +136,7 @@ class GroupSupervisor(JobSupervisor):
             members=members,
             assign=self._assign,
             growth=self.growth,
+            reap=self._probe.reap,
         )
 
     def hosts_in_use(self) -> list[str]:

@@ -14,7 +14,9 @@ def open_transport(inv: Inventory, name: str) -> Transport:
     host = inv.hosts[name]
     settings = inv.console
     if host.transport == "local":
-        return LocalTransport(name, default_timeout=settings.command_timeout_s)
+        return LocalTransport(
+            name, default_timeout=settings.command_timeout_s, root=inv.host_root(name)
+        )
     from console.reach.transport.ssh import SshTarget, SshTransport
 
     def expand(p: str | None) -> str | None:

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from console.reach.transport import local_host
 from console.reach.transport.base import (
     CHUNK,
     DiskUsage,
@@ -28,8 +29,10 @@ from console.reach.transport.detach import detach_argv
 
 
 class LocalTransport(Transport):
-    def __init__(self, name: str, *, default_timeout: float = 30.0) -> None:
+    def __init__(self, name: str, *, default_timeout: float = 30.0, root: str = "") -> None:
         self.name = name
+        self.root = root
+        """The host's folder (its "disk"): with the name, what names its cgroup."""
         self.default_timeout = default_timeout
         self.down = False
         """A demo host "killed" from the console: every call fails as if the host were gone."""
@@ -41,6 +44,14 @@ class LocalTransport(Transport):
             for w in self._streams:
                 w.close()
             self._streams.clear()
+
+    def kill_host(self, roots: set[int]) -> set[int]:
+        """End everything this host runs, as a power cut would: its cgroup whole, and every
+        descendant of ``roots`` (its executors' recorded pids); then it is down. The pids."""
+        cg = local_host.host_cgroup(self.name, self.root) if self.root else None
+        ended = local_host.kill(cg, roots)
+        self.set_down(True)
+        return ended
 
     def _guard(self) -> None:
         if self.down:
@@ -108,8 +119,10 @@ class LocalTransport(Transport):
         timeout: float | None = None,
     ) -> int:
         self._guard()
+        cg = local_host.host_cgroup(self.name, self.root) if self.root else None
         result = await self.run(
-            detach_argv(argv, log_path=log_path, env=env, cwd=cwd), timeout=timeout
+            local_host.joined(cg, detach_argv(argv, log_path=log_path, env=env, cwd=cwd)),
+            timeout=timeout,
         )
         if result.returncode != 0 or not result.stdout.strip().isdigit():
             raise PermanentTransportError(

@@ -1,0 +1,126 @@
+"""No process of an old epoch outlives its lease, under a real launcher.
+
+A single-host ``command`` job runs ``torchrun --standalone --nproc-per-node 2`` over a DDP
+script that logs only to a file (no EPIPE ever ends a worker whose executor is gone), with
+``restart_limit = 0``. The executor on ``a`` is SIGKILLed: torchrun's workers start their own
+session, so nothing but the run's fence ends them. The job fails over to ``b`` at epoch 2 and
+ends with the uninterrupted run's parameters.
+
+Evidence: /proc (every process of the job by the epoch in its environment, sampled from before
+the kill to the end: no sample holds an epoch-1 process once an epoch-2 process exists), and
+the final checkpoint's bytes, hashed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from chaos.epochs import EpochSampler
+from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from helpers import REPO
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.states import JobState
+
+SCRIPT = REPO / "tests" / "train_ddp_plain.py"
+STEPS = 160
+ARGV = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+ARGV += [str(SCRIPT), "--checkpoint-dir", "{checkpoint_dir}", "--resume", "{resume_from}"]
+ARGV += ["--steps", "{steps}", "--save-every", "10", "--step-s", "0.05"]
+ARGV += ["--metrics-file", "metrics.jsonl"]
+
+
+def inventory(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_inventory(
+        folder / "inventory.toml",
+        hosts={"a": local_host(folder / "a"), "b": local_host(folder / "b", role="spare")},
+        jobs={
+            "t": {
+                "host": "a",
+                "spares": ["b"],
+                "executor": "command",
+                "steps": STEPS,
+                "keep_checkpoints": 3,
+                "command": {
+                    "argv": ARGV,
+                    "env": {"OMP_NUM_THREADS": "1"},
+                    "checkpoint_glob": "ckpt-*.pt",
+                    "complete_marker": "{name}.done",
+                    "metrics_file": "metrics.jsonl",
+                    "grace_s": 2.0,
+                },
+            }
+        },
+        restart_limit=0,
+    )
+
+
+def controller(inv: Path) -> Controller:
+    return Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
+
+
+def final_params(root: Path) -> str:
+    """sha256 over the final checkpoint's model tensors, as loaded here."""
+    ck = torch.load(root / "jobs" / "t" / "ckpt" / f"ckpt-{STEPS}.pt", weights_only=True)
+    h = hashlib.sha256()
+    for name, t in ck["model"].items():
+        h.update(name.encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("torchrun-baseline")
+    inv = inventory(folder)
+
+    async def go() -> None:
+        ctl = controller(inv)
+        await asyncio.wait_for(ctl.run(), 240)
+        await ctl.close()
+        assert ctl.jobs["t"].state is JobState.FINISHED, ctl.jobs["t"].live.why
+
+    asyncio.run(go())
+    return final_params(folder / "a")
+
+
+async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_next_epoch(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = inventory(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["t"]
+    with EpochSampler(jobs={"t"}) as sampler:
+        task = asyncio.create_task(ctl.run())
+        await until(
+            lambda: (
+                task.done()
+                or (
+                    ctl.replicator.replica("t", "b").manifest
+                    and len(sampler.seen.get(("t", 1), ())) >= 3
+                )
+            ),
+            180,
+            "a replica on b and torchrun's agent and both workers in /proc",
+        )
+        assert not task.done()
+        workers = set(sampler.seen[("t", 1)])
+        os.kill(int((tmp_path / "a" / "jobs" / "t" / "executor.pid").read_text()), signal.SIGKILL)
+        await asyncio.wait_for(task, 240)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert ctl.store.job("t").host == "b"
+    assert ("t", 2) in sampler.first, "the sampler saw epoch 2's processes"
+    assert len(workers) >= 3, f"the sampler saw torchrun and its workers at epoch 1: {workers}"
+    assert sampler.stale == [], f"epoch-1 processes beside epoch 2: {sampler.stale[:3]}"
+    assert final_params(tmp_path / "b") == baseline
