@@ -95,7 +95,10 @@ async def check_all(inv: Inventory, *, do_deploy: bool = False) -> list[Prefligh
 
 def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
     rows = [
-        ("HOST", "REGION", "TRANSPORT", "PYTHON", "TORCH", "GPUS", "DISK FREE", "BUNDLE", "STATUS")
+        (
+            *("HOST", "REGION", "TRANSPORT", "PYTHON", "TORCH", "GPUS", "DISK FREE", "BUNDLE"),
+            *("RUNS IN", "STATUS"),
+        )
     ]
     for r in results:
         host = inv.hosts[r.host]
@@ -110,6 +113,7 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
                 str(r.cuda_devices),
                 disk,
                 "yes" if r.bundle else "no",
+                r.containment or "-",
                 "ok" if r.ok else "FAIL",
             )
         )

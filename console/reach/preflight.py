@@ -39,6 +39,26 @@ try:
     out["cuda_devices"] = torch.cuda.device_count() if out["cuda"] else 0
 except Exception as e:
     out["torch_error"] = "%s: %s" % (type(e).__name__, e)
+try:  # where runs get a cgroup of their own (executors/fencing/cgroup.py: keep in step)
+    mount = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] == ["cgroup2"]:
+                mount = left.split()[4]
+    if mount is None:
+        raise OSError("no cgroup v2 hierarchy is mounted")
+    with open("/proc/self/cgroup") as f:
+        own = [l[3:].strip() for l in f if l.startswith("0::")]
+    here = os.path.normpath(os.path.join(mount, own[0].lstrip("/"))) if own else mount
+    if not os.access(here, os.W_OK):
+        raise OSError("%s is not writable by this user (no delegated cgroup)" % here)
+    if here != mount and not os.path.exists(os.path.join(here, "cgroup.kill")):
+        raise OSError("the kernel has no cgroup.kill (Linux 5.14 or later)")
+    out["containment"] = "cgroup"
+except OSError as e:
+    out["containment"] = "fence"
+    out["containment_why"] = str(e)
 try:
     import pynvml
     pynvml.nvmlInit()
@@ -60,6 +80,9 @@ class Preflight:
     nvml: str | None = None
     disk_free_mb: float | None = None
     bundle: bool = False
+    containment: str | None = None
+    """What holds every process of a run here: ``cgroup`` (a cgroup v2 per run, killed whole)
+    or ``fence`` (the run's fence process alone, a child subreaper)."""
     notes: list[str] = field(default_factory=list)
     """What is worth knowing and is no problem: a bundle the console will deploy itself."""
 
@@ -98,6 +121,12 @@ async def preflight(
         return pf
     pf.python, pf.torch, pf.nvml = facts["python"], facts["torch"], facts["nvml"]
     pf.cuda_devices, pf.bundle = facts["cuda_devices"], facts["bundle"]
+    pf.containment = facts.get("containment")
+    if pf.containment == "fence":
+        pf.notes.append(
+            f"runs here get no cgroup ({facts.get('containment_why')}): the run's fence process "
+            "alone holds them, and preload starts commands with exec instead of forking"
+        )
     if facts["disk_free_mb"] is not None:  # to 0.1 MB: the probe's bytes / 2**20 run long
         pf.disk_free_mb = round(facts["disk_free_mb"], 1)
     if tuple(int(x) for x in pf.python.split(".")[:2]) < MIN_PYTHON:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from chaos.epochs import EpochSampler
+from chaos.epochs import EpochSampler, run_processes
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from helpers import REPO
 
@@ -124,3 +124,58 @@ async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_nex
     assert len(workers) >= 3, f"the sampler saw torchrun and its workers at epoch 1: {workers}"
     assert sampler.stale == [], f"epoch-1 processes beside epoch 2: {sampler.stale[:3]}"
     assert final_params(tmp_path / "b") == baseline
+
+
+async def test_a_killed_local_host_leaves_nothing_of_the_run_alive(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = inventory(tmp_path)
+    ctl = controller(inv)
+    sup = ctl.jobs["t"]
+    task = asyncio.create_task(ctl.run())
+    await until(
+        lambda: (
+            task.done()
+            or (ctl.replicator.replica("t", "b").manifest and len(run_processes_of("t")) >= 3)
+        ),
+        180,
+        "a replica on b and torchrun's agent and both workers in /proc",
+    )
+    assert not task.done()
+    root = str(tmp_path / "a")
+    before = {p for p in host_processes(root)}
+    assert before, "the sampler sees the host's processes"
+    ctl.kill_host("a")
+    left = [p for p in before if alive(p)]
+    assert left == [], f"alive after the host's power cut: {left}"
+    assert run_processes_of("t") == {}, "no process of the run, whatever session it is in"
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert final_params(tmp_path / "b") == baseline
+
+
+def run_processes_of(job: str) -> dict[int, tuple[str, int]]:
+    return {pid: je for pid, je in run_processes().items() if je[0] == job}
+
+
+def host_processes(root: str) -> list[int]:
+    """Every live process whose working directory is under the host's folder (/proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cwd = os.readlink(f"/proc/{name}/cwd")
+            except OSError:
+                continue
+            if (cwd == root or cwd.startswith(root + "/")) and alive(int(name)):
+                found.append(int(name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
