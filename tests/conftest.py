@@ -19,3 +19,15 @@ def ssh_bed() -> Iterator[sshbed.SshBed]:
 def ssh_hosts(ssh_bed: sshbed.SshBed) -> Callable[[int], list[sshbed.SshHost]]:
     """``ssh_hosts(n)``: n started sshd hosts on 127.0.0.2, .3, ... of this test's bed."""
     return lambda n: [ssh_bed.host() for _ in range(n)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The local hosts' empty cgroups go once every worker is done (a worker's own end may
+    come while another still starts executors into them)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from console.reach.transport.local_host import local_hosts_folder, remove_empty
+
+    folder = local_hosts_folder()
+    if folder is not None and folder.is_dir():
+        remove_empty(folder)

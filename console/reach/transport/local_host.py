@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 KILL_TIMEOUT_S = 10.0
+FOLDER = "hotspare-local"
 
 
 def _hierarchy() -> Path | None:
@@ -39,7 +40,7 @@ def host_cgroup(name: str, root: str) -> Path | None:
     if top is None:
         return None
     digest = hashlib.sha256(f"{name}\0{os.path.realpath(root)}".encode()).hexdigest()[:16]
-    path = top / "hotspare-local" / f"{name[:40]}-{digest}"
+    path = top / FOLDER / f"{name[:40]}-{digest}"
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -109,4 +110,21 @@ def kill(cg: Path | None, roots: set[int]) -> set[int]:
             os.kill(pid, signal.SIGKILL)
     while cg is not None and _in_cgroup(cg) and time.monotonic() < deadline:
         time.sleep(0.02)
+    if cg is not None:
+        remove_empty(cg.parent)
     return frozen
+
+
+def remove_empty(folder: Path) -> None:
+    """Remove the cgroups under ``folder`` that hold no process (a host started again makes
+    its own anew); one still in use stays (the kernel refuses)."""
+    for here, dirs, _files in os.walk(folder, topdown=False):
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(here, d))
+
+
+def local_hosts_folder() -> Path | None:
+    """Where the local hosts' cgroups are (None: this machine gives none)."""
+    top = _hierarchy()
+    return None if top is None else top / FOLDER
