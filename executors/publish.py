@@ -3,6 +3,12 @@
 A checkpoint is published (renamed into place with its manifest) only inside the writer's
 lease: ``publish`` is the one place that does it, for the torch kind and the command kind.
 ``seal`` ends publishing for the process (the lease watchdog, before it ends the process).
+
+The reader refuses what the writer could not confirm: a publish first leaves a marker
+(``.step-N.pending``) and removes it only once the lease is seen to hold after the renames. A
+writer that never got there (killed, frozen past its lease, its process ended by the watchdog
+while a rename on slow storage hung) leaves the marker, and ``read_manifest`` refuses that
+checkpoint for good however whole its bytes are, as the console's listing does.
 This module imports no torch, so the ``command`` kind's executor never pays for it.
 """
 
@@ -62,11 +68,15 @@ def publish(
     folder = data_path.parent
     manifest_path = data_path.with_suffix(".json")
     manifest_tmp = folder / f".{manifest_path.name}.tmp"
+    marker = pending_marker(manifest_path)
     try:
         with open(manifest_tmp, "wb") as f:
             f.write(msgspec.json.encode(manifest))
             f.flush()
             os.fsync(f.fileno())
+        with open(marker, "wb") as f:
+            os.fsync(f.fileno())
+        fsync_dir(folder)  # the marker is on disk before anything it guards is
         with _PUBLISHING:
             if not lease_valid(PUBLISH_MARGIN_S):
                 raise Fenced(f"checkpoint {manifest.step} not published: the lease is ending")
@@ -78,6 +88,7 @@ def publish(
                 raise Fenced(
                     f"checkpoint {manifest.step} withdrawn: the lease ended while it was published"
                 )
+            marker.unlink()  # confirmed inside the lease
     except BaseException:
         data_tmp.unlink(missing_ok=True)
         manifest_tmp.unlink(missing_ok=True)
@@ -110,8 +121,18 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:010d}"
 
 
+def pending_marker(manifest_path: Path) -> Path:
+    """The marker a publish leaves until it is confirmed inside the lease."""
+    return manifest_path.with_name(f".{manifest_path.stem}.pending")
+
+
 def read_manifest(path: Path) -> CheckpointManifest:
-    """A manifest from a regular file of at most MAX_MANIFEST bytes, else CorruptCheckpoint."""
+    """A manifest from a regular file of at most MAX_MANIFEST bytes whose publish was confirmed
+    inside its writer's lease, else CorruptCheckpoint."""
+    if pending_marker(path).exists():
+        raise CorruptCheckpoint(
+            "its publish was never confirmed inside the writer's lease (a stale write)"
+        )
     try:
         with open_regular(path) as f:
             raw = f.read(MAX_MANIFEST + 1)

@@ -22,6 +22,9 @@ for folder in sys.argv[1:]:
     for p in sorted(glob.glob(os.path.join(folder, "step-*.json"))):
         if not os.path.exists(p[: -len(".json")] + ".pt"):
             continue  # a manifest whose data is gone is no checkpoint to load or promote
+        stem = os.path.basename(p)[: -len(".json")]
+        if os.path.exists(os.path.join(folder, "." + stem + ".pending")):
+            continue  # its publish was never confirmed inside the lease (executors/publish.py)
         try:
             with open(p) as f:
                 found.append(json.load(f))
