@@ -62,12 +62,20 @@ class HostRuntime:
     probe of a host with no executor: ``health_probe_s``): what its age is measured against."""
     job: str | None = None
     """The job running here as its primary, if any."""
+    releasing: bool = False
+    """A provisioned host chosen for release (its release command may be running): out of use
+    for good from that moment, a cordon stronger than an operator's (no restart in place)."""
     released: bool = False
     """A provisioned host given back (its release command ran): never probed or used again."""
 
     @property
     def state(self) -> HostState:
         return self.machine.state
+
+    @property
+    def leaving(self) -> bool:
+        """Being released or released: no job goes there, none restarts there, no spare."""
+        return self.releasing or self.released
 
     def sample_age(self, now: float) -> float | None:
         """Seconds since the newest sample arrived; None: no sample yet."""
@@ -104,6 +112,7 @@ class Fleet:
             else HostState.UP
         )
         rt = HostRuntime(name, open_transport(self.inv, name), Machine(initial, HOST_TRANSITIONS))
+        rt.releasing = rec.releasing
         self.hosts[name] = rt
         self.changed.set()
         return rt
@@ -125,10 +134,10 @@ class Fleet:
                 self.changed.set()
 
     def fit(self, name: str) -> bool:
-        """Up and failing no health rule or health probe: a host a job may go to (a spare found
-        broken is not where a job should fail over to)."""
+        """Up, failing no health rule or health probe, and not being released: a host a job
+        may go to (a spare found broken is not where a job should fail over to)."""
         rt = self.hosts[name]
-        return rt.state is HostState.UP and not rt.released and not self.failing(name)
+        return rt.state is HostState.UP and not rt.leaving and not self.failing(name)
 
     def usable(self, *, exclude: set[str] | None = None) -> set[str]:
         """Hosts that may take a job or serve as a spare: fit and free."""
@@ -228,6 +237,17 @@ class Fleet:
             return True
         results = await asyncio.gather(*(self.probe(n) for n in others))
         return any(results)
+
+    def releasing(self, name: str) -> None:
+        """A provisioned host is chosen for release, before its release command runs: out of
+        use for good (persisted, so a console started meanwhile keeps it out) and cordoned
+        where its state allows (a down or suspect one stays so, and is left out all the same)."""
+        rt = self.hosts[name]
+        rt.releasing = True
+        self.store.host(name).releasing = True
+        self.store.save()
+        if rt.state is not HostState.CORDONED:
+            self.set_state(name, HostState.CORDONED, "releasing (provisioned, idle)")
 
     def release(self, name: str) -> None:
         """A provisioned host was given back: cordoned, never probed or chosen again."""

@@ -9,8 +9,9 @@ One provision at a time, at most ``max_hosts`` provisioned hosts held; each run 
 (its whole process group killed past it); a failure (exit status, output that is not a host
 table, a table the inventory refuses, a hang) is one alert line and a retry after an
 exponential back-off (tenacity), for as long as a job still waits. A provisioned host idle
-(no job on it, no job's spare) past ``idle_release_s`` is given back: the ``release`` command
-with its name, then it is cordoned for good and its table taken out of the inventory. Every
+(no job on it, no job's spare) past ``idle_release_s`` is given back: it is taken out of use
+for good first (cordoned, never a failover target, a spare or a restart's host), then the
+``release`` command runs with its name, then its table is taken out of the inventory. Every
 provision and release is in the journal with its cost in seconds.
 
 With ``min_spares`` (region -> count), a region with fewer free hosts (fit, no job training
@@ -86,13 +87,21 @@ class Provisioner:
         self,
         busy: Callable[[str], bool],
         released: Callable[[str], None],
+        *,
+        releasing: Callable[[str], None],
+        chosen: Callable[[str], bool],
         every_s: float = RELEASE_CHECK_S,
     ) -> None:
         """Keep ``min_spares`` free hosts in each region named (provisioning one for a region
         short of it), and give back each provisioned host idle (``busy`` false: no job on
         it, no job's spare) past ``idle_release_s``, unless its region would then be short:
-        its release command, then ``released`` (the console forgets it). A failed release is
-        an alert and is tried again after a growing wait."""
+        ``releasing`` (out of use for good, cordoned), then its release command, then
+        ``released`` (the console forgets it). A failed release is an alert and is tried again
+        after a growing wait; the host stays out of use meanwhile (``chosen`` says so, also for
+        one a console before this one chose).
+
+        The host is found idle and taken out of use with no await between: a release command
+        takes minutes (``sky down``), and a job placed there meanwhile would lose its host."""
         s = self.settings
         if s.release is None and not s.min_spares:
             return
@@ -107,15 +116,27 @@ class Provisioner:
                 continue
             now = time.monotonic()
             for host, region in sorted(self._provisioned().items()):
-                if busy(host):
-                    idle_since.pop(host, None)
+                failures, at = next_try.get(host, (0, 0.0))
+                if not chosen(host):
+                    if busy(host):
+                        idle_since.pop(host, None)
+                        continue
+                    idle = now - idle_since.setdefault(host, now)
+                    if idle < s.idle_release_s:
+                        continue
+                    if self._free_in(region) - 1 < s.min_spares.get(region, 0):
+                        continue  # kept as one of its region's min_spares
+                    releasing(host)  # out of use before the command runs, no await since busy
+                    self._journal.record(
+                        Kind.ACTION,
+                        f"provisioner: releasing {host} (after {idle:.0f} s idle): out of use "
+                        "from now",
+                        host=host,
+                        data={"release": "chosen", "host": host, "idle_s": idle},
+                    )
+                elif now < at:
                     continue
                 idle = now - idle_since.setdefault(host, now)
-                failures, at = next_try.get(host, (0, 0.0))
-                if idle < s.idle_release_s or now < at:
-                    continue
-                if self._free_in(region) - 1 < s.min_spares.get(region, 0):
-                    continue  # kept as one of its region's min_spares
                 if await self._release(host, idle):
                     released(host)
                     idle_since.pop(host, None)

@@ -1,6 +1,7 @@
 """Where the console's jobs meet the provisioner: a host is wanted only when no free host is
 there to take; a made host is readied, added to the inventory and the fleet and remembered
-as made; an idle made host is released (cordoned for good, its table out of the inventory).
+as made; an idle made host is released (out of use for good before its release command runs, its
+table out of the inventory after).
 The provisioning itself (the command, its retries, the release loop) is
 ``console/fleet/provision.py``.
 """
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from console.fleet.hosts import Fleet
-from console.fleet.provision import Provisioner
+from console.fleet.provision import RELEASE_CHECK_S, Provisioner
 from console.inventory import Inventory, ProvisionerSettings, remove_host, with_host
 from console.reach.check import ready_host
 from console.records.journal import Journal
@@ -79,9 +80,20 @@ class HostSupply:
             if self._store.host(h).provisioned and not self._store.host(h).released
         }
 
-    async def keep(self) -> None:
+    async def keep(self, every_s: float = RELEASE_CHECK_S) -> None:
         """``min_spares`` kept, idle made hosts released (``Provisioner.keep``)."""
-        await self.provisioner.keep(self._busy, self._released)
+        await self.provisioner.keep(
+            self._in_use,
+            self._released,
+            releasing=self._fleet.releasing,
+            chosen=lambda h: self._fleet.hosts[h].releasing,
+            every_s=every_s,
+        )
+
+    def _in_use(self, host: str) -> bool:
+        """A job trains on it or keeps it as a spare, or a recovery readies it (a failover's
+        target while the newest checkpoint is copied there)."""
+        return self._busy(host) or host in self._fleet.readying
 
     async def close(self) -> None:
         await self.provisioner.close()

@@ -114,9 +114,7 @@ class Recovery:
             self.release()
             return None
         assert host is not None
-        if outcome.exit in (Exit.CRASHED, Exit.HUNG, Exit.LEASE_LOST) and fleet.hosts[
-            host
-        ].state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED):
+        if outcome.exit in (Exit.CRASHED, Exit.HUNG, Exit.LEASE_LOST) and self._may_restart(host):
             self._incident.open(outcome.exit.value, outcome.why)
             if job.rec.restarts < self._restart_limit:
                 job.rec.restarts += 1
@@ -157,6 +155,21 @@ class Recovery:
         ):
             await self._reap(host)  # the old run gone before the next epoch trains anywhere
         return await self._failover(outcome)
+
+    def _may_restart(self, host: str) -> bool:
+        """May the run restart in place on ``host``? Up or suspect, or cordoned by an operator
+        (a cordon is no new work; a job there keeps its host). Never on one being released or
+        released: its release command takes it away (the job fails over instead)."""
+        rt = self._fleet.hosts[host]
+        if rt.leaving:
+            self._journal.record(
+                Kind.ACTION,
+                f"{self._live.name}: not restarted on {host}: it is being released; failing over",
+                job=self._live.name,
+                host=host,
+            )
+            return False
+        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
 
     def release(self) -> None:
         """The job is over (finished, failed, stopped): its host and spares are free."""
@@ -208,12 +221,15 @@ class Recovery:
             # with the fault, say) would hold up the move for nothing
             try:
                 copied = await unless_down(fleet, target, self._targets.ensure_replica(target))
-                break
             except HostLost:  # a fault during the recovery: the target was found down
-                pass
+                why = "was lost"
+            else:
+                if not fleet.hosts[target].leaving:
+                    break
+                why = "is being released"
             self._journal.record(
                 Kind.ACTION,
-                f"{job.name}: {target} was lost while the failover readied it; choosing again",
+                f"{job.name}: {target} {why} while the failover readied it; choosing again",
                 job=job.name,
                 host=target,
             )

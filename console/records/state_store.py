@@ -51,6 +51,9 @@ class HostRecord(msgspec.Struct, kw_only=True):
     drained: bool = False
     provisioned: bool = False
     """Made by the inventory's provisioner (counted against its ``max_hosts``)."""
+    releasing: bool = False
+    """A provisioned host chosen for release: out of use from then on, its release command
+    run (again, by a console started meanwhile) until it is ``released``."""
     released: bool = False
     """A provisioned host given back (its release command ran); no longer in the inventory."""
 

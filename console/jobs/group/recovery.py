@@ -148,6 +148,11 @@ class GroupRecovery:
             )
             if not planned and not await self._approved(first):
                 return None
+            for m in replace:
+                if self._reap is not None and fleet.hosts[m.host].state is not HostState.DOWN:
+                    await self._reap(m.host)  # its old run gone before the next epoch trains
+            # no await from the choice to the assignment: a host chosen is taken before a
+            # release (or another job) can find it free
             targets = await self._targets(
                 [m.host for m in replace], survivors=len(members) - len(replace)
             )
@@ -161,8 +166,6 @@ class GroupRecovery:
                 plan.append(newcomer)
             job.rec.restarts = 0
             for m in replace:
-                if self._reap is not None and fleet.hosts[m.host].state is not HostState.DOWN:
-                    await self._reap(m.host)  # its old run gone before the next epoch trains
                 if fleet.hosts[m.host].state is HostState.DRAINING:
                     fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
             self._decided(before, plan, first, members)
@@ -219,10 +222,11 @@ class GroupRecovery:
 
     def _member_fit(self, m: Member) -> bool:
         """May this member's host take its rank again? Not once lost, failing a health rule,
-        drained, or preempted (its executor was told its host is going away)."""
+        drained, preempted (its executor was told its host is going away), or being released
+        (a provisioner's release takes it away; an operator's cordon keeps the rank there)."""
         assert m.exit is not None
         rt = self._fleet.hosts[m.host]
-        if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host):
+        if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host) or rt.leaving:
             return False
         if m.exit.exit is Exit.PLANNED and m.exit.why == "stopped for preempted":
             return False
