@@ -16,7 +16,7 @@ from typing import Protocol
 from executors import exitcodes
 from executors.control import Control
 from executors.dist import Group
-from executors.publish import PUBLISH_MARGIN_S
+from executors.fencing.guard import PUBLISH_MARGIN_S, LeaseGuard, Verdict
 from protocol.faults import FaultKind
 from protocol.messages import Fault
 
@@ -56,6 +56,7 @@ class Boundary:
         step_time: Callable[[], float],
     ) -> None:
         self.control = control
+        self.lease = LeaseGuard(control)
         self.ckpt = ckpt
         self._save = save
         self._step_time = step_time
@@ -104,13 +105,13 @@ class Boundary:
             text = f"{stop.reason}: checkpointing at step {step} and stopping"
             fault = Fault(fault=stop.fault, step=step, message=text) if stop.fault else None
             return Halt(stop.reason, stop.exit_code, stop.checkpoint, fault)
-        left = self.control.lease_left()
-        if left is not None and left <= 0:
+        verdict = self.lease.verdict(self._stop_needs())
+        if verdict is Verdict.ENDED:
             return self.lease_ended(step)
-        if left is not None and left <= self._lease_guard():
+        if verdict is Verdict.ENDING:
             text = (
-                f"lease of epoch {self.control.epoch} ends in {max(left, 0):.1f}s without renewal; "
-                "checkpointing and stopping"
+                f"lease of epoch {self.control.epoch} ends in {max(self.lease.left() or 0, 0):.1f}s "
+                "without renewal; checkpointing and stopping"
             )
             fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
             return Halt("lease_lost", exitcodes.LEASE_LOST, True, fault)
@@ -121,9 +122,7 @@ class Boundary:
         fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
         return Halt("lease_lost", exitcodes.LEASE_LOST, False, fault)
 
-    def _lease_guard(self) -> float:
-        """Stop this long before the lease ends: room for two steps and one checkpoint write,
-        published with more than the publish margin left."""
-        ttl = self.control.lease_ttl_s
-        need = 2 * self._step_time() + 1.5 * self.ckpt.last_write_s + 0.2 + PUBLISH_MARGIN_S
-        return min(0.5 * ttl, max(0.2 * ttl, need))
+    def _stop_needs(self) -> float:
+        """The room to stop cleanly: two steps and one checkpoint write, published with more
+        than the publish margin left."""
+        return 2 * self._step_time() + 1.5 * self.ckpt.last_write_s + 0.2 + PUBLISH_MARGIN_S

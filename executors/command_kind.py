@@ -72,11 +72,12 @@ from executors.command_io import (
 )
 from executors.command_warm import WarmStart
 from executors.control import Control
+from executors.fencing.guard import LeaseGuard, Verdict
 from executors.fencing.run import FencedRun
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.lineage import at_start
-from executors.publish import PUBLISH_MARGIN_S, Emit
+from executors.publish import Emit
 from executors.run_env import run_env
 from executors.version import code_version
 from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
@@ -126,6 +127,7 @@ class CommandRunner:
         poll_s: float = POLL_S,
     ) -> None:
         self.spec, self.cs, self.control, self.poll_s = spec, cs, control, poll_s
+        self.lease = LeaseGuard(control)
         self.workdir = workdir.resolve()
         self._emit_lock = threading.Lock()
         self._emit = emit
@@ -150,7 +152,7 @@ class CommandRunner:
             node_rank=control.rendezvous.node_rank if control.rendezvous else None,
             nnodes=control.rendezvous.nnodes if control.rendezvous else 1,
         )
-        self.meter = Meter(spec.steps, control.epoch, self.emit, lease_valid=control.lease_valid)
+        self.meter = Meter(spec.steps, control.epoch, self.emit, lease_valid=self.lease.valid)
         self.lines = LineLog(self.emit)
         self._progress_re = re.compile(cs.progress_regex) if cs.progress_regex else None
         self._params_re = re.compile(cs.params_regex) if cs.params_regex else None
@@ -236,7 +238,7 @@ class CommandRunner:
                 record_in=self.workdir,
                 deadline=self.control.lease_deadline,
             )
-        self._unwatch = self.control.watch_lease(self.proc.fence.lease)
+        self._unwatch = self.lease.watch(self.proc.fence.lease)
         how = f" (forked warm, preloaded {', '.join(self.cs.preload)})" if warm else ""
         self.meter.touch(advanced=False)
         self.emit(
@@ -308,7 +310,7 @@ class CommandRunner:
     def _may_publish(self) -> bool:
         """Not after a stop without checkpoint, nor near the lease's end (``Publisher`` checks
         again at the rename)."""
-        return self._publishing and self.control.lease_valid(PUBLISH_MARGIN_S)
+        return self._publishing and self.lease.may_publish()
 
     def _observe(self) -> None:
         if self._may_publish():
@@ -346,17 +348,17 @@ class CommandRunner:
                     )
                 )
             return self._stop(stop.reason, stop.exit_code, publish=stop.checkpoint)
-        left = self.control.lease_left()
-        if left is not None and left <= LEASE_MARGIN_S:
+        verdict = self.lease.verdict(self.cs.grace_s + 1.0, ended_within_s=LEASE_MARGIN_S)
+        if verdict is Verdict.ENDED:
             self._lease_fault(
                 f"lease of epoch {self.control.epoch} has ended; killing the command "
                 "without taking its checkpoints"
             )
             return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=False)
-        if left is not None and left <= self._lease_guard():
+        if verdict is Verdict.ENDING:
             self._lease_fault(
-                f"lease of epoch {self.control.epoch} ends in {left:.1f}s without renewal; "
-                "stopping the command"
+                f"lease of epoch {self.control.epoch} ends in {self.lease.left() or 0:.1f}s "
+                "without renewal; stopping the command"
             )
             return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=True)
         timeout = self.cs.hang_timeout_s
@@ -376,11 +378,6 @@ class CommandRunner:
             self._after_end(self.proc.returncode if self.proc else None)
             return Outcome(exitcodes.FAILED, self.meter.step, "hang")
         return None
-
-    def _lease_guard(self) -> float:
-        """Stop this long before the lease ends: the grace, within reason, and a copy."""
-        ttl = self.control.lease_ttl_s
-        return min(0.5 * ttl, max(0.2 * ttl, min(self.cs.grace_s, 0.5 * ttl) + 1.0))
 
     def _lease_fault(self, message: str) -> None:
         self.emit(Fault(fault=FaultKind.LEASE_LOST.value, step=self.meter.step, message=message))

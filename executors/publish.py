@@ -27,6 +27,7 @@ import msgspec
 
 from executors import verified
 from executors.durable import fsync_dir
+from executors.fencing.guard import PUBLISH_MARGIN_S
 from protocol.messages import ExecutorMessage
 from protocol.spec import CheckpointManifest
 
@@ -35,12 +36,6 @@ LeaseCheck = Callable[[float], bool]
 """``Control.lease_valid``: is there more than this margin (seconds) left of the lease?"""
 _READ_CHUNK = 8 << 20
 MAX_MANIFEST = 1 << 20
-PUBLISH_MARGIN_S = 0.25
-"""A checkpoint is published only with more than this left of the lease. The check and the two
-renames after it take microseconds; the margin covers a writer descheduled between them (the
-GIL handed to the step loop, a loaded host) so that a publish is rarely undone by the check
-after the renames, and it is far below the trainer's own guard (a fifth of the lease or more),
-so a writer in good time is never refused."""
 _PUBLISHING = threading.Lock()
 """Held across each publish's check, renames and check again; the lease watchdog takes it for
 good (``seal``) before it ends the process, so the process never ends between the two checks."""

@@ -100,7 +100,7 @@ def test_a_double_forked_child_with_a_cleared_environment_ends_with_its_sigkille
     ex.proc.kill()
     ex.finish(30)
     wait_for(lambda: not alive(pid), 10, "the orphan's end")
-    (report,) = reports(work)
+    (report,) = wait_for(lambda: reports(work), 10, "the fence's report")
     assert "executor is gone" in str(report["why"])
     assert report["cgroup"] == "" or not Path(str(report["cgroup"])).exists()
 
@@ -132,7 +132,7 @@ def test_a_frozen_executors_run_ends_at_its_lease_end_by_the_fence_alone(tmp_pat
         gone = clock.now()
         assert gone >= end - 0.05, f"ended {end - gone:.2f}s before its lease's end"
         assert gone <= end + 1.0, f"ended {gone - end:.2f}s after its lease's end"
-        (report,) = reports(work)
+        (report,) = wait_for(lambda: reports(work), 10, "the fence's report")
         assert "lease ended" in str(report["why"])
     finally:
         ex.proc.send_signal(signal.SIGCONT)
