@@ -188,6 +188,11 @@ class CommandRunner:
 
     def _run(self) -> Outcome:
         t0 = time.perf_counter()
+        try:  # a previous run's processes that outlived SIGKILL: no new run beside them
+            reap_command(self.workdir)
+        except CommandLingers as e:
+            self.emit(Fault(fault=FaultKind.CRASH.value, step=0, fatal=True, message=str(e)))
+            return Outcome(exitcodes.FAILED, 0, "crash")
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.pub.lineage = at_start(self.spec, run_id=self.control.run_id, cwd=self.cwd)

@@ -190,3 +190,38 @@ def test_a_worker_that_left_the_group_still_dies_by_its_token(
         if escaped.poll() is None:
             escaped.kill()
             escaped.wait()
+
+
+def test_no_run_starts_beside_processes_of_the_last_that_outlived_sigkill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes stuck in the kernel (a GPU driver call) outlive SIGKILL: the next Start to the
+    same executor must not launch beside them and overwrite their record. (Such a process
+    cannot be made here; the reap's verdict is what is replaced.)"""
+    import msgspec
+
+    from executors import command_kind
+    from executors.control import Control
+    from executors.workdir import CommandLingers
+    from protocol.messages import Fault, Log
+    from protocol.spec import CommandSpec, JobSpec
+
+    def lingering(workdir: Path, timeout_s: float = 10.0) -> int:
+        raise CommandLingers(
+            f"{workdir}: processes [4242] of the previous command outlived SIGKILL"
+        )
+
+    monkeypatch.setattr(command_kind, "reap_command", lingering)
+    marker = tmp_path / "started"
+    cs = msgspec.convert(
+        {"argv": [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]}, CommandSpec
+    )
+    spec = JobSpec(name="j", executor="command", steps=10, command=cs)
+    events: list[object] = []
+    runner = command_kind.CommandRunner(spec, cs, tmp_path / "w", events.append, control=Control())
+    outcome = runner.run()
+    assert outcome.reason == "crash" and outcome.exit_code == exitcodes.FAILED
+    (fault,) = [e for e in events if isinstance(e, Fault)]
+    assert fault.fatal and "outlived SIGKILL" in fault.message
+    assert not [e for e in events if isinstance(e, Log) and e.text.startswith("command started")]
+    assert not marker.exists(), "the command never ran"
