@@ -1,10 +1,13 @@
 """``hotspare``: the operator console.
 
     hotspare [--inventory F] [--policy manual|auto|observe] [--read-only]   the terminal UI
-    hotspare run [--inventory F] --policy auto [--json]                     headless, to completion
+    hotspare run [--inventory F] [--policy P] [--json]                      headless, to completion
     hotspare check [--inventory F] [--json] [--deploy]                      preflight every host
     hotspare report [--json] [--inventory F | --state-dir D]                post-mortem (markdown)
     hotspare lineage JOB [--json] [--inventory F | --state-dir D]           a job's checkpoints
+
+``--policy`` may come before or after ``run`` (two that differ are refused); none given,
+``run`` acts (auto) and the terminal UI asks (manual).
 
 Bad input is one line on stderr and exit 2, never a traceback.
 """
@@ -16,8 +19,12 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from console.jobs.policy import Policy
 
 PROG = "hotspare"
 POLICIES = ("manual", "auto", "observe")
@@ -38,15 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         choices=POLICIES,
-        default="manual",
-        help="who acts on a failure (default: %(default)s: failovers wait for an operator)",
+        help="who acts on a failure (default: manual: failovers wait for an operator; `run`: auto)",
     )
     p.add_argument("--read-only", action="store_true", help="turn every action off")
     sub = p.add_subparsers(dest="command")
     inv = _inventory_option(argparse.SUPPRESS)  # given before or after the subcommand
     run = sub.add_parser("run", parents=[inv], help="run every job to completion, headless")
     run.add_argument(
-        "--policy", choices=POLICIES, default="auto", help="who acts on a failure (default: auto)"
+        "--policy",
+        dest="run_policy",
+        choices=POLICIES,
+        help="who acts on a failure (default: auto); the same as --policy before `run`",
     )
     run.add_argument("--json", action="store_true", help="one JSON event per line")
     check = sub.add_parser(
@@ -89,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from console.inventory import load
-    from console.jobs.policy import Policy
 
     if args.command == "report":
         return _report(args)
@@ -97,6 +105,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from console.records.lineage import write_lineage
 
         return write_lineage(_state_dir(args), args.job, sys.stdout, to_json=args.json)
+    policy = _policy(args)
     inv = load(args.inventory)
     if args.command == "check":
         from console.reach.check import run_check
@@ -105,10 +114,23 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from console.headless import run_headless
 
-        return run_headless(inv, Policy.parse(args.policy), as_json=args.json)
+        return run_headless(inv, policy, as_json=args.json)
     from console.ui import run_tui
 
-    return run_tui(inv, Policy.parse(args.policy), read_only=args.read_only)
+    return run_tui(inv, policy, read_only=args.read_only)
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    """The policy asked for, before ``run`` or after it (two that disagree are refused);
+    none asked for: ``auto`` headless, ``manual`` at a console."""
+    from console.jobs.policy import Policy
+
+    before, after = args.policy, getattr(args, "run_policy", None)
+    if before is not None and after is not None and before != after:
+        raise ConfigError(
+            f"--policy {before} before `run` and --policy {after} after it disagree; give one"
+        )
+    return Policy.parse(after or before or ("auto" if args.command == "run" else "manual"))
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -31,7 +31,11 @@ def _line(e: Event) -> str:
     return f"{time.strftime('%H:%M:%S', time.localtime(e.t))}  {e.msg}"
 
 
-def run_headless(inv: Inventory, policy: Policy, *, as_json: bool, out: TextIO = sys.stdout) -> int:
+def run_headless(
+    inv: Inventory, policy: Policy, *, as_json: bool, out: TextIO | None = None
+) -> int:
+    """``out``: default the ``sys.stdout`` of the call, not of the import."""
+    out = sys.stdout if out is None else out
     env = json.loads(os.environ.get(ENV_HOOK, "{}"))
 
     def show(e: Event) -> None:
