@@ -11,7 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 import sshbed
+from chaos.procs import Sampler, Window
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, until, write_inventory
+from lease_bounds import LeaseBounds
 from netbed import ns_host
 
 from console.inventory import load
@@ -55,6 +57,15 @@ async def start(
     await until(lambda: predicate() or task.done(), timeout, what)
     assert not task.done(), f"the run ended before {what}"
     return task
+
+
+def trained(sampler: Sampler, root: Path) -> list[Window]:
+    """Every window in which an executor of ``root``'s workdir trained (/proc), oldest first."""
+    workdir = str(root / "jobs" / "j")
+    return sorted(
+        (w for t in sampler.trainers.values() if t.workdir == workdir for w in t.windows),
+        key=lambda w: w.t0,
+    )
 
 
 def executor_proc(root: Path) -> psutil.Process:
@@ -105,20 +116,36 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
         stay=True,
     )
     old = executor_proc(a.root)
-    a.netns.cut()
-    await until(
-        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-        30,
-        "A's executor to stop",
+    epoch = sup.epoch
+    skew = load(inv).console.clock_skew_s
+    sampler = Sampler({"j": [a.root / "jobs" / "j", b.root / "jobs" / "j"]}).start()
+    with LeaseBounds(tmp_path / "state" / "state.json") as bounds:
+        await until(lambda: bounds.until.get(("j", "a", epoch)), 10, "A's bound read from disk")
+        a.netns.cut()
+        await until(
+            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
+            30,
+            "A's executor to stop",
+        )
+        events_a = [
+            json.loads(x) for x in (a.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+        ]
+        assert events_a[-1]["kind"] == "stopped"
+        assert events_a[-1]["reason"] == "lease_lost", "A stopped itself: its lease ran out"
+        await until(lambda: sup.host == "b" and sup.state is JobState.RUNNING, 60, "B to take over")
+        await until(lambda: trained(sampler, b.root), 60, "B's executor training (/proc)")
+    sampler.stop()
+    bound = bounds.wall("j", "a", epoch)
+    a_windows = trained(sampler, a.root)
+    assert a_windows, "the sampler saw A train before the cut"
+    assert a_windows[-1].t0 < bound, (
+        f"A trained {a_windows[-1].t0 - bound:.2f}s past the bound persisted on its lease"
     )
-    stopped_at = asyncio.get_running_loop().time()
-    events_a = [
-        json.loads(x) for x in (a.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
-    ]
-    assert events_a[-1]["kind"] == "stopped"
-    assert events_a[-1]["reason"] == "lease_lost", "A stopped itself: its lease ran out"
-    await until(lambda: sup.host == "b" and sup.state is JobState.RUNNING, 60, "B to take over")
-    assert asyncio.get_running_loop().time() >= stopped_at
+    b_first = trained(sampler, b.root)[0]
+    assert b_first.t1 > bound + skew, (
+        f"B trained {bound + skew - b_first.t1:.2f}s before A's bound plus clock_skew_s"
+    )
+    assert not sampler.overlaps, sampler.overlaps
     frozen = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
     a.netns.heal()
     await until(lambda: sup.state.is_terminal(), 240, "the job to end")

@@ -1,0 +1,56 @@
+"""The lease bounds a console persisted, read from its ``state.json`` as it writes them, on the
+wall clock a /proc sampler uses (``chaos.procs.Sampler``), so a test can compare when an
+executor trained with the documented bound instead of the console's own account.
+
+The console writes each lease's bound (``until``, its CLOCK_BOOTTIME) to ``state.json`` before
+it sends the lease; a failover overwrites it with the new epoch's. ``LeaseBounds`` polls the
+file every ``POLL_S`` and keeps the largest bound seen per (job, host, epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from console import clock
+
+POLL_S = 0.02
+
+
+class LeaseBounds:
+    def __init__(self, state_json: Path) -> None:
+        self.path = state_json
+        self.until: dict[tuple[str, str, int], float] = {}
+        """(job, host, epoch) -> the largest persisted bound, on the console's clock."""
+        self.reads = 0
+        self._offset = time.time() - clock.mono()
+        """Wall clock minus the console's clock, read once (nothing steps the wall clock here)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-bounds", daemon=True)
+
+    def __enter__(self) -> LeaseBounds:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            try:
+                jobs = json.loads(self.path.read_text()).get("jobs", {})
+            except (OSError, ValueError):
+                continue
+            self.reads += 1
+            for name, rec in jobs.items():
+                lease = rec.get("lease") if isinstance(rec, dict) else None
+                if lease:
+                    key = (name, lease["host"], lease["epoch"])
+                    self.until[key] = max(self.until.get(key, 0.0), lease["until"])
+
+    def wall(self, job: str, host: str, epoch: int) -> float:
+        """The bound on (job, host, epoch)'s leases on the wall clock; KeyError if never seen."""
+        return self.until[(job, host, epoch)] + self._offset
