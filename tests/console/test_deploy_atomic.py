@@ -87,11 +87,16 @@ async def _race(
                 *(deploy(t, str(root), sys.executable, bundle) for t in transports),
                 return_exceptions=True,
             )
+            deadline = asyncio.get_running_loop().time() + 10
+            while watcher.whole_seen == 0 and watcher.is_alive():  # the watcher did look
+                assert asyncio.get_running_loop().time() < deadline, "the watcher never saw it"
+                await asyncio.sleep(0.01)
         finally:
             watcher.stop.set()
             watcher.join(timeout=10)
             for t in transports:
                 await t.close()
+        assert watcher.whole_seen > 0, f"round {round_}: the watcher never saw the marked bundle"
         errors = [r for r in results if isinstance(r, BaseException)]
         assert errors == [], f"round {round_}: {errors}"
         assert {r.path for r in results} == {str(dest)}  # type: ignore[union-attr]

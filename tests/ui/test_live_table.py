@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -169,6 +170,11 @@ async def test_a_redraw_tick_while_the_app_shuts_down_is_ignored(tmp_path: Path)
     from test_snapshots import fixed_app
 
     app = fixed_app(tmp_path)
-    async with app.run_test(size=(120, 40)):
-        assert app.redraws >= 0
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = asyncio.get_running_loop().time() + 30
+        while app.redraws == 0:  # the ticks do draw while the app runs
+            assert asyncio.get_running_loop().time() < deadline, "no redraw while running"
+            await pilot.pause(0.05)
+    drawn = app.redraws
     app.redraw()  # no screen left on the stack: nothing to do, and no ScreenStackError
+    assert app.redraws == drawn, "a tick after the end draws nothing"
