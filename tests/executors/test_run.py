@@ -57,6 +57,30 @@ def test_rerun_of_a_finished_workdir_resumes_at_the_end(
     assert again.events[-1]["params_sha256"] == digest
 
 
+def test_a_sigkill_inside_a_checkpoint_write_resumes_bit_exact(
+    baseline: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The default suite's one: a kill that lands while a checkpoint is being written (its temp
+    file on disk), then a resume from the one before, bit-identical at the end."""
+    spec, digest = baseline
+    work = tmp_path / "work"
+    ckpts = work / "checkpoints"
+    env = env_with(HOTSPARE_INJECT="slow_write@0.004")  # a write lasts ~0.1 s, so one can be hit
+    proc = ExecutorProcess(["run", "--spec", str(spec), "--workdir", str(work), "--json"], env=env)
+    proc.wait_event(lambda e: e["kind"] == "checkpoint", 60, "a first checkpoint")
+    wait_for(lambda: any(ckpts.glob(".*.tmp")), 60, "a checkpoint write in progress")
+    proc.proc.send_signal(signal.SIGKILL)
+    rc, _ = proc.finish()
+    assert rc == -signal.SIGKILL
+    torn = sorted(p.name for p in ckpts.glob(".*.tmp"))
+    assert torn, "the kill landed inside a checkpoint write"
+    final = run_job(spec, work, env=env)
+    assert final.returncode == 0, final.stderr
+    assert final.of("resumed")[0]["step"] > 0, "resumed from the checkpoint before the torn one"
+    assert final.events[-1]["params_sha256"] == digest
+    assert not any(ckpts.glob(".*.tmp")), "the torn write's leftovers are cleaned up"
+
+
 @pytest.mark.long
 def test_sigkill_at_random_instants_resumes_bit_exact(
     baseline: tuple[Path, str], tmp_path: Path
