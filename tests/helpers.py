@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,24 @@ def plain_command(step_s: float = 0.02) -> dict[str, Any]:
 def maps_torch(pid: int) -> bool:
     """Has this process mapped torch's native library? (/proc, not the process's word)"""
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A real small disk: a tmpfs of ``size`` mounted at ``where`` (made), unmounted after. The
+    suite runs as root (CI too), so a mount that fails is a failure, never a skip."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"cannot mount a tmpfs (the suite runs as root): {done.stderr.strip()}"
+        )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)

@@ -11,7 +11,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from fleetbed import job_table, local_host, write_inventory
+from helpers import tmpfs
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -41,20 +41,8 @@ SIZE = 300_000
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs, unmounted after the test."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", str(DISK)) as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
 
 
 def fill(disk: Path) -> Path:

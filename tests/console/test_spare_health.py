@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
-from helpers import REPO, env_with
+from helpers import REPO, env_with, tmpfs
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -168,20 +168,8 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 16 MiB tmpfs, unmounted after the test."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "16m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
 
 
 def fill(disk: Path) -> Path:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 import torch
+from helpers import tmpfs
 
 from executors.checkpoint import CheckpointManager, checkpoint_name
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
@@ -196,17 +196,8 @@ def test_checkpoints_of_another_spec_or_a_newer_epoch_are_not_loaded(tmp_path: P
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs: a real full disk, not a mocked error."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs (the test suite runs as root): {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "disk", "3m") as where:
+        yield where
 
 
 def test_a_full_disk_keeps_the_last_good_checkpoint(small_disk: Path) -> None:
