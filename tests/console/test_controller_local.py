@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
@@ -119,7 +120,23 @@ async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -
     assert inc.times["loaded"] >= inc.times["decided"], "the spare trains only after the decision"
 
 
-async def test_draining_a_host_migrates_with_zero_lost_steps(fleet: Path, baseline: str) -> None:
+def moved_without_loss(root: Path) -> tuple[int, int]:
+    """(the step a's executor stopped at with its checkpoint, the step b's resumed from), from
+    the executors' own events.jsonl: a move loses no step when the two are equal."""
+
+    def events(host: str) -> list[dict[str, object]]:
+        path = root / host / "jobs" / "j" / "events.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    (stopped,) = [e for e in events("a") if e["kind"] == "stopped"]
+    assert stopped["checkpoint_step"] == stopped["step"], f"a stopped unsaved: {stopped}"
+    resumed = next(e for e in events("b") if e["kind"] == "resumed")
+    return int(stopped["step"]), int(resumed["step"])  # type: ignore[call-overload]
+
+
+async def test_draining_a_host_migrates_with_zero_lost_steps(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
@@ -132,6 +149,8 @@ async def test_draining_a_host_migrates_with_zero_lost_steps(fleet: Path, baseli
     (inc,) = incidents(journal(fleet))
     assert inc.planned
     assert inc.lost_steps == 0
+    stopped, resumed = moved_without_loss(tmp_path)
+    assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
 async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
@@ -148,6 +167,8 @@ async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     (inc,) = incidents(journal(fleet))
     assert inc.fault_class == "preemption"
     assert inc.lost_steps == 0
+    stopped, resumed = moved_without_loss(tmp_path)
+    assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
 async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(
