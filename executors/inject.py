@@ -4,6 +4,8 @@ Set ``HOTSPARE_INJECT`` to a comma-separated list; each entry fires once per pro
 restarted in place runs in the same process, so ``crash@90,crash@91`` is a crash loop):
 
 - ``oom@STEP``      raise an out-of-memory error in the first micro-batch of STEP
+- ``oom_late@STEP`` raise it in the last micro-batch of STEP instead, once the ones before it
+  have accumulated their gradients (only where STEP accumulates over two or more)
 - ``nan@STEP``      make the loss of STEP NaN
 - ``slow_write@S``  sleep S seconds in every write call of a checkpoint (to kill inside a write)
 - ``crash@STEP``    raise an exception in the workload at STEP (an executor crash)
@@ -24,6 +26,7 @@ ENV = "HOTSPARE_INJECT"
 @dataclass
 class Injections:
     oom: set[int] = field(default_factory=set)
+    oom_late: set[int] = field(default_factory=set)
     nan: set[int] = field(default_factory=set)
     crash: set[int] = field(default_factory=set)
     slow_write_s: float = 0.0
@@ -36,7 +39,7 @@ class Injections:
             try:
                 if not sep:
                     raise ValueError
-                if kind in ("oom", "nan", "crash"):
+                if kind in ("oom", "oom_late", "nan", "crash"):
                     getattr(inj, kind).add(int(arg))
                 elif kind == "slow_write":
                     inj.slow_write_s = float(arg)
@@ -44,7 +47,8 @@ class Injections:
                     raise ValueError
             except ValueError:
                 raise ConfigError(
-                    f"{ENV}: cannot read {raw!r}; expected oom@STEP, nan@STEP, crash@STEP or slow_write@SECONDS"
+                    f"{ENV}: cannot read {raw!r}; expected oom@STEP, oom_late@STEP, nan@STEP, crash@STEP or "
+                    "slow_write@SECONDS"
                 ) from None
         return inj
 

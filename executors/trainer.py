@@ -361,14 +361,18 @@ class Trainer:
 
     def _micro_batches(self, rows: Any, step: int, *, first: bool) -> torch.Tensor:
         """Forward and backward over one logical rank's rows in micro-batches (the gradients
-        accumulate); the mean loss. Injections fire in the first micro-batch of the first."""
+        accumulate); the mean loss. Injections fire in the first micro-batch of the first (a late
+        out-of-memory in its last)."""
         mb = self.state.micro_batch
         accumulation = self.layout.rows_per_logical // mb
         total = torch.zeros((), device=self.device)
         for i in range(accumulation):
             micro = [t[i * mb : (i + 1) * mb] for t in rows]
             inject = first and i == 0
-            if inject and self.inj.take("oom", step):
+            late = first and i == accumulation - 1 and i > 0
+            if (inject and self.inj.take("oom", step)) or (
+                late and self.inj.take("oom_late", step)
+            ):
                 raise torch.OutOfMemoryError(
                     f"injected out of memory at step {step} (HOTSPARE_INJECT)"
                 )

@@ -153,6 +153,22 @@ def test_injected_oom_halves_the_micro_batch_and_keeps_the_global_batch(tmp_path
     assert proc.events[-1]["kind"] == "finished"
 
 
+def test_an_oom_after_gradients_accumulated_leaves_none_of_them_behind(tmp_path: Path) -> None:
+    """An OOM in the last micro-batch of a step, once the one before it has accumulated its
+    gradients: the step is redone from clean gradients (and RNG), so the run ends exactly as
+    the one whose OOM at that step came before anything accumulated."""
+    spec = write_spec(tmp_path / "job.toml", steps=30)
+    early = run_job(spec, tmp_path / "early", env=env_with(HOTSPARE_INJECT="oom@5,oom@12"))
+    late = run_job(spec, tmp_path / "late", env=env_with(HOTSPARE_INJECT="oom@5,oom_late@12"))
+    assert early.returncode == 0 and late.returncode == 0, late.stderr
+    assert [f["step"] for f in late.of("fault") if f["fault"] == "oom"] == [5, 12]
+    assert (late.of("progress")[-1]["micro_batch"], late.of("progress")[-1]["accumulation"]) == (
+        2,
+        4,
+    )
+    assert late.events[-1]["params_sha256"] == early.events[-1]["params_sha256"]
+
+
 def test_injected_nan_rolls_back_to_the_last_checkpoint(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "job.toml", steps=40)
     proc = run_job(spec, tmp_path / "work", env=env_with(HOTSPARE_INJECT="nan@25"))
