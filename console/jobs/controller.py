@@ -40,6 +40,8 @@ ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
 METRICS_OPEN_S = 30.0
 """The most the console waits at start to open its metrics export (import, folder check)."""
+STATE_RETRY_S = 1.0
+"""How often a state save that failed (a full disk), and journal lines held back, are retried."""
 
 
 class Controller:
@@ -117,6 +119,8 @@ class Controller:
             need_host=self.need_host,
         )
         """Up or down, and fit or not, for every host no job runs on."""
+        self._state_alert: str | None = None
+        self.store.on_trouble(self._state_trouble)
 
     # ------------------------------------------------------------------ run
 
@@ -144,6 +148,8 @@ class Controller:
             background.append(asyncio.create_task(keep, name="provisioned hosts"))
         if self.read_only:
             background.append(asyncio.create_task(self._follow_state(), name="follow state"))
+        else:
+            background.append(asyncio.create_task(self._keep_state(), name="state retry"))
         if self.inv.console.webhook:
             hook = Webhook(
                 self.inv.console.webhook, on_failure=lambda m: self.journal.record(Kind.ALERT, m)
@@ -266,6 +272,34 @@ class Controller:
             await asyncio.sleep(FOLLOW_EVERY_S)
             with contextlib.suppress(RuntimeError):  # caught mid-replace: next time
                 self.store.reload()
+
+    async def _keep_state(self) -> None:
+        """A state save that failed (a full disk) is tried again until it works, and journal
+        lines held back are written with it; a lease waits for nothing of this (it is granted
+        within the bound on disk meanwhile, ``console/jobs/lease.py``)."""
+        while True:
+            await asyncio.sleep(STATE_RETRY_S)
+            if self.store.unsaved is not None:
+                self.store.save()
+            self.journal.flush()
+
+    def _state_trouble(self, why: str | None) -> None:
+        """The state stopped being saved (why) or is saved again (None): one alert, and one
+        journal line when it clears, not one per renewal."""
+        if why is not None:
+            self._state_alert = (
+                f"{why}; the console runs on and retries, granting no lease past the bound "
+                "on disk (executors stop at their lease end if this lasts)"
+            )
+            self.alert(self._state_alert)
+            return
+        if self._state_alert is not None:
+            self._alerted.pop(self._state_alert, None)  # a later failure alerts again
+            self._state_alert = None
+        cleared = f"{self.store.path}: saved again; leases are granted as before"
+        self.journal.record(Kind.ACTION, cleared)
+        for sink in self.alert_sinks:  # where the alert went, its end goes too
+            sink(cleared)
 
     # -------------------------------------------------------- used by supervisors
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from console import clock
 from console.fleet.link import ExecutorLink
-from console.records.state_store import JobRecord, LeaseRecord
+from console.records.state_store import JobRecord, LeaseRecord, Unsaved
 from protocol.messages import Lease, Start
 from protocol.spec import JobSpec
 
@@ -24,12 +24,22 @@ class NoAnchor(Exception):
     """The executor has sent no clock reading yet: nothing to anchor a lease to."""
 
 
+class Unpersisted(NoAnchor):
+    """The lease's bound could not be written (the state's disk is full, or failing) and the
+    bound already on disk does not cover it: not granted. Caught wherever NoAnchor is (no
+    lease this time); the store has raised the alert and the next reading tries again."""
+
+
 class JobLease:
     def __init__(
         self, rec: JobRecord, save: Callable[[], None], *, ttl_s: float, skew_s: float
     ) -> None:
+        """``save``: persist the state (``StateStore.persist``: raises Unsaved when it could
+        not); ``rec``'s lease is taken as what is on disk."""
         self._rec = rec
         self._save = save
+        self._on_disk = rec.lease
+        """The newest lease record known written: what a grant must stay within."""
         self.ttl_s = ttl_s
         self.skew_s = skew_s
         self.until = 0.0
@@ -42,7 +52,7 @@ class JobLease:
         persisted at its first start); send it next."""
         if not self._rec.run_id:
             self._rec.run_id = uuid.uuid4().hex
-            self._save()
+            self._persist(host)
         anchor = self._grant(link, host, epoch)
         return Start(
             spec=spec,
@@ -67,10 +77,10 @@ class JobLease:
         ttl = self.ttl_s if ttl is None else ttl
         executor_clock, arrived = link.anchor
         until = arrived + ttl
-        prev = self._rec.lease
-        if until > self.until or prev is None or prev.epoch != epoch:
-            self.until = max(self.until, until)
-            self._rec.lease = LeaseRecord(
+        prev = self._on_disk
+        self.until = max(self.until, until)
+        if prev is None or prev.epoch != epoch or until > prev.until:
+            self._rec.lease = want = LeaseRecord(
                 host=host,
                 epoch=epoch,
                 until=self.until,
@@ -78,8 +88,21 @@ class JobLease:
                 # the longest lease of this epoch that may still run (another boot waits it all)
                 ttl_s=max(ttl, prev.ttl_s) if prev is not None and prev.epoch == epoch else ttl,
             )
-            self._save()  # before the lease leaves this machine
+            self._persist(host)  # before the lease leaves this machine
+            self._on_disk = want
         return executor_clock
+
+    def _persist(self, host: str) -> None:
+        """The state on disk, or Unpersisted: a lease whose bound is not on disk is never sent.
+
+        While the state cannot be written, a renewal still goes out if the bound already on
+        disk covers it (same epoch, ending no later); past that, none does, and the executor,
+        its lease then running out, stops before the bound a console started later would
+        wait out. Nothing is ever granted past what is on disk."""
+        try:
+            self._save()
+        except Unsaved as e:
+            raise Unpersisted(f"{host}: no lease past the bound on disk: {e}") from None
 
     # ------------------------------------------------------------ waiting
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, overload
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
-from console.jobs.lease import JobLease
+from console.jobs.lease import JobLease, NoAnchor, Unpersisted
 from console.jobs.live import LiveJob, Transitions
 from console.jobs.observe import Observe
 from console.jobs.orders import Orders
@@ -42,7 +42,7 @@ from console.reach.transport.base import Transport
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.states import FailureKind, JobState
-from protocol.messages import Stop
+from protocol.messages import Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["JobSupervisor", "Prepared"]
 
+UNSAVED_RETRY_S = 0.5
+"""How often a Start held back by a state that cannot be saved is tried again."""
 
 T = TypeVar("T")
 
@@ -112,7 +114,7 @@ class JobSupervisor:
         self._wait_for_hosts = ctl.wait_for_hosts
         self._need_host = ctl.need_host
         c = inv.console
-        self.lease = JobLease(rec, store.save, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
+        self.lease = JobLease(rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
 
         self._states = Transitions(self.live, journal=journal, alert=ctl.alert, alerted=ctl.alerted)
         self._incident = OpenIncident(
@@ -298,7 +300,7 @@ class JobSupervisor:
             if hello is not None and hello.epoch == job.epoch and hello.state == "training":
                 job.link, job.step = link, hello.step
                 job.last_seen = time.monotonic()
-                with contextlib.suppress(LinkError):
+                with contextlib.suppress(LinkError, NoAnchor):  # not granted: the watch renews
                     await link.send(self.lease.renewal(link, host, job.epoch))
                 self._note_reattached(host)
                 return None
@@ -434,7 +436,7 @@ class JobSupervisor:
         self._watch.new_executor()
         job.last_seen = time.monotonic()
         try:
-            await link.send(self.lease.start(link, host, self.spec, job.epoch))
+            await link.send(await self._first_lease(link, host))
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
         self._states.move(JobState.RUNNING, f"on {host}, epoch {job.epoch}")
@@ -442,6 +444,27 @@ class JobSupervisor:
             self._standby.keep_warm()
         self._keep_twin()
         return None
+
+    async def _until_saved(self, why: str) -> None:
+        """Until the state is on disk: while it cannot be written (a full disk) the job waits,
+        pending, ``why`` its note (the store's retry and alert are the console's)."""
+        while not self._save():
+            self._states.wait_note(why)
+            await asyncio.sleep(UNSAVED_RETRY_S)
+
+    async def _first_lease(self, link: ExecutorLink, host: str) -> Start:
+        """The Start, once its lease's bound (with the new epoch) is on disk. While the state
+        cannot be written the job waits, its executor idle: nothing trains under an epoch and
+        a lease a console started later could not see (an executor gone meanwhile is found
+        when the Start is sent)."""
+        while True:
+            try:
+                return self.lease.start(link, host, self.spec, self.live.epoch)
+            except Unpersisted:
+                self._states.wait_note(
+                    f"{self.name} waits to start on {host}: its lease cannot be persisted"
+                )
+                await asyncio.sleep(UNSAVED_RETRY_S)
 
     def _keep_twin(self) -> None:
         if self._inv.jobs[self.name].placement.warm_twin:

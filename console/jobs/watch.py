@@ -181,7 +181,7 @@ class Watch:
             link, host = job.link, job.host
             if link is None or link.hello is None or host is None:
                 continue
-            with contextlib.suppress(LinkError):
+            with contextlib.suppress(LinkError, NoAnchor):  # not granted (bound not on disk)
                 await link.send(self._lease.renewal(link, host, job.epoch))
 
     async def _liveness(self) -> None:
@@ -410,7 +410,7 @@ class Watch:
         if hello.epoch == job.epoch and hello.state in ("training", "stopping"):
             job.link = link
             job.last_seen = time.monotonic()
-            with contextlib.suppress(LinkError):  # at once: the lease may be about to end
+            with contextlib.suppress(LinkError, NoAnchor):  # at once: it may be about to end
                 await link.send(self._lease.renewal(link, host, job.epoch))
             return True
         link.close()

@@ -2,6 +2,10 @@
 
 The TUI, the headless output and ``hotspare report`` all read these same events, and a
 restarted console rebuilds its state from them.
+
+A write that fails (a full disk) loses no event and tears no line: the bytes not written
+are kept (``PENDING_MAX`` at most) and written first by the next record or ``flush``, so the
+file stays whole lines in order; listeners are told of every event at once either way.
 """
 
 from __future__ import annotations
@@ -57,6 +61,10 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
     data: dict[str, Any] = {}
 
 
+PENDING_MAX = 4 << 20
+"""Bytes of events kept while the journal cannot be written; past it, events are counted and
+left out (a line says how many once it can be written again)."""
+
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder(Event)
 
@@ -73,6 +81,12 @@ class Journal:
             self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the console
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
+        self._pending = bytearray()
+        """Bytes of events not yet written (the disk was full): written before any other."""
+        self._left_out = 0
+        """Events left out since the pending bytes reached ``PENDING_MAX``."""
+        self.unwritten: str | None = None
+        """Why the newest events are not in the file yet; None: they are."""
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -84,17 +98,55 @@ class Journal:
         if self._f is not None:
             line = _enc.encode(event) + b"\n"
             with self._lock:
-                self._f.write(line)
+                if len(self._pending) + len(line) <= PENDING_MAX:
+                    self._pending += line
+                else:
+                    self._left_out += 1
+                self._write_pending()
         for listener in self._listeners:
             listener(event)
         return event
 
+    def flush(self) -> bool:
+        """Write what a full disk held back; True when nothing is left unwritten."""
+        if self._f is None:
+            return True
+        with self._lock:
+            self._write_pending()
+            return not self._pending
+
+    def _write_pending(self) -> None:
+        assert self._f is not None
+        while self._pending:
+            try:
+                n = self._f.write(self._pending)
+            except OSError as e:
+                self.unwritten = f"{self.path}: not written: {e.strerror or e}"
+                return
+            if not n:
+                return
+            del self._pending[:n]
+            if not self._pending and self._left_out:
+                note = Event(
+                    t=clock.wall(),
+                    kind=Kind.ALERT,
+                    msg=f"{self._left_out} journal events left out: the disk was full",
+                )
+                self._pending += _enc.encode(note) + b"\n"
+                self._left_out = 0
+        self.unwritten = None
+
     def sync(self) -> None:
         if self._f is not None:
-            os.fsync(self._f.fileno())
+            self.flush()
+            try:
+                os.fsync(self._f.fileno())
+            except OSError as e:
+                self.unwritten = f"{self.path}: not synced: {e.strerror or e}"
 
     def close(self) -> None:
         if self._f is not None:
+            self.flush()
             self._f.close()
 
 

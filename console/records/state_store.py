@@ -1,12 +1,20 @@
 """Operator state in state_dir: drains, cordons, where each job runs and under which epoch.
 
-Written atomically (temp file, fsync, rename) on every change; a restarted console reads it
-back to reattach. The inventory file itself is never rewritten.
+Written atomically (temp file, fsync, rename, fsync of the folder) on every change; a
+restarted console reads it back to reattach. The inventory file itself is never rewritten.
+
+A write that fails (a full disk, EIO) raises nothing where the state is only kept (a cordon,
+a spare, a restart count): the state stays in memory, listeners are told once (the console's
+alert), and the next save, or the console's retry, writes it all. What must be on disk
+before an action leaves this machine (a lease's bound, with its epoch) is saved with
+``persist``, which raises ``Unsaved``: the lease is then not granted (``console/jobs/lease.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -64,6 +72,14 @@ class OperatorState(msgspec.Struct, kw_only=True):
     next_incident: int = 1
 
 
+class Unsaved(Exception):
+    """The state could not be written (a full disk, EIO); the message is one line."""
+
+
+Trouble = Callable[[str | None], None]
+"""Told why saving fails when it starts failing, and None when it works again."""
+
+
 class StateStore:
     def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
         if not read_only:
@@ -72,6 +88,13 @@ class StateStore:
         self.read_only = read_only
         """A console watching another's state dir: it reads, and never writes."""
         self.state = self._load()
+        self.unsaved: str | None = None
+        """Why the newest state is not on disk (the last save failed); None: it is."""
+        self._trouble: list[Trouble] = []
+
+    def on_trouble(self, listener: Trouble) -> None:
+        """``listener`` told once when saving starts failing (why), once when it works again."""
+        self._trouble.append(listener)
 
     def reload(self) -> None:
         """Read the file again (a read-only console follows the console that writes it)."""
@@ -99,12 +122,50 @@ class StateStore:
         self.save()
         return n
 
-    def save(self) -> None:
+    def save(self) -> bool:
+        """Write the state; True once it is on disk. A failure raises nothing (see the module):
+        the state is kept in memory and written by the next save that works."""
+        try:
+            self.persist()
+        except Unsaved:
+            return False
+        return True
+
+    def persist(self) -> None:
+        """Write the state and make it durable (the file, then its folder's entry), or raise
+        Unsaved; the file on disk is then the one before, whole (a temp file is renamed over
+        it only once complete)."""
         if self.read_only:
             return
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(self.state)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        data = msgspec.json.format(msgspec.json.encode(self.state))
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            _fsync_folder(self.path.parent)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            why = f"{self.path}: not saved: {e.strerror or e}"
+            self._tell(why)
+            raise Unsaved(why) from None
+        self._tell(None)
+
+    def _tell(self, why: str | None) -> None:
+        if (why is None) == (self.unsaved is None):
+            return  # no change: told once when it starts failing, once when it works again
+        self.unsaved = why
+        for listener in self._trouble:
+            listener(why)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """A rename is durable only once its folder is: fsync the folder itself."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

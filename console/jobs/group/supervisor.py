@@ -34,6 +34,7 @@ from console.jobs.group.messages import MemberMessages
 from console.jobs.group.recovery import GroupRecovery
 from console.jobs.group.resume import ResumeStep
 from console.jobs.group.warm import WarmExecutors
+from console.jobs.lease import NoAnchor
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_spares
 from console.jobs.supervisor import JobSupervisor
@@ -231,6 +232,8 @@ class GroupSupervisor(JobSupervisor):
         await self._executors.stop_keeping()
         await self._executors.drop_readied(plan)
         got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
+        # no epoch starts that the disk cannot hold (a full disk: the job waits, idle)
+        await self._until_saved(f"{self.name} waits to start: its state cannot be persisted")
         # the first started waited for the slowest: each first lease from a current reading
         got = await asyncio.gather(
             *(self._executors.fresh(h, g) for h, g in zip(plan, got, strict=True))
@@ -287,6 +290,8 @@ class GroupSupervisor(JobSupervisor):
                 await link.send(start)
             except LinkError as e:
                 run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
+            except NoAnchor as e:  # its bound could not be persisted (the disk filled again)
+                run.ended(m, Outcome(Exit.CRASHED, f"not started on {m.host}: {e}"))
         job.link = members[0].link
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")

@@ -17,7 +17,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.group.epoch import Member
 from console.jobs.group.messages import send_quietly
 from console.jobs.launcher import Launcher
-from console.jobs.lease import JobLease
+from console.jobs.lease import JobLease, NoAnchor
 from console.jobs.live import LiveJob
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.policy import Decision, Policy, decide
@@ -184,6 +184,8 @@ class WarmExecutors:
                         await link.send(self._lease.renewal(link, host, epoch))
                     else:
                         self.warm.discard(host)
+                except NoAnchor:  # not granted now (its bound not on disk): kept, tried again
+                    pass
                 except LinkError:
                     self.warm.discard(host)
                 finally:

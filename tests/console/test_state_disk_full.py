@@ -1,0 +1,254 @@
+"""The console's own state survives a full disk: state.json is renamed into place and its
+folder fsynced; a save that fails (ENOSPC) kills no task, is one alert and one journal line
+(not one per renewal), and no lease goes out past the bound already on disk; the console
+keeps running and retries, and once the disk has room the state is written again, leases
+are renewed and the alert clears.
+
+The state dir is a small tmpfs mounted by the test (root needed) and filled to the last byte
+with a file; the job is a real executor on a local host whose root is on the ordinary disk.
+Evidence from outside the console: state.json on the tmpfs (parsed at every look), the
+executor's events.jsonl, the journal file, the console's task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chaos.observe import executor_events
+from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
+
+from console import clock
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Kind, read
+from console.states import JobState
+
+DISK = "4m"
+LEASE_S = 15.0
+"""Long enough that a disk full for a few seconds is within what the bound on disk covers:
+the newest lease (a whole ttl), less the executor's stop margin (at most half of it)."""
+
+
+@pytest.fixture
+def state_disk(tmp_path: Path) -> Iterator[Path]:
+    """A small tmpfs for the console's state dir, unmounted after the test."""
+    where = tmp_path / "state"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (root needed): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        # kept for a post-mortem: the tmpfs goes with its unmount
+        shutil.copytree(where, tmp_path / "state-kept", ignore=shutil.ignore_patterns("filler"))
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def fill(disk: Path) -> Path:
+    """Fill the disk to the last byte (as tests/chaos/faults.py disk_full does)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+class StateWatch:
+    """state.json read at every look: it must always parse (never torn, never missing)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.looks = 0
+
+    def read(self) -> dict[str, Any]:
+        data = json.loads(self.path.read_bytes())  # raises on a torn file: the test fails
+        self.looks += 1
+        return data
+
+    def lease_until(self) -> float:
+        lease = self.read()["jobs"]["j"]["lease"]
+        return float(lease["until"])
+
+
+def alerted(alerts: list[str]) -> bool:
+    return any("state.json: not saved" in a for a in alerts)
+
+
+def lease_trouble(workdir: Path) -> list[dict[str, Any]]:
+    """What the executor wrote of a stop or a lapsed lease (none while its lease holds)."""
+    return [
+        e
+        for e in executor_events(workdir)
+        if e.get("kind") == "stopped"
+        or (e.get("kind") == "fault" and e.get("fault") == "lease_lost")
+    ]
+
+
+def fleet(tmp_path: Path, state: Path, lease_s: float = LEASE_S) -> Path:
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare"),
+        },
+        jobs={
+            "j": {
+                "host": "a",
+                "spares": ["b"],
+                **job_table(steps=1_000_000, checkpoint_every_steps=500),
+            }
+        },
+        state_dir=str(state),
+        lease_s=lease_s,
+    )
+
+
+async def test_a_full_state_disk_within_the_persisted_bound_stops_nothing(
+    tmp_path: Path, state_disk: Path
+) -> None:
+    inventory = fleet(tmp_path, state_disk)
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    sunk: list[str] = []
+    ctl.alert_sinks.append(sunk.append)  # as the webhook and the views are told
+    sup = ctl.jobs["j"]
+    workdir = tmp_path / "a" / "jobs" / "j"
+    state = StateWatch(state_disk / "state.json")
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (sup.step >= 20 and sup.state is JobState.RUNNING) or task.done(),
+            90,
+            "j training on a",
+        )
+        assert not task.done(), task
+        before = state.lease_until()
+        filler = fill(state_disk)
+        full_at = time.monotonic()
+        # full until a renewal needs the bound written and cannot (the alert), then a while
+        # more: renewals within the bound on disk go on meanwhile
+        await until(
+            lambda: (state.read() and alerted(sunk)) or task.done(),
+            LEASE_S / 2,
+            "a save to fail",
+        )
+        failed_at = time.monotonic()
+        while time.monotonic() - failed_at < 0.5:
+            state.read()
+            assert not task.done(), task
+            await asyncio.sleep(0.05)
+        full_s = time.monotonic() - full_at
+        assert full_s < LEASE_S / 2, "within what the bound on disk covers"
+        assert not lease_trouble(workdir)
+        on_disk_while_full = state.lease_until()
+        filler.unlink()
+        await until(
+            lambda: state.lease_until() > on_disk_while_full or task.done(),
+            30,
+            "state.json written again once there is room",
+        )
+        await until(lambda: sup.step >= 20 and state.looks > 0, 5, "still training")
+        step = sup.step
+        await until(lambda: sup.step > step + 50 or task.done(), 30, "training on")
+        assert not task.done(), task
+        assert sup.state is JobState.RUNNING and sup.epoch == 1 and sup.host == "a"
+        assert not lease_trouble(workdir), lease_trouble(workdir)
+    finally:
+        ctl.stop_job("j")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert before <= on_disk_while_full
+    journal = list(read(state_disk / "journal.jsonl"))
+    alerts = [e.msg for e in journal if e.kind is Kind.ALERT and "state.json" in e.msg]
+    assert len(alerts) == 1, alerts
+    assert "No space left on device" in alerts[0], alerts
+    cleared = [e for e in journal if e.kind is Kind.ACTION and "state.json: saved again" in e.msg]
+    assert len(cleared) == 1, [e.msg for e in journal if "state" in e.msg]
+    assert cleared[0].t > next(e.t for e in journal if e.kind is Kind.ALERT)
+    told = [a for a in sunk if "state.json" in a]
+    assert len(told) == 2 and "not saved" in told[0] and "saved again" in told[1], told
+
+
+async def test_a_full_state_disk_past_the_bound_stops_the_run_and_starts_nothing_until_saved(
+    tmp_path: Path, state_disk: Path
+) -> None:
+    """Full for longer than the bound on disk covers: the executor's lease runs out and it
+    stops by the bound a later console would wait out; nothing starts under an epoch the
+    disk does not hold; once there is room, the job restarts at the next epoch and trains."""
+    inventory = fleet(tmp_path, state_disk, lease_s=FAST_CONSOLE["lease_s"])
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    sup = ctl.jobs["j"]
+    workdir = tmp_path / "a" / "jobs" / "j"
+    state = StateWatch(state_disk / "state.json")
+    skew = FAST_CONSOLE["clock_skew_s"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (sup.step >= 20 and sup.state is JobState.RUNNING) or task.done(),
+            90,
+            "j training on a",
+        )
+        filler = fill(state_disk)
+        # no save works from here: the bound on disk is the last one; once it has passed, a
+        # console started now could start the job elsewhere, so the run must have stopped
+        await until(
+            lambda: clock.mono() > state.lease_until() + skew or task.done(),
+            30,
+            "the bound on disk to pass",
+        )
+        assert not task.done(), task
+        assert lease_trouble(workdir), "the executor stopped before the bound on disk passed"
+        await until(lambda: sup.state is JobState.PENDING or task.done(), 30, "j waiting")
+        bound_passed = clock.mono()
+        while clock.mono() - bound_passed < 2 * FAST_CONSOLE["lease_s"]:
+            assert state.read()["jobs"]["j"]["epoch"] == 1
+            assert not trained_at(workdir, 2), "a run started under an epoch not on disk"
+            assert not task.done(), task
+            await asyncio.sleep(0.05)
+        filler.unlink()
+        await until(
+            lambda: trained_at(workdir, 2) or task.done(), 60, "j training again at epoch 2"
+        )
+        assert not task.done(), task
+        on_disk = state.read()["jobs"]["j"]
+        assert on_disk["epoch"] == 2 and on_disk["lease"]["epoch"] == 2, on_disk
+    finally:
+        ctl.stop_job("j")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    journal = list(read(state_disk / "journal.jsonl"))
+    alerts = [e.msg for e in journal if e.kind is Kind.ALERT and "state.json" in e.msg]
+    assert len(alerts) == 1, alerts
+    cleared = [e for e in journal if e.kind is Kind.ACTION and "state.json: saved again" in e.msg]
+    assert len(cleared) == 1
+
+
+def trained_at(workdir: Path, epoch: int) -> bool:
+    """Did an executor there report a step at ``epoch`` (its events.jsonl)?"""
+    return any(
+        e.get("kind") == "progress" and e.get("epoch") == epoch for e in executor_events(workdir)
+    )
