@@ -75,6 +75,7 @@ def local_host(root: Path, region: str = "r1", **over: Any) -> dict[str, Any]:
 
 
 _BASELINES: dict[bytes, str] = {}
+_BASELINE_PARAMS: dict[bytes, str] = {}
 
 
 def baseline_sha(inventory: Path, job: str, workdir: Path) -> str:
@@ -84,7 +85,32 @@ def baseline_sha(inventory: Path, job: str, workdir: Path) -> str:
     key = msgspec.json.encode(load(inventory).jobs[job].spec)
     if key not in _BASELINES:
         _BASELINES[key] = _run_baseline(inventory, job, workdir)
+        _BASELINE_PARAMS[key] = checkpoint_params(workdir)
     return _BASELINES[key]
+
+
+def baseline_params(inventory: Path, job: str, workdir: Path) -> str:
+    """``checkpoint_params`` of the uninterrupted run's final checkpoint (run once per spec)."""
+    from console.inventory import load
+
+    baseline_sha(inventory, job, workdir)
+    return _BASELINE_PARAMS[msgspec.json.encode(load(inventory).jobs[job].spec)]
+
+
+def checkpoint_params(workdir: Path) -> str:
+    """sha256 over the model tensors of the newest checkpoint in a torch-kind workdir, loaded
+    here with ``weights_only`` and hashed here: evidence the executor's own digest is not."""
+    import hashlib
+
+    import torch
+
+    newest = max((workdir / "checkpoints").glob("step-*.pt"))
+    state = torch.load(newest, weights_only=True)
+    h = hashlib.sha256()
+    for name, t in sorted(state["workload"]["model"].items()):
+        h.update(name.encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _run_baseline(inventory: Path, job: str, workdir: Path) -> str:

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from fleetbed import (
     EXECUTOR_ENV,
+    baseline_params,
     baseline_sha,
+    checkpoint_params,
     job_table,
     local_host,
     run_until,
@@ -82,7 +84,9 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
     )
 
 
-async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -> None:
+async def test_a_dead_host_fails_over_to_its_spare(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
     task = await run_until(
@@ -98,6 +102,9 @@ async def test_a_dead_host_fails_over_to_its_spare(fleet: Path, baseline: str) -
     assert sup.state is JobState.FINISHED
     assert sup.host == "b"
     assert sup.sha256 == baseline
+    final = checkpoint_params(tmp_path / "b" / "jobs" / "j")  # hashed here, from the bytes
+    assert final == baseline_params(fleet, "j", tmp_path / "baseline")
+    assert final != checkpoint_params(tmp_path / "a" / "jobs" / "j"), "a's older params differ"
     assert ctl.fleet.hosts["a"].state is HostState.DOWN
     (inc,) = incidents(journal(fleet))
     assert inc.fault_class == "host_lost"
