@@ -21,14 +21,15 @@ from typing import Any
 from fleetbed import EXECUTOR_ENV
 from helpers import REPO, env_with
 
-from chaos import fencing
+from chaos import fencing, torchrun
 from chaos import invariants as inv
 from chaos.disk import DiskWatch
+from chaos.epochs import EpochSampler
 from chaos.faults import ARMED, Injected
 from chaos.fleet import Fleet, JobPlan
 from chaos.procs import Sampler
 from chaos.schedule import Scheduler
-from console.records.journal import Event
+from console.records.journal import Event, Kind
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Config:
     checkpoint_every: int = 200
     jobs: int = 1
     """Two: the second job (its own host and spare) shares the fleet and its faults."""
+    torchrun: int = 0
+    """How many of the jobs, the first ones, are torchrun jobs (chaos.torchrun), not torch."""
     overlap: float = 0.0
     """The chance that the next fault comes before the last recovery (chaos.schedule)."""
     gap_steps: tuple[int, int] = (100, 400)
@@ -63,6 +66,14 @@ class Result:
     """Intervals in which two processes of one job trained at once (/proc)."""
     stale_files: int = 0
     """Checkpoints an epoch published after its lease had ended (disk mtimes)."""
+    stale_samples: int = 0
+    """/proc samples in which a process of a torchrun job's ended epoch lived beside one of a
+    newer epoch (chaos.epochs)."""
+    epoch_samples: int = 0
+    """/proc samples the epoch sampler took (0: no torchrun job)."""
+    inconclusive: int = 0
+    """Torchrun jobs, or epochs of them, the epoch sampler never saw (each also a violation)."""
+    job_kinds: dict[str, str] = field(default_factory=dict)
     corrupt_skips: int = 0
     loads: int = 0
     """Checkpoints loaded by executors (resumes and NaN rollbacks), each checked."""
@@ -75,9 +86,13 @@ def _say(cfg: Config, msg: str) -> None:
         cfg.log(msg)
 
 
-def _baseline(fleet: Fleet, job: str) -> subprocess.Popen[str]:
-    """The job uninterrupted, by the executor alone, with the same armed faults."""
-    assert fleet.inventory is not None
+def _baseline(fleet: Fleet, plan: JobPlan) -> subprocess.Popen[str]:
+    """The job uninterrupted, by the executor alone, with the same armed faults (a torchrun
+    job under its baseline name: chaos.torchrun)."""
+    spec, job = fleet.inventory, plan.name
+    if plan.kind == torchrun.KIND:
+        spec, job = fleet.baseline_inventory, torchrun.BASELINE_PREFIX + plan.name
+    assert spec is not None
     extra = dict(EXECUTOR_ENV, HOTSPARE_INJECT=fleet.inject) if fleet.inject else EXECUTOR_ENV
     return subprocess.Popen(
         [
@@ -86,11 +101,11 @@ def _baseline(fleet: Fleet, job: str) -> subprocess.Popen[str]:
             "executors.cli",
             "run",
             "--spec",
-            str(fleet.inventory),
+            str(spec),
             "--job",
             job,
             "--workdir",
-            str(fleet.folder / f"baseline-{job}"),
+            str(fleet.folder / f"baseline-{plan.name}"),
             "--json",
         ],
         stdout=subprocess.PIPE,
@@ -131,13 +146,21 @@ class Episode:
         fleet = Fleet.build(self.cfg.seed)
         sampler: Sampler | None = None
         disk: DiskWatch | None = None
+        epochs = EpochSampler(jobs=set())
         baselines: dict[str, subprocess.Popen[str]] = {}
         try:
             self._plan(fleet)
-            baselines.update({j.name: _baseline(fleet, j.name) for j in fleet.jobs})
+            epochs.jobs = set(self._torchruns(fleet))
+            baselines.update({j.name: _baseline(fleet, j) for j in fleet.jobs})
             sampler = Sampler(
-                {j.name: [fleet.workdir(h, j.name) for h in fleet.hosts] for j in fleet.jobs}
+                {
+                    j.name: [fleet.workdir(h, j.name) for h in fleet.hosts]
+                    for j in fleet.jobs
+                    if j.kind != torchrun.KIND
+                }
             ).start()
+            if epochs.jobs:
+                epochs.start()
             disk = DiskWatch(
                 {name: h.root for name, h in fleet.hosts.items()}, [j.name for j in fleet.jobs]
             ).start()
@@ -161,20 +184,24 @@ class Episode:
                     f"hotspare run exited {rc}: {fleet.console_stderr()[-1500:]}"
                 )
             shas = {name: _baseline_sha(p, 600) for name, p in baselines.items()}
+            for j in self._torchruns(fleet):  # their state, hashed here (chaos.torchrun)
+                base = fleet.folder / f"baseline-{j}"
+                shas[j] = torchrun.state_sha256(torchrun.final_checkpoint(base, self.cfg.steps))
             sampler.stop()
+            epochs.stop()
             disk.stop()
-            self._check(fleet, sampler, disk, shas)
+            self._check(fleet, sampler, epochs, disk, shas)
         except AssertionError as e:
             self.result.violations.append(str(e) or f"assertion failed: {_where(e)}")
         except Exception as e:
             self.result.violations.append(f"chaos harness: {type(e).__name__}: {e} ({_where(e)})")
         finally:
-            for watcher in (sampler, disk):
+            for watcher in (sampler, epochs, disk):
                 if watcher is not None:
                     watcher.stop()
             if not self._checked and sampler is not None and disk is not None:
                 try:  # the run broke off: what the watchers saw until then is still evidence
-                    self._fencing(fleet, sampler, disk, fleet.journal())
+                    self._fencing(fleet, sampler, epochs, disk, fleet.journal())
                 except Exception as e:
                     self.result.violations.append(f"chaos harness: fencing checks: {e}")
             for proc in baselines.values():
@@ -197,20 +224,44 @@ class Episode:
         cfg = self.cfg
         steps = cfg.steps
         spots = sorted(self.rng.sample(range(int(0.15 * steps), int(0.8 * steps), 500), 2))
-        for kind, step in zip([k for k in ARMED if k in cfg.kinds], spots, strict=False):
+        plans = [JobPlan("j", "a", "b", steps, 11), JobPlan("k", "d", "c", steps, 12)]
+        plans = plans[: cfg.jobs]
+        for plan in plans[: cfg.torchrun]:
+            plan.kind = torchrun.KIND
+        self.result.job_kinds = {p.name: p.kind for p in plans}
+        armed = [k for k in ARMED if k in cfg.kinds]
+        if all(p.kind == torchrun.KIND for p in plans):  # armed in the torch workload alone
+            self.result.skipped += [f"{k} (no torch-kind job to arm it in)" for k in armed]
+            armed = []
+        for kind, step in zip(armed, spots, strict=False):
             self.armed[kind] = step
         fleet.inject = ",".join(f"{k}@{s}" for k, s in self.armed.items())
-        plans = [JobPlan("j", "a", "b", steps, 11), JobPlan("k", "d", "c", steps, 12)]
-        fleet.write_inventory(plans[: cfg.jobs], cfg.checkpoint_every)
-        _say(cfg, f"seed {cfg.seed}: armed {fleet.inject or 'nothing'}")
+        fleet.write_inventory(plans, cfg.checkpoint_every)
+        kinds = ", ".join(f"{p.name} {p.kind}" for p in plans)
+        _say(cfg, f"seed {cfg.seed}: jobs {kinds}; armed {fleet.inject or 'nothing'}")
+
+    @staticmethod
+    def _torchruns(fleet: Fleet) -> list[str]:
+        return [j.name for j in fleet.jobs if j.kind == torchrun.KIND]
 
     # --------------------------------------------------------------- checks
 
-    def _check(self, fleet: Fleet, sampler: Sampler, disk: DiskWatch, shas: dict[str, str]) -> None:
+    def _check(
+        self,
+        fleet: Fleet,
+        sampler: Sampler,
+        epochs: EpochSampler,
+        disk: DiskWatch,
+        shas: dict[str, str],
+    ) -> None:
         r = self.result
         events = fleet.journal()
-        r.violations += inv.finished(events, shas)
-        self._fencing(fleet, sampler, disk, events)
+        torchruns = self._torchruns(fleet)
+        r.violations += inv.finished(events, {j: s for j, s in shas.items() if j not in torchruns})
+        done = {e.job or "": e.host or "" for e in events if e.kind is Kind.FINISHED}
+        for j in torchruns:
+            r.violations += torchrun.finished(done, fleet.workdir, j, self.cfg.steps, shas[j])
+        self._fencing(fleet, sampler, epochs, disk, events)
         for j in fleet.jobs:
             workdirs = [fleet.workdir(h, j.name) for h in fleet.hosts]
             r.violations += inv.checkpoint_epochs(events, workdirs, j.name)
@@ -232,16 +283,28 @@ class Episode:
         ]
 
     def _fencing(
-        self, fleet: Fleet, sampler: Sampler, disk: DiskWatch, events: list[Event]
+        self,
+        fleet: Fleet,
+        sampler: Sampler,
+        epochs: EpochSampler,
+        disk: DiskWatch,
+        events: list[Event],
     ) -> None:
-        """The checks that need no finished run: two trainers, stale epochs, what each fault
-        saw itself."""
+        """The checks that need no finished run: two trainers (a torchrun job: its processes
+        by epoch), stale epochs, what each fault saw itself."""
         self._checked = True
         r = self.result
         bad, r.two_trainers = fencing.two_trainers(sampler)
         r.violations += bad
+        r.epoch_samples = epochs.samples
         for j in fleet.jobs:
-            r.violations += fencing.journal_epochs(events, sampler, j.name)
+            if j.kind == torchrun.KIND:
+                bad, stale, unseen = torchrun.stale_epochs(epochs, disk, j.name)
+                r.violations += bad
+                r.stale_samples += stale
+                r.inconclusive += unseen
+            else:
+                r.violations += fencing.journal_epochs(events, sampler, j.name)
             ends = fencing.lease_ends(fencing.epoch_starts(events, disk, j.name))
             bad, n = fencing.stale_files(disk, ends, j.name)
             r.violations += bad

@@ -72,14 +72,21 @@ class EpochSampler:
     _thread: threading.Thread | None = None
 
     def __enter__(self) -> EpochSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> EpochSampler:
         self._thread = threading.Thread(target=self._loop, name="epoch-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop sampling (again: nothing more); what was seen stays."""
         self._stop.set()
-        assert self._thread is not None
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
 
     def _loop(self) -> None:
         newest: dict[str, int] = {}

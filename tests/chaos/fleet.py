@@ -22,6 +22,7 @@ from helpers import REPO, TINY_CONFIG, env_with
 from netbed import NsSshHost
 from sshbed import SshBed, SshHost
 
+from chaos import torchrun
 from chaos.observe import journal
 from console.records.journal import Event
 from executors.gpu_fake import write_state
@@ -46,6 +47,8 @@ class JobPlan:
     spare: str
     steps: int
     seed: int
+    kind: str = "torch"
+    """``torch`` (the charlm workload) or ``torchrun`` (a command job: chaos.torchrun)."""
 
 
 @dataclass
@@ -56,6 +59,8 @@ class Fleet:
     mounts: list[Path] = field(default_factory=list)
     jobs: list[JobPlan] = field(default_factory=list)
     inventory: Path | None = None
+    baseline_inventory: Path | None = None
+    """Torchrun jobs renamed for their uninterrupted runs (``write_inventory``)."""
     inject: str = ""
     console: subprocess.Popen[bytes] | None = None
     console_starts: int = 0
@@ -112,32 +117,47 @@ class Fleet:
         return isinstance(self.hosts[host], NsSshHost)
 
     def write_inventory(self, jobs: list[JobPlan], checkpoint_every: int) -> Path:
+        """The fleet's inventory; also, for torchrun jobs, ``baseline_inventory``: the same jobs
+        under other names, for their uninterrupted runs (see chaos.torchrun)."""
         self.jobs = jobs
+        self.inventory = self._inventory("inventory.toml", jobs, checkpoint_every, "")
+        if any(j.kind == torchrun.KIND for j in jobs):
+            torchruns = [j for j in jobs if j.kind == torchrun.KIND]
+            self.baseline_inventory = self._inventory(
+                "baseline.toml", torchruns, checkpoint_every, torchrun.BASELINE_PREFIX
+            )
+        return self.inventory
+
+    def _inventory(self, name: str, jobs: list[JobPlan], every: int, prefix: str) -> Path:
         hosts = {
             name: self.hosts[name].inventory_table(region, role=role)
             for name, _, region, role in LAYOUT
         }
-        table = {
-            j.name: {
+        table = {}
+        for j in jobs:
+            job: dict[str, Any] = {
                 "host": j.host,
                 "spares": [j.spare],
-                "workload": "charlm",
                 "steps": j.steps,
                 "seed": j.seed,
-                "checkpoint_every_steps": checkpoint_every,
                 "keep_checkpoints": 3,
-                "config": dict(TINY_CONFIG, micro_batch=4),
             }
-            for j in jobs
-        }
-        self.inventory = write_inventory(
-            self.folder / "inventory.toml",
+            if j.kind == torchrun.KIND:
+                job.update(executor="command", command=torchrun.command_table(every))
+            else:
+                job.update(
+                    workload="charlm",
+                    checkpoint_every_steps=every,
+                    config=dict(TINY_CONFIG, micro_batch=4),
+                )
+            table[prefix + j.name] = job
+        return write_inventory(
+            self.folder / name,
             hosts=hosts,
             jobs=table,
             min_free_disk_gb=0.0,
             health={"disk_free_warn_gb": 0.001},
         )
-        return self.inventory
 
     def executor_env(self) -> dict[str, dict[str, str]]:
         env = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chaos.faults import ARMED, Injected
 from chaos.observe import executor_events, json_lines
@@ -62,7 +63,8 @@ def checkpoint_epochs(events: list[Event], workdirs: list[Path], job: str) -> li
 
 def corrupt_loads(faults: list[Injected]) -> tuple[list[str], int]:
     """No executor loaded a damaged file (before something rewrote it); and how many damaged
-    files a loader met and skipped."""
+    files a loader met and skipped. A command job resumes from a copy the executor restored
+    into the command's own folder: there the damaged file's step is what names it."""
     out, skipped = [], 0
     for f in faults:
         for host, path, offset in f.corrupted:
@@ -74,10 +76,23 @@ def corrupt_loads(faults: list[Injected]) -> tuple[list[str], int]:
                     break  # written again, whole: loading it from now on is fine
                 if kind == "fault" and Path(path).name in ev.get("message", ""):
                     skipped += 1
-                if kind == "resumed" and ev.get("checkpoint") == path:
+                if kind == "resumed" and _loaded(ev, path):
                     out.append(f"{f.kind}: {host} loaded the damaged {path}")
                     break
     return out, skipped
+
+
+def _loaded(resumed: dict[str, Any], path: str) -> bool:
+    """Did this Resumed load the executor's checkpoint file ``path`` (``.../step-N.pt``)?"""
+    loaded = resumed.get("checkpoint")
+    if loaded == path:
+        return True
+    if not loaded or Path(loaded).parent == Path(path).parent:
+        return False
+    try:  # a command's restored copy: the step names it
+        return int(Path(path).stem.removeprefix("step-")) == int(resumed.get("step", -1))
+    except (TypeError, ValueError):
+        return False
 
 
 def loads_whole(workdirs: list[Path], job: str) -> tuple[list[str], int]:

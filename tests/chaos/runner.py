@@ -4,6 +4,8 @@ stale-epoch files, a restarted console's wait for a lease it cannot see). ``scri
 
     scripts/chaos --faults 200 --seed 7
     scripts/chaos --faults 12 --seed 5 --overlap 0.5 --jobs 2
+    scripts/chaos --faults 12 --seed 5 --torchrun 1            (j a torchrun job: chaos.torchrun)
+    scripts/chaos --faults 60 --seed 5 --jobs 2 --torchrun 1   (j torchrun beside k torch)
     scripts/chaos --group --faults 20 --seed 1     (a three-member job: chaos.group)
     scripts/chaos --group --elastic --faults 12 --seed 1   (min_hosts 2, no spare: shrink, grow)
 """
@@ -24,15 +26,18 @@ from chaos.episode import Config, Episode, Result
 from chaos.faults import ARMED
 from chaos.faults_fencing import LEASE_S, SKEW_S
 from chaos.schedule import INJECTORS
+from chaos.torchrun import KIND as TORCHRUN
+from chaos.torchrun import WORKERS
 
 PER_EPISODE = 8
 ONCE_PER_EPISODE = {"gpu_fail", *ARMED}
 """A GPU FAIL drains its host for good; NaN and OOM are armed once per host environment."""
 
 
-def draw(rng: random.Random, n: int) -> list[str]:
-    """``n`` fault kinds for one episode, each kind at most once where it must be."""
-    pool = list(INJECTORS) + list(ARMED)
+def draw(rng: random.Random, n: int, armed: bool = True) -> list[str]:
+    """``n`` fault kinds for one episode, each kind at most once where it must be; ``armed``:
+    NaN and OOM among them (only a torch-kind job can be armed)."""
+    pool = list(INJECTORS) + (list(ARMED) if armed else [])
     kinds: list[str] = []
     while len(kinds) < n:
         k = rng.choice(pool)
@@ -90,7 +95,8 @@ def _rows(results: list[Result]) -> dict[str, Row]:
     for r in results:
         clean = not [v for v in r.violations if ":" not in v or "incident" not in v]
         for m in r.matches:
-            row = rows[m.fault.kind]
+            on = r.job_kinds.get(m.fault.job, "torch")
+            row = rows[m.fault.kind + (f" ({on})" if on == TORCHRUN else "")]
             row.n += 1
             row.overlapped += int(m.fault.overlapped)
             row.ok += int(m.ok and clean)
@@ -135,11 +141,20 @@ def summary(results: list[Result], wall_s: float) -> str:
             f"its lease wait ended p50 {_s(_pct(waited, 50))} after the bound"
         )
     leftover = sum(len(r.leftover) for r in results)
+    if any(TORCHRUN in r.job_kinds.values() for r in results):
+        out.append(
+            f"({TORCHRUN}): a torchrun job's fault (command kind, {WORKERS} workers); its lost "
+            "steps are the console's count from the script's metrics file and checkpoints, as "
+            "a torch job's from its progress; two-trainer intervals count torch-kind executors "
+            "only (a training thread's CPU): a torchrun job's processes are checked by epoch "
+            "instead (stale-epoch samples); nan/oom are armed in torch jobs only"
+        )
     out.append("")
     out.append(
         f"episodes {len(results)}, false failovers {sum(r.false_failovers for r in results)}, "
         f"two-trainer intervals {sum(r.two_trainers for r in results)}, "
         f"stale-epoch files {sum(r.stale_files for r in results)}, "
+        f"stale-epoch samples {_stale(results)}, "
         f"incidents no fault explains {leftover}, put down to overlaps "
         f"{sum(r.by_overlap for r in results)}, damaged checkpoints met and skipped "
         f"{sum(r.corrupt_skips for r in results)}, checkpoint loads checked "
@@ -163,6 +178,16 @@ def summary(results: list[Result], wall_s: float) -> str:
     return "\n".join(out)
 
 
+def _stale(results: list[Result]) -> str:
+    """The /proc stale-epoch samples of torchrun jobs, of how many, and the inconclusive."""
+    taken = sum(r.epoch_samples for r in results)
+    if not any(TORCHRUN in r.job_kinds.values() for r in results):
+        return "- (no torchrun job)"
+    stale = sum(r.stale_samples for r in results)
+    unseen = sum(r.inconclusive for r in results)
+    return f"{stale} of {taken} (/proc; inconclusive {unseen})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n")[0])
     p.add_argument("--faults", type=int, default=200, help="faults to inject in all (default 200)")
@@ -173,6 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"faults per fleet (default {PER_EPISODE}; with --group {group.PER_EPISODE})",
     )
     p.add_argument("--jobs", type=int, choices=(1, 2), default=1, help="jobs per fleet")
+    p.add_argument(
+        "--torchrun",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="how many of the jobs (the first ones: j, then k) are torchrun jobs (command kind, "
+        f"torchrun --standalone --nproc-per-node {WORKERS}) instead of torch-kind (default 0)",
+    )
     p.add_argument(
         "--overlap",
         type=float,
@@ -196,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         args.per_episode = group.PER_EPISODE if args.group else PER_EPISODE
     if args.overlap is None:
         args.overlap = 0.0 if args.group else 0.3
+    if args.torchrun > args.jobs or (args.torchrun and args.group):
+        print("scripts/chaos: --torchrun N takes N of the --jobs, not --group", file=sys.stderr)
+        return 2
     if args.elastic and not args.group:
         print("scripts/chaos: --elastic goes with --group", file=sys.stderr)
         return 2
@@ -211,12 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     while injected < args.faults:
         rng = random.Random(seed)
         n = min(args.per_episode, args.faults - injected)
-        kinds = group.draw(rng, n) if args.group else draw(rng, n)
+        kinds = group.draw(rng, n) if args.group else draw(rng, n, args.torchrun < args.jobs)
         cfg = Config(
             seed=seed,
             kinds=kinds,
             steps=steps_for(kinds),
             jobs=args.jobs,
+            torchrun=args.torchrun,
             overlap=args.overlap,
             keep=args.keep,
             log=lambda m: print(m, flush=True),

@@ -29,6 +29,7 @@ from chaos import faults as fz
 from chaos import faults_fencing as ff
 from chaos.fleet import Fleet, wait_until
 from chaos.observe import job_view, last_step
+from chaos.torchrun import KIND as KIND_TORCHRUN
 from console.records.journal import Kind
 
 FAULT_TIMEOUT_S = 120.0
@@ -193,11 +194,16 @@ class Scheduler:
         kind = next((k for k in todo if k not in SOLO and self._fits(job, k, during=True)), None)
         return None if kind is None else (job, kind)
 
+    def _armed_jobs(self) -> list[str]:
+        """The jobs an armed NaN/OOM fires in: the torch workload's (a torchrun job's script
+        reads no HOTSPARE_INJECT)."""
+        return [j.name for j in self.fleet.jobs if j.kind != KIND_TORCHRUN]
+
     def _armed_near(self) -> bool:
         """An armed NaN/OOM is close ahead of some job: no fault may overlap into it."""
-        for j in self.fleet.jobs:
-            v = job_view(self.fleet.journal(), j.name)
-            step = last_step(self.fleet.workdir(v.host, j.name)) if v.host else 0
+        for name in self._armed_jobs():
+            v = job_view(self.fleet.journal(), name)
+            step = last_step(self.fleet.workdir(v.host, name)) if v.host else 0
             for kind, at in self.armed.items():
                 if kind not in self.fired and at - 2 * ARMED_GUARD_STEPS <= step:
                     return True
@@ -281,7 +287,7 @@ class Scheduler:
         if got[0] == "finished":
             return False
         target = got[1] + self.rng.randint(*self.gap_steps)
-        for kind, step in self.armed.items():
+        for kind, step in self.armed.items() if job in self._armed_jobs() else ():
             if kind not in self.fired and step - ARMED_GUARD_STEPS <= target:
                 self._await_armed(kind)
                 return self._settle(job)
@@ -301,7 +307,7 @@ class Scheduler:
         host, so each job meets it at its step) and each has recovered."""
         step = self.armed[kind]
         self.fired.add(kind)
-        for job in [j.name for j in self.fleet.jobs]:
+        for job in self._armed_jobs():
 
             def fired(job: str = job) -> Any:
                 for e in self.fleet.journal():

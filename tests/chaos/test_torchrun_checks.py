@@ -1,0 +1,106 @@
+"""The torchrun job's checks can fail: a process of an ended epoch beside the next one's is
+reported (real processes in /proc), a sampler that saw nothing or missed an epoch is an
+inconclusive that fails the run, and a command job that resumed from a damaged checkpoint's
+step (from its restored copy) is caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from chaos import invariants as inv
+from chaos import torchrun
+from chaos.disk import DiskWatch, Line
+from chaos.epochs import EpochSampler
+from chaos.faults import Injected
+from chaos.fleet import wait_until
+
+
+def _run(job: str, epoch: int) -> subprocess.Popen[bytes]:
+    """A process /proc shows as one of ``job``'s run at ``epoch`` (its environment)."""
+    env = {**os.environ, "HOTSPARE_JOB": job, "HOTSPARE_EPOCH": str(epoch)}
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+
+
+def _disk(job: str, *epochs: int) -> DiskWatch:
+    """A disk record in which each epoch reported a step."""
+    disk = DiskWatch({}, [job])
+    for e in epochs:
+        disk.lines.append(Line(time.time(), "a", job, {"kind": "progress", "epoch": e, "step": 5}))
+    return disk
+
+
+def test_an_old_epochs_process_beside_the_next_epochs_is_reported() -> None:
+    job = f"chaos-t{os.getpid()}"
+    procs = []
+    try:
+        with EpochSampler(jobs={job}) as sampler:
+            procs += [_run(job, 1) for _ in range(3)]
+            wait_until(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
+            procs.append(_run(job, 2))
+            wait_until(lambda: sampler.stale, 30, "a stale sample")
+        bad, stale, unseen = torchrun.stale_epochs(sampler, _disk(job, 1, 2), job)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert stale >= 1 and unseen == 0
+    assert len(bad) == 1 and "beside epoch 2's" in bad[0], bad
+    assert all(f"pid {p.pid} (epoch 1)" in bad[0] for p in procs[:3]), bad
+
+
+def test_the_same_scene_with_epoch_1_gone_first_is_clean() -> None:
+    job = f"chaos-c{os.getpid()}"
+    procs = []
+    try:
+        with EpochSampler(jobs={job}) as sampler:
+            procs += [_run(job, 1) for _ in range(3)]
+            wait_until(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
+            for p in procs:
+                p.kill()
+                p.wait()
+            procs = [_run(job, 2)]
+            wait_until(lambda: (job, 2) in sampler.seen, 30, "epoch 2 seen")
+        assert torchrun.stale_epochs(sampler, _disk(job, 1, 2), job) == ([], 0, 0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_a_sampler_that_saw_nothing_is_inconclusive_not_a_pass() -> None:
+    sampler = EpochSampler(jobs={"j"})
+    sampler.samples = 400
+    bad, stale, unseen = torchrun.stale_epochs(sampler, _disk("j", 1, 2), "j")
+    assert stale == 0
+    assert unseen == 3, bad  # no torchrun with its workers; epochs 1 and 2 unseen
+    assert all("inconclusive" in b for b in bad)
+
+
+def test_an_epoch_that_trained_unseen_is_inconclusive() -> None:
+    sampler = EpochSampler(jobs={"j"})
+    sampler.seen[("j", 1)] = {10, 11, 12, 13}
+    bad, _, unseen = torchrun.stale_epochs(sampler, _disk("j", 1, 2), "j")
+    assert unseen == 1 and "epoch 2 reported steps" in bad[0], bad
+
+
+def test_a_command_job_resumed_from_a_damaged_checkpoints_step_is_caught(tmp_path: Path) -> None:
+    """The command kind resumes from a copy in the command's own folder (ckpt/ckpt-N.pt), not
+    from the executor's checkpoints/step-N.pt that was damaged: the step names it."""
+    workdir = tmp_path / "jobs" / "j"
+    (workdir / "checkpoints").mkdir(parents=True)
+    damaged = str(workdir / "checkpoints" / "step-0000000400.pt")
+
+    def resumed(step: int) -> list[str]:
+        ev = {"kind": "resumed", "step": step, "checkpoint": str(workdir / "ckpt" / "x.pt")}
+        (workdir / "events.jsonl").write_text(json.dumps(ev) + "\n")
+        f = Injected("corrupt_checkpoint", "j", "a", 0.0, ("executor_crash",))
+        f.corrupted.append(("a", damaged, 0))
+        return inv.corrupt_loads([f])[0]
+
+    assert resumed(400) == [f"corrupt_checkpoint: a loaded the damaged {damaged}"]
+    assert resumed(200) == []
