@@ -227,3 +227,27 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def fill_disk(disk: Path) -> Path:
+    """Fill a (small) disk to the last byte with one file; that file."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+def alive(pid: int) -> bool:
+    """A live process (not a zombie), from /proc."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")

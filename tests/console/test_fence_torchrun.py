@@ -24,7 +24,7 @@ import pytest
 import torch
 from chaos.epochs import EpochSampler, run_processes
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
-from helpers import REPO
+from helpers import REPO, alive
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -171,11 +171,3 @@ def host_processes(root: str) -> list[int]:
             if (cwd == root or cwd.startswith(root + "/")) and alive(int(name)):
                 found.append(int(name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")

@@ -13,11 +13,8 @@ executor's events.jsonl, the journal file, the console's task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ from typing import Any
 import pytest
 from chaos.observe import executor_events
 from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
+from helpers import fill_disk, tmpfs
 
 from console import clock
 from console.inventory import load
@@ -43,37 +41,15 @@ the newest lease (a whole ttl), less the executor's stop margin (at most half of
 @pytest.fixture
 def state_disk(tmp_path: Path) -> Iterator[Path]:
     """A small tmpfs for the console's state dir, unmounted after the test."""
-    where = tmp_path / "state"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        # kept for a post-mortem: the tmpfs goes with its unmount
-        shutil.copytree(where, tmp_path / "state-kept", ignore=shutil.ignore_patterns("filler"))
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+    with tmpfs(tmp_path / "state", str(DISK)) as where:
+        try:
+            yield where
+        finally:  # kept for a post-mortem: the tmpfs goes with its unmount
+            shutil.copytree(where, tmp_path / "state-kept", ignore=shutil.ignore_patterns("filler"))
 
 
 def fill(disk: Path) -> Path:
-    """Fill the disk to the last byte (as tests/chaos/faults.py disk_full does)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (1 << 20, 4096, 1):
-            with contextlib.suppress(OSError):
-                while os.write(fd, b"\0" * size):
-                    pass
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
+    return fill_disk(disk)
 
 
 class StateWatch:

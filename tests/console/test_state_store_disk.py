@@ -9,9 +9,7 @@ strace (where it runs) shows the system calls a save makes.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, env_with
+from helpers import REPO, env_with, fill_disk, tmpfs
 
 from console import clock
 from console.jobs.lease import JobLease, NoAnchor
@@ -36,35 +34,12 @@ class _Link:
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs, unmounted after the test."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "64k") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
 
 
 def fill(disk: Path) -> Path:
-    """Fill the disk to the last byte."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (1 << 16, 4096, 1):
-            with contextlib.suppress(OSError):
-                while os.write(fd, b"\0" * size):
-                    pass
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
+    return fill_disk(disk)
 
 
 SAVE = """

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import tomli_w
-from helpers import ExecutorProcess, wait_for
+from helpers import ExecutorProcess, alive, wait_for
 
 from executors import clock
 from executors.fencing import cgroup
@@ -42,14 +42,6 @@ while True:
     print(f"step {step} loss 0.5", flush=True)
     time.sleep(0.05)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def environ(pid: int) -> list[bytes]:
