@@ -7,7 +7,7 @@ is journalled by the caller (``Controller._set_host`` / ``_set_job``).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 
 class HostState(StrEnum):
@@ -37,6 +37,47 @@ HOST_TRANSITIONS: dict[HostState, frozenset[HostState]] = {
         {HostState.UP, HostState.DRAINING, HostState.SUSPECT, HostState.DOWN}
     ),
 }
+
+
+class HostOrder(NamedTuple):
+    """An operator's order to a host: the state it moves the host to, from the states where it
+    may be given. Given anywhere else it would change nothing, so it is refused."""
+
+    to: HostState
+    given_in: frozenset[HostState]
+
+
+HOST_ORDERS: dict[str, HostOrder] = {
+    "drain": HostOrder(
+        HostState.DRAINING, frozenset({HostState.UP, HostState.SUSPECT, HostState.CORDONED})
+    ),
+    "undrain": HostOrder(HostState.UP, frozenset({HostState.DRAINED})),
+    "cordon": HostOrder(HostState.CORDONED, frozenset({HostState.UP})),
+    "uncordon": HostOrder(HostState.UP, frozenset({HostState.CORDONED})),
+}
+"""Drain and cordon, and what undoes each. A draining host is undrained once drained (its
+jobs are already on their way); a down or suspect one is cordoned once it is up."""
+
+
+def _orders_follow_the_table() -> None:
+    for name, order in HOST_ORDERS.items():
+        for state in order.given_in:
+            if order.to not in HOST_TRANSITIONS[state]:
+                raise AssertionError(f"host order {name}: {state} -> {order.to} is not legal")
+
+
+_orders_follow_the_table()
+
+
+def host_order_refusal(host: str, state: HostState, order: str) -> str | None:
+    """Why ``order`` may not be given to ``host`` in ``state`` (None: it may)."""
+    to, given_in = HOST_ORDERS[order]
+    if state in given_in:
+        return None
+    if state is to and to is not HostState.UP:  # "up already" would not say why
+        return f"{host} is {state.value} already"
+    where = " or ".join(s.value for s in HostState if s in given_in)
+    return f"{host} is {state.value}; {order} is for a host that is {where}"
 
 
 class JobState(StrEnum):

@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from console.export.tensorboard import ExportError, TensorBoardExport, open_tensorboard
 from console.fleet.detect import DetectionSettings
@@ -24,6 +24,7 @@ from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.host_supply import HostSupply
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
+from console.jobs.refusal import Refused
 from console.jobs.replicator import Replicator
 from console.jobs.supervisor import JobSupervisor
 from console.reach.transport.local import LocalTransport
@@ -32,7 +33,7 @@ from console.records.incidents import IncidentLog, unclean_exit
 from console.records.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
 from console.records.state_store import StateStore
 from console.records.timeline import Timeline
-from console.states import HostState, JobState
+from console.states import HOST_ORDERS, HostState, JobState, host_order_refusal
 from console.webhook import Webhook
 from protocol.messages import Progress
 
@@ -395,26 +396,62 @@ class Controller:
             raise PermissionError("the console is read-only")
         self.journal.record(Kind.ACTION, what, **fields)
 
+    def _refuse(self, what: str, why: str, **fields: Any) -> NoReturn:
+        """An action that would change nothing, or may not be done now: journalled as refused."""
+        if self.read_only:
+            raise PermissionError("the console is read-only")
+        self.journal.record(
+            Kind.ACTION, f"{what}: refused ({why})", data={"refused": why}, **fields
+        )
+        raise Refused(why)
+
+    def _live_job(self, what: str, job: str) -> None:
+        """Refuse an order to a job that has ended (finished, failed or stopped)."""
+        state = self.jobs[job].state
+        if state.is_terminal():
+            self._refuse(what, f"{job} is {state.value}", job=job)
+
+    def _host_order(self, order: str, host: str) -> None:
+        """Journal an operator's drain, cordon or their undoing, or refuse it where it would
+        change nothing (``HOST_ORDERS``)."""
+        rt, what = self.fleet.hosts[host], f"{order} {host}"
+        why = host_order_refusal(host, rt.state, order)
+        if why is None and rt.leaving and HOST_ORDERS[order].to is HostState.UP:
+            why = f"{host} is being released (provisioned, idle)"
+        if why is not None:
+            self._refuse(what, why, host=host)
+        self._act(what, host=host)
+
     def fail_over(self, job: str, target: str | None = None) -> None:
         """Move a job now (to ``target`` or the best spare); approves a pending failover too."""
-        self._act(f"fail over {job}" + (f" to {target}" if target else ""), job=job)
+        what = f"fail over {job}" + (f" to {target}" if target else "")
+        self._live_job(what, job)
+        self._act(what, job=job)
         sup = self.jobs[job]
         if not sup.answer(True, target):
             sup.request_move("migrate", f"operator: fail over {job}", target)
 
     def approve(self, job: str) -> bool:
-        self._act(f"approve failover of {job}", job=job)
+        self._answer(f"approve failover of {job}", job)
         return self.jobs[job].answer(True)
 
     def deny(self, job: str) -> bool:
-        self._act(f"deny failover of {job}", job=job)
+        self._answer(f"deny failover of {job}", job)
         return self.jobs[job].answer(False)
 
+    def _answer(self, what: str, job: str) -> None:
+        approval = self.jobs[job].approval
+        if approval is None or approval.done():
+            self._refuse(what, f"{job} has no failover waiting for approval", job=job)
+        self._act(what, job=job)
+
     def checkpoint_now(self, job: str) -> None:
+        self._live_job(f"checkpoint {job} now", job)
         self._act(f"checkpoint {job} now", job=job)
         self.jobs[job].request_checkpoint()
 
     def stop_job(self, job: str) -> None:
+        self._live_job(f"stop {job}", job)
         self._act(f"stop {job}", job=job)
         self.jobs[job].request_stop()
 
@@ -422,9 +459,10 @@ class Controller:
         """Start a stopped (or failed) job again: it resumes from its newest checkpoint."""
         sup = self.jobs[job]
         if not sup.state.is_terminal() or sup.state is JobState.FINISHED:
-            raise ValueError(f"{job} is {sup.state.value}; only a stopped or failed job can start")
+            why = f"{job} is {sup.state.value}; only a stopped or failed job can start"
+            self._refuse(f"start {job}", why, job=job)
         if job in self._job_tasks and not self._job_tasks[job].done():
-            raise ValueError(f"{job} is still winding down; try again in a moment")
+            self._refuse(f"start {job}", f"{job} is still winding down; try again", job=job)
         self._act(f"start {job}", job=job)
         sup.rec.stopped = False
         self.store.save()
@@ -433,7 +471,7 @@ class Controller:
 
     def drain_host(self, host: str) -> None:
         """Move every job off ``host`` with 0 lost steps, then leave it drained."""
-        self._act(f"drain {host}", host=host)
+        self._host_order("drain", host)
         jobs = [
             s
             for s in self.jobs.values()
@@ -445,23 +483,29 @@ class Controller:
         if not jobs:
             self.fleet.set_state(host, HostState.DRAINED, "no jobs to move")
 
+    def undrain(self, host: str) -> None:
+        """A drained host takes jobs again."""
+        self._host_order("undrain", host)
+        self.fleet.set_state(host, HostState.UP, "operator: undrained")
+
     def cordon(self, host: str) -> None:
-        self._act(f"cordon {host}", host=host)
+        self._host_order("cordon", host)
         self.fleet.set_state(host, HostState.CORDONED, "operator")
 
     def uncordon(self, host: str) -> None:
-        self._act(f"uncordon {host}", host=host)
+        self._host_order("uncordon", host)
         self.fleet.set_state(host, HostState.UP, "operator")
 
     def kill_host(self, host: str) -> None:
         """Demo: a local host dies as in a power cut: everything it runs is SIGKILLed (its
         executors, their runs and whatever those started) and the console can no longer reach it."""
-        t = self.fleet.hosts[host].transport
+        t, what = self.fleet.hosts[host].transport, f"kill demo host {host}"
         if not isinstance(t, LocalTransport):
-            raise ValueError(
-                f"{host} is not a local demo host; only those can be killed from the console"
-            )
-        self._act(f"kill demo host {host}", host=host)
+            why = f"{host} is not a local demo host; only those can be killed from the console"
+            self._refuse(what, why, host=host)
+        if t.down:
+            self._refuse(what, f"{host} is killed already; revive brings it back", host=host)
+        self._act(what, host=host)
         jobs = Path(self.inv.host_root(host)) / "jobs"
         roots: set[int] = set()
         for pidfile in [*jobs.glob("*/executor.pid"), *jobs.glob("*/twin.pid")]:  # twins too
@@ -470,10 +514,13 @@ class Controller:
         t.kill_host(roots)  # everything the host runs: the executors' runs and their workers
 
     def revive_host(self, host: str) -> None:
-        t = self.fleet.hosts[host].transport
+        t, what = self.fleet.hosts[host].transport, f"revive demo host {host}"
         if not isinstance(t, LocalTransport):
-            raise ValueError(f"{host} is not a local demo host")
-        self._act(f"revive demo host {host}", host=host)
+            self._refuse(what, f"{host} is not a local demo host", host=host)
+        if not t.down:
+            why = f"{host} was not killed; revive brings back a killed demo host"
+            self._refuse(what, why, host=host)
+        self._act(what, host=host)
         t.set_down(False)
         self.fleet.changed.set()
 

@@ -7,15 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.jobs.controller import Controller
-from console.states import HostState, JobState
-
-
-def _answer(yes: bool) -> Callable[[Controller, str], object]:
-    def run(ctl: Controller, job: str) -> None:
-        if not (ctl.approve(job) if yes else ctl.deny(job)):
-            raise ValueError(f"{job} has no failover waiting for approval")
-
-    return run
+from console.reach.transport.local import LocalTransport
+from console.states import HOST_ORDERS, JobState
 
 
 @dataclass(frozen=True)
@@ -39,12 +32,20 @@ def _startable(ctl: Controller, job: str) -> bool:
     return state.is_terminal() and state is not JobState.FINISHED
 
 
-def _cordoned(ctl: Controller, host: str) -> bool:
-    return ctl.fleet.hosts[host].state is HostState.CORDONED
+def _awaiting(ctl: Controller, job: str) -> bool:
+    approval = ctl.jobs[job].approval
+    return approval is not None and not approval.done()
 
 
-def _local(ctl: Controller, host: str) -> bool:
-    return ctl.inv.hosts[host].transport == "local"
+def _may(order: str) -> Callable[[Controller, str], bool]:
+    """Whether the host order may be given to the host now (``HOST_ORDERS``)."""
+    return lambda ctl, host: ctl.fleet.hosts[host].state in HOST_ORDERS[order].given_in
+
+
+def _killed(ctl: Controller, host: str) -> bool | None:
+    """A local demo host: killed or not; None for any other."""
+    t = ctl.fleet.hosts[host].transport
+    return t.down if isinstance(t, LocalTransport) else None
 
 
 JOB_ACTIONS = {
@@ -55,9 +56,15 @@ JOB_ACTIONS = {
         "Fail {} over to the best spare now?",
         _live,
     ),
-    "approve": Action("approve failover of", _answer(True), "manual policy", None, _live),
+    "approve": Action(
+        "approve failover of", lambda ctl, job: ctl.approve(job), "manual policy", None, _awaiting
+    ),
     "deny": Action(
-        "deny failover of", _answer(False), "manual policy", "Deny the failover of {}?", _live
+        "deny failover of",
+        lambda ctl, job: ctl.deny(job),
+        "manual policy",
+        "Deny the failover of {}?",
+        _awaiting,
     ),
     "checkpoint": Action(
         "checkpoint", lambda ctl, job: ctl.checkpoint_now(job), "checkpoint now", None, _live
@@ -84,23 +91,33 @@ HOST_ACTIONS = {
         lambda ctl, host: ctl.drain_host(host),
         "move its jobs off with 0 lost steps",
         "Drain {}? Its jobs move off with 0 lost steps.",
+        _may("drain"),
+    ),
+    "undrain": Action(
+        "undrain", lambda ctl, host: ctl.undrain(host), "take jobs again", None, _may("undrain")
     ),
     "cordon": Action(
         "cordon",
         lambda ctl, host: ctl.cordon(host),
         "keep its jobs, take no new ones",
         None,
-        lambda ctl, host: not _cordoned(ctl, host),
+        _may("cordon"),
     ),
     "uncordon": Action(
-        "uncordon", lambda ctl, host: ctl.uncordon(host), "take jobs again", None, _cordoned
+        "uncordon", lambda ctl, host: ctl.uncordon(host), "take jobs again", None, _may("uncordon")
     ),
     "kill": Action(
         "kill",
         lambda ctl, host: ctl.kill_host(host),
         "demo: SIGKILL its executors, unreachable",
         "Kill demo host {}? Its executors get SIGKILL.",
-        _local,
+        lambda ctl, host: _killed(ctl, host) is False,
     ),
-    "revive": Action("revive", lambda ctl, host: ctl.revive_host(host), "demo: back", None, _local),
+    "revive": Action(
+        "revive",
+        lambda ctl, host: ctl.revive_host(host),
+        "demo: back",
+        None,
+        lambda ctl, host: _killed(ctl, host) is True,
+    ),
 }

@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.worker import Worker
 
 from console.jobs.controller import Controller
+from console.jobs.refusal import Refused
 from console.records.journal import Event, Kind
 from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
@@ -162,6 +163,9 @@ class HotspareApp(App[int]):
                 return
             try:
                 do()
+            except Refused as err:
+                self.notify(f"{what}: refused ({err})", severity="warning", markup=False)
+                return
             except (PermissionError, ValueError, KeyError, ConfigError) as err:
                 self.notify(f"{what}: {err}", severity="error", markup=False)
                 return
@@ -178,8 +182,17 @@ class HotspareApp(App[int]):
         label = keys[0] if len(keys) == 1 else f"{len(keys)} {noun}s ({', '.join(keys)})"
 
         def each() -> None:
+            """Every target it may be done to; those refused are said (all refused: refused)."""
+            refused: list[str] = []
             for key in keys:
-                action.run(self.ctl, key)
+                try:
+                    action.run(self.ctl, key)
+                except Refused as err:
+                    refused.append(str(err))
+            if len(refused) == len(keys):
+                raise Refused("; ".join(refused))
+            if refused:
+                self.notify(f"{action.verb}: refused ({'; '.join(refused)})", markup=False)
 
         confirm = action.confirm.format(label) if action.confirm else None
         self.act(f"{action.verb} {label}", each, confirm=confirm)
@@ -239,7 +252,8 @@ class HotspareApp(App[int]):
         for b in [b for cls in ours for b in _bindings(cls.__dict__.get("BINDINGS", []))]:
             key = self.get_key_display(b)
             if b.description and all(k != key for k, _ in keys):
-                keys.append((key, b.description + (off if b.id and _is_action(b.id) else "")))
+                what = b.tooltip or b.description  # the key bar's word, or a longer one
+                keys.append((key, what + (off if b.id and _is_action(b.id) else "")))
         keys += [(self.get_key_display(b), b.description) for b in _bindings(self.BINDINGS)]
         self.push_screen(HelpScreen(screen.TITLE_TEXT, keys, QUIT_NOTE))
 

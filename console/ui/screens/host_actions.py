@@ -8,7 +8,7 @@ from console.ui.actions import HOST_ACTIONS
 from console.ui.screens.base import LiveScreen
 
 HOST_BINDINGS = [
-    Binding("d", "host('drain')", "drain", id="host.drain"),
+    Binding("d", "drain", "drain", tooltip="drain; undrain a drained host", id="host.drain"),
     Binding("o", "cordon", "cordon/uncordon", id="host.cordon"),
     Binding("k", "host('kill')", "kill demo host", id="host.kill"),
     Binding("r", "host('revive')", "revive demo host", id="host.revive"),
@@ -25,8 +25,15 @@ class HostActions(LiveScreen):
     def action_host(self, name: str) -> None:
         self.perform(HOST_ACTIONS[name], self.hosts_for_action())
 
+    def action_drain(self) -> None:
+        """Drain, or undrain where every one of them is drained."""
+        self._toggle("drain", "undrain")
+
     def action_cordon(self) -> None:
         """Cordon, or uncordon where every one of them is cordoned already."""
+        self._toggle("cordon", "uncordon")
+
+    def _toggle(self, do: str, undo: str) -> None:
         hosts = self.hosts_for_action()
-        uncordon = hosts and all(HOST_ACTIONS["uncordon"].applies(self.ctl, h) for h in hosts)
-        self.perform(HOST_ACTIONS["uncordon" if uncordon else "cordon"], hosts)
+        undoing = hosts and all(HOST_ACTIONS[undo].applies(self.ctl, h) for h in hosts)
+        self.perform(HOST_ACTIONS[undo if undoing else do], hosts)
