@@ -309,7 +309,7 @@ class Episode:
             bad, n = fencing.stale_files(disk, ends, j.name)
             r.violations += bad
             r.stale_files += n
-            r.violations += fencing.stale_steps(disk, ends, j.name)
+            r.violations += fencing.stale_steps(disk, ends, j.name, command=j.kind != "torch")
             r.violations += fencing.epoch_hosts(disk, j.name)
             r.violations += fencing.replica_origins(disk, j.name)
         for f in r.faults:

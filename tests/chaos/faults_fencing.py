@@ -5,18 +5,22 @@ and measures what the summary prints (``figures``)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetbed import FAST_CONSOLE
 from netbed import NsSshHost
 
 from chaos.faults import Injected, Target, _pid
+from chaos.fencing import PROGRESS_S
 from chaos.fleet import Fleet, wait_until
 from chaos.observe import events_size, job_view, json_lines
+from chaos.torchrun import KIND as TORCHRUN
 from console.records.journal import Kind, read
 
 LEASE_S = float(FAST_CONSOLE["lease_s"])
@@ -42,6 +46,22 @@ def _last_progress(workdir: Path) -> dict[str, object]:
     except OSError:
         return {}
     return next((ev for ev in reversed(lines) if ev.get("kind") == "progress"), {})
+
+
+def _rate_bound(workdir: Path, epoch: int) -> float:
+    """A command job's step rate, bounded from its executor's last two progress lines of
+    ``epoch`` (at least a progress interval apart): the rate the command kind reports is
+    computed over metrics lines read in one batch, and is no rate (about 1e6 steps/s)."""
+    try:
+        lines = json_lines((workdir / "events.jsonl").read_bytes())
+    except OSError:
+        return math.inf
+    steps = [
+        int(ev.get("step", 0))
+        for ev in lines
+        if ev.get("kind") == "progress" and int(ev.get("epoch", 0)) == epoch
+    ][-2:]
+    return (steps[1] - steps[0]) / PROGRESS_S if len(steps) == 2 else math.inf
 
 
 def _writing(folder: Path, timeout: float) -> bool:
@@ -81,6 +101,8 @@ def sigstop_past_lease(t: Target) -> Injected:
     except OSError:
         written = at
     rate = float(last.get("steps_per_s", 0.0) or 0.0)
+    if any(j.name == t.job and j.kind == TORCHRUN for j in t.fleet.jobs):
+        rate = min(rate, _rate_bound(workdir, epoch))
     allowed = int(last.get("step", 0) or 0) + int(rate * max(0.0, at - written)) + 2
     inj = Injected(
         "sigstop_past_lease",
@@ -168,6 +190,7 @@ def console_restart_partitioned(t: Target) -> Injected:
     host.netns.cut()
     at = time.time()
     t.fleet.kill_console()
+    killed = _boottime()
     rec = t.fleet.lease_record(t.job)
     t.fleet.start_console()
     started = time.time()
@@ -182,9 +205,7 @@ def console_restart_partitioned(t: Target) -> Injected:
         inj.note = f"the persisted lease is not {t.host}'s ({rec}): the wait is not measured"
         inj.heal = host.netns.heal
         return inj
-    # the bound on this machine's CLOCK_BOOTTIME, as a wall time
-    now_mono = time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
-    bound = time.time() + float(rec["until"]) - now_mono + SKEW_S
+    bound = time.time() + lease_bound(rec, killed) - _boottime() + SKEW_S  # as a wall time
     inj.figures["bound_left_s"] = bound - started
     inj.note = f"lease bound +skew {bound - started:.2f} s after the new console started"
 
@@ -194,6 +215,19 @@ def console_restart_partitioned(t: Target) -> Injected:
 
     inj.heal = heal
     return inj
+
+
+def _boottime() -> float:
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
+
+def lease_bound(rec: dict[str, Any], killed: float) -> float:
+    """The latest a lease the killed console granted may end (CLOCK_BOOTTIME, skew not added):
+    the bound it persisted, but no later than a whole lease (its epoch's longest ttl) from
+    its death, since every lease runs from a reading that arrived before. A console may
+    persist its bound ahead of the leases it grants (so that it writes less often); a console
+    started after it waits the same min (JobLease.restore): the part ahead is no lease."""
+    return min(float(rec["until"]), killed + float(rec["ttl_s"]))
 
 
 def _judge_wait(fleet: Fleet, job: str, epoch: int, bound: float, inj: Injected) -> None:

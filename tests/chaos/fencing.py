@@ -116,12 +116,17 @@ def replica_origins(disk: DiskWatch, job: str) -> list[str]:
     ]
 
 
-def stale_steps(disk: DiskWatch, ends: dict[int, float], job: str) -> list[str]:
+def stale_steps(
+    disk: DiskWatch, ends: dict[int, float], job: str, *, command: bool = False
+) -> list[str]:
     """No epoch trains on after its lease: a progress line of epoch E first seen after E's
     lease ended (one scan late at most) reports no step beyond what E was seen at before,
     plus what it could have trained unseen (its rate over one progress interval) and
-    ``STALE_STEP_SLACK``."""
+    ``STALE_STEP_SLACK``. ``command``: the rate a command job reports is no rate (it is
+    computed over metrics lines read in one batch: about 1e6 steps/s), so it is bounded by
+    the steps between its last two progress lines, at least a progress interval apart."""
     before: dict[tuple[str, int], Line] = {}
+    prev: dict[tuple[str, int], Line] = {}
     out = []
     for ln in disk.lines:
         ev = ln.event
@@ -131,12 +136,17 @@ def stale_steps(disk: DiskWatch, ends: dict[int, float], job: str) -> list[str]:
         end = ends.get(epoch, float("inf"))
         key = (ln.host, epoch)
         if ln.seen - SCAN_S <= end:
+            if key in before and {ev.get("kind"), before[key].event.get("kind")} == {"progress"}:
+                prev[key] = before[key]
             before[key] = ln
             continue
         last = before.get(key)
         if last is None:
             continue
         rate = float(last.event.get("steps_per_s") or 0.0)
+        if command and key in prev:
+            gone = int(last.event.get("step", 0)) - int(prev[key].event.get("step", 0))
+            rate = min(rate, gone / PROGRESS_S)
         allowed = int(last.event.get("step", 0)) + int(rate * PROGRESS_S) + STALE_STEP_SLACK
         if step > allowed:
             out.append(

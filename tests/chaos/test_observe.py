@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from chaos import invariants as inv
 from chaos.faults import Injected
+from chaos.faults_fencing import lease_bound
 from chaos.observe import job_view
 from console.records.journal import Event, Kind
 
@@ -91,3 +92,60 @@ def test_each_console_restart_is_matched_to_the_incident_its_own_console_opened(
         "console_restart61.1": (True, 9),
     }, got
     assert leftover == [], "the GPU FAIL's incident is put down to the overlapped fault"
+
+
+def _incident(n: int, t: float, host: str, cls: str, resolved: float) -> list[Event]:
+    """Incident ``n`` of j on ``host``, detected at ``t``, its first step at ``resolved``."""
+    mark = {"phase": "detected", "class": cls, "fault_at": t, "last_step": 40}
+    return [
+        Event(t=t, kind=Kind.INCIDENT, job="j", host=host, incident=n, data=mark),
+        Event(t=t + 0.1, kind=Kind.INCIDENT, job="j", incident=n, data={"phase": "decided"}),
+        Event(
+            t=t + 0.2, kind=Kind.INCIDENT, job="j", incident=n, data={"phase": "loaded", "step": 40}
+        ),
+        Event(t=resolved, kind=Kind.INCIDENT, job="j", incident=n, data={"phase": "first_step"}),
+    ]
+
+
+def test_a_fault_seen_through_does_not_take_the_next_faults_incident() -> None:
+    """Chaos seed 7 of the 60-fault torchrun run at bfbbf87: a corrupt_replica on b (host
+    killed) overlapped by a console restart, both absorbed in the restart's incident and seen
+    through at 42.8; a sigstop_past_lease on c at 43.9 (a fast job settles in a second) opened
+    host_lost at 46.1, within the corrupt_replica's slack after its recovery: it took it, and
+    the sigstop_past_lease was reported as having no incident."""
+    events = [
+        Event(t=0.0, kind=Kind.CONSOLE, msg="console started (policy auto)"),
+        Event(t=36.88, kind=Kind.CONSOLE, msg="console started (policy auto)"),
+        *_incident(3, 36.88, "b", "console_restart", 42.69),
+        *_incident(4, 46.11, "c", "host_lost", 51.0),
+    ]
+    report = "| 3 | j | b | console_restart |\n| 4 | j | c | host_lost |"
+    replica = Injected("corrupt_replica", "j", "b", 36.5, ("host_lost",), recovered_at=42.8)
+    restart = Injected("console_restart", "j", "b", 36.8, ("console_restart",), recovered_at=42.8)
+    replica.overlapped = restart.overlapped = True
+    frozen = Injected(
+        "sigstop_past_lease", "j", "c", 43.9, ("host_lost", "executor_hang"), recovered_at=51.2
+    )
+    matches, leftover, _ = inv.match_incidents(events, [replica, restart, frozen], report)
+    got = {m.fault.kind: (m.ok, m.incident.id if m.incident else None) for m in matches}
+    assert got == {
+        "corrupt_replica": (True, None),  # absorbed: the restart's incident was open
+        "console_restart": (True, 3),
+        "sigstop_past_lease": (True, 4),
+    }, got
+    assert leftover == []
+
+
+def test_a_restarted_consoles_wait_is_judged_against_a_lease_not_a_bound_written_ahead() -> None:
+    """Chaos seed 5 of the same run: the console persists its lease bound a third of a lease
+    ahead of the leases it grants (fewer writes); a console started after it waits the bound
+    but never more than a whole lease from its own start (JobLease.restore), and the harness
+    called a new epoch 0.14 s before the persisted bound a violation, though it began after
+    every lease the dead console could have granted (each runs from a reading that arrived
+    before its death)."""
+    ahead = {"until": 104.0, "ttl_s": 3.0}  # killed at 100.0: its last lease ends by 103.0
+    assert lease_bound(ahead, killed=100.0) == 103.0
+    behind = {"until": 101.5, "ttl_s": 3.0}  # the last lease granted 1.5 s before the kill
+    assert lease_bound(behind, killed=100.0) == 101.5
+    long = {"until": 150.0, "ttl_s": 60.0}  # a clean quit's unattended lease is waited whole
+    assert lease_bound(long, killed=100.0) == 150.0

@@ -1,7 +1,8 @@
 """The torchrun job's checks can fail: a process of an ended epoch beside the next one's is
 reported (real processes in /proc), a sampler that saw nothing or missed an epoch is an
-inconclusive that fails the run, and a command job that resumed from a damaged checkpoint's
-step (from its restored copy) is caught."""
+inconclusive that fails the run, a command job that resumed from a damaged checkpoint's
+step (from its restored copy) is caught, and a command job's step after its lease is judged
+by its own progress lines, not by the rate it reports."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+from chaos import fencing, torchrun
 from chaos import invariants as inv
-from chaos import torchrun
 from chaos.disk import DiskWatch, Line
 from chaos.epochs import EpochSampler
 from chaos.faults import Injected
+from chaos.faults_fencing import _rate_bound
 from chaos.fleet import wait_until
 
 
@@ -104,3 +106,35 @@ def test_a_command_job_resumed_from_a_damaged_checkpoints_step_is_caught(tmp_pat
 
     assert resumed(400) == [f"corrupt_checkpoint: a loaded the damaged {damaged}"]
     assert resumed(200) == []
+
+
+def _progress(seen: float, step: int) -> Line:
+    """A command job's progress line as its executor writes it: the rate is the command
+    kind's, computed over metrics lines read in one batch (no rate at all)."""
+    ev = {"kind": "progress", "epoch": 1, "step": step, "steps_per_s": 1.5e6}
+    return Line(seen, "a", "j", ev)
+
+
+def test_a_command_jobs_step_after_its_lease_is_judged_by_its_own_lines_not_its_rate() -> None:
+    """The command kind reports ~1e6 steps/s (metrics lines read in a batch share one time):
+    judged by that rate, any stale step would pass. Bounded by its last two lines (0.5 s
+    apart at least: 100 steps), step 400 after the lease is caught; step 300 is not."""
+    disk = DiskWatch({}, ["j"])
+    disk.lines += [_progress(1.0, 100), _progress(1.6, 200), _progress(2.5, 400)]
+    ends = {1: 2.0}
+    assert fencing.stale_steps(disk, ends, "j") == []  # the reported rate allows anything
+    bad = fencing.stale_steps(disk, ends, "j", command=True)
+    assert len(bad) == 1 and "reported step 400" in bad[0], bad
+    disk.lines[-1] = _progress(2.5, 300)
+    assert fencing.stale_steps(disk, ends, "j", command=True) == []
+
+
+def test_sigstop_past_lease_bounds_a_command_jobs_rate_from_its_progress_lines(
+    tmp_path: Path,
+) -> None:
+    lines = [_progress(0.0, s).event for s in (1000, 1150)] + [
+        {"kind": "progress", "epoch": 2, "step": 5}
+    ]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(ev) + "\n" for ev in lines))
+    assert _rate_bound(tmp_path, 1) == 300.0
+    assert _rate_bound(tmp_path, 2) == float("inf")  # one line: no bound
