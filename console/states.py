@@ -98,9 +98,12 @@ class JobState(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     """Terminal; ``failure`` says which kind."""
+    STOPPED = "stopped"
+    """Terminal, and not a failure: an operator stopped it (``s``, or a failover denied); it
+    stays stopped under later consoles until started again."""
 
     def is_terminal(self) -> bool:
-        return self in (JobState.FINISHED, JobState.FAILED)
+        return self in (JobState.FINISHED, JobState.FAILED, JobState.STOPPED)
 
 
 class FailureKind(StrEnum):
@@ -109,7 +112,8 @@ class FailureKind(StrEnum):
     CRASH_LOOP = "crash_loop"
     """The executor kept crashing on every host tried."""
     STOPPED = "stopped"
-    """An operator stopped the job."""
+    """An executor's run stopped though no operator asked. An operator's stop is no failure:
+    ``Transitions.fail`` moves such a job to ``JobState.STOPPED``."""
 
 
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -124,6 +128,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.RESTARTING,
             JobState.FAILING_OVER,
             JobState.FAILED,
+            JobState.STOPPED,
         }
     ),
     JobState.DEPLOYING: frozenset(
@@ -133,6 +138,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.RESTARTING,
             JobState.PENDING,
             JobState.FAILED,
+            JobState.STOPPED,
         }
     ),
     JobState.RUNNING: frozenset(
@@ -143,6 +149,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.RESTARTING,
             JobState.FINISHED,
             JobState.FAILED,
+            JobState.STOPPED,
             JobState.PENDING,
         }
     ),
@@ -154,6 +161,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.RESTARTING,
             JobState.FINISHED,
             JobState.FAILED,
+            JobState.STOPPED,
             JobState.PENDING,
         }
     ),
@@ -167,13 +175,19 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.RESTARTING,
             JobState.FINISHED,
             JobState.FAILED,
+            JobState.STOPPED,
             JobState.PENDING,
         }
     ),
-    JobState.FAILING_OVER: frozenset({JobState.DEPLOYING, JobState.PENDING, JobState.FAILED}),
-    JobState.RESTARTING: frozenset({JobState.DEPLOYING, JobState.FAILING_OVER, JobState.FAILED}),
+    JobState.FAILING_OVER: frozenset(
+        {JobState.DEPLOYING, JobState.PENDING, JobState.FAILED, JobState.STOPPED}
+    ),
+    JobState.RESTARTING: frozenset(
+        {JobState.DEPLOYING, JobState.FAILING_OVER, JobState.FAILED, JobState.STOPPED}
+    ),
     JobState.FINISHED: frozenset(),
     JobState.FAILED: frozenset({JobState.PENDING}),
+    JobState.STOPPED: frozenset({JobState.PENDING}),
 }
 
 S = TypeVar("S", HostState, JobState)

@@ -117,9 +117,20 @@ class Transitions:
             )
 
     def fail(self, kind: FailureKind, why: str) -> None:
-        self._live.failure = kind
+        """Failed, with an alert; a stop an operator asked for (``s``, a failover denied) is
+        no failure: it is ``stopped``, with none."""
+        job = self._live
+        if kind is FailureKind.STOPPED and (job.stop_requested or job.rec.stopped):
+            self.stopped(why)
+            return
+        job.failure = kind
         self.move(JobState.FAILED, f"{kind.value}: {why}")
-        self._alert(f"job {self._live.name} failed ({kind.value}): {why}", job=self._live.name)
+        self._alert(f"job {job.name} failed ({kind.value}): {why}", job=job.name)
+
+    def stopped(self, why: str) -> None:
+        """An operator stopped the job: terminal, not a failure, no alert."""
+        self._live.failure = None
+        self.move(JobState.STOPPED, why)
 
     def wait_note(self, why: str) -> None:
         """The job waits (for a host, a spare): pending, with an alert not repeated too often."""

@@ -15,7 +15,7 @@ from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.live import LiveJob
 from console.records.state_store import JobRecord
-from console.states import FailureKind, JobState
+from console.states import JobState
 from protocol.messages import ExecutorMessage
 
 FOLLOW_EVERY_S = 2.0
@@ -49,8 +49,8 @@ class Observe:
                 self._observed(JobState.FINISHED, "finished (seen in the state file)")
                 return
             if job.rec.stopped:
-                job.failure = FailureKind.STOPPED
-                self._observed(JobState.FAILED, "stopped by an operator")
+                job.failure = None
+                self._observed(JobState.STOPPED, "stopped by an operator")
             elif host and host in self._fleet.hosts:
                 job.host = host
                 link = self._link(host)

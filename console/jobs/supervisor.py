@@ -267,8 +267,7 @@ class JobSupervisor:
             self._states.move(JobState.FINISHED, "finished before this console started")
             return
         if job.rec.stopped:
-            job.failure = FailureKind.STOPPED
-            self._states.move(JobState.FAILED, "stopped by an operator before this console started")
+            self._states.stopped("stopped by an operator before this console started")
             return
         nxt = await self._first_launch()
         while not job.state.is_terminal():

@@ -34,8 +34,8 @@ from console.records.journal import Event, Kind
 
 SUMMARY_KINDS = (Kind.JOB_STATE, Kind.PROGRESS, Kind.INCIDENT, Kind.CHECKPOINT, Kind.FINISHED)
 """The journal events a summary is made from."""
-ENDS = ("finished", "failed")
-"""Job states that end a life of the job (``hotspare`` may start a failed one again)."""
+ENDS = ("finished", "failed", "stopped")
+"""Job states that end a life of the job (``hotspare`` may start a failed or stopped one again)."""
 
 
 @dataclass

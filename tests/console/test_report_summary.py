@@ -47,7 +47,7 @@ def known_journal(path: Path) -> None:
     at(3, Kind.PROGRESS, "k", data={"step": 1})
     checkpoint(10, 20, 1, 0.5)
     checkpoint(20, 40, 1, 0.25)
-    at(11, Kind.JOB_STATE, "k", data={"from": "running", "to": "failed", "why": "stopped"})
+    at(11, Kind.JOB_STATE, "k", data={"from": "running", "to": "stopped", "why": "operator"})
     incident(50, 1, "detected", **{"class": "host_lost", "fault_at": T0 + 47, "last_step": 45})
     at(52, Kind.PROGRESS, "j", data={"step": 44})  # the dying run's last words: not training
     at(51, Kind.JOB_STATE, "k", data={"from": "pending", "to": "deploying"})

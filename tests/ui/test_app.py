@@ -233,9 +233,7 @@ async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> No
         await pilot.press("y")
         await wait_for(pilot, lambda: running_on_b(app), 60, "the job running on b")
         await pilot.press("s", "y")
-        await wait_for(
-            pilot, lambda: table(app).cell("j", "state") == "failed (stopped)", 30, "stopped"
-        )
+        await wait_for(pilot, lambda: table(app).cell("j", "state") == "stopped", 30, "stopped")
         stopped_at = ctl.jobs["j"].step
         await pilot.press("g")
         await wait_for(

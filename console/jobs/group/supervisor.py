@@ -39,7 +39,7 @@ from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_spares
 from console.jobs.supervisor import JobSupervisor
 from console.records.journal import Kind
-from console.states import FailureKind, JobState
+from console.states import JobState
 from protocol.messages import Rendezvous
 
 if TYPE_CHECKING:
@@ -156,8 +156,7 @@ class GroupSupervisor(JobSupervisor):
             self._states.move(JobState.FINISHED, "finished before this console started")
             return
         if job.rec.stopped:
-            job.failure = FailureKind.STOPPED
-            self._states.move(JobState.FAILED, "stopped by an operator before this console started")
+            self._states.stopped("stopped by an operator before this console started")
             return
         run = await self._reattach()
         resume = self.commits.committed
