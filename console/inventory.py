@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import tomli_w
 
+from console.job_check import check_workload
 from protocol.config import _key_path, _one_line, convert, find_line, read_toml
 from protocol.errors import ConfigError
 from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
@@ -289,10 +290,12 @@ def _job(name: str, table: dict[str, Any], path: Path, text: str) -> Job:
         "name": name,
         **{k: v for k, v in table.items() if k not in PLACEMENT_KEYS and k != "name"},
     }
-    return Job(
+    job = Job(
         spec=convert(spec, JobSpec, file=path, text=text, prefix=keys),
         placement=convert(place, Placement, file=path, text=text, prefix=keys),
     )
+    check_workload(job.spec, file=path, text=text)
+    return job
 
 
 def _where(path: Path, text: str, keys: list[str]) -> str:

@@ -131,7 +131,9 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
             out.write(f"{r.host}: note: {note}\n")
 
 
-def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO = sys.stdout) -> int:
+def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO | None = None) -> int:
+    """``out``: default the ``sys.stdout`` of the call, not of the import."""
+    out = sys.stdout if out is None else out
     results = asyncio.run(check_all(inv, do_deploy=do_deploy))
     if as_json:
         out.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")

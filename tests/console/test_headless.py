@@ -59,20 +59,18 @@ def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_
 
 
 def test_a_job_with_a_bad_config_fails_fast_with_a_reason(tmp_path: Path) -> None:
+    """A config only the host can find wrong (its corpus file is not there); one the console
+    can judge (a key, a value) is refused before the run (tests/console/test_check_jobs.py)."""
+    corpus = tmp_path / "no-such-corpus.txt"
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={
-            "j": {
-                "host": "a",
-                **job_table(steps=20, config={"n_layer": 1, "n_embd": 33, "n_head": 2}),
-            }
-        },
+        jobs={"j": {"host": "a", **job_table(steps=20, config={"corpus": str(corpus)})}},
     )
     run = hotspare("--inventory", str(inv), "run", "--policy", "auto", timeout=120)
     assert run.returncode == 1
     assert "job j did not finish: config" in run.stderr
-    assert "n_embd" in run.stderr
+    assert f"config.corpus: cannot read {corpus}" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
 
 

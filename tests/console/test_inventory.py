@@ -718,14 +718,14 @@ def test_hostile_values_that_are_legal_are_kept_verbatim(tmp_path: Path) -> None
                 "identity": f"~/{HOSTILE_VALUE}",
             },
         },
-        "jobs": {"j": {"steps": 1, "host": "loc", "config": {"data": HOSTILE_VALUE}}},
+        "jobs": {"j": {"steps": 1, "host": "loc", "config": {"corpus": HOSTILE_VALUE}}},
     }
     inv = load(_write(tmp_path / "inventory.toml", data))
     assert inv.host_root("loc") == str(tmp_path.resolve() / HOSTILE_VALUE)
     assert inv.python("loc") == f"/opt/{HOSTILE_VALUE}/python"
     assert inv.hosts["far"].user == HOSTILE_VALUE
     assert inv.host_root("far") == f"/data/{HOSTILE_VALUE}"
-    assert inv.jobs["j"].spec.config["data"] == HOSTILE_VALUE
+    assert inv.jobs["j"].spec.config["corpus"] == HOSTILE_VALUE
 
 
 def _no_markers(*folders: Path) -> None:

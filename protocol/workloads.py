@@ -1,0 +1,83 @@
+"""The torch kind's built-in workloads, as both sides know them: each name, and the schema of
+its ``[config]`` table.
+
+The console checks a job against this before anything starts (``hotspare check`` and ``run``):
+a misspelt workload or config key is one line there, not a failure on the host seconds later.
+It imports no torch, so the console can. A ``"module:factory"`` workload is the host's to
+resolve; its config is its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import msgspec
+
+
+class CharLMConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``charlm``: a small character-level transformer language model."""
+
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 64
+    block_size: int = 64
+    dropout: float = 0.1
+    global_batch: int = 16
+    micro_batch: int | None = None
+    """Defaults to the global batch (no accumulation)."""
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 20
+    decay_steps: int = 2000
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0
+    corpus: str = "builtin"
+    """``builtin`` (generated text) or the path of a UTF-8 text file on the host."""
+    corpus_chars: int = 200_000
+
+    def __post_init__(self) -> None:
+        """What the workload's build refuses, said before it is built."""
+        if self.n_head <= 0 or self.n_embd % self.n_head:
+            raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        micro = self.micro_batch or self.global_batch
+        if micro <= 0 or self.global_batch <= 0 or self.global_batch % micro:
+            raise ValueError(
+                f"micro_batch {micro} must be positive and divide global_batch {self.global_batch}"
+            )
+
+
+BUILTIN_WORKLOADS: dict[str, type[msgspec.Struct]] = {"charlm": CharLMConfig}
+"""Built-in workload name -> its config schema (the executor's ``executors.workload.BUILTIN``
+names the same ones; ``tests/console/test_check_jobs.py`` holds the two together)."""
+
+
+def is_factory(workload: str) -> bool:
+    """``"module:factory"``: a workload the host imports, not one of the built-in names."""
+    module, sep, attr = workload.partition(":")
+    return bool(sep and module and attr)
+
+
+def unknown_workload(workload: str) -> str:
+    """The one line saying ``workload`` is neither built in nor ``module:factory``."""
+    guess = difflib.get_close_matches(workload, BUILTIN_WORKLOADS, n=1)
+    hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+    return (
+        f"unknown workload {workload!r}{hint}; built in: {', '.join(sorted(BUILTIN_WORKLOADS))},"
+        " or give 'module:factory'"
+    )
+
+
+def config_schema(executor: str, workload: str) -> type[msgspec.Struct] | None:
+    """The schema a job's ``[config]`` is checked against; None where only the host knows it."""
+    if executor != "torch" or is_factory(workload):
+        return None
+    return BUILTIN_WORKLOADS.get(workload)
+
+
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "CharLMConfig",
+    "config_schema",
+    "is_factory",
+    "unknown_workload",
+]
