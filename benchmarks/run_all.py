@@ -62,6 +62,7 @@ BENCHES = [
     Bench("elastic_reduce", "elastic_reduce.py", [], ["--quick"], 900, 300),
     Bench("elastic_resize", "elastic_resize.py", [], ["--quick"], 1200, 600),
     Bench("provision_mttr", "provision_mttr.py", [], ["--trials", "1"], 1200, 600),
+    Bench("lease_under_load", "lease_under_load.py", [], ["--seconds", "20"], 1200, 600),
 ]
 
 

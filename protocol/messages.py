@@ -183,6 +183,10 @@ class Heartbeat(_Msg, tag="heartbeat"):
     nonce: int | None = None
     clock: float = 0.0
     """The executor's monotonic clock at send: what a Lease is anchored to."""
+    lease_low_s: float | None = None
+    """The least time that was left on the lease when a renewal landed since the previous
+    heartbeat (<= 0: it landed after the lease had ended); None: none landed. How close the
+    renewals cut it, seen where the lease is enforced."""
 
 
 class GpuHealth(msgspec.Struct, kw_only=True, gc=False):

@@ -23,9 +23,15 @@ def is_suspect(now: float, last_seen: float, s: DetectionSettings) -> bool:
     return silence >= s.suspect_after_s and silence >= s.missed_heartbeats * s.heartbeat_s
 
 
-def renew_every(s: DetectionSettings) -> float:
-    """Renew three times per lease, so two lost renewals do not end it."""
-    return s.lease_s / 3
+def renewal_gap(s: DetectionSettings) -> float:
+    """How much newer than the last one renewed on an executor's clock reading must be for
+    the lease to be renewed on it: every heartbeat, and no more than 24 times a lease.
+
+    The executor stops its run with up to half its lease left (room to checkpoint), so a
+    lease must reach it with well over half left, however busy the machine: renewed at each
+    reading, it reaches it nearly whole (a reading a heartbeat old at most).
+    """
+    return min(s.heartbeat_s, s.lease_s / 12) / 2
 
 
 class ClockPace:

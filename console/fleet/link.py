@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 
 from console import clock
@@ -26,6 +27,7 @@ from protocol.messages import (
 
 HELLO_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 5.0
+LOWS_KEPT = 256
 
 
 class LinkError(Exception):
@@ -50,6 +52,11 @@ class ExecutorLink:
         pass through the channel's read lock instead of two per frame)."""
         self._pumping: asyncio.Task[str] | None = None
         self._closed_here = False
+        self._fresh = asyncio.Event()
+        """Set, and replaced by a new one, at each clock reading and when the link closes."""
+        self.lease_lows: deque[tuple[float, float]] = deque(maxlen=LOWS_KEPT)
+        """(``clock.mono()`` at arrival, ``lease_low_s``) of the newest heartbeats that had one:
+        how much lease was left when renewals reached the executor."""
 
     async def open(self, timeout: float = HELLO_TIMEOUT_S) -> ExecutorHello:
         try:
@@ -74,8 +81,30 @@ class ExecutorLink:
             raise LinkError(f"{self.transport.name}: {e}") from None
         assert isinstance(hello, ExecutorHello)
         self.hello = hello
-        self.anchor = (hello.clock, clock.mono())
+        self._reading(hello.clock)
         return hello
+
+    def _reading(self, executor_clock: float) -> None:
+        self.anchor = (executor_clock, clock.mono())
+        fresh, self._fresh = self._fresh, asyncio.Event()
+        fresh.set()
+
+    async def reading_after(self, executor_clock: float, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a clock reading newer than ``executor_clock``; whether
+        one has arrived (False too once the link is closed)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._frames is not None and not self._newer(executor_clock):
+                    await self._fresh.wait()
+        return self._frames is not None and self._newer(executor_clock)
+
+    @property
+    def closed(self) -> bool:
+        """Not open (yet, or any more)."""
+        return self._frames is None
+
+    def _newer(self, executor_clock: float) -> bool:
+        return self.anchor is not None and self.anchor[0] > executor_clock
 
     async def send(self, msg: ConsoleMessage) -> None:
         if self._writer is None:
@@ -106,7 +135,9 @@ class ExecutorLink:
                     return "the executor closed the connection"
                 for msg in batch:
                     if isinstance(msg, Heartbeat):
-                        self.anchor = (msg.clock, clock.mono())
+                        self._reading(msg.clock)
+                        if msg.lease_low_s is not None:
+                            self.lease_lows.append((clock.mono(), msg.lease_low_s))
                     on_message(msg)
                     if self._frames is not frames:  # on_message closed the link
                         return "closed by the console"
@@ -128,6 +159,7 @@ class ExecutorLink:
                 self._writer.close()
         self._reader = self._writer = None
         self._frames = None
+        self._fresh.set()  # a renewal waiting for a reading from this link waits no more
         # A read over a dead path (a partition) does not end when the stream is closed: an SSH
         # channel waits for the peer's close, i.e. for the keepalive to give up. Stop it here.
         task, self._pumping = self._pumping, None

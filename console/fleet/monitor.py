@@ -1,8 +1,9 @@
 """Watching the hosts no job runs on: up or down, and fit or not, before a job needs them.
 
 Two loops. Reachability: every ``REACH_EVERY_S`` a host without a running job runs ``true``
-(up and down follow). Health: every ``health_probe_s`` a host that no executor reports on (a
-spare, an idle host, a drained one) gets the light health probe, whose sample goes through
+(up and down follow; never down on a round the console was too starved to tell, see
+``starvation``). Health: every ``health_probe_s`` a host that no executor reports on (a spare,
+an idle host, a drained one) gets the light health probe, whose sample goes through
 ``Fleet.observe`` like an executor's, so the Fleet view shows a spare's numbers and the health
 rules judge it. A host that fails a rule or the probe is not chosen as a target
 (``Fleet.usable``), and a job whose spares are all unfit or down is an alert.
@@ -18,8 +19,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from console.fleet import starvation
 from console.fleet.health_rules import Finding, Severity
-from console.fleet.hosts import Fleet
+from console.fleet.hosts import PROBE_TIMEOUT_S, Fleet
 from console.inventory import Host, Inventory
 from console.reach.health_probe import HealthProbeFailed, NotDeployed, probe_health
 from console.records.journal import Journal, Kind
@@ -111,13 +113,17 @@ class HostMonitor:
                 and not rt.released
                 and now - rt.last_seen > REACH_EVERY_S
             ]
+            began = time.monotonic()
             results = await asyncio.gather(*(fleet.probe(n, every_s=REACH_EVERY_S) for n in idle))
+            starved = None
+            if not all(results):  # a probe the console was too starved to run says nothing
+                starved = await starvation.starved(began, PROBE_TIMEOUT_S)
             for name, ok in zip(idle, results, strict=True):
                 state = fleet.hosts[name].state
                 if ok and state is HostState.DOWN:
                     fleet.set_state(name, HostState.UP, "reachable again")
                     self._probed_at.pop(name, None)  # its health is news too: probe it now
-                elif not ok and state in (HostState.UP, HostState.SUSPECT):
+                elif not ok and starved is None and state in (HostState.UP, HostState.SUSPECT):
                     fleet.set_state(name, HostState.DOWN, "unreachable")
             self.check_spares()
             await asyncio.sleep(REACH_EVERY_S)

@@ -5,19 +5,39 @@ console had received), so it runs from an instant before the console sent it, on
 machines' monotonic clocks. The console's bound on it is when that reading *arrived* plus the
 ttl, which is later than the executor's own end; ``clock_skew_s`` covers the clocks' rates.
 The bound is persisted before the lease is sent: a console started after this one died
-cannot see the lease, but it can wait out the bound.
+cannot see the lease, but it can wait out the bound. The persisted bound runs a little ahead
+of the one kept here (``PERSIST_AHEAD``): later is safe, and it is written less often.
+
+Renewals go out as the executor's clock readings arrive (``renew_on_readings``), not on a
+timer: a lease runs from its reading, so one sent by a timer is already as old as the wait
+for the timer when it leaves, and the executor stops its run with up to half its lease left
+(room to checkpoint). Anchored to each heartbeat, a lease reaches the executor with nearly its
+whole ttl, and what a busy machine delays is the heartbeat and its answer, not a timer's phase.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
+from itertools import pairwise
 
-from console import clock
+from console import clock, loop_watch
 from console.fleet.link import ExecutorLink
 from console.records.state_store import JobRecord, LeaseRecord, Unsaved
 from protocol.messages import Lease, Start
 from protocol.spec import JobSpec
+
+SENT_KEPT = 256
+IDLE_S = 0.2
+"""How often a renewal loop with no link to renew on looks again."""
+PERSIST_AHEAD = 1 / 3
+"""The bound persisted runs this part of a lease ahead of the newest lease granted, so leases
+renewed at every heartbeat write the state about three times a lease, not at each one; a
+console restarted on an unreachable host waits that much longer, never less."""
 
 
 class NoAnchor(Exception):
@@ -44,6 +64,8 @@ class JobLease:
         self.skew_s = skew_s
         self.until = 0.0
         """``clock.mono()`` after which the newest lease granted has surely ended (skew not added)."""
+        self._sent: dict[str, deque[tuple[float, float]]] = {}
+        """Per host, (``clock.mono()`` when a lease was granted, the age of its reading then)."""
 
     # ------------------------------------------------------------ granting
 
@@ -77,28 +99,35 @@ class JobLease:
         ttl = self.ttl_s if ttl is None else ttl
         executor_clock, arrived = link.anchor
         until = arrived + ttl
+        now = clock.mono()
+        loop_watch.ensure()  # watched from the first lease on: evidence if one lapses
         prev = self._on_disk
+        same = prev is not None and prev.epoch == epoch and prev.boot_id == clock.boot_id()
+        # the longest lease of this epoch that may still run (another boot waits it all)
+        longest = max(ttl, prev.ttl_s) if prev is not None and prev.epoch == epoch else ttl
         self.until = max(self.until, until)
-        if prev is None or prev.epoch != epoch or until > prev.until:
+        if not same or prev is None or until > prev.until or longest > prev.ttl_s:
             self._rec.lease = want = LeaseRecord(
                 host=host,
                 epoch=epoch,
-                until=self.until,
+                until=self.until + self.ttl_s * PERSIST_AHEAD,
                 boot_id=clock.boot_id(),
-                # the longest lease of this epoch that may still run (another boot waits it all)
-                ttl_s=max(ttl, prev.ttl_s) if prev is not None and prev.epoch == epoch else ttl,
+                ttl_s=longest,
             )
             self._persist(host)  # before the lease leaves this machine
             self._on_disk = want
+        sent = self._sent.setdefault(host, deque(maxlen=SENT_KEPT))
+        sent.append((now, now - arrived))
         return executor_clock
 
     def _persist(self, host: str) -> None:
         """The state on disk, or Unpersisted: a lease whose bound is not on disk is never sent.
 
         While the state cannot be written, a renewal still goes out if the bound already on
-        disk covers it (same epoch, ending no later); past that, none does, and the executor,
-        its lease then running out, stops before the bound a console started later would
-        wait out. Nothing is ever granted past what is on disk."""
+        disk covers it (same epoch and boot, no longer a ttl, ending no later): the bound
+        runs ``PERSIST_AHEAD`` of a lease ahead, so renewals go on that long, and the
+        executor, its lease then running out, stops before the bound a console started
+        later would wait out. Nothing is ever granted past what is on disk."""
         try:
             self._save()
         except Unsaved as e:
@@ -115,8 +144,8 @@ class JobLease:
         """
         rec = self._rec.lease
         now = clock.mono()
-        if rec is not None and rec.boot_id == clock.boot_id():
-            self.until = min(rec.until, now + rec.ttl_s)
+        if rec is not None and rec.boot_id == clock.boot_id():  # as written: it ran ahead
+            self.until = min(rec.until, now + rec.ttl_s + self.ttl_s * PERSIST_AHEAD)
         elif rec is not None:
             self.until = now + rec.ttl_s
         elif self._rec.epoch > 0:
@@ -130,3 +159,69 @@ class JobLease:
 
     def ended(self) -> bool:
         return self.left() <= 0
+
+    # ------------------------------------------------------------ evidence
+
+    def evidence(self, host: str, link: ExecutorLink | None) -> dict[str, float | None]:
+        """What tells a lease lapse under load from a real loss, over the last lease to ``host``:
+        when the newest lease was granted and how old its reading was then, the longest gap
+        between grants, the longest stall of the console's loop, the least lease the executor
+        said was left when a renewal reached it, and when it was last heard from (seconds;
+        None: nothing to say)."""
+        now = clock.mono()
+        since = now - self.ttl_s
+        watch, began = loop_watch.for_loop(), time.monotonic() - self.ttl_s
+        every = list(self._sent.get(host, ()))
+        sent = [(t, age) for t, age in every if t >= since]
+        before = [t for t, _ in every if t < since][-1:] or [since]
+        times = [*before, *(t for t, _ in sent), now]
+        lows = [low for t, low in (link.lease_lows if link else ()) if t >= since]
+        return {
+            "granted_ago_s": now - sent[-1][0] if sent else None,
+            "reading_age_s": sent[-1][1] if sent else None,
+            "grant_gap_s": max(b - a for a, b in pairwise(times)),
+            "loop_stall_s": watch.stall(began) if watch.covers(began) else None,
+            "lease_low_s": min(lows) if lows else None,
+            "heard_ago_s": now - link.anchor[1] if link and link.anchor else None,
+        }
+
+
+def lapse_note(e: dict[str, float | None]) -> str:
+    """``JobLease.evidence`` in words, for the journal line of a lapsed lease."""
+
+    def s(key: str) -> str:
+        v = e.get(key)
+        return "?" if v is None else f"{v:.2f} s"
+
+    return (
+        f"the last lease was granted {s('granted_ago_s')} before, on a reading {s('reading_age_s')} "
+        f"old; over the last lease, grants at most {s('grant_gap_s')} apart, the console's loop "
+        f"stalled {s('loop_stall_s')} at most, renewals reached the executor with "
+        f"{s('lease_low_s')} left at the least; last heard from {s('heard_ago_s')} before"
+    )
+
+
+async def renew_on_readings(
+    current: Callable[[], ExecutorLink | None],
+    renew: Callable[[ExecutorLink], Awaitable[None]],
+    gap_s: float,
+) -> None:
+    """Renew a lease at each clock reading from the executor on ``current()``'s link at least
+    ``gap_s`` newer than the one the last renewal was anchored to (a new link: at once).
+
+    ``renew`` grants and sends (and swallows a lost link). Runs until cancelled.
+    """
+    granted: tuple[ExecutorLink, float] | None = None
+    while True:
+        link = current()
+        if link is None or link.closed or link.hello is None or link.anchor is None:
+            await asyncio.sleep(IDLE_S)
+            continue
+        if granted is not None and granted[0] is link:
+            fresh = await link.reading_after(granted[1] + gap_s, timeout=1.0)
+            if not fresh:
+                continue
+        assert link.anchor is not None
+        granted = (link, link.anchor[0])
+        with contextlib.suppress(NoAnchor):  # not granted (its bound not on disk): next reading
+            await renew(link)

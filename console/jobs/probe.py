@@ -5,23 +5,41 @@ lock held), how did it end (its events.jsonl), and ending a hung one by the lock
 from __future__ import annotations
 
 import asyncio
+import errno
 import posixpath
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from console.fleet import starvation
 from console.inventory import Inventory
 from console.jobs.launcher import START_TIMEOUT_S
 from console.jobs.live import Alert
 from console.jobs.outcome import Exit, Outcome, from_events_tail
 from console.reach.deploy import job_dir
 from console.reach.remote import KillStatus, executor_alive, kill_executor
-from console.reach.transport.base import Transport, TransportError
+from console.reach.transport.base import PermanentTransportError, Transport, TransportError
 from console.records.journal import Journal, Kind
 
 POLL_S = 0.2
 REAP_BUDGET_S = 10.0
 """How long a move waits on the old host's reaping before the lease bound and fence cover it."""
 TAIL_BYTES = 64 * 1024
+TRANSPORT_SLACK_S = 1.0
+REFUSALS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNRESET})
+"""Errors a host (or the network on its way) answered with: a refusal is an answer."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a probe of a job's executor found."""
+
+    alive: bool | None
+    """True: an executor holds the workdir's lock; False: none does; None: not answered."""
+    known: bool
+    """Whether it may be acted on: an answer, a refusal, or silence while the console was
+    healthy. False: the probe was starved (of the console's loop or of CPU), an unknown."""
+    why: str = ""
 
 
 class Probe:
@@ -39,19 +57,66 @@ class Probe:
         self._transport = transport
         self._journal = journal
         self._alert = alert
+        self._fair: dict[str, float] = {}
+        """Per host whose last probe was starved, the budget its next one gets at least."""
 
     def workdir(self, host: str) -> str:
         return job_dir(self._inv.host_root(host), self.job)
 
     async def alive(self, host: str, workdir: str, budget: float) -> bool | None:
-        """Is the executor alive (lock held)? None when the host cannot be asked within ``budget``."""
+        """Is the executor alive (lock held)? None when the host cannot be asked within
+        ``budget``, for whatever reason (``ask`` says which reasons count)."""
+        return (await self.ask(host, workdir, budget)).alive
+
+    async def ask(self, host: str, workdir: str, budget: float) -> Answer:
+        """Is the executor alive (lock held), and may that be acted on?
+
+        An answer counts, and so does a refusal (refused, unreachable, not allowed); a probe
+        that timed out or lost its connection counts only if the console and its machine were
+        healthy over its window (``starvation``). One that did not is an unknown, and the next
+        probe of this host gets a budget this machine can meet.
+        """
+        budget = max(budget, self.fair_budget(host))
+        began = time.monotonic()
         try:
             async with asyncio.timeout(budget):
-                return await executor_alive(
-                    self._transport(host), self._inv.python(host), workdir, timeout=budget
+                alive = await executor_alive(
+                    self._transport(host),
+                    self._inv.python(host),
+                    workdir,
+                    timeout=budget + TRANSPORT_SLACK_S,  # the budget's own timeout goes first
                 )
-        except (TransportError, TimeoutError):
-            return None
+        except TransportError as e:
+            if isinstance(e, PermanentTransportError) or e.errno in REFUSALS:
+                return self._known(host, Answer(None, True, str(e)))
+            why = str(e)
+        except TimeoutError:
+            why = f"{host}: no answer within {budget:.2f} s"
+        else:
+            return self._known(host, Answer(alive, True))
+        starved = await starvation.starved(began, budget)
+        if starved is None:
+            return self._known(host, Answer(None, True, why))
+        if host not in self._fair:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.job}: a probe of {host} did not complete, {starved}: not taken for an "
+                "unreachable host; asking again",
+                job=self.job,
+                host=host,
+                data={"stall_s": starved.stall_s, "start_s": starved.start_s, "budget_s": budget},
+            )
+        cap = self._inv.console.command_timeout_s
+        self._fair[host] = min(cap, max(starved.fair_s, 2 * budget))
+        return Answer(None, False, f"{why}; {starved}")
+
+    def fair_budget(self, host: str) -> float:
+        """The least a probe of ``host`` gets now: more than 0 after a starved one."""
+        return self._fair.get(host, 0.0)
+
+    def _known(self, host: str, answer: Answer) -> Answer:
+        self._fair.pop(host, None)
+        return answer
 
     async def wait_gone(self, host: str, probe_s: float = 3.0) -> bool | None:
         """Until no executor holds this job's lock on ``host`` (one may still be exiting).

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Coroutine
 
 from console import clock
-from console.fleet.detect import ClockPace, DetectionSettings, is_suspect, renew_every
+from console.fleet.detect import ClockPace, DetectionSettings, is_suspect, renewal_gap
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.jobs.incident import OpenIncident, trained_past
-from console.jobs.lease import JobLease, NoAnchor
+from console.jobs.lease import JobLease, NoAnchor, lapse_note, renew_on_readings
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
@@ -28,6 +28,7 @@ from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.states import HostState, JobState
+from protocol.faults import FaultKind
 from protocol.messages import (
     CheckpointSaved,
     ExecutorMessage,
@@ -176,13 +177,13 @@ class Watch:
 
     async def _renew_leases(self) -> None:
         job = self._live
-        while True:
-            await asyncio.sleep(renew_every(self._detection))
-            link, host = job.link, job.host
-            if link is None or link.hello is None or host is None:
-                continue
-            with contextlib.suppress(LinkError, NoAnchor):  # not granted (bound not on disk)
-                await link.send(self._lease.renewal(link, host, job.epoch))
+
+        async def renew(link: ExecutorLink) -> None:
+            if job.host is not None:
+                with contextlib.suppress(LinkError):
+                    await link.send(self._lease.renewal(link, job.host, job.epoch))
+
+        await renew_on_readings(lambda: job.link, renew, renewal_gap(self._detection))
 
     async def _liveness(self) -> None:
         """A hung executor keeps its connection but stops heartbeating: close the link to react."""
@@ -292,12 +293,16 @@ class Watch:
     def _on_fault(self, msg: Fault) -> None:
         job = self._live
         assert job.host is not None
+        text, data = f"{job.name} on {job.host}: {msg.fault}: {msg.message}", {}
+        if msg.fault == FaultKind.LEASE_LOST.value:
+            data = self._lease.evidence(job.host, job.link)
+            text += f" ({lapse_note(data)})"
         self._journal.record(
             Kind.FAULT,
-            f"{job.name} on {job.host}: {msg.fault}: {msg.message}",
+            text,
             job=job.name,
             host=job.host,
-            data={"fault": msg.fault, "step": msg.step},
+            data={"fault": msg.fault, "step": msg.step, **data},
         )
         if not self._acts:
             return
@@ -335,19 +340,20 @@ class Watch:
     async def after_link_loss(self, why: str) -> Outcome | None:
         """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters.
 
-        Probes are cut short near the lease's end, so the decision follows the end closely.
+        Probes are cut short near the lease's end, so the decision follows the end closely;
+        only a probe that may be acted on (``Answer.known``: not one starved of CPU) decides.
         """
         job, lease = self._live, self._lease
         host = job.host
         assert host is not None
         workdir = self._probe.workdir(host)
-        suspect_noted = offline_noted = probed = False
+        suspect_noted = offline_noted = known = opened = False
         alive: bool | None = None
         before = job.state
         probe_s = max(0.5, 2 * self._inv.console.heartbeat_s)
         while True:
             silent = is_suspect(time.monotonic(), job.last_seen, self._detection)
-            if probed and silent and lease.ended():
+            if known and silent and lease.ended():
                 if alive:
                     await self._probe.kill(host, workdir)
                     return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
@@ -356,7 +362,7 @@ class Watch:
                         return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
                     # Online again after reaching no host: what was said of this host was said
                     # while the console itself was cut off. Ask it again before calling it lost.
-                    offline_noted = probed = False
+                    offline_noted = known = False
                     alive = None
                     continue
                 if not offline_noted:
@@ -366,7 +372,7 @@ class Watch:
                         job=job.name,
                     )
             budget = max(0.2, min(probe_s, lease.left())) if silent else probe_s
-            if await self._relink(host, budget):
+            if await self._relink(host, max(budget, self._probe.fair_budget(host))):
                 await self._standby.cancel_preparation()
                 if job.state is JobState.UNREACHABLE:
                     self._states.move(before, f"{host} answers again")
@@ -374,10 +380,11 @@ class Watch:
             # The probe runs a short Python program on the host, which a loaded host may take a
             # while to start; one cut short reads as "cannot be asked", not as "gone". Only
             # near the lease's end is it cut short, so the decision follows the end closely.
-            alive = await self._probe.alive(host, workdir, budget if silent else PROBE_MIN_S)
-            probed = True
-            if alive is False:
+            answer = await self._probe.ask(host, workdir, budget if silent else PROBE_MIN_S)
+            if answer.alive is False:
                 return await self._probe.ended(host)
+            if answer.known:
+                known, alive = True, answer.alive
             if silent and not suspect_noted:
                 suspect_noted = True
                 self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
@@ -386,15 +393,18 @@ class Watch:
                         JobState.UNREACHABLE,
                         f"waiting out the lease on {host}: {max(0.0, lease.left()):.0f} s left",
                     )
+            if silent and known and not opened:
+                opened = True
                 self._incident.open("host_lost" if alive is None else "executor_hang", why)
             if (
-                alive is None
+                known
+                and alive is None
                 and not self._standby.preparing
                 and decide(self._policy(), failover=True) is Decision.ACT
             ):
                 # Unreachable: ready the target now (an idle executor trains nothing); a blip cancels it.
                 self._standby.begin_preparation(host)
-            if not (silent and lease.ended()):  # ended: decide now, not a poll later
+            if not (known and silent and lease.ended()):  # ended: decide now, not a poll later
                 await asyncio.sleep(min(POLL_S, max(lease.left(), 0.0)) if silent else POLL_S)
 
     async def _relink(self, host: str, budget: float) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from console import clock
 from console.fleet.detect import ClockPace
-from console.jobs.lease import JobLease, NoAnchor
+from console.jobs.lease import PERSIST_AHEAD, JobLease, NoAnchor
 from console.records.state_store import JobRecord, LeaseRecord, StateStore
 
 
@@ -36,8 +36,32 @@ def test_the_bound_is_on_disk_before_the_lease_is_handed_out(tmp_path: Path) -> 
     saved = _on_disk(store.path).lease
     assert saved is not None
     assert (saved.host, saved.epoch, saved.ttl_s) == ("a", 3, 10)
-    assert saved.until == pytest.approx(arrived + 10), "from the heartbeat's arrival, not the send"
+    assert lease.until == pytest.approx(arrived + 10), "from the heartbeat's arrival, not the send"
+    assert saved.until == pytest.approx(lease.until + 10 * PERSIST_AHEAD), "persisted ahead"
     assert saved.boot_id == clock.boot_id()
+
+
+def test_renewals_at_every_reading_write_the_bound_ahead_and_seldom(tmp_path: Path) -> None:
+    """A renewal per heartbeat must not mean a state write per heartbeat (each one an fsync in
+    the console's loop), and the bound on disk is never before the newest lease's end."""
+    store = StateStore(tmp_path)
+    writes = []
+
+    def save() -> None:
+        store.save()
+        writes.append(_on_disk(store.path).lease)
+
+    rec = store.job("j")
+    rec.epoch = 1
+    lease = JobLease(rec, save, ttl_s=3, skew_s=0.2)
+    t0 = clock.mono()
+    for i in range(24):  # 6 s of heartbeats every 0.25 s, a renewal on each
+        lease.renewal(_Link((100.0 + i / 4, t0 + i / 4)), "a", 1)  # type: ignore[arg-type]
+        saved = writes[-1]
+        assert saved is not None and saved.until >= lease.until, "the bound on disk covers it"
+    assert lease.until == pytest.approx(t0 + 23 / 4 + 3)
+    # one write per third of a lease at most (6 s of leases of 3 s), not one per renewal
+    assert 2 <= len(writes) <= 1 + 6 / (3 * PERSIST_AHEAD), f"{len(writes)} writes for 24 grants"
 
 
 def test_no_clock_reading_no_lease(tmp_path: Path) -> None:
@@ -60,7 +84,10 @@ def test_a_new_console_waits_out_the_bound_the_last_one_wrote(tmp_path: Path) ->
     again = StateStore(tmp_path)  # the next console
     lease = JobLease(again.job("j"), again.save, ttl_s=20, skew_s=0.5)
     lease.restore()
-    assert 19.0 < lease.left() <= 20.5
+    written = again.job("j").lease
+    assert written is not None
+    assert lease.until == written.until, "the bound as written (ahead of the lease), not less"
+    assert 19.0 < lease.left() <= 20.5 + 20 * PERSIST_AHEAD
     assert not lease.ended()
 
 

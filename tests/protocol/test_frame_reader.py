@@ -72,10 +72,15 @@ async def drain(frames: FrameReader[Any], timeout: float = 10) -> list[Any]:
 async def test_many_frames_in_one_chunk_come_out_in_order_from_few_reads(pair: Pair) -> None:
     msgs = [beat(i) for i in range(2000)]
     data = b"".join(encode_frame(m) for m in msgs)
-    pair.sender.sendall(data)
-    pair.sender.shutdown(socket.SHUT_WR)
+
+    def send() -> None:  # from a thread: more than a socket buffer holds (225 KB of 213 KB)
+        pair.sender.sendall(data)
+        pair.sender.shutdown(socket.SHUT_WR)
+
+    sending = asyncio.create_task(asyncio.to_thread(send))
     frames = FrameReader(pair.reader, EXECUTOR_MESSAGES)
     assert await drain(frames) == msgs
+    await sending
     # ~2000 frames, a read per 64 KiB at most (plus the one that sees the end)
     assert len(pair.reader.reads) <= len(data) // (READ_CHUNK // 8) + 2
     assert max(pair.reader.reads) > 1000

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import msgspec
 
 from console import clock
-from console.fleet.detect import DetectionSettings, is_suspect, renew_every
+from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
-from console.jobs.lease import JobLease, NoAnchor
+from console.jobs.lease import JobLease, NoAnchor, renew_on_readings
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.probe import Probe
 from console.states import HostState
@@ -116,11 +116,13 @@ class GroupEpoch:
             rendezvous=rendezvous,
         )
 
-    def grant(self, m: Member) -> Lease:
-        """A renewal for ``m``, its bound kept here and persisted (the max of all)."""
-        assert m.link is not None and m.link.anchor is not None
-        lease = self._lease.renewal(m.link, m.host, self.epoch)
-        m.until = max(m.until, m.link.anchor[1] + self._lease.ttl_s)
+    def grant(self, m: Member, link: ExecutorLink | None = None) -> Lease:
+        """A renewal for ``m`` over ``link`` (its own), its bound kept here and persisted (the
+        max of all)."""
+        link = link or m.link
+        assert link is not None and link.anchor is not None
+        lease = self._lease.renewal(link, m.host, self.epoch)
+        m.until = max(m.until, link.anchor[1] + self._lease.ttl_s)
         return lease
 
     def left(self, m: Member) -> float:
@@ -131,7 +133,8 @@ class GroupEpoch:
     async def watch(self) -> list[Member]:
         """Until every member's run has ended; the members, each with its ``exit``."""
         tasks = [asyncio.create_task(self._member(m)) for m in self.members]
-        tasks += [asyncio.create_task(self._renew()), asyncio.create_task(self._liveness())]
+        tasks += [asyncio.create_task(self._renew(m)) for m in self.members]
+        tasks.append(asyncio.create_task(self._liveness()))
         try:
             while not all(m.exit is not None for m in self.members):
                 self._changed.clear()
@@ -202,22 +205,22 @@ class GroupEpoch:
         elif isinstance(msg, Fault) and msg.fault == "config":
             self.ended(m, Outcome(Exit.CONFIG, msg.message))
 
-    async def _renew(self) -> None:
-        while True:
-            await asyncio.sleep(renew_every(self._det))
-            for m in self.members:
-                if m.link is None or m.link.hello is None:
-                    continue
-                if m.exit is not None and not m.waiting:
-                    continue
-                if (
-                    not m.waiting
-                    and self.first is not None
-                    and time.monotonic() - self.first.exit_at > self._collective_s + 2.0
-                ):
-                    continue  # stuck past the collective timeout: left to its lease
-                with contextlib.suppress(LinkError, NoAnchor):
-                    await m.link.send(self.grant(m))
+    async def _renew(self, m: Member) -> None:
+        """``m``'s lease, renewed at each of its executor's clock readings while it may train."""
+
+        async def renew(link: ExecutorLink) -> None:
+            if m.exit is not None and not m.waiting:
+                return
+            if (
+                not m.waiting
+                and self.first is not None
+                and time.monotonic() - self.first.exit_at > self._collective_s + 2.0
+            ):
+                return  # stuck past the collective timeout: left to its lease
+            with contextlib.suppress(LinkError, NoAnchor):
+                await link.send(self.grant(m, link))
+
+        await renew_on_readings(lambda: m.link, renew, renewal_gap(self._det))
 
     async def _liveness(self) -> None:
         """A hung executor keeps its connection but stops heartbeating: close its link."""
@@ -240,7 +243,7 @@ class GroupEpoch:
         while True:
             silent = is_suspect(time.monotonic(), m.last_seen, self._det)
             budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
-            if await self._relink(m, budget):
+            if await self._relink(m, max(budget, self._probe.fair_budget(host))):
                 return None
             if m.exit is not None:  # seen faulted on relinking
                 return None
@@ -248,13 +251,14 @@ class GroupEpoch:
             # linked (a console started after its executor ended) is silent from the start,
             # and a host slow to answer is not one that cannot be asked
             cut = budget if silent and probed else PROBE_MIN_S
-            alive = await self._probe.alive(host, workdir, cut)
+            answer = await self._probe.ask(host, workdir, cut)
             probed = True
+            alive = answer.alive
             if alive is False:
                 return await self._probe.ended(host)
-            if alive is None:
+            if alive is None and answer.known:
                 self._unreachable(m)
-            if silent and self.left(m) <= 0:
+            if silent and self.left(m) <= 0 and answer.known:  # a starved probe decides nothing
                 if alive:
                     await self._probe.kill(host, workdir)
                     return Outcome(Exit.HUNG, f"executor on {host} stopped answering")

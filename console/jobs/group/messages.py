@@ -19,6 +19,7 @@ from console.inventory import Inventory
 from console.jobs.group.commit import Commits
 from console.jobs.group.epoch import Member
 from console.jobs.incident import OpenIncident, trained_past
+from console.jobs.lease import JobLease, lapse_note
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.replicator import Replicator, Source
 from console.reach.deploy import checkpoint_file
@@ -70,8 +71,11 @@ class MemberMessages:
         progress: Callable[[Progress], None],
         members: Callable[[], list[str]],
         refused: Callable[[str, int], None],
+        lease: JobLease,
     ) -> None:
         self._live = live
+        self._lease = lease
+        """The job's lease: its evidence goes with a member's lease_lost."""
         self._name = live.name
         self._states = states
         self._inv = inv
@@ -120,12 +124,16 @@ class MemberMessages:
             self._on_health(m, msg)
         elif isinstance(msg, Fault):
             job.log_tail.append(f"{_clock()} {m.host} FAULT {msg.fault}: {msg.message}")
+            text, data = f"{self._name} on {m.host}: {msg.fault}: {msg.message}", {}
+            if msg.fault == FaultKind.LEASE_LOST.value:
+                data = self._lease.evidence(m.host, m.link)
+                text += f" ({lapse_note(data)})"
             self._journal.record(
                 Kind.FAULT,
-                f"{self._name} on {m.host}: {msg.fault}: {msg.message}",
+                text,
                 job=self._name,
                 host=m.host,
-                data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank},
+                data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank, **data},
             )
             if msg.fault == FaultKind.RESUME_FAILED.value:
                 self._refused(m.host, msg.step)

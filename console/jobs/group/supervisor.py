@@ -95,6 +95,7 @@ class GroupSupervisor(JobSupervisor):
             progress=self._progress,
             members=members,
             refused=self._resume.refuse,
+            lease=self.lease,
         )
         self._executors = WarmExecutors(
             self.live,
