@@ -151,6 +151,7 @@ class Episode:
         try:
             self._plan(fleet)
             epochs.jobs = set(self._torchruns(fleet))
+            epochs.mark = str(fleet.folder).encode()  # in every executor's HOTSPARE_FAKE_NVML
             baselines.update({j.name: _baseline(fleet, j) for j in fleet.jobs})
             sampler = Sampler(
                 {

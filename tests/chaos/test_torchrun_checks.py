@@ -22,9 +22,9 @@ from chaos.faults_fencing import _rate_bound
 from chaos.fleet import wait_until
 
 
-def _run(job: str, epoch: int) -> subprocess.Popen[bytes]:
+def _run(job: str, epoch: int, **extra: str) -> subprocess.Popen[bytes]:
     """A process /proc shows as one of ``job``'s run at ``epoch`` (its environment)."""
-    env = {**os.environ, "HOTSPARE_JOB": job, "HOTSPARE_EPOCH": str(epoch)}
+    env = {**os.environ, "HOTSPARE_JOB": job, "HOTSPARE_EPOCH": str(epoch), **extra}
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
 
 
@@ -68,6 +68,25 @@ def test_the_same_scene_with_epoch_1_gone_first_is_clean() -> None:
             procs = [_run(job, 2)]
             wait_until(lambda: (job, 2) in sampler.seen, 30, "epoch 2 seen")
         assert torchrun.stale_epochs(sampler, _disk(job, 1, 2), job) == ([], 0, 0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_another_tests_job_of_the_same_name_is_not_a_stale_epoch(tmp_path: Path) -> None:
+    """Chaos seed 11 of the second 60-fault torchrun run at 0096bbd: another test on the
+    machine ran a job also named j, at epochs 4 to 12, beside this fleet's epoch 3, and every
+    sample was called stale. The fleet's own processes carry its folder in their environment."""
+    job, mark = f"chaos-m{os.getpid()}", str(tmp_path)
+    procs = []
+    try:
+        with EpochSampler(jobs={job}, mark=mark.encode()) as sampler:
+            procs += [_run(job, 3, HOTSPARE_FAKE_NVML=f"{mark}/nvml-a.json") for _ in range(3)]
+            procs.append(_run(job, 7))  # another test's
+            wait_until(lambda: len(sampler.seen.get((job, 3), ())) >= 3, 30, "epoch 3 seen")
+            time.sleep(0.3)
+        assert sampler.stale == [] and (job, 7) not in sampler.seen
     finally:
         for p in procs:
             p.kill()
