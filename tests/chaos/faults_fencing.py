@@ -284,13 +284,31 @@ def _judge_wait(fleet: Fleet, job: str, epoch: int, bound: float, inj: Injected)
 # ------------------------------------------------------------------- second_console
 
 
+def holds_state_dir(state_dir: Path, pid: int) -> bool:
+    """Has console ``pid`` taken the state dir (journalled that it started: only the holder
+    writes the journal)? A second console started before that may win the lock instead (chaos
+    seed 8 of the mixed run at bf695b3: overlapped on a console restart, it did, and the
+    restarted console was refused)."""
+    try:
+        events = read(state_dir / "journal.jsonl", kinds={Kind.CONSOLE})
+        return any(e.kind is Kind.CONSOLE and e.data.get("pid") == pid for e in events)
+    except OSError:
+        return False
+
+
 def second_console(t: Target) -> Injected:
     """Start a second ``hotspare run`` on the same state dir while the first runs: refused
     (exit 2, one line on stderr naming the holder, nothing on stdout, nothing journalled),
     and the first goes on."""
     fleet = t.fleet
     first = fleet.console
-    assert first is not None and first.poll() is None
+    assert first is not None
+    wait_until(  # a console just restarted may not hold the state dir yet: it would lose it
+        lambda: first.poll() is not None or holds_state_dir(fleet.state_dir, first.pid),
+        60,
+        f"console pid {first.pid} to hold the state dir",
+    )
+    assert first.poll() is None
     at = time.time()
     journal_size = (fleet.state_dir / "journal.jsonl").stat().st_size
     proc = fleet.spawn_console()

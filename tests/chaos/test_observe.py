@@ -3,9 +3,13 @@ and which incident records which fault."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
+
 from chaos import invariants as inv
 from chaos.faults import Injected
-from chaos.faults_fencing import lease_bound
+from chaos.faults_fencing import holds_state_dir, lease_bound
 from chaos.observe import job_view
 from console.records.journal import Event, Kind
 
@@ -149,3 +153,15 @@ def test_a_restarted_consoles_wait_is_judged_against_a_lease_not_a_bound_written
     assert lease_bound(behind, killed=100.0) == 101.5
     long = {"until": 150.0, "ttl_s": 60.0}  # a clean quit's unattended lease is waited whole
     assert lease_bound(long, killed=100.0) == 150.0
+
+
+def test_a_second_console_waits_until_the_first_holds_the_state_dir(tmp_path: Path) -> None:
+    """Chaos seed 8 of the mixed run at bf695b3: a second_console overlapped on a console
+    restart started while the restarted console was still importing; it won the state dir,
+    and the restarted console was refused. The injector now waits until the console it is
+    a second to has journalled its start (only the holder writes the journal)."""
+    started = Event(t=1.0, kind=Kind.CONSOLE, msg="console started", data={"pid": 31043})
+    (tmp_path / "journal.jsonl").write_bytes(msgspec.json.encode(started) + b"\n")
+    assert holds_state_dir(tmp_path, 31043)
+    assert not holds_state_dir(tmp_path, 31241)
+    assert not holds_state_dir(tmp_path / "none", 31043)
