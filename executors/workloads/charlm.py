@@ -10,7 +10,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-import msgspec
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,26 +17,7 @@ from torch import nn
 from executors.workload import Workload, WorkloadContext, convert_config
 from executors.workloads.corpus import make_corpus
 from protocol.errors import ConfigError
-
-
-class CharLMConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    block_size: int = 64
-    dropout: float = 0.1
-    global_batch: int = 16
-    micro_batch: int | None = None
-    """Defaults to the global batch (no accumulation)."""
-    lr: float = 3e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 20
-    decay_steps: int = 2000
-    min_lr_ratio: float = 0.1
-    grad_clip: float | None = 1.0
-    corpus: str = "builtin"
-    """``builtin`` (generated text) or the path of a UTF-8 text file on the host."""
-    corpus_chars: int = 200_000
+from protocol.workloads import CharLMConfig
 
 
 class Block(nn.Module):
@@ -135,12 +115,5 @@ def _read_corpus(path: str) -> str:
 
 
 def build(config: dict, ctx: WorkloadContext) -> CharLM:
-    cfg = convert_config(config, CharLMConfig)
-    if cfg.n_embd % cfg.n_head:
-        raise ConfigError(f"config.n_embd: {cfg.n_embd} is not a multiple of n_head ({cfg.n_head})")
-    micro = cfg.micro_batch or cfg.global_batch
-    if micro <= 0 or cfg.global_batch <= 0 or cfg.global_batch % micro:
-        raise ConfigError(
-            f"config.micro_batch: {micro} must be positive and divide global_batch ({cfg.global_batch})"
-        )
-    return CharLM(cfg, ctx)
+    """The workload, its ``[config]`` checked against the schema the console checks too."""
+    return CharLM(convert_config(config, CharLMConfig), ctx)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from fleetbed import job_table, local_host, write_inventory
-from helpers import tmpfs
+from helpers import fill_disk, tmpfs
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -47,17 +47,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def fill(disk: Path) -> Path:
     """Fill the disk to the last byte (as tests/chaos/faults.py disk_full does)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for size in (1 << 20, 4096, 1):
-            with contextlib.suppress(OSError):
-                while os.write(fd, b"\0" * size):
-                    pass
-    finally:
-        os.close(fd)
-    assert os.statvfs(disk).f_bavail == 0
-    return filler
+    return fill_disk(disk)
 
 
 class Bed:

@@ -58,6 +58,14 @@ def command(tmp_path: Path, out: Path) -> dict[str, object]:
     }
 
 
+def job_file(tmp_path: Path, out: Path) -> Path:
+    """The escaper's job spec, for ``hotspare-executor run``."""
+    job = tmp_path / "job.toml"
+    spec = {"name": "esc", "executor": "command", "steps": 10**6, "command": command(tmp_path, out)}
+    job.write_text(tomli_w.dumps(spec))
+    return job
+
+
 def orphan(out: Path) -> int | None:
     try:
         return int((out / "orphan.pid").read_text())
@@ -75,17 +83,7 @@ def test_a_double_forked_child_with_a_cleared_environment_ends_with_its_sigkille
 ) -> None:
     out, work = tmp_path / "out", tmp_path / "w"
     out.mkdir()
-    job = tmp_path / "job.toml"
-    job.write_text(
-        tomli_w.dumps(
-            {
-                "name": "esc",
-                "executor": "command",
-                "steps": 10**6,
-                "command": command(tmp_path, out),
-            }
-        )
-    )
+    job = job_file(tmp_path, out)
     ex = ExecutorProcess(["run", "--spec", str(job), "--workdir", str(work), "--json"])
     pid = wait_for(lambda: orphan(out), 60, "the orphan's pid file")
     assert environ(pid) == [], "nothing in its environment says whose it is"
@@ -138,17 +136,7 @@ def test_the_cgroup_a_run_is_in_is_its_own_and_gone_after_it(tmp_path: Path) -> 
         pytest.skip(f"no cgroup for runs here: {cgroup.usable()}")
     out, work = tmp_path / "out", tmp_path / "w"
     out.mkdir()
-    job = tmp_path / "job.toml"
-    job.write_text(
-        tomli_w.dumps(
-            {
-                "name": "esc",
-                "executor": "command",
-                "steps": 10**6,
-                "command": command(tmp_path, out),
-            }
-        )
-    )
+    job = job_file(tmp_path, out)
     ex = ExecutorProcess(["run", "--spec", str(job), "--workdir", str(work), "--json"])
     pid = wait_for(lambda: orphan(out), 60, "the orphan's pid file")
     mine = cgroup.own(pid)
