@@ -186,34 +186,15 @@ def stage(
 
 def put(tmp: Path, data_path: Path, manifest: CheckpointManifest, lease_valid: LeaseCheck) -> Path:
     """``publish`` a file or a folder; the manifest's path. A folder cannot replace an older
-    copy of its step, which goes first (inside the lease), and publish's cleanup unlinks,
-    which a folder refuses: that IsADirectoryError is finished here, and what publish meant
-    to raise (Fenced when a lease check failed, else the error it was cleaning up after) is
-    raised instead."""
+    copy of its step, which goes first (inside the lease)."""
     if manifest.files is None and not data_path.is_dir():
         return publish(tmp, data_path, manifest, lease_valid)
-    manifest_path = data_path.with_suffix(".json")
     if not lease_valid(PUBLISH_MARGIN_S):
         remove(tmp)
         raise Fenced(f"checkpoint {manifest.step} not published: the lease is ending")
-    manifest_path.unlink(missing_ok=True)
+    data_path.with_suffix(".json").unlink(missing_ok=True)
     remove(data_path)
-    verdicts: list[bool] = []
-
-    def watched(margin_s: float) -> bool:
-        verdicts.append(lease_valid(margin_s))
-        return verdicts[-1]
-
-    try:
-        return publish(tmp, data_path, manifest, watched)
-    except IsADirectoryError as e:
-        remove(tmp)
-        (data_path.parent / f".{manifest_path.name}.tmp").unlink(missing_ok=True)
-        manifest_path.unlink(missing_ok=True)
-        remove(data_path)
-        if verdicts and not verdicts[-1]:
-            raise Fenced(f"checkpoint {manifest.step} not published: the lease ended") from None
-        raise (e.__context__ if isinstance(e.__context__, OSError) else e) from None
+    return publish(tmp, data_path, manifest, lease_valid)
 
 
 def restore_file(data: Path, tmp: Path, size: int, sha256: str) -> None:

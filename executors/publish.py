@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import threading
 from collections.abc import Callable
@@ -74,22 +75,32 @@ def publish(
         fsync_dir(folder)  # the marker is on disk before anything it guards is
         with _PUBLISHING:
             if not lease_valid(PUBLISH_MARGIN_S):
+                marker.unlink()  # it guards nothing: nothing was renamed
                 raise Fenced(f"checkpoint {manifest.step} not published: the lease is ending")
             os.replace(data_tmp, data_path)
             os.replace(manifest_tmp, manifest_path)
             if not lease_valid(0.0):
                 manifest_path.unlink(missing_ok=True)
-                data_path.unlink(missing_ok=True)
+                discard(data_path)
+                marker.unlink()  # only once what it guards is gone
                 raise Fenced(
                     f"checkpoint {manifest.step} withdrawn: the lease ended while it was published"
                 )
             marker.unlink()  # confirmed inside the lease
     except BaseException:
-        data_tmp.unlink(missing_ok=True)
+        discard(data_tmp)
         manifest_tmp.unlink(missing_ok=True)
         raise
     fsync_dir(folder)
     return manifest_path
+
+
+def discard(path: Path) -> None:
+    """Remove a file, or a folder with what is in it; nothing if it is not there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def seal(timeout_s: float = 1.0) -> bool:
