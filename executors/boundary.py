@@ -92,7 +92,7 @@ class Boundary:
         if agreed.stop:
             halt = halt or Halt("peer_stopped", exitcodes.STOPPED, checkpoint=True)
             # a rank whose lease has ended writes nothing (publishing would refuse it anyway)
-            keep = agreed.checkpoint and self.control.lease_valid()
+            keep = agreed.checkpoint and self.lease.valid()
             return replace(halt, checkpoint=keep)
         if agreed.save:
             self._save(reason or "agreed")

@@ -148,7 +148,7 @@ class CommandRunner:
             epoch=control.epoch,
             code_version=code_version(),
             emit=self.emit,
-            lease_valid=control.lease_valid,
+            lease_valid=self.lease.valid,
             node_rank=control.rendezvous.node_rank if control.rendezvous else None,
             nnodes=control.rendezvous.nnodes if control.rendezvous else 1,
         )

@@ -12,6 +12,7 @@ import time
 from collections import deque
 
 from executors.control import Control
+from executors.fencing.guard import LeaseGuard
 from executors.publish import Emit
 from protocol.messages import Progress
 
@@ -50,7 +51,7 @@ class ProgressMeter:
     def report(self, step: int, micro_batch: int, rows: int, force: bool = False) -> None:
         """A Progress message if one is due (``force``: now) and the lease is still valid;
         ``rows`` of each global batch are this host's, in micro-batches of ``micro_batch``."""
-        if not self.control.lease_valid():
+        if LeaseGuard(self.control).ended():
             return
         now = time.monotonic()
         if not force and now - self._last_report < self.interval_s:

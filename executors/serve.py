@@ -28,6 +28,7 @@ from executors import clock, exitcodes
 from executors.control import Control
 from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
+from executors.fencing.guard import LeaseGuard
 from executors.inject import Injections
 from executors.kinds import load_kind
 from executors.publish import seal
@@ -312,7 +313,7 @@ class Server:
             code == exitcodes.FAILED
             and reason in RESTARTABLE
             and control.stop is None
-            and control.lease_valid(0.0)
+            and not LeaseGuard(control).ended()
             and not self._done.done()
         ):
             self._thread = None
@@ -501,17 +502,11 @@ class Server:
                 alone_since = time.monotonic()
             elif time.monotonic() - alone_since > self.idle_exit_s and not self._done.done():
                 self._finish_idle("idle: no console", exitcodes.STOPPED)
-            control = self.control
-            left = control.lease_left() if control else None
-            if self.state is ExecutorState.FAULTED and left is not None and left <= 0:
+            ended = self.control is not None and LeaseGuard(self.control).ended()
+            if self.state is ExecutorState.FAULTED and ended:
                 self._end_faulted("lease_lost", exitcodes.LEASE_LOST)  # no restart came in time
                 continue
-            if (
-                left is not None
-                and left <= 0
-                and self._thread is not None
-                and self._thread.is_alive()
-            ):
+            if ended and self._thread is not None and self._thread.is_alive():
                 seal()
                 kill_command(self.workdir)
                 self._log(

@@ -35,6 +35,7 @@ from executors.checkpoint import CheckpointManager, CorruptCheckpoint, Emit, Loa
 from executors.control import Control
 from executors.device import is_oom, make_deterministic, pick_device
 from executors.dist import Group, flatten, joined, trained
+from executors.fencing.guard import LeaseGuard
 from executors.inject import Injections
 from executors.kinds import Outcome
 from executors.lineage import at_start
@@ -91,6 +92,7 @@ class Trainer:
         self.every_s = spec.checkpoint_every_s or (
             None if spec.checkpoint_every_steps else DEFAULT_CHECKPOINT_EVERY_S
         )
+        self.lease = LeaseGuard(self.control)
         rv = self.control.rendezvous
         self._factory: Factory = resolve(spec.workload)
         self.ckpt = CheckpointManager(
@@ -102,7 +104,7 @@ class Trainer:
             code_version=code_version(),
             emit=emit,
             write_delay_s=self.inj.slow_write_s,
-            lease_valid=self.control.lease_valid,
+            lease_valid=self.lease.valid,
             node_rank=rv.node_rank if rv else None,
             nnodes=rv.nnodes if rv else 1,
             any_shard=rv is not None and rv.logical_ranks is not None,
@@ -154,13 +156,13 @@ class Trainer:
             if stopped is not None:
                 return stopped
             loss = self._train_step()
-            if not self.control.lease_valid() and self.group is None:
+            if self.lease.ended() and self.group is None:
                 continue  # finished after the lease ended: not counted; the boundary stops
             if loss is not None:
                 self._after_step(loss)
         self._save_new("final")
         self.ckpt.wait()
-        if not self.control.lease_valid():  # the final checkpoint was not published
+        if self.lease.ended():  # the final checkpoint was not published
             return self._halt(self.boundary.lease_ended(self.state.step))
         self._progress(force=True)
         digest = rng.params_sha256(self.workload.model)

@@ -47,6 +47,10 @@ class LeaseGuard:
         """No lease, or one with more than ``margin_s`` left."""
         return self._control.lease_valid(margin_s)
 
+    def ended(self) -> bool:
+        """A lease, and nothing left of it: whatever still trains must end at once."""
+        return not self.valid(0.0)
+
     def may_publish(self) -> bool:
         return self.valid(PUBLISH_MARGIN_S)
 
