@@ -8,7 +8,7 @@ from typing import Any
 from fleetbed import local_host, write_inventory
 from groupbed import controller, group_job
 
-from console.jobs.group.supervisor import GroupSupervisor
+from console.jobs.group.supervisor import PORTS, GroupSupervisor, next_port
 
 
 def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> GroupSupervisor:
@@ -41,3 +41,14 @@ def test_the_torch_kind_and_hosts_without_gpus_start_one(tmp_path: Path) -> None
 def test_an_explicit_procs_per_host_wins(tmp_path: Path) -> None:
     cmd = {"executor": "command", "command": {"argv": ["x"]}, "procs_per_host": 2}
     assert group(tmp_path, (8, 8, 8), **cmd)._procs_per_host(["a", "b", "c"]) == 2
+
+
+def test_each_epoch_s_master_port_differs_from_the_last_whatever_is_drawn() -> None:
+    low, high = PORTS
+    for last in (low, low + 1, (low + high) // 2, high - 2, high - 1):
+        for drawn in (low, last - 1, last, last + 1, high - 2):
+            if not low <= drawn <= high - 2:
+                continue
+            port = next_port(last, lambda _a, _b, d=drawn: d)
+            assert port != last and low <= port < high, (last, drawn, port)
+    assert next_port(None, lambda _a, _b: low) == low

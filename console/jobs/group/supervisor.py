@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -50,6 +51,12 @@ PORTS = (20000, 30000)
 in TIME_WAIT, or taken, costs one failed epoch, not the job)."""
 
 
+def next_port(last: int | None, draw: Callable[[int, int], int] = random.randrange) -> int:
+    """A master port from ``PORTS`` unlike the previous epoch's, whose sockets may linger."""
+    port = draw(PORTS[0], PORTS[1] - 1)
+    return port + 1 if last is not None and port >= last else port
+
+
 class GroupSupervisor(JobSupervisor):
     """A job with ``hosts = [...]``: one executor per member host, the console the coordinator."""
 
@@ -66,6 +73,7 @@ class GroupSupervisor(JobSupervisor):
         self.commits = Commits(rec, ctl.store.save, len(self.members))
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
+        self._last_port: int | None = None
 
         def members() -> list[str]:
             return self.members  # read when used: a failover places the job anew
@@ -259,7 +267,7 @@ class GroupSupervisor(JobSupervisor):
         rdv = Rendezvous(
             node_rank=0,
             addresses=[self._inv.data_address(h) for h in plan],
-            master_port=random.randrange(*PORTS),
+            master_port=(port := next_port(self._last_port)),
             procs_per_host=self._procs_per_host(plan),
             backend=self.placement.backend or self._default_backend(plan),
             resume_step=resume,
@@ -267,6 +275,7 @@ class GroupSupervisor(JobSupervisor):
             logical_ranks=self._inv.logical_ranks(self.name),
             deterministic_reduce=self.placement.deterministic_reduce,
         )
+        self._last_port = port
         self._journal.record(
             Kind.EXECUTOR,
             f"{self.name}: epoch {epoch} on {', '.join(plan)}, master "
