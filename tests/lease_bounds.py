@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from console import clock
+from console.jobs.lease import PERSIST_AHEAD
 
 POLL_S = 0.02
 
@@ -54,3 +55,18 @@ class LeaseBounds:
     def wall(self, job: str, host: str, epoch: int) -> float:
         """The bound on (job, host, epoch)'s leases on the wall clock; KeyError if never seen."""
         return self.until[(job, host, epoch)] + self._offset
+
+    def persisted(self, job: str, epoch: int) -> float | None:
+        """The largest bound persisted for the job's epoch (a group's members share one record,
+        written with whichever member's grant raised it), on the wall clock: no lease of that
+        epoch runs past it. None if none was seen."""
+        seen = [u for (j, _h, e), u in list(self.until.items()) if (j, e) == (job, epoch)]
+        return max(seen) + self._offset if seen else None
+
+    def granted_end(self, job: str, epoch: int, lease_s: float) -> float | None:
+        """The end of the newest lease of the job's epoch the console granted, on the wall
+        clock, at the least: ``persisted`` less the lead the console writes it with
+        (``PERSIST_AHEAD`` of a lease). The console's own failover waits at least this plus
+        ``clock_skew_s``; a console started later waits the bound itself."""
+        bound = self.persisted(job, epoch)
+        return None if bound is None else bound - lease_s * PERSIST_AHEAD

@@ -121,6 +121,14 @@ class Sampler:
     def seen_training(self, job: str) -> set[int]:
         return {p for p, t in self.trainers.items() if t.job == job and t.windows}
 
+    def windows(self, workdir: Path) -> list[Window]:
+        """Every window in which an executor of ``workdir`` trained, oldest first."""
+        where = os.path.normpath(workdir)
+        return sorted(
+            (w for t in list(self.trainers.values()) if t.workdir == where for w in t.windows),
+            key=lambda w: w.t0,
+        )
+
     def _classify(self, pid: int) -> tuple[str, str] | None:
         """(job, workdir) of an executor process, None for any other process."""
         try:

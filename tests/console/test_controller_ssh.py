@@ -61,11 +61,7 @@ async def start(
 
 def trained(sampler: Sampler, root: Path) -> list[Window]:
     """Every window in which an executor of ``root``'s workdir trained (/proc), oldest first."""
-    workdir = str(root / "jobs" / "j")
-    return sorted(
-        (w for t in sampler.trainers.values() if t.workdir == workdir for w in t.windows),
-        key=lambda w: w.t0,
-    )
+    return sampler.windows(root / "jobs" / "j")
 
 
 def executor_proc(root: Path) -> psutil.Process:

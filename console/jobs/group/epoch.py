@@ -80,7 +80,7 @@ class GroupEpoch:
         on_message: Callable[[Member, ExecutorMessage], None],
         collective_timeout_s: float,
         heartbeat_s: float,
-        noted: Callable[[Member, str], None],
+        noted: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
     ) -> None:
         self.members = members
@@ -239,7 +239,7 @@ class GroupEpoch:
         """Relink after a blip; otherwise find out what happened, waiting out the lease."""
         host, workdir = m.host, self._probe.workdir(m.host)
         probe_s = max(0.5, 2 * self._heartbeat_s)
-        noted = probed = False
+        suspect = noted = probed = False
         while True:
             silent = is_suspect(time.monotonic(), m.last_seen, self._det)
             budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
@@ -258,16 +258,19 @@ class GroupEpoch:
                 return await self._probe.ended(host)
             if alive is None and answer.known:
                 self._unreachable(m)
+            if silent and not suspect:
+                suspect = True
+                self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+            if silent and answer.known and not noted:
+                # classed once a probe could tell: a host that answers holds a hung executor
+                noted = True
+                self._noted(m, why, "host_lost" if alive is None else "executor_hang")
             if silent and self.left(m) <= 0 and answer.known:  # a starved probe decides nothing
                 if alive:
                     await self._probe.kill(host, workdir)
                     return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
                 if await self._fleet.console_online(excluding=host):
                     return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
-            if silent and not noted:
-                noted = True
-                self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
-                self._noted(m, why)
             await asyncio.sleep(min(POLL_S, max(self.left(m), 0.05)) if silent else POLL_S)
 
     async def _relink(self, m: Member, budget: float) -> bool:
