@@ -24,12 +24,17 @@ OFFLINE = "the console reaches no host at all"
 
 
 def executors_under(root: Path) -> list[int]:
-    """Pids of executor processes whose command line names ``root`` (from /proc)."""
+    """Pids of executors (``executors.cli serve``) whose command line names ``root``, from
+    /proc; the console's short-lived probes (``executors.cli health``) are not executors."""
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             args = cmdline.read_bytes().split(b"\0")
-            if b"executors.cli" in args and any(str(root).encode() in a for a in args):
+            if (
+                b"executors.cli" in args
+                and b"serve" in args
+                and any(str(root).encode() in a for a in args)
+            ):
                 pids.append(int(cmdline.parent.name))
     return pids
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +16,11 @@ import netbed
 import psutil
 import pytest
 import sshbed
+from chaos.procs import Sampler
+from event_watch import EventWatch
 from fleetbed import EXECUTOR_ENV, until, write_inventory
 from groupbed import group_baseline, group_job, shards
+from lease_bounds import LeaseBounds
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -57,23 +61,38 @@ async def test_a_cut_member_shrinks_the_group_and_an_added_host_grows_it_back(
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
     sup = ctl.jobs["j"]
+    c = hosts["c"]
+    workdirs = {h: hosts[h].root / "jobs" / "j" for h in "abc"}
+    sampler = Sampler({"c": [workdirs["c"]]}).start()
+    bounds = LeaseBounds(tmp_path / "state" / "state.json").start()
     task = asyncio.create_task(ctl.run(stay=True))
     await until(lambda: task.done() or sup.step >= 60, 180, "step 60 on three hosts")
     assert not task.done()
-    c = hosts["c"]
     old = psutil.Process(int((c.root / "jobs" / "j" / "executor.pid").read_text()))
-    c.netns.cut()
-    await until(
-        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-        60,
-        "c's executor to stop (its lease runs out)",
-    )
-    frozen = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
-    await until(
-        lambda: ctl.store.job("j").members == ["a", "b"] and sup.state is JobState.RUNNING,
-        120,
-        "training on a and b",
-    )
+    epoch = ctl.store.job("j").epoch
+    with EventWatch([workdirs["a"], workdirs["b"]]) as watch:
+        lost_at = time.time()
+        c.netns.cut()
+        await until(
+            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
+            60,
+            "c's executor to stop (its lease runs out)",
+        )
+        frozen = {p: p.stat().st_mtime_ns for p in workdirs["c"].rglob("*") if p.is_file()}
+        await until(
+            lambda: ctl.store.job("j").members == ["a", "b"] and sup.state is JobState.RUNNING,
+            120,
+            "training on a and b",
+        )
+        resumed = {  # the shrunk epoch's start, as each survivor wrote it
+            h: lambda h=h: watch.first(
+                workdirs[h], lambda e: e["kind"] == "resumed" and e["epoch"] > epoch
+            )
+            for h in "ab"
+        }
+        await until(lambda: all(r() for r in resumed.values()), 60, "a and b resumed, shrunk")
+    bounds.stop()
+    sampler.stop()
     ctl.add_host("d", hosts["d"].inventory_table("r1"))
     await until(lambda: sup.state.is_terminal(), 300, "the job to end")
     task.cancel()
@@ -94,10 +113,25 @@ async def test_a_cut_member_shrinks_the_group_and_an_added_host_grows_it_back(
     journal = list(read(tmp_path / "state" / "journal.jsonl"))
     found = incidents(journal)
     assert [(i.fault_class, i.cause) for i in found] == [("shrunk", "host_lost"), ("grown", None)]
-    shrunk, grown = found
-    assert shrunk.times["decided"] >= shrunk.fault_at + ctl.inv.console.lease_s - 0.5, (
-        "shrunk only once the cut member's lease had ended"
+    _shrunk, grown = found
+    # from /proc, the executors' own events and state.json, not the journal: c trained last
+    # inside the bound persisted on its epoch's leases, and the survivors resumed shrunk only
+    # past the newest grant's end plus clock_skew_s
+    console = ctl.inv.console
+    bound, granted = (
+        bounds.persisted("j", epoch),
+        bounds.granted_end("j", epoch, console.lease_s, by=lost_at),
     )
+    assert bound is not None and granted is not None
+    c_windows = sampler.windows(workdirs["c"])
+    assert c_windows, "the sampler saw c train before the cut"
+    assert c_windows[-1].t0 < bound, f"c trained {c_windows[-1].t0 - bound:.2f}s past its bound"
+    for h, at in resumed.items():
+        t = at()
+        assert t is not None and t > granted + console.clock_skew_s, (
+            f"{h} resumed shrunk {granted + console.clock_skew_s - (t or 0):.2f}s before c's "
+            "lease ended"
+        )
     assert grown.lost_steps == 0
     sizes = {e.data["world_size"] for e in journal if e.kind is Kind.PROGRESS}
     assert sizes == {2, 3}

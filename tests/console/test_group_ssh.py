@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import netbed
 import psutil
 import pytest
 import sshbed
+from chaos.procs import Sampler
 from fleetbed import EXECUTOR_ENV, until, write_inventory
 from groupbed import group_baseline, group_job, shards
+from lease_bounds import LeaseBounds
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -58,6 +61,10 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
     sup = ctl.jobs["j"]
+    c = hosts["c"]
+    c_dir, d_dir = (hosts[h].root / "jobs" / "j" for h in "cd")
+    sampler = Sampler({"c": [c_dir], "d": [d_dir]}).start()  # c's rank: never two at once
+    bounds = LeaseBounds(tmp_path / "state" / "state.json").start()
     task = asyncio.create_task(ctl.run(stay=True))
     await until(
         lambda: task.done() or (sup.step >= 60 and ctl.replicator.replica("j", "d", 2).manifest),
@@ -65,15 +72,19 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
         "step 60 and shard 2 on the spare",
     )
     assert not task.done()
-    c = hosts["c"]
     old = executor_proc(c.root)
+    epoch = ctl.store.job("j").epoch
+    lost_at = time.time()
     c.netns.cut()
     await until(
         lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
         60,
         "c's executor to stop (its lease runs out)",
     )
-    frozen = {p: p.stat().st_mtime_ns for p in (c.root / "jobs" / "j").rglob("*") if p.is_file()}
+    frozen = {p: p.stat().st_mtime_ns for p in c_dir.rglob("*") if p.is_file()}
+    await until(lambda: sampler.windows(d_dir), 120, "d training (/proc)")
+    bounds.stop()
+    sampler.stop()
     await until(lambda: sup.state.is_terminal(), 240, "the job to end")
     c.netns.heal()
     await until(lambda: ctl.fleet.hosts["c"].state is HostState.UP, 60, "c reachable again")
@@ -106,7 +117,21 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     assert fell_back <= {"c"}, "only the cut member's copies fell back to the relay"
     (inc,) = incidents(journal)
     assert inc.fault_class == "host_lost"
-    assert inc.times["decided"] >= inc.fault_at + ctl.inv.console.lease_s - 0.5
+    # from /proc and state.json, not the journal: c trained last inside the bound persisted on
+    # its epoch's leases; d first trained past the newest grant's end plus clock_skew_s
+    console = ctl.inv.console
+    bound, granted = (
+        bounds.persisted("j", epoch),
+        bounds.granted_end("j", epoch, console.lease_s, by=lost_at),
+    )
+    assert bound is not None and granted is not None
+    c_windows, d_first = sampler.windows(c_dir), sampler.windows(d_dir)[0]
+    assert c_windows, "the sampler saw c train before the cut"
+    assert c_windows[-1].t0 < bound, f"c trained {c_windows[-1].t0 - bound:.2f}s past its bound"
+    assert d_first.t1 > granted + console.clock_skew_s, (
+        f"d trained {granted + console.clock_skew_s - d_first.t1:.2f}s before c's lease ended"
+    )
+    assert not sampler.overlaps, "c and d never trained at once"
 
 
 async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease(

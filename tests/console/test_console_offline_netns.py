@@ -1,0 +1,94 @@
+"""The console's own network out, for real: every host's link cut at once in its network
+namespace, so each probe and relink runs into a timeout rather than an error the transport
+raises at once. Nothing is failed over; a host is declared lost past its lease only while the
+console still reaches some other host. Evidence: the executors' processes in /proc and their
+own events, beside the journal's job and host states."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import netbed
+import pytest
+import sshbed
+from fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
+from test_console_offline import OFFLINE, executors_under
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Event, Kind
+from console.states import JobState
+
+pytestmark = pytest.mark.skipif(netbed.unavailable() is not None, reason=str(netbed.unavailable()))
+
+
+@pytest.fixture
+def bed() -> Iterator[sshbed.SshBed]:
+    with sshbed.ssh_bed() as b:
+        yield b
+
+
+async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_on_after(
+    bed: sshbed.SshBed, tmp_path: Path
+) -> None:
+    a, b = (netbed.ns_host(bed, i, n) for i, n in zip(netbed.free_indices(2), "ab", strict=True))
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    ctl = Controller(
+        load(inventory), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"}
+    )
+    sup = ctl.jobs["j"]
+    events: list[Event] = []
+    ctl.journal.subscribe(events.append)
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 20 or task.done(), 120, "step 20")
+        assert not task.done(), task
+        epoch = sup.epoch
+        cut_at = len(events)
+        a.netns.cut()
+        b.netns.cut()
+        await until(lambda: any(OFFLINE in e.msg for e in events) or task.done(), 90, "the alert")
+        assert not task.done(), task
+        lease_s = ctl.inv.console.lease_s
+        # held offline for two more leases: time enough for any wrong decision to be made
+        held = asyncio.get_running_loop().time() + 2 * lease_s
+        await until(lambda: asyncio.get_running_loop().time() > held or task.done(), 60, "offline")
+        while_offline = events[cut_at:]
+        moves = [e.data["to"] for e in while_offline if e.kind is Kind.JOB_STATE]
+        assert "failing_over" not in moves, moves
+        downs = [e.msg for e in while_offline if e.kind is Kind.HOST_STATE and "-> down" in e.msg]
+        assert not [m for m in downs if m.startswith("a:")], downs
+        assert not executors_under(b.root), "nothing started on the spare"
+        a_events = [
+            json.loads(x)
+            for x in (a.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+            if x.strip()
+        ]
+        assert a_events[-1]["kind"] == "stopped" and a_events[-1]["reason"] == "lease_lost", (
+            "a stopped itself at its lease's end: the console could not renew it"
+        )
+        a.netns.heal()
+        b.netns.heal()
+        resumed = sup.step
+        await until(
+            lambda: (sup.state is JobState.RUNNING and sup.step > resumed + 10) or task.done(),
+            120,
+            "training again",
+        )
+        assert not task.done(), task
+        assert sup.host == "a" and sup.epoch > epoch, "trained on where it was, a new epoch"
+        assert not executors_under(b.root), "nothing ever started on the spare"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await ctl.close()
