@@ -6,9 +6,11 @@ import asyncio
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
+from chaos.procs import Sampler
 from fleetbed import (
     EXECUTOR_ENV,
     baseline_params,
@@ -21,6 +23,7 @@ from fleetbed import (
     write_inventory,
 )
 from helpers import PLAIN_SCRIPT, plain_command
+from lease_bounds import LeaseBounds
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -89,6 +92,9 @@ async def test_a_dead_host_fails_over_to_its_spare(
 ) -> None:
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
+    a_dir, b_dir = (tmp_path / h / "jobs" / "j" for h in "ab")
+    sampler = Sampler({"j": [a_dir, b_dir]}).start()
+    bounds = LeaseBounds(fleet.parent / "state" / "state.json").start()
     task = await run_until(
         ctl,
         lambda: sup.step >= 60 and ctl.replicator.replica("j", "b").manifest,
@@ -96,7 +102,11 @@ async def test_a_dead_host_fails_over_to_its_spare(
         "step 60 and a replica on b",
     )
     replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
+    epoch, lost_at = sup.epoch, time.time()
     ctl.kill_host("a")
+    await until(lambda: sampler.windows(b_dir) or task.done(), 60, "b training (/proc)")
+    bounds.stop()
+    sampler.stop()
     await asyncio.wait_for(task, 120)
     await ctl.close()
     assert sup.state is JobState.FINISHED
@@ -120,11 +130,16 @@ async def test_a_dead_host_fails_over_to_its_spare(
     assert inc.lost_steps <= 2 * 20, "one interval, plus a checkpoint still on its way to the spare"
     assert inc.resumed_step is not None
     assert inc.resumed_step >= replica_at_kill, "resumed from the newest verified replica"
-    lease_end = inc.fault_at + ctl.inv.console.lease_s
-    assert inc.times["decided"] >= lease_end - 0.5, (
-        "the failover is decided only after the lease has ended"
+    # from /proc and state.json, not the journal: b first trained past the end of a's newest
+    # lease (the bound persisted by the kill, less its lead) plus clock_skew_s
+    console = ctl.inv.console
+    granted = bounds.granted_end("j", epoch, console.lease_s, by=lost_at)
+    assert granted is not None and sampler.windows(a_dir), "a was seen training before the kill"
+    b_first = sampler.windows(b_dir)[0]
+    assert b_first.t1 > granted + console.clock_skew_s, (
+        f"b trained {granted + console.clock_skew_s - b_first.t1:.2f}s before a's lease ended"
     )
-    assert inc.times["loaded"] >= inc.times["decided"], "the spare trains only after the decision"
+    assert not sampler.overlaps, "a and b never trained at once"
 
 
 def moved_without_loss(root: Path) -> tuple[int, int]:

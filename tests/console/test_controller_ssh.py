@@ -32,11 +32,14 @@ def bed() -> Iterator[sshbed.SshBed]:
         yield b
 
 
-def inventory(tmp_path: Path, a: sshbed.SshHost, b: sshbed.SshHost, **job: object) -> Path:
+def inventory(
+    tmp_path: Path, a: sshbed.SshHost, b: sshbed.SshHost, lease_s: float = 3.0, **job: object
+) -> Path:
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
+        lease_s=lease_s,
     )
 
 
@@ -100,7 +103,9 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:
     a, b = ns_host(bed, 41, "a"), bed.host(name="b")
-    inv = inventory(tmp_path, a, b, steps=1200)
+    # a lease longer than b's start (a fresh executor over ssh takes ~3 s here), so a console
+    # that did not wait it out would be seen training b before the bound
+    inv = inventory(tmp_path, a, b, lease_s=6.0, steps=1200)
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
     ctl = controller(inv)
     sup = ctl.jobs["j"]

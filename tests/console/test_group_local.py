@@ -106,16 +106,6 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     sampler.stop()
     await asyncio.wait_for(task, 180)
     await ctl.close()
-    assert sup.state is JobState.FINISHED, sup.live.why
-    assert sup.sha256 == baseline
-    assert ctl.store.job("j").members == ["a", "b", "d"], "d took node rank 2, the order kept"
-    assert ctl.fleet.hosts["c"].state is HostState.DOWN
-    # survivors restarted in place: the same executor processes, torch kept imported
-    assert started_pids(inv, "ab") == {h: [pid] for h, pid in survivors.items()}
-    assert {m.node_rank for m in shards(tmp_path / "d")} == {2}
-    (inc,) = incidents(journal(inv))
-    assert inc.fault_class == "host_lost"
-    assert inc.resolved
     # d trains only once every lease of c's epoch has ended: the newest grant's end as the
     # console persisted it (read from state.json) plus clock_skew_s, against d's first CPU
     # tick in /proc
@@ -128,6 +118,16 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
         f"d trained {bound + skew - d_first.t1:.2f}s before c's lease bound plus clock_skew_s"
     )
     assert not sampler.overlaps, "c and d never trained at once"
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "b", "d"], "d took node rank 2, the order kept"
+    assert ctl.fleet.hosts["c"].state is HostState.DOWN
+    # survivors restarted in place: the same executor processes, torch kept imported
+    assert started_pids(inv, "ab") == {h: [pid] for h, pid in survivors.items()}
+    assert {m.node_rank for m in shards(tmp_path / "d")} == {2}
+    (inc,) = incidents(journal(inv))
+    assert inc.fault_class == "host_lost"
+    assert inc.resolved
     (ready,) = [e for e in journal(inv) if e.kind is Kind.EXECUTOR and "started on d" in e.msg]
     assert ready.t < inc.times["decided"], "d's executor was readied while c's lease ran out"
     assert started_pids(inv, "d") == {"d": [ready.data["pid"]]}, "and that one trained"
