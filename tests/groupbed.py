@@ -28,7 +28,8 @@ def group_job(**over: Any) -> dict[str, Any]:
     return {"hosts": list(MEMBERS), "spares": ["d"], **table}
 
 
-def local_group(folder: Path, **over: Any) -> Path:
+def local_group(folder: Path, console: dict[str, Any] | None = None, **over: Any) -> Path:
+    """Three members and a spare on local hosts; ``console``: settings of its own (a lease)."""
     folder.mkdir(parents=True, exist_ok=True)
     return write_inventory(
         folder / "inventory.toml",
@@ -39,6 +40,7 @@ def local_group(folder: Path, **over: Any) -> Path:
             "d": local_host(folder / "d", role="spare"),
         },
         jobs={"j": group_job(**over)},
+        **(console or {}),
     )
 
 

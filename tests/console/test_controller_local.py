@@ -19,6 +19,7 @@ from fleetbed import (
     job_table,
     local_host,
     run_until,
+    set_console,
     until,
     write_inventory,
 )
@@ -90,7 +91,9 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
 async def test_a_dead_host_fails_over_to_its_spare(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
-    ctl = controller(fleet)
+    # a lease longer than detection plus a cold start of b (~4 s here): a console that did not
+    # wait it out would be seen training b before the bound
+    ctl = controller(set_console(fleet, lease_s=6.0))
     sup = ctl.jobs["j"]
     a_dir, b_dir = (tmp_path / h / "jobs" / "j" for h in "ab")
     sampler = Sampler({"j": [a_dir, b_dir]}).start()

@@ -85,7 +85,9 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
 async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     tmp_path: Path, baseline: str
 ) -> None:
-    inv = local_group(tmp_path)
+    # a lease longer than detection plus a cold start of d (~4 s here): a console that did not
+    # wait it out would be seen training d before the bound
+    inv = local_group(tmp_path, console={"lease_s": 6.0})
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     c_dir, d_dir = (tmp_path / h / "jobs" / "j" for h in "cd")
