@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,6 +123,7 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     sampler = Sampler({"j": [a.root / "jobs" / "j", b.root / "jobs" / "j"]}).start()
     with LeaseBounds(tmp_path / "state" / "state.json") as bounds:
         await until(lambda: bounds.until.get(("j", "a", epoch)), 10, "A's bound read from disk")
+        lost_at = time.time()
         a.netns.cut()
         await until(
             lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
@@ -142,9 +144,13 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     assert a_windows[-1].t0 < bound, (
         f"A trained {a_windows[-1].t0 - bound:.2f}s past the bound persisted on its lease"
     )
+    # the console's own failover waits the newest lease's end (the bound less its lead), not
+    # the bound a console started later would wait
+    granted = bounds.granted_end("j", epoch, load(inv).console.lease_s, by=lost_at)
+    assert granted is not None
     b_first = trained(sampler, b.root)[0]
-    assert b_first.t1 > bound + skew, (
-        f"B trained {bound + skew - b_first.t1:.2f}s before A's bound plus clock_skew_s"
+    assert b_first.t1 > granted + skew, (
+        f"B trained {granted + skew - b_first.t1:.2f}s before A's lease ended plus clock_skew_s"
     )
     assert not sampler.overlaps, sampler.overlaps
     frozen = {p: p.stat().st_mtime_ns for p in (a.root / "jobs" / "j").rglob("*") if p.is_file()}
