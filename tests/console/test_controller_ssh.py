@@ -106,7 +106,9 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     a, b = ns_host(bed, 41, "a"), bed.host(name="b")
     # the default lease, longer than detection plus b's cold start over ssh (~6 s here), so a
     # console that did not wait it out would be seen training b before the bound
-    inv = inventory(tmp_path, a, b, lease_s=10.0, steps=1200)
+    # (and steps enough that A, training on cut off until it stops at about half its lease,
+    # does not finish the job in that time)
+    inv = inventory(tmp_path, a, b, lease_s=10.0, steps=4000)
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
     ctl = controller(inv)
     sup = ctl.jobs["j"]
