@@ -71,8 +71,12 @@ class Result:
     newer epoch (chaos.epochs)."""
     epoch_samples: int = 0
     """/proc samples the epoch sampler took (0: no torchrun job)."""
-    inconclusive: int = 0
-    """Torchrun jobs, or epochs of them, the epoch sampler never saw (each also a violation)."""
+    epochs_unseen: int = 0
+    """Torchrun jobs, or epochs of them, the epoch sampler never saw (each also inconclusive)."""
+    inconclusive: list[str] = field(default_factory=list)
+    """The episode's checks that could not be made, not a fault's own (those are on
+    ``Injected.inconclusive``): a torchrun epoch /proc never showed. Each is also a violation
+    (see chaos.invariants)."""
     job_kinds: dict[str, str] = field(default_factory=dict)
     corrupt_skips: int = 0
     loads: int = 0
@@ -282,6 +286,7 @@ class Episode:
             for m in r.matches
             if not m.ok
         ]
+        r.violations += inv.inconclusive(r.faults)
 
     def _fencing(
         self,
@@ -301,9 +306,10 @@ class Episode:
         for j in fleet.jobs:
             if j.kind == torchrun.KIND:
                 bad, stale, unseen = torchrun.stale_epochs(epochs, disk, j.name)
-                r.violations += bad
+                r.violations += bad  # its inconclusives among them, last
                 r.stale_samples += stale
-                r.inconclusive += unseen
+                r.epochs_unseen += unseen
+                r.inconclusive += bad[len(bad) - unseen :] if unseen else []
             else:
                 r.violations += fencing.journal_epochs(events, sampler, j.name)
             ends = fencing.lease_ends(fencing.epoch_starts(events, disk, j.name))

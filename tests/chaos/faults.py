@@ -54,6 +54,10 @@ class Injected:
     """When the job was seen running again with nothing open after this fault."""
     violations: list[str] = field(default_factory=list)
     """What the fault's own checks found (a refused console that was not, a stale step)."""
+    inconclusive: list[str] = field(default_factory=list)
+    """Checks of this fault that could not be made (its victim gone before the check, the scene
+    it needs never set up): never a pass. Counted per kind in the summary, and each one fails
+    the run unless the fault was overlapped (see chaos.invariants.inconclusive)."""
     missed: list[str] = field(default_factory=list)
     """Targets it measured and missed (an MTTR bound): reported, not violations of safety."""
     figures: dict[str, float] = field(default_factory=dict)

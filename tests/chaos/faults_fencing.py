@@ -121,11 +121,21 @@ def sigstop_past_lease(t: Target) -> Injected:
         if _alive(pid):
             _thaw(t.fleet, t.job, t.host, pid, epoch, allowed, inj)
         else:
-            inj.note += "; gone before it could be continued"
+            gone(inj, pid, epoch)
         host.netns.heal()
 
     inj.heal, inj.heal_when = heal, newer_epoch_running
     return inj
+
+
+def gone(inj: Injected, pid: int, epoch: int) -> None:
+    """The frozen executor was gone before it could be continued: what the fault is for (no
+    step and no publish once continued past its lease) was never tried."""
+    inj.note += "; gone before it could be continued"
+    inj.inconclusive.append(
+        f"sigstop_past_lease: pid {pid} (epoch {epoch}) on {inj.host} was gone before it could "
+        "be continued: whether it trains or publishes past its lease was not checked"
+    )
 
 
 def _thaw(
@@ -144,8 +154,12 @@ def _thaw(
     )
     try:
         after = json_lines((workdir / "events.jsonl").read_bytes()[offset:])
-    except OSError:
+    except OSError as e:
         after = []
+        inj.inconclusive.append(
+            f"sigstop_past_lease: {workdir}/events.jsonl unreadable after pid {pid} was "
+            f"continued ({e}): its steps and reported checkpoints were not checked"
+        )
     for ev in after:
         if ev.get("kind") == "checkpoint" and int(ev["manifest"]["epoch"]) == epoch:
             inj.violations.append(
@@ -202,7 +216,7 @@ def console_restart_partitioned(t: Target) -> Injected:
         ("host_lost", "console_restart"),
     )
     if rec is None or rec.get("host") != t.host:
-        inj.note = f"the persisted lease is not {t.host}'s ({rec}): the wait is not measured"
+        unmeasured(inj, rec)
         inj.heal = host.netns.heal
         return inj
     bound = time.time() + lease_bound(rec, killed) - _boottime() + SKEW_S  # as a wall time
@@ -215,6 +229,17 @@ def console_restart_partitioned(t: Target) -> Injected:
 
     inj.heal = heal
     return inj
+
+
+def unmeasured(inj: Injected, rec: dict[str, Any] | None) -> None:
+    """The persisted lease is not the cut host's (the job was being moved: an overlapped
+    fault), or none was persisted: the console may rightly start the job without waiting
+    (it can reach the lease's host and find the executor gone), so its wait is not judged."""
+    inj.note = f"the persisted lease is not {inj.host}'s ({rec}): the wait is not measured"
+    inj.inconclusive.append(
+        f"console_restart_partitioned: the persisted lease of {inj.job} is not the cut host "
+        f"{inj.host}'s ({rec}): the restarted console's wait was not checked"
+    )
 
 
 def _boottime() -> float:
@@ -245,6 +270,10 @@ def _judge_wait(fleet: Fleet, job: str, epoch: int, bound: float, inj: Injected)
     )
     if start is None:
         inj.note += "; no newer epoch started"
+        inj.inconclusive.append(
+            f"console_restart_partitioned: no epoch of {job} newer than {epoch} started before "
+            f"{inj.host} was healed: the restarted console's wait was not checked"
+        )
         return
     if start < bound - 0.05:
         inj.violations.append(

@@ -330,6 +330,7 @@ class GroupEpisode:
             for m in r.matches
             if not m.ok
         ]
+        r.violations += inv.inconclusive(r.faults)
 
     def _fencing(
         self, fleet: GroupFleet, sampler: Sampler, disk: DiskWatch, events: list[Event]

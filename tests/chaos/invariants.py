@@ -6,6 +6,19 @@
   records, no checkpoint of an epoch written after a later epoch started;
 - no damaged checkpoint ever loaded;
 - every injected fault an incident in ``hotspare report``, with class, MTTR and lost steps.
+
+A check that could not be made is *inconclusive*, never a pass: a fault's own
+(``Injected.inconclusive``: its victim gone before the check, a scene it needs never set up) or
+the episode's (``Result.inconclusive``: a torchrun epoch /proc never showed). Each is counted
+(per fault kind in the summary, chaos.runner) and each fails the run (``inconclusive`` makes it
+a violation), with one exception, on purpose: an inconclusive of an *overlapped* fault is
+counted and listed but fails nothing. A fault that comes while another is being recovered from
+is aimed at a job in motion (the host it is being started on, whose lease is not yet persisted;
+a damaged replica of a spare the console may no longer fail over to), so the scene its own
+check needs is by design often not there; such faults are matched loosely for the same reason
+(``match_incidents``: absorbed), and every check of the episode that does not depend on the
+fault's own scene (bit-exact finish, two trainers, stale epochs, loads whole) holds for them as
+for any other. A fault alone has no such excuse.
 """
 
 from __future__ import annotations
@@ -27,6 +40,11 @@ RECOVERY_SLACK_S = 5.0
 """An incident of a fault is detected by the time its job runs again (and this long after)."""
 ABSORB_WINDOW_S = 30.0
 """An overlapped fault is absorbed by an incident open within this long of it (at most)."""
+
+
+def inconclusive(faults: list[Injected]) -> list[str]:
+    """The faults' inconclusives that fail the run (those of faults alone), as violations."""
+    return [f"inconclusive: {i}" for f in faults if not f.overlapped for i in f.inconclusive]
 
 
 def finished(events: list[Event], baselines: dict[str, str]) -> list[str]:

@@ -1,6 +1,11 @@
 """The long chaos run: seeded episodes until N faults have been injected, then a summary (faults
-by kind, survived, MTTR p50/p95, lost steps, false failovers, two-trainer intervals,
-stale-epoch files, a restarted console's wait for a lease it cannot see). ``scripts/chaos``.
+by kind, survived, inconclusive, MTTR p50/p95, lost steps, false failovers, two-trainer
+intervals, stale-epoch files, a restarted console's wait for a lease it cannot see).
+``scripts/chaos``.
+
+The exit status is 1 when any episode has a violation, an inconclusive check among them (every
+inconclusive but an overlapped fault's own: chaos.invariants), and 0 otherwise: an
+inconclusive is never a pass.
 
     scripts/chaos --faults 200 --seed 7
     scripts/chaos --faults 12 --seed 5 --overlap 0.5 --jobs 2
@@ -22,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chaos import group
+from chaos import invariants as inv
 from chaos.episode import Config, Episode, Result
 from chaos.faults import ARMED
 from chaos.faults_fencing import LEASE_S, SKEW_S
@@ -71,6 +77,9 @@ class Row:
     n: int = 0
     overlapped: int = 0
     ok: int = 0
+    """Survived: matched or absorbed, every check of the fault made, no violation."""
+    inconclusive: int = 0
+    """Faults with a check that could not be made (Injected.inconclusive)."""
     mttr: list[float] = field(default_factory=list)
     """Of faults alone only: an overlapped fault's incident times two faults."""
     lost: list[int] = field(default_factory=list)
@@ -79,13 +88,15 @@ class Row:
         self.n += other.n
         self.overlapped += other.overlapped
         self.ok += other.ok
+        self.inconclusive += other.inconclusive
         self.mttr += other.mttr
         self.lost += other.lost
 
     def line(self, kind: str) -> str:
         lost = f"{sum(self.lost)} / {max(self.lost)}" if self.lost else "- / -"
         return (
-            f"| {kind} | {self.n} | {self.overlapped} | {self.ok} | {_s(_pct(self.mttr, 50))} "
+            f"| {kind} | {self.n} | {self.overlapped} | {self.ok} | {self.inconclusive} "
+            f"| {_s(_pct(self.mttr, 50))} "
             f"| {_s(_pct(self.mttr, 95))} | {lost} |"
         )
 
@@ -99,7 +110,8 @@ def _rows(results: list[Result]) -> dict[str, Row]:
             row = rows[m.fault.kind + (f" ({on})" if on == TORCHRUN else "")]
             row.n += 1
             row.overlapped += int(m.fault.overlapped)
-            row.ok += int(m.ok and clean)
+            row.ok += int(m.ok and clean and not m.fault.inconclusive)
+            row.inconclusive += int(bool(m.fault.inconclusive))
             inc = m.incident
             if inc is not None and inc.mttr_s is not None and not m.fault.overlapped:
                 row.mttr.append(inc.mttr_s)
@@ -111,8 +123,9 @@ def _rows(results: list[Result]) -> dict[str, Row]:
 def summary(results: list[Result], wall_s: float) -> str:
     rows = _rows(results)
     out = [
-        "| fault | injected | overlapped | survived | MTTR p50 | MTTR p95 | lost steps (sum / max) |",
-        "|---|---|---|---|---|---|---|",
+        "| fault | injected | overlapped | survived | inconclusive | MTTR p50 | MTTR p95 "
+        "| lost steps (sum / max) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     total = Row()
     for kind in sorted(rows):
@@ -122,7 +135,9 @@ def summary(results: list[Result], wall_s: float) -> str:
     out.append("")
     out.append(
         "MTTR is of faults alone (an overlapped fault's incident also times the other fault); "
-        "survived: matched or absorbed, in an episode with no violation but incident ones"
+        "survived: matched or absorbed, every check of its own made, in an episode with no "
+        "violation but incident ones; inconclusive: a check of its own could not be made "
+        "(a failure unless the fault was overlapped)"
     )
     restarts = [
         f.figures
@@ -159,12 +174,15 @@ def summary(results: list[Result], wall_s: float) -> str:
         f"{sum(r.by_overlap for r in results)}, damaged checkpoints met and skipped "
         f"{sum(r.corrupt_skips for r in results)}, checkpoint loads checked "
         f"{sum(r.loads for r in results)}, "
+        f"inconclusive {_inconclusive(results)}, "
         f"violations {sum(len(r.violations) for r in results)}, wall {wall_s / 60:.1f} min"
     )
     for r in results:
         for v in r.violations:
             out.append(f"- seed {r.seed}: {v}")
         for f in r.faults:
+            for i in f.inconclusive if f.overlapped else ():  # the others are violations
+                out.append(f"- seed {r.seed}: inconclusive (overlapped: counted only): {i}")
             for m in f.missed:
                 out.append(f"- seed {r.seed}: target missed: {m}")
         for s in r.skipped:
@@ -184,8 +202,26 @@ def _stale(results: list[Result]) -> str:
     if not any(TORCHRUN in r.job_kinds.values() for r in results):
         return "- (no torchrun job)"
     stale = sum(r.stale_samples for r in results)
-    unseen = sum(r.inconclusive for r in results)
+    unseen = sum(r.epochs_unseen for r in results)
     return f"{stale} of {taken} (/proc; inconclusive {unseen})"
+
+
+def _inconclusive(results: list[Result]) -> str:
+    """How many checks could not be made: the faults' own, the episodes'; and how many of
+    them were an overlapped fault's (counted, failing nothing)."""
+    faults = [(f.overlapped, i) for r in results for f in r.faults for i in f.inconclusive]
+    episode = sum(len(r.inconclusive) for r in results)
+    overlapped = sum(o for o, _ in faults)
+    return (
+        f"{len(faults) + episode} (faults' {len(faults)}, of overlapped faults {overlapped}; "
+        f"the episodes' {episode})"
+    )
+
+
+def failed(results: list[Result]) -> bool:
+    """A violation anywhere, or an inconclusive but an overlapped fault's own (an episode makes
+    each of those a violation too: chaos.invariants)."""
+    return any(r.violations or r.inconclusive or inv.inconclusive(r.faults) for r in results)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(results, time.monotonic() - t0))
     if args.group:
         print(group.victims(results))
-    return 0 if not any(r.violations for r in results) else 1
+    return 1 if failed(results) else 0
 
 
 if __name__ == "__main__":

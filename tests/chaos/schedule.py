@@ -226,10 +226,12 @@ class Scheduler:
         quiet = not f.solo or time.monotonic() - o.since >= QUIET_AFTER_S
         if o.healed and quiet and self._recovered(f):
             f.recovered_at = time.time()
-            if f.violations or f.figures or ";" in f.note:
+            if f.violations or f.inconclusive or f.figures or ";" in f.note:
                 self.say(f"    {f.kind} on {f.host} ({f.job}) seen through: {f.note}")
             for v in f.violations:
                 self.say(f"    VIOLATION {v}")
+            for i in f.inconclusive:
+                self.say(f"    INCONCLUSIVE {i}")
             for m in f.missed:
                 self.say(f"    target missed: {m}")
             return True

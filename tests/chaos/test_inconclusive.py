@@ -1,0 +1,188 @@
+"""A chaos check that could not be made is inconclusive, never a pass (issue 32, item 9): the
+faults that used to add only a note now record it (``Injected.inconclusive``), the summary
+counts it per kind, and it fails the run unless its fault was overlapped. Driven by fabricated
+events and a frozen dummy process (no fleet)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from netbed import NsSshHost
+
+from chaos import faults_fencing as ff
+from chaos import invariants as inv
+from chaos import runner
+from chaos.episode import Result
+from chaos.faults import Injected, Target
+from chaos.fleet import wait_until
+from console.records.journal import Event, Kind
+
+
+class _Netns:
+    def __init__(self) -> None:
+        self.cut_now = False
+
+    def cut(self) -> None:
+        self.cut_now = True
+
+    def heal(self) -> None:
+        self.cut_now = False
+
+
+def _host() -> NsSshHost:
+    h = NsSshHost.__new__(NsSshHost)  # no sshd, no namespace: what the injectors call
+    h.netns = _Netns()
+    return h
+
+
+class _Fleet:
+    """What the fencing injectors use of a Fleet, with a scripted journal and lease record."""
+
+    def __init__(self, root: Path, lease: dict[str, Any] | None = None) -> None:
+        self.root = root
+        self.hosts = {"a": _host(), "b": _host()}
+        self.jobs: list[Any] = []
+        self.events: list[Event] = []
+        self.lease = lease
+        self.console_kills = self.console_starts = 0
+
+    def workdir(self, host: str, job: str) -> Path:
+        return self.root / host / "jobs" / job
+
+    def journal(self) -> list[Event]:
+        return self.events
+
+    def lease_record(self, job: str) -> dict[str, Any] | None:
+        return self.lease
+
+    def kill_console(self) -> None:
+        self.console_kills += 1
+
+    def start_console(self) -> None:
+        self.console_starts += 1
+
+
+def _target(fleet: _Fleet, host: str = "a") -> Target:
+    return Target(fleet, "j", host, "b", random.Random(1))
+
+
+# ------------------------------------------------------------ sigstop_past_lease
+
+
+def test_a_frozen_executor_gone_before_it_is_continued_is_inconclusive(tmp_path: Path) -> None:
+    """The fault's check (no step, no publish once continued past its lease) never ran: that
+    was only a note ("gone before it could be continued"), and the fault counted as survived."""
+    fleet = _Fleet(tmp_path)
+    workdir = fleet.workdir("a", "j")
+    (workdir / "checkpoints").mkdir(parents=True)
+    progress = {"kind": "progress", "epoch": 1, "step": 40, "steps_per_s": 100.0}
+    (workdir / "events.jsonl").write_text(json.dumps(progress) + "\n")
+    code = "import time; time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", str(workdir)])
+    try:
+        (workdir / "executor.pid").write_text(f"{proc.pid}\n")
+        wait_until(lambda: b"serve" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, "exec")
+        inj = ff.sigstop_past_lease(_target(fleet))
+        assert fleet.hosts["a"].netns.cut_now
+        assert inj.inconclusive == []
+    finally:
+        proc.send_signal(signal.SIGKILL)  # gone while frozen
+        proc.wait()
+    assert inj.heal is not None
+    inj.heal()
+    assert not fleet.hosts["a"].netns.cut_now
+    assert len(inj.inconclusive) == 1 and "was not checked" in inj.inconclusive[0], inj
+    assert inv.inconclusive([inj]) == [f"inconclusive: {inj.inconclusive[0]}"]
+    inj.overlapped = True
+    assert inv.inconclusive([inj]) == [], "an overlapped fault's: counted, failing nothing"
+
+
+# ------------------------------------------------------- console_restart_partitioned
+
+
+def test_a_restart_whose_persisted_lease_is_another_hosts_is_inconclusive(tmp_path: Path) -> None:
+    lease = {"host": "b", "epoch": 3, "until": 1.0, "ttl_s": 3.0}
+    fleet = _Fleet(tmp_path, lease)
+    inj = ff.console_restart_partitioned(_target(fleet, "a"))
+    assert fleet.console_kills == fleet.console_starts == 1
+    assert len(inj.inconclusive) == 1, inj
+    assert "not the cut host a's" in inj.inconclusive[0]
+    assert inj.heal is not None
+    inj.heal()
+    assert not fleet.hosts["a"].netns.cut_now
+
+
+def test_a_restart_after_which_no_newer_epoch_started_is_inconclusive(tmp_path: Path) -> None:
+    lease = {"host": "a", "epoch": 3, "until": ff._boottime() + 1.0, "ttl_s": 3.0}
+    fleet = _Fleet(tmp_path, lease)
+    inj = ff.console_restart_partitioned(_target(fleet, "a"))
+    assert inj.inconclusive == [] and "bound_left_s" in inj.figures
+    assert inj.heal is not None
+    inj.heal()  # the journal shows no epoch after 3: the wait is not measured
+    assert len(inj.inconclusive) == 1 and "no epoch of j newer than 3" in inj.inconclusive[0]
+    assert "extra_s" not in inj.figures
+
+
+def test_a_restart_judged_against_a_newer_epoch_is_conclusive(tmp_path: Path) -> None:
+    lease = {"host": "a", "epoch": 3, "until": ff._boottime() + 1.0, "ttl_s": 3.0}
+    fleet = _Fleet(tmp_path, lease)
+    inj = ff.console_restart_partitioned(_target(fleet, "a"))
+    bound = inj.t + inj.figures["bound_left_s"] + 1.0
+    fleet.events = [
+        Event(
+            t=bound + 0.5,
+            kind=Kind.JOB_STATE,
+            job="j",
+            host="b",
+            data={"from": "deploying", "to": "running", "epoch": 4},
+        )
+    ]
+    assert inj.heal is not None
+    inj.heal()
+    assert inj.inconclusive == [] and inj.violations == [] and "extra_s" in inj.figures
+
+
+# ------------------------------------------------------------------ the summary
+
+
+def _result(*faults: Injected) -> Result:
+    r = Result(seed=1, faults=list(faults))
+    r.matches = [inv.Match(f, None, True) for f in faults]
+    return r
+
+
+def _row(text: str, kind: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {kind} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_the_summary_counts_inconclusives_per_kind() -> None:
+    frozen = Injected("sigstop_past_lease", "j", "a", 1.0, ("host_lost",))
+    frozen.inconclusive.append("sigstop_past_lease: gone")
+    restart = Injected("console_restart_partitioned", "j", "a", 2.0, ("host_lost",))
+    r = _result(frozen, restart)
+    text = runner.summary([r], 60.0)
+    assert _row(text, "fault")[4] == "inconclusive", text
+    assert _row(text, "sigstop_past_lease")[1:5] == ["1", "0", "0", "1"], text
+    assert _row(text, "console_restart_partitioned")[1:5] == ["1", "0", "1", "0"], text
+    assert _row(text, "**all**")[1:5] == ["2", "0", "1", "1"], text
+
+
+def test_an_inconclusive_fails_the_run() -> None:
+    frozen = Injected("sigstop_past_lease", "j", "a", 1.0, ("host_lost",))
+    frozen.inconclusive.append("sigstop_past_lease: gone")
+    assert runner.failed([_result(frozen)])
+    frozen.overlapped = True
+    r = _result(frozen)
+    assert not runner.failed([r])
+    assert "inconclusive (overlapped: counted only): sigstop_past_lease: gone" in runner.summary(
+        [r], 1.0
+    )
+    r.inconclusive.append("j: a loaded step-0000000200.pt ...: not checked")
+    assert runner.failed([r]), "an episode's inconclusive fails the run"
