@@ -1,7 +1,8 @@
 """A chaos check that could not be made is inconclusive, never a pass (issue 32, item 9): the
 faults that used to add only a note now record it (``Injected.inconclusive``), the summary
-counts it per kind, and it fails the run unless its fault was overlapped. Driven by fabricated
-events and a frozen dummy process (no fleet)."""
+counts it per kind, and it fails the run unless its fault was overlapped; an MTTR target
+missed is counted and shown, and fails nothing. Driven by fabricated events and a frozen
+dummy process (no fleet)."""
 
 from __future__ import annotations
 
@@ -162,19 +163,26 @@ def _row(text: str, kind: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
-def test_the_summary_counts_inconclusives_per_kind() -> None:
+def test_the_summary_counts_inconclusives_and_mttr_misses_per_kind() -> None:
     frozen = Injected("sigstop_past_lease", "j", "a", 1.0, ("host_lost",))
     frozen.inconclusive.append("sigstop_past_lease: gone")
     restart = Injected("console_restart_partitioned", "j", "a", 2.0, ("host_lost",))
+    restart.missed.append("console_restart_partitioned (MTTR bound, not safety): 9 s")
     r = _result(frozen, restart)
     text = runner.summary([r], 60.0)
-    assert _row(text, "fault")[4] == "inconclusive", text
-    assert _row(text, "sigstop_past_lease")[1:5] == ["1", "0", "0", "1"], text
-    assert _row(text, "console_restart_partitioned")[1:5] == ["1", "0", "1", "0"], text
-    assert _row(text, "**all**")[1:5] == ["2", "0", "1", "1"], text
+    header = _row(text, "fault")
+    assert header[4:6] == ["inconclusive", "MTTR missed"], header
+    assert _row(text, "sigstop_past_lease")[1:6] == ["1", "0", "0", "1", "0"], text
+    assert _row(text, "console_restart_partitioned")[1:6] == ["1", "0", "1", "0", "1"], text
+    assert _row(text, "**all**")[1:6] == ["2", "0", "1", "1", "1"], text
+    assert "MTTR targets missed 1" in text
+    assert "target missed (not safety): console_restart_partitioned" in text
 
 
-def test_an_inconclusive_fails_the_run() -> None:
+def test_an_inconclusive_fails_the_run_an_mttr_miss_does_not() -> None:
+    restart = Injected("console_restart_partitioned", "j", "a", 2.0, ("host_lost",))
+    restart.missed.append("console_restart_partitioned (MTTR bound, not safety): 9 s")
+    assert not runner.failed([_result(restart)]), "an MTTR miss is no safety violation"
     frozen = Injected("sigstop_past_lease", "j", "a", 1.0, ("host_lost",))
     frozen.inconclusive.append("sigstop_past_lease: gone")
     assert runner.failed([_result(frozen)])
