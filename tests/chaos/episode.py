@@ -75,8 +75,8 @@ class Result:
     """Torchrun jobs, or epochs of them, the epoch sampler never saw (each also inconclusive)."""
     inconclusive: list[str] = field(default_factory=list)
     """The episode's checks that could not be made, not a fault's own (those are on
-    ``Injected.inconclusive``): a torchrun epoch /proc never showed. Each is also a violation
-    (see chaos.invariants)."""
+    ``Injected.inconclusive``): a torchrun epoch /proc never showed, a load whose manifest the
+    disk watcher never saw. Each is also a violation (see chaos.invariants)."""
     job_kinds: dict[str, str] = field(default_factory=dict)
     corrupt_skips: int = 0
     loads: int = 0
@@ -270,8 +270,9 @@ class Episode:
         for j in fleet.jobs:
             workdirs = [fleet.workdir(h, j.name) for h in fleet.hosts]
             r.violations += inv.checkpoint_epochs(events, workdirs, j.name)
-            bad, loads = inv.loads_whole(workdirs, j.name)
-            r.violations += bad
+            bad, loads, unsure = inv.loads_whole(disk, j.name)
+            r.violations += bad + [f"inconclusive: {u}" for u in unsure]
+            r.inconclusive += unsure
             r.loads += loads
         bad, r.corrupt_skips = inv.corrupt_loads(r.faults)
         r.violations += bad

@@ -4,18 +4,20 @@
 - never two executors of one job training at once: see chaos.fencing (from /proc, from the
   disks, and from the journal where it can be trusted); here, from the executors' own
   records, no checkpoint of an epoch written after a later epoch started;
-- no damaged checkpoint ever loaded;
+- no damaged checkpoint ever loaded, and every checkpoint loaded one some executor reported
+  written whole (its manifest's sha256 that of a CheckpointSaved);
 - every injected fault an incident in ``hotspare report``, with class, MTTR and lost steps.
 
 A check that could not be made is *inconclusive*, never a pass: a fault's own
-(``Injected.inconclusive``: its victim gone before the check, a scene it needs never set up) or
-the episode's (``Result.inconclusive``: a torchrun epoch /proc never showed). Each is counted
-(per fault kind in the summary, chaos.runner) and each fails the run (``inconclusive`` makes it
-a violation), with one exception, on purpose: an inconclusive of an *overlapped* fault is
-counted and listed but fails nothing. A fault that comes while another is being recovered from
-is aimed at a job in motion (the host it is being started on, whose lease is not yet persisted;
-a damaged replica of a spare the console may no longer fail over to), so the scene its own
-check needs is by design often not there; such faults are matched loosely for the same reason
+(``Injected.inconclusive``: its victim gone before the check, a scene it needs never set up, a
+damaged file no loader met) or the episode's (``Result.inconclusive``: a load whose manifest
+the disk watcher never saw, a torchrun epoch /proc never showed). Each is counted (per fault
+kind in the summary, chaos.runner) and each fails the run (``inconclusive`` makes it a
+violation), with one exception, on purpose: an inconclusive of an *overlapped* fault is counted
+and listed but fails nothing. A fault that comes while another is being recovered from is aimed
+at a job in motion (the host it is being started on, whose lease is not yet persisted; a
+damaged replica of a spare the console may no longer fail over to), so the scene its own check
+needs is by design often not there; such faults are matched loosely for the same reason
 (``match_incidents``: absorbed), and every check of the episode that does not depend on the
 fault's own scene (bit-exact finish, two trainers, stale epochs, loads whole) holds for them as
 for any other. A fault alone has no such excuse.
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.disk import DiskWatch, Manifest
 from chaos.faults import ARMED, Injected
 from chaos.observe import executor_events, json_lines
 from console.records.incidents import Incident, incidents
@@ -43,6 +46,11 @@ RECOVERY_SLACK_S = 5.0
 """An incident of a fault is detected by the time its job runs again (and this long after)."""
 ABSORB_WINDOW_S = 30.0
 """An overlapped fault is absorbed by an incident open within this long of it (at most)."""
+LOAD_SEEN_SLACK_S = 1.0
+"""The manifest a Resumed line loaded may be seen up to this long after the line: the disk
+watcher reads a host's manifests before its events.jsonl in each scan, so one published just
+after a scan read the folder is seen the scan after the line. (A step's checkpoint is written
+again on the same host only after a later resume from before it: never this soon.)"""
 
 
 def inconclusive(faults: list[Injected]) -> list[str]:
@@ -116,23 +124,73 @@ def _loaded(resumed: dict[str, Any], path: str) -> bool:
         return False
 
 
-def loads_whole(workdirs: list[Path], job: str) -> tuple[list[str], int]:
-    """Every checkpoint an executor loaded (a resume or a NaN rollback) is one some executor
-    wrote whole: its step is that of a CheckpointSaved (which follows the manifest's rename).
-    Also how many loads there were."""
-    saved, loaded = set(), []
-    for w in workdirs:
-        for ev in executor_events(w):
-            if ev.get("kind") == "checkpoint":
-                saved.add(ev["manifest"]["step"])
-            elif ev.get("kind") == "resumed" and ev.get("checkpoint"):
-                loaded.append((w, ev["step"], ev["checkpoint"]))
-    bad = [
-        f"{job}: {w} loaded {path} (step {step}), which no executor reported written whole"
-        for w, step, path in loaded
-        if step not in saved
+def loaded_manifest(
+    disk: DiskWatch, host: str, job: str, step: int, seen: float
+) -> Manifest | None:
+    """The manifest an executor on ``host`` loaded for ``step``: its workdir's checkpoint of that
+    step (a file of its own, or a replica a failover linked there) as the disk watcher saw it,
+    the newest seen by the time its Resumed line was (``LOAD_SEEN_SLACK_S``). A command job's
+    Resumed names the copy restored into the command's folder: the step names the file."""
+    there = [
+        m
+        for m in disk.manifests
+        if m.host == host
+        and m.job == job
+        and not m.replica
+        and m.step == step
+        and m.seen <= seen + LOAD_SEEN_SLACK_S
     ]
-    return bad, len(loaded)
+    return max(there, key=lambda m: m.seen, default=None)
+
+
+def loads_whole(disk: DiskWatch, job: str) -> tuple[list[str], int, list[str]]:
+    """Every checkpoint an executor loaded (a resume or a NaN rollback) is one an executor
+    reported written whole (CheckpointSaved, which follows the manifest's rename): the manifest
+    it loaded (``loaded_manifest``) vouches for the sha256 of a CheckpointSaved of that step by
+    an executor on the same host (its own file), or, where that manifest is a replica's hard
+    link (a failover promoted it), by any executor (the replica is a copy of one's file). Not
+    merely a step some executor wrote somewhere. Also how many loads there were, and the
+    inconclusive: a load whose manifest the watcher never saw, or whose sha256 is that of a
+    write on another host though the watcher saw no replica it was linked from."""
+    writers: dict[tuple[int, str], set[str]] = {}
+    loads = []
+    for ln in disk.lines:
+        if ln.job != job:
+            continue
+        ev = ln.event
+        if ev.get("kind") == "checkpoint":
+            m = ev["manifest"]
+            writers.setdefault((int(m["step"]), str(m["sha256"])), set()).add(ln.host)
+        elif ev.get("kind") == "resumed" and ev.get("checkpoint"):
+            loads.append(ln)
+    replicas = disk.replica_inodes()
+    bad, unsure = [], []
+    for ln in loads:
+        step, path = int(ln.event["step"]), ln.event["checkpoint"]
+        m = loaded_manifest(disk, ln.host, job, step, ln.seen)
+        if m is None:
+            unsure.append(
+                f"{job}: {ln.host} loaded {path} (step {step}), but the disk watcher never saw a "
+                f"manifest of step {step} in its checkpoints: not checked"
+            )
+            continue
+        by = writers.get((step, m.sha256), set())
+        promoted = (m.host, m.ino) in replicas
+        if ln.host in by or (promoted and by):
+            continue
+        if by:
+            unsure.append(
+                f"{job}: {ln.host} loaded {path} (step {step}, sha256 {m.sha256[:12]}), written "
+                f"whole on {', '.join(sorted(by))}, but not on {ln.host}, and the watcher saw no "
+                "replica it was linked from: not checked"
+            )
+            continue
+        bad.append(
+            f"{job}: {ln.host} loaded {path} (step {step}, its manifest's sha256 "
+            f"{m.sha256[:12]}), which no executor reported written whole"
+            + ("" if promoted else f" on {ln.host}, nor as a replica")
+        )
+    return bad, len(loads), unsure
 
 
 @dataclass

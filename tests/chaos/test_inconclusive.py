@@ -1,8 +1,10 @@
 """A chaos check that could not be made is inconclusive, never a pass (issue 32, item 9): the
 faults that used to add only a note now record it (``Injected.inconclusive``), the summary
 counts it per kind, and it fails the run unless its fault was overlapped; an MTTR target
-missed is counted and shown, and fails nothing. Driven by fabricated events and a frozen
-dummy process (no fleet)."""
+missed is counted and shown, and fails nothing. A checkpoint loaded must be one written whole
+as loaded (its manifest's sha256, on its own host or as a promoted replica), not merely a step
+some executor wrote. Driven by fabricated events, files and a frozen dummy process (no
+fleet)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,14 @@ from netbed import NsSshHost
 from chaos import faults_fencing as ff
 from chaos import invariants as inv
 from chaos import runner
+from chaos.disk import DiskWatch, Line, Manifest
 from chaos.episode import Result
 from chaos.faults import Injected, Target
 from chaos.fleet import wait_until
 from console.records.journal import Event, Kind
+
+SHA_A = "a" * 64
+SHA_B = "b" * 64
 
 
 class _Netns:
@@ -194,3 +200,76 @@ def test_an_inconclusive_fails_the_run_an_mttr_miss_does_not() -> None:
     )
     r.inconclusive.append("j: a loaded step-0000000200.pt ...: not checked")
     assert runner.failed([r]), "an episode's inconclusive fails the run"
+
+
+# ------------------------------------------------------------------ loads_whole
+
+
+def _saved(host: str, step: int, sha: str, seen: float = 1.0) -> Line:
+    path = f"/r/{host}/jobs/j/checkpoints/step-{step:010d}.pt"
+    ev = {"kind": "checkpoint", "path": path, "manifest": {"step": step, "sha256": sha}}
+    return Line(seen, host, "j", ev)
+
+
+def _resumed(host: str, step: int, seen: float) -> Line:
+    path = f"/r/{host}/jobs/j/checkpoints/step-{step:010d}.pt"
+    return Line(seen, host, "j", {"kind": "resumed", "step": step, "checkpoint": path, "epoch": 2})
+
+
+def _manifest(
+    host: str, step: int, sha: str, seen: float, ino: int, replica: bool = False
+) -> Manifest:
+    folder = f"/r/{host}/replicas/j" if replica else f"/r/{host}/jobs/j/checkpoints"
+    path = f"{folder}/step-{step:010d}.json"
+    return Manifest(host, "j", replica, path, ino, seen, seen, 1, step, sha, seen)
+
+
+def _disk(lines: list[Line], manifests: list[Manifest]) -> DiskWatch:
+    disk = DiskWatch({}, ["j"])
+    disk.lines += lines
+    disk.manifests += manifests
+    return disk
+
+
+def test_a_load_of_a_step_written_whole_elsewhere_but_not_as_loaded_is_a_violation() -> None:
+    """The old check took a step any executor wrote whole: b's step 400, whose manifest
+    vouches for bytes no executor reported (sha B), passed because a wrote its own step 400."""
+    disk = _disk(
+        [_saved("a", 400, SHA_A), _resumed("b", 400, 9.0)],
+        [_manifest("a", 400, SHA_A, 1.0, 5), _manifest("b", 400, SHA_B, 8.0, 7)],
+    )
+    bad, loads, unsure = inv.loads_whole(disk, "j")
+    assert loads == 1 and unsure == []
+    assert len(bad) == 1 and "which no executor reported written whole on b" in bad[0], bad
+
+
+def test_a_replica_promoted_from_a_whole_write_elsewhere_is_a_whole_load() -> None:
+    disk = _disk(
+        [_saved("a", 400, SHA_A), _resumed("b", 400, 9.0)],
+        [
+            _manifest("b", 400, SHA_A, 2.0, 7, replica=True),  # copied from a's
+            _manifest("b", 400, SHA_A, 8.0, 7),  # promoted: a hard link of the replica
+        ],
+    )
+    assert inv.loads_whole(disk, "j") == ([], 1, [])
+
+
+def test_a_load_of_its_own_whole_write_is_whole_and_of_another_version_is_not() -> None:
+    """Which manifest was loaded: the newest at that step seen by the time the Resumed was."""
+    manifests = [
+        _manifest("b", 400, SHA_B, 1.0, 6),  # seen, never reported written (withdrawn)
+        _manifest("b", 400, SHA_A, 5.0, 7),
+    ]
+    lines = [_saved("b", 400, SHA_A, 5.0), _resumed("b", 400, 6.0)]
+    assert inv.loads_whole(_disk(lines, manifests), "j") == ([], 1, [])
+    lines = [_saved("b", 400, SHA_A, 5.0), _resumed("b", 400, 2.0)]
+    bad, _, unsure = inv.loads_whole(_disk(lines, manifests), "j")
+    assert len(bad) == 1 and unsure == [], bad
+
+
+def test_a_load_whose_manifest_was_never_seen_or_unlinked_is_inconclusive() -> None:
+    lines = [_saved("a", 400, SHA_A), _resumed("b", 400, 9.0)]
+    bad, _, unsure = inv.loads_whole(_disk(lines, []), "j")
+    assert bad == [] and len(unsure) == 1 and "never saw a manifest" in unsure[0]
+    bad, _, unsure = inv.loads_whole(_disk(lines, [_manifest("b", 400, SHA_A, 8.0, 7)]), "j")
+    assert bad == [] and len(unsure) == 1 and "written whole on a" in unsure[0], unsure
