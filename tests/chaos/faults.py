@@ -8,6 +8,8 @@ is expected to record (the incident classes that count, or none for a blip)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import random
 import signal
@@ -39,6 +41,9 @@ class Injected:
     """Incident classes that record this fault; empty: no incident and no failover expected."""
     corrupted: list[tuple[str, str, int]] = field(default_factory=list)
     """(host, data file path, events.jsonl size of the loading workdir at that moment)."""
+    damage: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """By a path in ``corrupted``: (the sha256 its manifest vouches for, the sha256 of the bytes
+    once damaged), as the harness itself read them: that the damage took (chaos.invariants)."""
     heal: Callable[[], None] | None = None
     """Undo what outlives the fault (a dead sshd, a downed link, a full disk, a failing GPU),
     called once the job runs elsewhere or the fault has been seen."""
@@ -171,6 +176,33 @@ def _damage(path: Path, rng: random.Random) -> str:
     return f"16 bytes flipped at offset {at} of {size}"
 
 
+def _hashes(data: Path) -> tuple[str, str] | None:
+    """(the sha256 in ``data``'s manifest, the sha256 of its bytes now); None if unreadable."""
+    try:
+        vouched = str(json.loads(data.with_suffix(".json").read_bytes())["sha256"])
+        return vouched, hashlib.sha256(data.read_bytes()).hexdigest()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _corrupt(
+    inj: Injected, victim: Path | None, host: str, loading: Path, rng: random.Random
+) -> None:
+    """Damage ``victim`` (to be loaded on ``host`` from ``loading``'s checkpoints) and record it;
+    with none, the fault tries no damaged load: an inconclusive."""
+    if victim is None:
+        inj.inconclusive.append(
+            f"{inj.kind}: no complete checkpoint to damage for {host}: no damaged load was tried"
+        )
+        return
+    inj.note = _damage(victim, rng)
+    path = str(loading / "checkpoints" / victim.name)  # a replica: where a failover puts it
+    inj.corrupted.append((host, path, events_size(loading)))
+    hashes = _hashes(victim)
+    if hashes is not None:
+        inj.damage[path] = hashes
+
+
 def corrupt_checkpoint(t: Target) -> Injected:
     """Kill the executor, then damage its newest complete checkpoint before the restart loads it."""
     workdir = t.fleet.workdir(t.host, t.job)
@@ -178,9 +210,7 @@ def corrupt_checkpoint(t: Target) -> Injected:
     at = time.time()
     victim = newest_complete(workdir / "checkpoints")
     inj = Injected("corrupt_checkpoint", t.job, t.host, at, ("executor_crash",))
-    if victim is not None:
-        inj.note = _damage(victim, t.rng)
-        inj.corrupted.append((t.host, str(victim), events_size(workdir)))
+    _corrupt(inj, victim, t.host, workdir, t.rng)
     return inj
 
 
@@ -198,11 +228,7 @@ def corrupt_replica(t: Target) -> Injected:
         ("host_lost",),
         heal=_restart_sshd(t.fleet, t.host),
     )
-    if victim is not None:
-        inj.note = _damage(victim, t.rng)
-        loading = t.fleet.workdir(t.spare, t.job)
-        promoted = loading / "checkpoints" / victim.name  # where a failover puts it
-        inj.corrupted.append((t.spare, str(promoted), events_size(loading)))
+    _corrupt(inj, victim, t.spare, t.fleet.workdir(t.spare, t.job), t.rng)
     return inj
 
 

@@ -93,21 +93,63 @@ def checkpoint_epochs(events: list[Event], workdirs: list[Path], job: str) -> li
 def corrupt_loads(faults: list[Injected]) -> tuple[list[str], int]:
     """No executor loaded a damaged file (before something rewrote it); and how many damaged
     files a loader met and skipped. A command job resumes from a copy the executor restored
-    into the command's own folder: there the damaged file's step is what names it."""
+    into the command's own folder: there the damaged file's step is what names it.
+
+    What an executor loaded is seen only through its own Resumed; around it the harness checks
+    what it can itself, and a fault whose damaged file it cannot show was met is inconclusive
+    (``Injected.inconclusive``): the damage took (the harness hashed the bytes after damaging
+    them: they no longer match the sha256 their manifest vouches for); and the executor that
+    next resumed from that folder met the damaged file: it reported skipping it, or loaded it
+    (a violation). One that resumed without either, or none at all (the job went elsewhere),
+    tried no damaged load. A load from another step is checked by ``loads_whole`` (its
+    manifest, as the disk watcher saw it, that of a whole write), and the job's final params
+    against the uninterrupted run's."""
     out, skipped = [], 0
     for f in faults:
         for host, path, offset in f.corrupted:
+            hashes = f.damage.get(path)
+            if hashes is None:
+                f.inconclusive.append(
+                    f"{f.kind}: {path} on {host}: its bytes or manifest could not be read after "
+                    "the damage: that the damage took is not shown"
+                )
+            elif hashes[0] == hashes[1]:
+                f.inconclusive.append(
+                    f"{f.kind}: {path} on {host}: the damaged bytes still match the sha256 its "
+                    f"manifest vouches for ({hashes[0][:12]}): no damaged load was tried"
+                )
             workdir = Path(path).parent.parent
             data = (workdir / "events.jsonl").read_bytes()[offset:] if workdir.exists() else b""
+            met, resumed, rewritten = False, None, False
             for ev in json_lines(data):
                 kind = ev.get("kind")
                 if kind == "checkpoint" and ev.get("path") == path:
+                    rewritten = True
                     break  # written again, whole: loading it from now on is fine
                 if kind == "fault" and Path(path).name in ev.get("message", ""):
                     skipped += 1
+                    met = True
                 if kind == "resumed" and _loaded(ev, path):
                     out.append(f"{f.kind}: {host} loaded the damaged {path}")
+                    met = True
                     break
+                if kind == "resumed" and resumed is None:
+                    resumed = ev
+                    if not met:
+                        break  # the first load after the damage went past it unmet
+            if met:
+                continue
+            if resumed is not None:
+                why = (
+                    f"the executor that resumed there after the damage (from step "
+                    f"{resumed.get('step')}, {resumed.get('checkpoint')}) neither skipped nor "
+                    "loaded it"
+                )
+            elif rewritten:
+                why = "it was written again before any executor there resumed"
+            else:
+                why = "no executor resumed there after the damage"
+            f.inconclusive.append(f"{f.kind}: damaged {path} on {host}: {why}: not tried")
     return out, skipped
 
 

@@ -3,11 +3,12 @@ faults that used to add only a note now record it (``Injected.inconclusive``), t
 counts it per kind, and it fails the run unless its fault was overlapped; an MTTR target
 missed is counted and shown, and fails nothing. A checkpoint loaded must be one written whole
 as loaded (its manifest's sha256, on its own host or as a promoted replica), not merely a step
-some executor wrote. Driven by fabricated events, files and a frozen dummy process (no
-fleet)."""
+some executor wrote; a damaged file no loader met is inconclusive. Driven by fabricated
+events, files and a frozen dummy process (no fleet)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import signal
@@ -23,7 +24,7 @@ from chaos import invariants as inv
 from chaos import runner
 from chaos.disk import DiskWatch, Line, Manifest
 from chaos.episode import Result
-from chaos.faults import Injected, Target
+from chaos.faults import Injected, Target, _corrupt
 from chaos.fleet import wait_until
 from console.records.journal import Event, Kind
 
@@ -273,3 +274,85 @@ def test_a_load_whose_manifest_was_never_seen_or_unlinked_is_inconclusive() -> N
     assert bad == [] and len(unsure) == 1 and "never saw a manifest" in unsure[0]
     bad, _, unsure = inv.loads_whole(_disk(lines, [_manifest("b", 400, SHA_A, 8.0, 7)]), "j")
     assert bad == [] and len(unsure) == 1 and "written whole on a" in unsure[0], unsure
+
+
+# ------------------------------------------------------------------ corrupt_loads
+
+
+def _checkpoint(folder: Path, step: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / f"step-{step:010d}.pt"
+    data.write_bytes(bytes(range(256)) * 8)
+    sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    data.with_suffix(".json").write_text(json.dumps({"step": step, "sha256": sha}))
+    return data
+
+
+def _events(workdir: Path, *events: dict[str, Any]) -> None:
+    with open(workdir / "events.jsonl", "a") as f:
+        f.writelines(json.dumps(ev) + "\n" for ev in events)
+
+
+def test_the_injector_hashes_the_damage_and_a_missing_victim_is_inconclusive(
+    tmp_path: Path,
+) -> None:
+    workdir = tmp_path / "a" / "jobs" / "j"
+    victim = _checkpoint(workdir / "checkpoints", 400)
+    inj = Injected("corrupt_checkpoint", "j", "a", 1.0, ("executor_crash",))
+    _corrupt(inj, victim, "a", workdir, random.Random(3))
+    vouched, now = inj.damage[str(victim)]
+    assert vouched != now == hashlib.sha256(victim.read_bytes()).hexdigest()
+    assert inj.corrupted == [("a", str(victim), 0)] and inj.inconclusive == []
+    none = Injected("corrupt_checkpoint", "j", "a", 1.0, ("executor_crash",))
+    _corrupt(none, None, "a", workdir, random.Random(3))
+    assert none.corrupted == [] and len(none.inconclusive) == 1, none
+
+
+def _damaged(tmp_path: Path) -> tuple[Injected, Path, str]:
+    workdir = tmp_path / "b" / "jobs" / "j"
+    victim = _checkpoint(workdir / "checkpoints", 400)
+    _checkpoint(workdir / "checkpoints", 200)
+    _events(workdir, {"kind": "progress", "step": 410, "epoch": 1})
+    inj = Injected("corrupt_replica", "j", "a", 1.0, ("host_lost",))
+    _corrupt(inj, victim, "b", workdir, random.Random(5))
+    return inj, workdir, str(victim)
+
+
+def test_a_damaged_file_met_and_skipped_is_conclusive(tmp_path: Path) -> None:
+    inj, workdir, path = _damaged(tmp_path)
+    _events(
+        workdir,
+        {"kind": "fault", "fault": "checkpoint_corrupt", "message": f"skipped {path}: sha256"},
+        {"kind": "resumed", "step": 200, "checkpoint": path.replace("400", "200"), "epoch": 2},
+    )
+    assert inv.corrupt_loads([inj]) == ([], 1)
+    assert inj.inconclusive == []
+
+
+def test_a_damaged_file_no_loader_met_is_inconclusive(tmp_path: Path) -> None:
+    """Trusting the executor's word, each of these passed: nothing resumed there (the job went
+    elsewhere), a resume from an older step that never skipped the damaged newest, damage
+    that left the bytes as the manifest vouches."""
+    inj, workdir, path = _damaged(tmp_path)
+    assert inv.corrupt_loads([inj]) == ([], 0)
+    assert len(inj.inconclusive) == 1 and "no executor resumed there" in inj.inconclusive[0]
+
+    inj, workdir, path = _damaged(tmp_path / "older")
+    older = path.replace("400", "200")
+    _events(workdir, {"kind": "resumed", "step": 200, "checkpoint": older, "epoch": 2})
+    assert inv.corrupt_loads([inj]) == ([], 0)
+    assert len(inj.inconclusive) == 1 and "neither skipped nor loaded" in inj.inconclusive[0]
+
+    inj, workdir, path = _damaged(tmp_path / "undamaged")
+    vouched, _ = inj.damage[path]
+    inj.damage[path] = (vouched, vouched)
+    _events(workdir, {"kind": "fault", "message": f"skipped {path}: sha256"})
+    assert inv.corrupt_loads([inj]) == ([], 1)
+    assert len(inj.inconclusive) == 1 and "still match" in inj.inconclusive[0], inj
+
+
+def test_a_damaged_file_loaded_is_a_violation(tmp_path: Path) -> None:
+    inj, workdir, path = _damaged(tmp_path)
+    _events(workdir, {"kind": "resumed", "step": 400, "checkpoint": path, "epoch": 2})
+    assert inv.corrupt_loads([inj]) == ([f"corrupt_replica: b loaded the damaged {path}"], 0)
+    assert inj.inconclusive == []
