@@ -70,6 +70,8 @@ from protocol.spec import JobSpec
 
 HELLO_TIMEOUT_S = 10.0
 MAX_CLIENT_BUFFER = 1 << 20
+WARMUP_JOIN_S = 30.0
+"""How long an ending executor waits for its warm-up step to return (one step: well under)."""
 RESTARTABLE = {FaultKind.CRASH.value, FaultKind.HANG.value}
 """How a run may end and leave its executor waiting for a restart in place."""
 _FINAL = {
@@ -123,7 +125,9 @@ class Server:
         self._thread: threading.Thread | None = None
         self._client_tasks: set[asyncio.Task[None]] = set()
         self._warmup: threading.Thread | None = None
-        self._started = threading.Event()
+        self._warmup_s = 0.0
+        self._idle_over = threading.Event()
+        """Set at Start or at the end: the warm-up thread stops reading ahead, and returns."""
         """Set by the first Start: the idle work (warm-up, read-ahead) ends."""
         self._seq = 0
         self._injections: Injections | None = None
@@ -151,6 +155,7 @@ class Server:
         if autostart is not None:
             self._start(Start(spec=autostart))
         elif self.kind == "torch":
+            self._warmup_s = Injections.from_env().slow_warmup_s
             self._warmup = threading.Thread(
                 target=self._while_idle, name="hotspare-warmup", daemon=True
             )
@@ -160,6 +165,7 @@ class Server:
         finally:
             for t in tasks:
                 t.cancel()
+            await self._warmup_ended()
             for server in await asyncio.gather(*self._servers):
                 server.close()
             await self._flush_clients()
@@ -170,6 +176,14 @@ class Server:
                 (self.workdir / PID).unlink(missing_ok=True)
             self._log.close()
         return code
+
+    async def _warmup_ended(self) -> None:
+        """The warm-up thread is done before the process exits: torch running on a daemon
+        thread while the interpreter finalizes aborts it (``terminate called without an active
+        exception``, SIGABRT instead of the exit code the console reads; CI saw it)."""
+        self._idle_over.set()
+        if self._warmup is not None and self._warmup.is_alive():
+            await asyncio.to_thread(self._warmup.join, WARMUP_JOIN_S)
 
     def _serve(self, path: Path) -> None:
         """Serve the protocol on ``path`` (bound and listening before this returns)."""
@@ -259,7 +273,7 @@ class Server:
             return
         if self.twin is not None and not self._promote(self.twin):
             return
-        self._started.set()
+        self._idle_over.set()
         self.spec, self._last_fault = msg.spec, None
         self.control = Control(
             epoch=msg.epoch,
@@ -303,10 +317,11 @@ class Server:
 
     def _while_idle(self) -> None:
         """The idle torch executor's thread: warm up, then read the newest checkpoint ahead."""
-        warm_up()
+        name_os_thread("hotspare-warmup")
+        warm_up(self._idle_over, self._warmup_s)
         if self.twin is not None:
             self.twin.warmed()
-        read_ahead_until(self._started, self.workdir / "checkpoints")
+        read_ahead_until(self._idle_over, self.workdir / "checkpoints")
 
     def _trainer_done(self, control: Control, code: int, reason: str) -> None:
         if (

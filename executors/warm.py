@@ -24,12 +24,15 @@ def read_ahead_until(started: threading.Event, folder: Path) -> None:
         started.wait(READ_AHEAD_EVERY_S)
 
 
-def warm_up() -> None:
+def warm_up(over: threading.Event, repeat_s: float = 0.0) -> None:
     """While idle (a spare waiting for Start): import the training code and run torch once.
 
     The first forward/backward/optimizer step of a process pays for lazy kernel setup; paying
-    it before Start takes it off a failover's critical path.
+    it before Start takes it off a failover's critical path. ``repeat_s`` (a test hook,
+    ``slow_warmup@S``) keeps torch busy that long after, unless ``over`` is set first.
     """
+    import time
+
     import torch
 
     import executors.checkpoint
@@ -44,3 +47,7 @@ def warm_up() -> None:
     )
     loss.backward()
     opt.step()
+    if repeat_s > 0:  # the test hook: torch kept busy in its kernels, as a slow warm-up is
+        busy, until = torch.nn.Linear(256, 256), time.monotonic() + repeat_s
+        while not over.is_set() and time.monotonic() < until:
+            busy(torch.randn(64, 256)).sum().backward()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, wait_for
+from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, encode_frame, recv_message, send_message
@@ -262,3 +262,39 @@ def test_an_idle_executor_nobody_talks_to_exits(tmp_path: Path) -> None:
         json.loads((work / "events.jsonl").read_text().splitlines()[-1])["reason"]
         == "idle: no console"
     )
+
+
+def _thread_cpu_ticks(pid: int, name: str) -> int:
+    """CPU ticks (user + system) of ``pid``'s thread named ``name``, from /proc; 0 if none."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != name:
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        return int(fields[11]) + int(fields[12])
+    return 0
+
+
+def test_an_executor_stopped_mid_warm_up_exits_with_its_code_not_an_abort(
+    tmp_path: Path,
+) -> None:
+    """Torch still running on the warm-up thread while the interpreter finalizes aborts the
+    process (SIGABRT, "terminate called without an active exception"): CI saw a console's
+    Stop answered that way. The warm-up returns before the executor exits."""
+    work = tmp_path / "w"
+    proc = ExecutorProcess(
+        ["serve", "--workdir", str(work)], env=env_with(HOTSPARE_INJECT="slow_warmup@120")
+    )
+    pid = proc.proc.pid
+    wait_for(
+        lambda: _thread_cpu_ticks(pid, "hotspare-warmup") >= 300 or proc.proc.poll() is not None,
+        60,
+        "the warm-up thread to run torch for three CPU seconds",
+    )
+    assert proc.proc.poll() is None, proc.stderr
+    proc.proc.terminate()
+    rc, err = proc.finish(60)
+    assert "terminate called" not in err, err
+    assert rc == exitcodes.PREEMPTED, err
