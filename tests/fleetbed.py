@@ -147,6 +147,22 @@ def _run_baseline(inventory: Path, job: str, workdir: Path) -> str:
     return json.loads(proc.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
+def slow_python(folder: Path, delay_s: float = 0.8) -> tuple[Path, Path]:
+    """A host's ``python`` that starts ``delay_s`` late while its flag file exists (a loaded
+    host slow to start a program): the wrapper's path (an inventory's ``python``) and the flag."""
+    import shlex
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    flag, wrapper = folder / "slow.flag", folder / "slow-python"
+    wrapper.write_text(
+        f"#!/bin/sh\n[ -e {shlex.quote(str(flag))} ] && sleep {delay_s}\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, flag
+
+
 async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     """Wait for a condition with a deadline (the event loop keeps running meanwhile)."""
     deadline = time.monotonic() + timeout

@@ -347,7 +347,7 @@ class Watch:
         host = job.host
         assert host is not None
         workdir = self._probe.workdir(host)
-        suspect_noted = offline_noted = known = opened = False
+        suspect_noted = offline_noted = known = opened = probed = answered = False
         alive: bool | None = None
         before = job.state
         probe_s = max(0.5, 2 * self._inv.console.heartbeat_s)
@@ -379,8 +379,11 @@ class Watch:
                 return None
             # The probe runs a short Python program on the host, which a loaded host may take a
             # while to start; one cut short reads as "cannot be asked", not as "gone". Only
-            # near the lease's end is it cut short, so the decision follows the end closely.
-            answer = await self._probe.ask(host, workdir, budget if silent else PROBE_MIN_S)
+            # near the lease's end is it cut short, so the decision follows the end closely;
+            # never the first, nor any of a host that answered in this loss (as a group's).
+            cut = budget if silent and probed and not answered else PROBE_MIN_S
+            answer = await self._probe.ask(host, workdir, cut)
+            probed, answered = True, answered or answer.alive is True
             if answer.alive is False:
                 return await self._probe.ended(host)
             if answer.known:

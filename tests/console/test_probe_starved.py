@@ -19,7 +19,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
-from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from fleetbed import (
+    EXECUTOR_ENV,
+    job_table,
+    local_host,
+    run_until,
+    slow_python,
+    until,
+    write_inventory,
+)
 
 from console.inventory import load
 from console.jobs.controller import Controller
@@ -143,6 +151,48 @@ async def test_a_hung_executor_on_a_starved_machine_is_restarted_in_place_not_lo
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 120)
+        await ctl.close()
+    events = list(read(journal))
+    assert not [e.msg for e in events if "unreachable past its lease" in e.msg]
+    (inc,) = incidents(events)
+    assert inc.fault_class == "executor_hang", f"a hang, not a lost host: {inc.fault_class}"
+    assert sup.host == "a", "restarted in place, not failed over to the spare"
+
+
+async def test_a_hung_executor_on_a_host_slow_to_start_python_is_killed_in_place_not_lost(
+    tmp_path: Path,
+) -> None:
+    """The console is healthy, but host a takes 0.8 s to start a program once its executor
+    hangs: the probes cut short near the lease's end miss. A host that answered in this loss is
+    asked with time to answer: the hung executor is killed and the run restarts on a; before,
+    the last short probe made a "lost" and the job moved to b, the stopped executor left."""
+    python, slow = slow_python(tmp_path / "bin")
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a", python=str(python)),
+            "b": local_host(tmp_path / "b", role="spare"),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1_000_000)}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 5, 120, "training")
+    journal = inv.parent / "state" / "journal.jsonl"
+    stopped = psutil.Process(int((tmp_path / "a" / "jobs" / "j" / "executor.pid").read_text()))
+    try:
+        slow.touch()
+        stopped.suspend()
+        await until(lambda: sup.epoch > 1, 90, "the next epoch, wherever it starts")
+        await until(lambda: sup.state is JobState.RUNNING, 120, "running again")
+        assert not stopped.is_running() or stopped.status() == psutil.STATUS_ZOMBIE, (
+            "the stopped executor was killed"
+        )
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            stopped.kill()
         ctl.stop_job("j")
         await asyncio.wait_for(task, 120)
         await ctl.close()

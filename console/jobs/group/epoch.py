@@ -239,7 +239,7 @@ class GroupEpoch:
         """Relink after a blip; otherwise find out what happened, waiting out the lease."""
         host, workdir = m.host, self._probe.workdir(m.host)
         probe_s = max(0.5, 2 * self._heartbeat_s)
-        suspect = noted = probed = False
+        suspect = noted = probed = answered = False
         while True:
             silent = is_suspect(time.monotonic(), m.last_seen, self._det)
             budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
@@ -249,11 +249,14 @@ class GroupEpoch:
                 return None
             # the first probe gets its full time, whatever is left of the lease: a member never
             # linked (a console started after its executor ended) is silent from the start,
-            # and a host slow to answer is not one that cannot be asked
-            cut = budget if silent and probed else PROBE_MIN_S
+            # and a host slow to answer is not one that cannot be asked; so does every probe
+            # of a host that answered in this loss (one 0.2 s probe at the lease's end missed
+            # is not a lost host: its rank would move, the hung executor left behind)
+            cut = budget if silent and probed and not answered else PROBE_MIN_S
             answer = await self._probe.ask(host, workdir, cut)
             probed = True
             alive = answer.alive
+            answered = answered or alive is True
             if alive is False:
                 return await self._probe.ended(host)
             if alive is None and answer.known:
