@@ -21,7 +21,7 @@ from typing import Any
 from fleetbed import EXECUTOR_ENV
 from helpers import REPO, env_with
 
-from chaos import fencing, torchrun
+from chaos import ending, fencing, torchrun
 from chaos import invariants as inv
 from chaos.disk import DiskWatch
 from chaos.epochs import EpochSampler
@@ -147,12 +147,14 @@ class Episode:
 
     def run(self) -> Result:
         t0 = time.monotonic()
-        fleet = Fleet.build(self.cfg.seed)
+        with ending.held():  # what a half-built fleet made, its close would not find
+            fleet = Fleet.build(self.cfg.seed)
         sampler: Sampler | None = None
         disk: DiskWatch | None = None
         epochs = EpochSampler(jobs=set())
         baselines: dict[str, subprocess.Popen[str]] = {}
         try:
+            ending.end_if_asked()
             self._plan(fleet)
             epochs.jobs = set(self._torchruns(fleet))
             epochs.mark = str(fleet.folder).encode()  # in every executor's HOTSPARE_FAKE_NVML
@@ -204,7 +206,7 @@ class Episode:
             for watcher in (sampler, epochs, disk):
                 if watcher is not None:
                     watcher.stop()
-            if not self._checked and sampler is not None and disk is not None:
+            if not self._checked and not ending.asked() and sampler and disk:
                 try:  # the run broke off: what the watchers saw until then is still evidence
                     self._fencing(fleet, sampler, epochs, disk, fleet.journal())
                 except Exception as e:
@@ -219,7 +221,7 @@ class Episode:
                         f.heal()
                     except Exception as e:
                         _say(self.cfg, f"heal of {f.kind} failed: {e}")
-            fleet.close(keep=self.cfg.keep or bool(self.result.violations))
+            fleet.close(keep=self.cfg.keep or (bool(self.result.violations) and not ending.asked()))
             self.result.wall_s = time.monotonic() - t0
             if self.result.violations:
                 _say(self.cfg, f"seed {self.cfg.seed}: kept {fleet.folder} for a post-mortem")

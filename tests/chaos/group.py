@@ -41,8 +41,8 @@ from fleetbed import EXECUTOR_ENV, write_inventory
 from groupbed import group_baseline, group_job
 from sshbed import SshBed
 
+from chaos import ending, fencing
 from chaos import faults as fz
-from chaos import fencing
 from chaos import group_checks as gc
 from chaos import invariants as inv
 from chaos.disk import DiskWatch
@@ -253,10 +253,12 @@ class GroupEpisode:
             r.violations.append(f"the uninterrupted run failed: {e!r} ({_where(e)})")
             return r
         self._say(f"seed {self.cfg.seed}: uninterrupted run {time.monotonic() - t0:.1f} s")
-        fleet = GroupFleet.build_group(self.elastic)
+        with ending.held():  # what a half-built fleet made, its close would not find
+            fleet = GroupFleet.build_group(self.elastic)
         sampler: Sampler | None = None
         disk: DiskWatch | None = None
         try:
+            ending.end_if_asked()
             fleet.write_group_inventory(self.over)
             workdirs = {h: fleet.workdir(h, JOB) for h in fleet.hosts}
             sampler = Sampler({JOB: list(workdirs.values())}).start()
@@ -284,13 +286,13 @@ class GroupEpisode:
             for watcher in (sampler, disk):
                 if watcher is not None:
                     watcher.stop()
-            if not self._checked and sampler is not None and disk is not None:
+            if not self._checked and not ending.asked() and sampler and disk:
                 try:  # the run broke off: what the watchers saw until then is still evidence
                     self._fencing(fleet, sampler, disk, fleet.journal())
                 except Exception as e:
                     r.violations.append(f"chaos harness: fencing checks: {e}")
             _heal_all(r.faults, self._say)
-            fleet.close(keep=self.cfg.keep or bool(r.violations))
+            fleet.close(keep=self.cfg.keep or (bool(r.violations) and not ending.asked()))
             r.wall_s = time.monotonic() - t0
             if r.violations:
                 self._say(f"seed {self.cfg.seed}: kept {fleet.folder} for a post-mortem")

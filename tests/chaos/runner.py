@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from chaos import group
+from chaos import ending, group
 from chaos import invariants as inv
 from chaos.episode import Config, Episode, Result
 from chaos.faults import ARMED
@@ -232,15 +231,6 @@ def failed(results: list[Result]) -> bool:
     return any(r.violations or r.inconclusive or inv.inconclusive(r.faults) for r in results)
 
 
-def _ended_by(signum: int, _frame: object) -> None:
-    """SIGTERM or SIGHUP (a timeout, a closed terminal) ends the run the way Ctrl-C does: by
-    an exception the episodes' ``finally`` sees, so their fleets (console, sshd hosts and all
-    under them, namespaces, tmpfs mounts) are taken down, not left running."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # the teardown runs to its end
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__.split("\n")[0])
     p.add_argument("--faults", type=int, default=200, help="faults to inject in all (default 200)")
@@ -294,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _ended_by)
+    ending.install()
     t0 = time.monotonic()
     results: list[Result] = []
     injected, seed = 0, args.seed
