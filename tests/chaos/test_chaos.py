@@ -1,5 +1,5 @@
 """The short chaos seed of the default suite: one fleet (four sshd hosts, three of them behind
-network namespaces), one torch job under ``hotspare run --policy auto``, and twelve kinds of
+network namespaces), one torch job under ``hotspare run --policy auto``, and fourteen kinds of
 fault in a seeded order, one at a time, each checked against the guarantees (see
 chaos.invariants and chaos.fencing). Overlapping faults, two jobs and the other fencing
 faults run in the long mode (scripts/chaos)."""
@@ -27,9 +27,11 @@ KINDS = [
     "nan",
     "oom",
     "second_console",  # refused: exit 2, one line naming the holder; the first goes on
+    "console_restart_partitioned",  # restarted while its job's host is cut off: waits the lease out
+    "wall_clock_step",  # the console's wall clock stepped: leases keep to the monotonic clock
 ]
 """Plain SIGKILL and host kill (parts of the two above) run on their own in the long mode."""
-STEPS = 6000
+STEPS = 7000
 GAP = (60, 200)
 """Steps trained between faults. All twelve were seen through by step 4500 alone on this
 machine (a loaded one trains slower while the leases take as long, so it has more room)."""
