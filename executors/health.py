@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from executors.fencing import cgroup
 from executors.gpu import GpuSampler
 from protocol.messages import Health
 
@@ -38,6 +39,13 @@ class _Rate:
         return dv / dt
 
 
+def containment() -> str:
+    """What would contain a run this process starts (``Health.containment``): the same test
+    the command kind makes before each run (``executors.fencing.run.new_cgroup``)."""
+    why = cgroup.usable()
+    return "cgroup" if why is None else f"fence: {why}"
+
+
 class HealthSampler:
     """Samples CPU, memory, the workdir's disk, I/O rates and GPUs into one Health."""
 
@@ -50,6 +58,7 @@ class HealthSampler:
         self._disk_write = _Rate()
         self._net_rx = _Rate()
         self._net_tx = _Rate()
+        self.containment = containment()
         # cpu_percent(None) measures since the previous call; prime it so the first
         # sample() reports usage since construction instead of a meaningless 0.0.
         psutil.cpu_percent(interval=None)
@@ -73,6 +82,7 @@ class HealthSampler:
             net_tx_bps=self._net_tx.update(now, _attr(net, "bytes_sent")),
             gpu_status=self.gpu.status,
             gpus=tuple(self.gpu.sample()),
+            containment=self.containment,
         )
 
     def _disk_space(self) -> tuple[float, float]:

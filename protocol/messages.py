@@ -234,6 +234,10 @@ class Health(_Msg, tag="health", gc=False):
     net_tx_bps: float = 0.0
     gpu_status: str = "no GPU"
     gpus: tuple[GpuHealth, ...] = ()
+    containment: str = ""
+    """What would contain a run started here: ``cgroup`` (a cgroup v2 of its own, killed with
+    ``cgroup.kill``) or ``fence: WHY`` (its fence process alone, and why no cgroup); ``""``: not
+    said (an executor older than the field)."""
 
 
 class Progress(_Msg, tag="progress"):

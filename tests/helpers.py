@@ -251,3 +251,33 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def cgroup_here() -> str | None:
+    """Whether a run started by this process could get a cgroup with ``cgroup.kill``, found by
+    trying (a child cgroup made and removed beside this process's own): None if so, else why."""
+    mount = next(
+        (
+            Path(left.split()[4])
+            for left, _, right in (
+                line.partition(" - ")
+                for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            )
+            if right.split()[:1] == ["cgroup2"]
+        ),
+        None,
+    )
+    if mount is None:
+        return "no cgroup2 mount"
+    own = [
+        line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::"
+    ]
+    trial = mount / own[0].lstrip("/") / f"hs-trial-{os.getpid()}"
+    try:
+        trial.mkdir()
+    except OSError as e:
+        return str(e)
+    try:
+        return None if (trial / "cgroup.kill").exists() else "no cgroup.kill"
+    finally:
+        trial.rmdir()

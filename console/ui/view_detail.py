@@ -237,5 +237,16 @@ def host_summary(ctl: Controller, host: str) -> str:
         status += f" ({sample_label(rt, now)})"
     return (
         f"Host {host}   {rt.state.value}   {h.region} / {h.role}   job {rt.job or '-'}   "
-        f"last heard {seen}   GPUs: {status}"
+        f"last heard {seen}   GPUs: {status}\nruns contained by: {contained_by(rt, now)}"
     )
+
+
+def contained_by(rt: HostRuntime, now: float) -> str:
+    """What contains a run on this host, as its newest health sample says (with its age when
+    old): ``cgroup``, ``its fence only (why)``, or that nothing was said yet."""
+    said = rt.health[-1].containment if rt.health else ""
+    if not said:
+        return "not reported yet" if not rt.health else "not reported (an older executor)"
+    kind, _, why = said.partition(": ")
+    text = "a cgroup of its own (cgroup.kill)" if kind == "cgroup" else f"its fence only ({why})"
+    return text + (f" ({sample_label(rt, now)})" if rt.sample_stale(now) else "")

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import psutil
 import pytest
+from helpers import cgroup_here
 
 from executors import health as health_mod
 from executors.gpu import FAKE_NVML_ENV, GpuSampler, _handle_key, load_nvml, throttle_names
@@ -504,3 +505,19 @@ def test_the_fake_can_wobble_utilisation_around_a_value_for_the_demo() -> None:
     steady.nvmlInit()
     h = steady.nvmlDeviceGetHandleByIndex(0)
     assert {steady.nvmlDeviceGetUtilizationRates(h).gpu for _ in range(5)} == {50}
+
+
+def test_health_says_what_would_contain_a_run_here(tmp_path: Path) -> None:
+    """``Health.containment`` (shown on the host screen) agrees with a cgroup made by hand."""
+    h = HealthSampler(tmp_path, GpuSampler(nvml=FakeNvml(tmp_path / "absent.json"))).sample()
+    why = cgroup_here()
+    if why is None:
+        assert h.containment == "cgroup"
+    else:
+        assert h.containment.startswith("fence: ") and len(h.containment) > len("fence: ")
+    decoded = msgspec.json.decode(msgspec.json.encode(h), type=Health)
+    assert decoded.containment == h.containment
+    old = msgspec.json.encode(
+        {k: v for k, v in msgspec.to_builtins(h).items() if k != "containment"}
+    )
+    assert msgspec.json.decode(old, type=Health).containment == "", "an older executor's sample"

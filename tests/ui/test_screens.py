@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from helpers import cgroup_here
 from test_app import console_app, fleet, notified, reap_executors, table, wait_for  # noqa: F401
 from textual.widgets import Input, Markdown, OptionList, Sparkline, Static
 
@@ -75,6 +76,12 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
         await wait_for(pilot, lambda: len(rows(app, "#gpus")) == 2, 30, "both fake GPUs")
         assert rows(app, "#gpus")["1"][1:3] == ("Fake H100", "87%")
         assert text(app, "#gpus-title") == "GPUs (now)"
+        contained = text(app, "#host-summary").splitlines()[-1]
+        if cgroup_here() is None:  # made by hand here, beside the test's own cgroup
+            assert contained == "runs contained by: a cgroup of its own (cgroup.kill)"
+        else:
+            assert contained.startswith("runs contained by: its fence only ("), contained
+        assert app.screen.query_one("#host-summary").size.height == 2, "both lines shown"
         assert ": now 87%" in text(app, "#util-label")
         await pilot.press("k")
         assert isinstance(app.screen, ConfirmScreen)

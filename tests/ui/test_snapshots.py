@@ -60,6 +60,7 @@ def health(util: float, temp: float, *, ecc: int = 0) -> Health:
         disk_free_mb=512_000.0,
         disk_total_mb=1_024_000.0,
         gpu_status="ok: 2 GPUs",
+        containment="cgroup",
         gpus=tuple(gpus),
     )
 
