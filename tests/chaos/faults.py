@@ -214,12 +214,32 @@ def corrupt_checkpoint(t: Target) -> Injected:
     return inj
 
 
+SETTLE_S = 1.5
+"""How long corrupt_replica waits for a copy in flight at the host's death to land or be
+cleared (well inside the lease the console waits out before the failover loads)."""
+
+
+def settled(folder: Path) -> bool:
+    """No copy in flight into this replica folder: no part files, every data file's manifest
+    in place (a copy streams through the console, so it can land after its source died)."""
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if any(n.endswith(".part") for n in names):
+        return False
+    return all(n[: -len(".pt")] + ".json" in names for n in names if n.endswith(".pt"))
+
+
 def corrupt_replica(t: Target) -> Injected:
-    """The job's host dies, then its spare's newest replica is damaged before the failover."""
+    """The job's host dies, then its spare's newest replica is damaged before the failover
+    (once a copy in flight at the death has landed or been cleared: a newer replica landing
+    after the damage left the damaged one untried, an inconclusive; CI seed 3)."""
     assert t.spare is not None
     t.fleet.hosts[t.host].kill_all()
     at = time.time()
-    victim = newest_complete(t.fleet.replicas(t.spare, t.job))
+    folder = t.fleet.replicas(t.spare, t.job)
+    deadline = time.monotonic() + SETTLE_S
+    while not settled(folder) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim = newest_complete(folder)
     inj = Injected(
         "corrupt_replica",
         t.job,
