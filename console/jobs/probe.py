@@ -135,10 +135,18 @@ class Probe:
             await asyncio.sleep(POLL_S)
         return False
 
-    async def kill(self, host: str, workdir: str) -> None:
+    async def hung(self, host: str, workdir: str) -> Outcome:
+        """A silent executor still holding its lock past the lease: killed, a hang. Unless
+        nothing held the lock by the time of the kill: it ended on its own meanwhile (a member
+        whose link broke as it finished, still exiting when probed), and its events say how."""
+        if await self.kill(host, workdir) is KillStatus.NOT_HELD:
+            return await self.ended(host)
+        return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+
+    async def kill(self, host: str, workdir: str) -> KillStatus | None:
         """End a hung executor by the pid that holds its workdir's lock, never by a name pattern
         (one would match another job's executor whose workdir shares a prefix); the outcome is
-        journaled, and a kill that did not happen is an alert."""
+        journaled, and a kill that did not happen is an alert. None: the host was not asked."""
         try:
             result = await kill_executor(self._transport(host), self._inv.python(host), workdir)
         except TransportError as e:
@@ -147,7 +155,7 @@ class Probe:
                 job=self.job,
                 host=host,
             )
-            return
+            return None
         self._journal.record(
             Kind.EXECUTOR,
             f"{self.job}: killing the hung executor on {host}: {result.why}",
@@ -166,6 +174,7 @@ class Probe:
                 job=self.job,
                 host=host,
             )
+        return result.status
 
     async def reap(self, host: str) -> bool:
         """Before a job moves off a host the console can reach: whatever is left there of its

@@ -355,8 +355,7 @@ class Watch:
             silent = is_suspect(time.monotonic(), job.last_seen, self._detection)
             if known and silent and lease.ended():
                 if alive:
-                    await self._probe.kill(host, workdir)
-                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                    return await self._probe.hung(host, workdir)
                 if await self._fleet.console_online(excluding=host):
                     if not offline_noted:
                         return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")

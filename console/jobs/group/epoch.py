@@ -270,8 +270,7 @@ class GroupEpoch:
                 self._noted(m, why, "host_lost" if alive is None else "executor_hang")
             if silent and self.left(m) <= 0 and answer.known:  # a starved probe decides nothing
                 if alive:
-                    await self._probe.kill(host, workdir)
-                    return Outcome(Exit.HUNG, f"executor on {host} stopped answering")
+                    return await self._probe.hung(host, workdir)
                 if await self._fleet.console_online(excluding=host):
                     return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
             await asyncio.sleep(min(POLL_S, max(self.left(m), 0.05)) if silent else POLL_S)
