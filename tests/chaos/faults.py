@@ -215,8 +215,8 @@ def corrupt_checkpoint(t: Target) -> Injected:
 
 
 SETTLE_S = 1.5
-"""How long corrupt_replica waits for a copy in flight at the host's death to land or be
-cleared (well inside the lease the console waits out before the failover loads)."""
+"""How long corrupt_replica waits for a copy in flight at the host's death to land or fail
+(well inside the lease the console waits out before the failover loads)."""
 
 
 def settled(folder: Path) -> bool:
@@ -228,6 +228,29 @@ def settled(folder: Path) -> bool:
     return all(n[: -len(".pt")] + ".json" in names for n in names if n.endswith(".pt"))
 
 
+def copied(fleet: Fleet, job: str, source: str, spare: str, at: float) -> bool:
+    """The console has said how its copy to ``spare`` of the newest checkpoint ``source``
+    reported before ``at`` ended (landed or failed): a copy streams through the console, so it
+    can start writing on the spare after its source died (seed 3: a replica landed after the
+    one before it was damaged)."""
+    events = fleet.journal()
+    saved = [
+        e.data.get("step", -1)
+        for e in events
+        if e.kind is Kind.CHECKPOINT and e.job == job and e.host == source and e.t <= at
+    ]
+    if not saved:
+        return True
+    newest = max(saved)
+    return any(
+        e.kind is Kind.REPLICA
+        and e.job == job
+        and e.host == spare
+        and e.data.get("step", -1) >= newest
+        for e in events
+    )
+
+
 def corrupt_replica(t: Target) -> Injected:
     """The job's host dies, then its spare's newest replica is damaged before the failover
     (once a copy in flight at the death has landed or been cleared: a newer replica landing
@@ -237,8 +260,10 @@ def corrupt_replica(t: Target) -> Injected:
     at = time.time()
     folder = t.fleet.replicas(t.spare, t.job)
     deadline = time.monotonic() + SETTLE_S
-    while not settled(folder) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while time.monotonic() < deadline and not (
+        settled(folder) and copied(t.fleet, t.job, t.host, t.spare, at)
+    ):
+        time.sleep(0.05)
     victim = newest_complete(folder)
     inj = Injected(
         "corrupt_replica",
