@@ -42,6 +42,33 @@ class Answer:
     why: str = ""
 
 
+@dataclass
+class Asking:
+    """One loss's asks of one host (single-host and group alike): how long the next ask gets."""
+
+    full_s: float
+    """What an ask gets when it must not be cut short."""
+    probed: bool = False
+    answered: bool = False
+    """Whether the host said an executor is alive in this loss."""
+
+    def cut(self, silent: bool, budget: float) -> float:
+        """The first ask of a loss gets its full time, whatever is left of the lease (a loaded
+        host slow to start Python is not one that cannot be asked, nor is a link just healed),
+        and so does every ask of a host that answered alive in it (one short ask missed at the
+        lease's end is not a lost host); the others, near the lease's end, what is left of it."""
+        return budget if silent and self.probed and not self.answered else self.full_s
+
+    def heard(self, answer: Answer) -> None:
+        self.probed = True
+        self.answered = self.answered or answer.alive is True
+
+    def afresh(self) -> None:
+        """The console found itself cut off from every host: what it heard then says nothing
+        of this host, and the next ask is a first one."""
+        self.probed = self.answered = False
+
+
 class Probe:
     def __init__(
         self,

@@ -317,7 +317,9 @@ class JobSupervisor:
                     f"{host} not reachable at console start: waiting out its lease "
                     f"({max(0.0, self.lease.left()):.0f} s left at most)",
                 )
-                outcome = await self._watch.after_link_loss("not reachable at console start")
+                outcome = await self._watch.after_link_loss(
+                    "not reachable at console start", seen_silent=False
+                )
                 if outcome is None:
                     self._note_reattached(host)
                 return outcome

@@ -21,7 +21,7 @@ from console.jobs.lease import JobLease, NoAnchor, lapse_note, renew_on_readings
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
-from console.jobs.probe import Probe
+from console.jobs.probe import Asking, Probe
 from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Standby
 from console.reach.deploy import checkpoint_file
@@ -337,17 +337,21 @@ class Watch:
 
     # ------------------------------------------------------- after link loss
 
-    async def after_link_loss(self, why: str) -> Outcome | None:
+    async def after_link_loss(self, why: str, *, seen_silent: bool = True) -> Outcome | None:
         """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters.
 
         Probes are cut short near the lease's end, so the decision follows the end closely;
         only a probe that may be acted on (``Answer.known``: not one starved of CPU) decides.
+        ``seen_silent`` is False for a console that has not yet heard the executor (its own
+        start): no silence was seen, so no incident opens unless the loss is decided (an
+        executor slow to answer on a loaded machine is no fault).
         """
         job, lease = self._live, self._lease
         host = job.host
         assert host is not None
         workdir = self._probe.workdir(host)
-        suspect_noted = offline_noted = known = opened = probed = answered = False
+        suspect_noted = offline_noted = known = opened = False
+        asking = Asking(PROBE_MIN_S)
         alive: bool | None = None
         before = job.state
         probe_s = max(0.5, 2 * self._inv.console.heartbeat_s)
@@ -363,6 +367,7 @@ class Watch:
                     # while the console itself was cut off. Ask it again before calling it lost.
                     offline_noted = known = False
                     alive = None
+                    asking.afresh()
                     continue
                 if not offline_noted:
                     offline_noted = True
@@ -378,11 +383,9 @@ class Watch:
                 return None
             # The probe runs a short Python program on the host, which a loaded host may take a
             # while to start; one cut short reads as "cannot be asked", not as "gone". Only
-            # near the lease's end is it cut short, so the decision follows the end closely;
-            # never the first, nor any of a host that answered in this loss (as a group's).
-            cut = budget if silent and probed and not answered else PROBE_MIN_S
-            answer = await self._probe.ask(host, workdir, cut)
-            probed, answered = True, answered or answer.alive is True
+            # near the lease's end is it cut short, so the decision follows the end closely.
+            answer = await self._probe.ask(host, workdir, asking.cut(silent, budget))
+            asking.heard(answer)
             if answer.alive is False:
                 return await self._probe.ended(host)
             if answer.known:
@@ -395,7 +398,7 @@ class Watch:
                         JobState.UNREACHABLE,
                         f"waiting out the lease on {host}: {max(0.0, lease.left()):.0f} s left",
                     )
-            if silent and known and not opened:
+            if silent and known and seen_silent and not opened:
                 opened = True
                 self._incident.open("host_lost" if alive is None else "executor_hang", why)
             if (

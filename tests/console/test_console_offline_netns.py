@@ -9,20 +9,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import netbed
 import pytest
 import sshbed
-from fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
+from fleetbed import EXECUTOR_ENV, job_table, slow_python, until, write_inventory
 from test_console_offline import OFFLINE, executors_under
 
 from console.inventory import load
 from console.jobs.controller import Controller
+from console.jobs.launcher import IDLE_EXIT_S
 from console.jobs.policy import Policy
 from console.records.journal import Event, Kind
 from console.states import JobState
+
+# What an executor writes once it trains (protocol/messages.py's tags).
+TRAINING = {"progress", "resumed", "checkpoint", "finished"}
 
 pytestmark = pytest.mark.skipif(netbed.unavailable() is not None, reason=str(netbed.unavailable()))
 
@@ -37,9 +42,13 @@ async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_o
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:
     a, b = (netbed.ns_host(bed, i, n) for i, n in zip(netbed.free_indices(2), "ab", strict=True))
+    python, slow = slow_python(tmp_path / "bin")  # slow once ``slow`` exists
     inventory = write_inventory(
         tmp_path / "inventory.toml",
-        hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
+        hosts={
+            "a": a.inventory_table("r1", python=str(python)),
+            "b": b.inventory_table("r1", role="spare"),
+        },
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
     )
     ctl = Controller(
@@ -76,8 +85,25 @@ async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_o
         assert a_events[-1]["kind"] == "stopped" and a_events[-1]["reason"] == "lease_lost", (
             "a stopped itself at its lease's end: the console could not renew it"
         )
-        a.netns.heal()
+        # The worst order: the spare answers first (the console is online again while its job's
+        # host has not yet been asked again), and a, whose executor stopped at its lease's end,
+        # is slow to start Python (a loaded host). a is healed the moment the console is seen
+        # reaching b (a new TCP connection to b in /proc, or b journalled up again), so a host
+        # lost is a wrong decision: made on what was heard while the console was cut off, over
+        # a connection the outage left stalled, or by an ask cut too short for a slow host.
+        slow.touch()
+        before = connections_to(b.address, b.port)
         b.netns.heal()
+        await until(
+            lambda: (
+                connections_to(b.address, b.port) - before
+                or any(e.msg.startswith("b: down -> up") for e in events[cut_at:])
+                or task.done()
+            ),
+            60,
+            "the console to reach b",
+        )
+        a.netns.heal()
         resumed = sup.step
         await until(
             lambda: (sup.state is JobState.RUNNING and sup.step > resumed + 10) or task.done(),
@@ -86,9 +112,33 @@ async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_o
         )
         assert not task.done(), task
         assert sup.host == "a" and sup.epoch > epoch, "trained on where it was, a new epoch"
-        assert not executors_under(b.root), "nothing ever started on the spare"
+        # Healed, b may answer before a does: b is readied meanwhile (an idle executor, which
+        # trains nothing) and dismissed once a answers. It must be gone well before an idle
+        # executor leaves by itself (IDLE_EXIT_S), and it must never have trained.
+        await until(
+            lambda: not executors_under(b.root), IDLE_EXIT_S / 2, "b's readied executor gone"
+        )
+        trained = [
+            line
+            for f in b.root.glob("jobs/*/events.jsonl")
+            for line in f.read_text().splitlines()
+            if json.loads(line).get("kind") in TRAINING
+        ]
+        assert not trained, f"nothing ever trained on the spare: {trained[:3]}"
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await ctl.close()
+
+
+def connections_to(address: str, port: int) -> set[int]:
+    """Local ports of this namespace's established TCP connections to ``address:port``, from
+    /proc/net/tcp (addresses in the kernel's little-endian hex)."""
+    want = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if remote == want and state == "01":  # TCP_ESTABLISHED
+            ports.add(int(local.split(":")[1], 16))
+    return ports

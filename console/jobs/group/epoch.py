@@ -24,7 +24,7 @@ from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.lease import JobLease, NoAnchor, renew_on_readings
 from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
-from console.jobs.probe import Probe
+from console.jobs.probe import Asking, Probe
 from console.states import HostState
 from protocol.messages import (
     ExecutorMessage,
@@ -239,7 +239,8 @@ class GroupEpoch:
         """Relink after a blip; otherwise find out what happened, waiting out the lease."""
         host, workdir = m.host, self._probe.workdir(m.host)
         probe_s = max(0.5, 2 * self._heartbeat_s)
-        suspect = noted = probed = answered = False
+        suspect = noted = offline = False
+        asking = Asking(PROBE_MIN_S)
         while True:
             silent = is_suspect(time.monotonic(), m.last_seen, self._det)
             budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
@@ -247,16 +248,11 @@ class GroupEpoch:
                 return None
             if m.exit is not None:  # seen faulted on relinking
                 return None
-            # the first probe gets its full time, whatever is left of the lease: a member never
-            # linked (a console started after its executor ended) is silent from the start,
-            # and a host slow to answer is not one that cannot be asked; so does every probe
-            # of a host that answered in this loss (one 0.2 s probe at the lease's end missed
-            # is not a lost host: its rank would move, the hung executor left behind)
-            cut = budget if silent and probed and not answered else PROBE_MIN_S
-            answer = await self._probe.ask(host, workdir, cut)
-            probed = True
+            # a member never linked (a console started after its executor ended) is silent
+            # from the start: its first probe gets its full time all the same
+            answer = await self._probe.ask(host, workdir, asking.cut(silent, budget))
+            asking.heard(answer)
             alive = answer.alive
-            answered = answered or alive is True
             if alive is False:
                 return await self._probe.ended(host)
             if alive is None and answer.known:
@@ -272,7 +268,14 @@ class GroupEpoch:
                 if alive:
                     return await self._probe.hung(host, workdir)
                 if await self._fleet.console_online(excluding=host):
-                    return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                    if not offline:
+                        return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
+                    # Online again after reaching no host: this host's silence was heard while
+                    # the console itself was cut off. Ask it again before calling it lost.
+                    offline = False
+                    asking.afresh()
+                    continue
+                offline = True
             await asyncio.sleep(min(POLL_S, max(self.left(m), 0.05)) if silent else POLL_S)
 
     async def _relink(self, m: Member, budget: float) -> bool:

@@ -36,6 +36,7 @@ from console.reach.transport.base import (
 )
 from console.reach.transport.detach import detach_argv
 from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
+from console.reach.transport.tcp_stall import stalled
 
 if TYPE_CHECKING:
     from console.reach.replica import Received, ReplicaPlan
@@ -84,6 +85,11 @@ class SshTransport(Transport):
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
         async with self._lock:
+            if self._conn is not None and stalled(self._conn.get_extra_info("socket")):
+                # Kept across an outage, it would wake at its next retransmission, perhaps a
+                # minute after the link is back: dial afresh, and its channels fail now.
+                self._conn.abort()
+                self._conn = None
             if self._conn is None or self._conn.is_closed():
                 self._conn = None
                 self._conn = await self._dialer.dial()
