@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from protocol.errors import ConfigError
+from protocol.version import VersionAction
 
 if TYPE_CHECKING:
     from console.jobs.policy import Policy
@@ -36,6 +37,20 @@ def _inventory_option(default: object) -> argparse.ArgumentParser:
     return parent
 
 
+def _version_line() -> str:
+    """``hotspare VERSION+HASH``: the installed distribution's version and the hash of the
+    executor bundle this console deploys (what every checkpoint manifest records)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from console.reach.deploy import build_bundle
+
+    try:
+        release = version(PROG)
+    except PackageNotFoundError:
+        release = "unknown"
+    return f"{PROG} {release}+{build_bundle().hash}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -48,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         help="who acts on a failure (default: manual: failovers wait for an operator; `run`: auto)",
     )
     p.add_argument("--read-only", action="store_true", help="turn every action off")
+    p.add_argument("--version", action=VersionAction, line=_version_line)
     sub = p.add_subparsers(dest="command")
     inv = _inventory_option(argparse.SUPPRESS)  # given before or after the subcommand
     run = sub.add_parser("run", parents=[inv], help="run every job to completion, headless")

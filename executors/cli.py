@@ -16,12 +16,14 @@ from executors.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, r
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage
+from protocol.version import VersionAction
 
 PROG = "hotspare-executor"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Train a hotspare job on this host.")
+    p.add_argument("--version", action=VersionAction, line=_version_line)
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="run a job to its last step, resuming from the newest valid checkpoint"
@@ -84,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("version", help="print the executor's code version")
     return p
+
+
+def _version_line() -> str:
+    from executors.version import code_version
+
+    return f"{PROG} {code_version()}"
 
 
 def main(argv: list[str] | None = None) -> int:

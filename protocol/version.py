@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 BUNDLE_PACKAGES = ("executors", "protocol")
 
@@ -19,3 +22,28 @@ def source_hash(root: Path) -> str:
     for path in bundle_files(root):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:12]
+
+
+class VersionAction(argparse.Action):
+    """``--version``: one line from ``line()``, worked out only when asked (hashing the bundle
+    on every call of a command run as often as the executor's would cost for nothing)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, line: Callable[[], str]) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="print the version and exit",
+        )
+        self.line = line
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(self.line())
+        parser.exit()

@@ -87,6 +87,9 @@ def from_events_tail(text: str) -> Outcome:
             return Outcome(Exit.CONFIG, e.get("message", "configuration error"))
         if kind == "run_ended":  # the run died; its executor then ended too, unrestarted
             return from_run_ended(e.get("fault", ""), e.get("message", ""), e.get("step"))
+        if kind == "fault" and e.get("fatal") and e.get("fault") == FaultKind.LEASE_LOST.value:
+            # the watchdog's backstop: the lease ended mid-step, and the process ended at once
+            return Outcome(Exit.LEASE_LOST, f"lease lost: {e.get('message', '')}", e.get("step"))
         if kind == "fault" and e.get("fault") == FaultKind.CRASH.value:
             return Outcome(Exit.CRASHED, f"crashed: {e.get('message', '')}")
         if kind in ("progress", "checkpoint", "resumed"):

@@ -36,7 +36,7 @@ from protocol.errors import ConfigError
 REDRAW_HZ = 4.0
 NOTIFY_PHASES = frozenset({"detected", "decided", "resolved"})
 QUIT_NOTE = (
-    "q quits the console only: executors keep training for console.unattended_s "
+    "q or Ctrl-C quits the console only: executors keep training for console.unattended_s "
     "(a console started within it reattaches)."
 )
 
@@ -60,6 +60,8 @@ class HotspareApp(App[int]):
         Binding("colon", "command_palette", "commands", id="app.commands"),
         Binding("question_mark", "help", "keys", id="app.help"),
         Binding("q", "quit", "quit", id="app.quit"),
+        # as in k9s, htop and nvitop (Textual's own ctrl+c only says how to quit)
+        Binding("ctrl+c", "quit", "quit", id="app.quit_ctrl_c", show=False, priority=True),
     ]
 
     def __init__(

@@ -39,6 +39,9 @@ fourteen were injected, hence 9000."""
 
 
 @pytest.mark.chaos
+# 130 s alone here; in the suite, beside the other worker's tests on two cores, the fleet's run
+# ended after about 225 s and its uninterrupted baseline (trained alongside) after 300 s.
+@pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 (network namespaces)")
 def test_a_seeded_chaos_run_keeps_every_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
     lines: list[str] = []

@@ -4,12 +4,18 @@ reports (it reads only the journal), and ``--help`` says what the policies defau
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
+import executors
 from console.cli import main
 from console.records.journal import Journal, Kind
+from protocol.version import source_hash
 
 TYPO = '[console]\nstate_dir = "state"\nheartbeat_sx = 1.0\n'
 """An inventory with a misspelt key: valid TOML, refused by the loader."""
@@ -90,3 +96,24 @@ def test_help_shows_the_default_policy(
     assert done.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal
     assert f"(default: {default}" in text
+
+
+def test_version_names_the_release_and_the_bundle_both_commands_deploy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--version`` on both commands: the release and the executor bundle's hash, the one the
+    console deploys under and every manifest records (worked out here from the files)."""
+    bundle = source_hash(REPO)
+    with pytest.raises(SystemExit) as ended:
+        main(["--version"])
+    assert ended.value.code == 0
+    assert capsys.readouterr().out == f"hotspare {metadata.version('hotspare')}+{bundle}\n"
+    executor = subprocess.run(
+        [sys.executable, "-m", "executors.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=True,
+    )
+    assert executor.stdout == f"hotspare-executor {executors.__version__}+{bundle}\n"

@@ -204,6 +204,13 @@ async def test_a_console_started_while_the_executor_is_slow_to_answer_reattaches
     await ctl.close()
     workdir = tmp_path / "a" / "jobs" / "j"
     pid = int((workdir / "executor.pid").read_text())
+    # Stopped only once it has taken its last lease: training past two of the test's leases
+    # with no console (its own events). Stopped before it read that lease, it would wake with
+    # its lease ended (the suite, loaded: "lease ended while a step was still running").
+    quit_at, lease_s = time.monotonic(), load(inventory).console.lease_s
+    await until(lambda: time.monotonic() > quit_at + 2 * lease_s, 30, "two leases to pass")
+    at = steps_on_disk(workdir)
+    await until(lambda: steps_on_disk(workdir) > at + 5, 30, "steps taken with no console")
     os.kill(pid, signal.SIGSTOP)  # answers nothing, holds its lock: alive, and slow
     again = Controller(load(inventory), Policy.AUTO, executor_env=env)
     seen: list[Event] = []

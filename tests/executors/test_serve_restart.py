@@ -246,3 +246,31 @@ def test_an_executor_killed_while_faulted_reads_as_the_run_s_crash(tmp_path: Pat
     )
     outcome = from_events_tail(tail)
     assert outcome.exit is Exit.HUNG and "no progress for 9s" in outcome.why
+
+
+def test_an_executor_ended_by_its_lease_watchdog_reads_as_a_lost_lease_not_a_crash() -> None:
+    """Seen in the suite: an executor SIGSTOPped past its lease, then continued, ends at once
+    by its watchdog (a fatal lease_lost fault, no ``stopped``); it was told "died without a
+    word (killed?)"."""
+    tail = "\n".join(
+        json.dumps(e)
+        for e in (
+            {"kind": "progress", "step": 57, "loss": 1.0, "steps_per_s": 1.0, "epoch": 1},
+            {
+                "kind": "fault",
+                "fault": "lease_lost",
+                "message": "lease of epoch 1 has ended; stopping without writing",
+                "step": 60,
+                "fatal": False,
+            },
+            {
+                "kind": "fault",
+                "fault": "lease_lost",
+                "message": "lease ended while a step was still running; exiting at once",
+                "step": 57,
+                "fatal": True,
+            },
+        )
+    )
+    outcome = from_events_tail(tail)
+    assert outcome.exit is Exit.LEASE_LOST and "exiting at once" in outcome.why, outcome

@@ -149,7 +149,7 @@ async def test_killing_the_primary_from_the_fleet_view_fails_the_job_over(tmp_pa
         await wait_for(pilot, lambda: replica_on_b(ctl), 90, "step 40 and a replica on b")
         hosts = table(app)
         hosts.move_cursor(row=hosts.get_row_index("a"))
-        await pilot.press("k")
+        await pilot.press("K")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         assert isinstance(app.screen, FleetScreen)
@@ -174,7 +174,7 @@ async def test_read_only_refuses_every_action(tmp_path: Path) -> None:
         assert "READ-ONLY" in app.sub_title
         hosts = table(app)
         hosts.move_cursor(row=hosts.get_row_index("a"))
-        await pilot.press("k")
+        await pilot.press("K")
         assert not isinstance(app.screen, ConfirmScreen), "no confirmation: the action is off"
         assert notified(app, "read-only")
         await pilot.press("2", "c")
@@ -264,3 +264,29 @@ async def test_a_redraw_tick_while_the_app_shuts_down_draws_nothing(
         await pilot.press("1")
     assert ticks, "no table was unmounted"
     assert app.return_code in (None, 0)
+
+
+async def test_j_and_k_move_the_cursor_and_ctrl_c_quits_like_q(tmp_path: Path) -> None:
+    """Keys users bring from k9s and vim: j/k move (k kills nothing: the kill is K), and
+    Ctrl-C quits as q does, the controller closed first."""
+    inventory = fleet(tmp_path, steps=5000)
+    app, _ = console_app(inventory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: {"a", "b", "c"} <= set(table(app).row_keys()), 30, "the hosts")
+        hosts = table(app)
+        top = hosts.get_row_index("a")
+        hosts.move_cursor(row=top)
+        await pilot.press("j")
+        assert hosts.cursor_row == top + 1 and hosts.selected != "a"
+        await pilot.press("k")
+        assert hosts.cursor_row == top and hosts.selected == "a"
+        assert not isinstance(app.screen, ConfirmScreen), "k moves; it does not ask to kill"
+        await pilot.press("K")
+        assert isinstance(app.screen, ConfirmScreen), "K asks to kill the host at the cursor"
+        await pilot.press("n")
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: not app.is_running, 30, "the app to quit")
+    assert all(h.state is not HostState.DOWN for h in app.ctl.fleet.hosts.values())
+    stopped = list(read(inventory.parent / "state" / "journal.jsonl"))[-1]
+    assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed on Ctrl-C"

@@ -83,7 +83,7 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
             assert contained.startswith("runs contained by: its fence only ("), contained
         assert app.screen.query_one("#host-summary").size.height == 2, "both lines shown"
         assert ": now 87%" in text(app, "#util-label")
-        await pilot.press("k")
+        await pilot.press("K")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
         await wait_for(pilot, lambda: "down" in text(app, "#host-summary"), 30, "a down")

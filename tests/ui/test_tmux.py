@@ -83,9 +83,11 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     until(lambda s: "checkpoint now" in s and "Esc or ? closes" in s, 10, "the keys")
     tmux("send-keys", "-t", SESSION, "Escape")
     until(lambda s: "Esc or ? closes" not in s, 10, "help closed")
-    tmux("send-keys", "-t", SESSION, "q")
+    tmux("send-keys", "-t", SESSION, "C-c")  # Ctrl-C quits, as in k9s and htop (q below)
     until(quit_note_shown, 30, "the quit note")
     assert "Traceback" not in pane_history()
+    stopped = list(read(inventory.parent / "state" / "journal.jsonl"))[-1]
+    assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed on Ctrl-C"
 
 
 def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(

@@ -10,7 +10,8 @@ from console.ui.screens.base import LiveScreen
 HOST_BINDINGS = [
     Binding("d", "drain", "drain", tooltip="drain; undrain a drained host", id="host.drain"),
     Binding("o", "cordon", "cordon/uncordon", id="host.cordon"),
-    Binding("k", "host('kill')", "kill demo host", id="host.kill"),
+    # not on a movement key (j/k move the cursor): a kill is typed on purpose
+    Binding("K", "host('kill')", "kill demo host", id="host.kill"),
     Binding("r", "host('revive')", "revive demo host", id="host.revive"),
 ]
 

@@ -32,8 +32,8 @@ class LiveTable(ScrollView, can_focus=True):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "select", "select", show=False),
-        Binding("up", "cursor_up", "up", show=False),
-        Binding("down", "cursor_down", "down", show=False),
+        Binding("up,k", "cursor_up", "up", show=False),
+        Binding("down,j", "cursor_down", "down", show=False),
         Binding("pageup", "page_up", "page up", show=False),
         Binding("pagedown", "page_down", "page down", show=False),
         Binding("home", "first", "first row", show=False),
