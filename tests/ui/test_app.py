@@ -272,7 +272,9 @@ async def test_j_and_k_move_the_cursor_and_ctrl_c_quits_like_q(tmp_path: Path) -
     inventory = fleet(tmp_path, steps=5000)
     app, _ = console_app(inventory)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: {"a", "b", "c"} <= set(table(app).row_keys()), 30, "the hosts")
+        await wait_for(
+            pilot, lambda: {"a", "b", "c"} <= set(table(app).row_keys()), 30, "the hosts"
+        )
         hosts = table(app)
         top = hosts.get_row_index("a")
         hosts.move_cursor(row=top)
