@@ -2,12 +2,17 @@
 
     hotspare [--inventory F] [--policy manual|auto|observe] [--read-only]   the terminal UI
     hotspare run [--inventory F] [--policy P] [--json]                      headless, to completion
+    hotspare serve [--inventory F] [--policy P] [--json]                    the controller, until stopped
+    hotspare stop [--inventory F]                                           end the running controller
     hotspare check [--inventory F] [--json] [--deploy]                      preflight every host
     hotspare report [--json] [--inventory F | --state-dir D]                post-mortem (markdown)
     hotspare lineage JOB [--json] [--inventory F | --state-dir D]           a job's checkpoints
 
-``--policy`` may come before or after ``run`` (two that differ are refused); none given,
-``run`` acts (auto) and the terminal UI asks (manual).
+The terminal UI is a view: it attaches to the controller that holds the state dir (``serve``,
+``run``, or one it started detached when none ran), and quitting it leaves training alone.
+
+``--policy`` may come before or after ``run`` or ``serve`` (two that differ are refused); none
+given, ``run`` acts (auto) and the terminal UI and ``serve`` ask (manual).
 
 Bad input is one line on stderr and exit 2, never a traceback.
 """
@@ -74,6 +79,23 @@ def _parser() -> argparse.ArgumentParser:
         help="who acts on a failure (default: auto); the same as --policy before `run`",
     )
     run.add_argument("--json", action="store_true", help="one JSON event per line")
+    serve = sub.add_parser(
+        "serve",
+        parents=[inv],
+        help="run the controller as a service until `hotspare stop`; views attach to it",
+    )
+    serve.add_argument(
+        "--policy",
+        dest="run_policy",
+        choices=POLICIES,
+        help="who acts on a failure (default: manual); the same as --policy before `serve`",
+    )
+    serve.add_argument("--json", action="store_true", help="one JSON event per line")
+    sub.add_parser(
+        "stop",
+        parents=[inv],
+        help="end the controller that holds the state dir (cleanly: its last leases)",
+    )
     check = sub.add_parser(
         "check", parents=[inv], help="validate the inventory, reach every host and preflight it"
     )
@@ -131,9 +153,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         from console.headless import run_headless
 
         return run_headless(inv, policy, as_json=args.json)
+    if args.command == "serve":
+        from console.service.serve import run_service
+
+        return run_service(inv, policy, as_json=args.json)
+    if args.command == "stop":
+        from console.service.stop import stop_controller
+
+        return stop_controller(inv.state_dir)
     from console.ui import run_tui
 
-    return run_tui(inv, policy, read_only=args.read_only)
+    given = args.policy is not None or getattr(args, "run_policy", None) is not None
+    return run_tui(inv, policy, read_only=args.read_only, policy_given=given)
 
 
 def _policy(args: argparse.Namespace) -> Policy:

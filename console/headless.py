@@ -21,13 +21,14 @@ from console.inventory import Inventory
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Event
+from console.service.control import ControlServer
 from console.states import JobState
 
 ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"
 """Test hook: JSON ``{host: {VAR: value}}`` added to executors' environment on that host."""
 
 
-def _line(e: Event) -> str:
+def event_line(e: Event) -> str:
     return f"{time.strftime('%H:%M:%S', time.localtime(e.t))}  {e.msg}"
 
 
@@ -39,7 +40,7 @@ def run_headless(
     env = json.loads(os.environ.get(ENV_HOOK, "{}"))
 
     def show(e: Event) -> None:
-        out.write((msgspec.json.encode(e).decode() if as_json else _line(e)) + "\n")
+        out.write((msgspec.json.encode(e).decode() if as_json else event_line(e)) + "\n")
         out.flush()
 
     async def main() -> dict[str, str]:
@@ -47,13 +48,17 @@ def run_headless(
         ctl = Controller(inv, policy, executor_env=env)
         ctl.journal.subscribe(show)
         task = asyncio.current_task()
+        assert task is not None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(sig, task.cancel)
+        server = ControlServer(inv.state_dir, ctl, stop=lambda: loop.call_soon(task.cancel))
         try:
+            await server.start()  # views attach to a headless run too
             await ctl.run()
             return {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
         finally:
+            await server.close()
             await ctl.close()
 
     try:
@@ -68,4 +73,4 @@ def run_headless(
     return 1 if unfinished else 0
 
 
-__all__ = ["ENV_HOOK", "run_headless"]
+__all__ = ["ENV_HOOK", "event_line", "run_headless"]

@@ -41,6 +41,8 @@ ALERT_REPEAT_S = 60.0
 PROGRESS_JOURNAL_EVERY_S = 10.0
 METRICS_OPEN_S = 30.0
 """The most the console waits at start to open its metrics export (import, folder check)."""
+JOURNAL_FOLLOW_S = 0.25
+"""How often a read-only console (a view) reads what the owner appended to the journal."""
 STATE_RETRY_S = 1.0
 """How often a state save that failed (a full disk), and journal lines held back, are retried."""
 
@@ -268,11 +270,16 @@ class Controller:
         self.lock.release()
 
     async def _follow_state(self) -> None:
-        """A read-only console reads the owner's state file again now and then."""
+        """A read-only console reads the owner's state file again now and then, and the
+        owner's journal as it grows (its views' notifications, incidents and timelines)."""
+        reloaded = 0.0
         while True:
-            await asyncio.sleep(FOLLOW_EVERY_S)
-            with contextlib.suppress(RuntimeError):  # caught mid-replace: next time
-                self.store.reload()
+            await asyncio.sleep(JOURNAL_FOLLOW_S)
+            self.journal.catch_up()
+            if time.monotonic() - reloaded >= FOLLOW_EVERY_S:
+                reloaded = time.monotonic()
+                with contextlib.suppress(RuntimeError):  # caught mid-replace: next time
+                    self.store.reload()
 
     async def _keep_state(self) -> None:
         """A state save that failed (a full disk) is tried again until it works, and journal
@@ -389,6 +396,21 @@ class Controller:
                 },
             )
 
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Each job as this controller has it now, for views in other processes: its state
+        and why, whether a failover waits for an operator, and where it runs."""
+        return {
+            name: {
+                "state": sup.state.value,
+                "why": sup.why,
+                "awaiting": sup.approval is not None and not sup.approval.done(),
+                "hosts": sup.hosts_in_use(),
+                "epoch": sup.epoch,
+                "step": sup.step,
+            }
+            for name, sup in self.jobs.items()
+        }
+
     # --------------------------------------------------------------- actions
 
     def _act(self, what: str, **fields: Any) -> None:
@@ -503,7 +525,7 @@ class Controller:
         if not isinstance(t, LocalTransport):
             why = f"{host} is not a local demo host; only those can be killed from the console"
             self._refuse(what, why, host=host)
-        if t.down:
+        if t.killed:
             self._refuse(what, f"{host} is killed already; revive brings it back", host=host)
         self._act(what, host=host)
         jobs = Path(self.inv.host_root(host)) / "jobs"
@@ -517,11 +539,11 @@ class Controller:
         t, what = self.fleet.hosts[host].transport, f"revive demo host {host}"
         if not isinstance(t, LocalTransport):
             self._refuse(what, f"{host} is not a local demo host", host=host)
-        if not t.down:
+        if not t.killed:
             why = f"{host} was not killed; revive brings back a killed demo host"
             self._refuse(what, why, host=host)
         self._act(what, host=host)
-        t.set_down(False)
+        t.revive()
         self.fleet.changed.set()
 
     def add_host(self, name: str, table: dict[str, Any]) -> None:

@@ -77,6 +77,9 @@ class LiveJob:
     sha256: str | None = None
     approval: asyncio.Future[bool] | None = None
     """An operator's answer awaited before a failover (manual and ask policies)."""
+    told: bool = False
+    """A view's copy whose state, why and approval the owning controller tells it (through
+    its control socket): the view's own observer leaves them alone."""
     target: str | None = None
     """An operator's chosen failover host."""
     stop_requested: bool = False

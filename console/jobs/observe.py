@@ -71,6 +71,8 @@ class Observe:
 
     def _observed(self, state: JobState, why: str) -> None:
         """A read-only console mirrors, it does not decide: any state may follow any other."""
+        if self._live.told:  # the controller's own word is shown instead
+            return
         if state is not self._live.state:
             self._live.machine.state = state
         self._live.why = why

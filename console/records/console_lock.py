@@ -52,6 +52,22 @@ class ConsoleLock:
             os.close(fd)
 
 
+def held(state_dir: Path) -> bool:
+    """Whether a live console (or controller) holds ``state_dir`` now: the kernel's word."""
+    path = state_dir / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the probe's own lock, if it got one
+    return False
+
+
 def holder(path: Path) -> str:
     """The holder as one phrase: 'pid 4242 on gpu-console since 2026-12-01 03:41:07'."""
     try:

@@ -10,6 +10,7 @@ file stays whole lines in order; listeners are told of every event at once eithe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -75,10 +76,16 @@ class Journal:
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
         self._f: BinaryIO | None = None
-        """None for a read-only console: its events reach its listeners, not the file."""
+        """None for a read-only console: it follows the file the owner writes (``catch_up``),
+        and its own events reach neither the file nor its listeners."""
+        self._read_at = 0
+        """Where a follower has read the owner's file up to (complete lines)."""
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the console
+        else:
+            with contextlib.suppress(OSError):
+                self._read_at = path.stat().st_size  # what was there is read at start (Timeline)
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._pending = bytearray()
@@ -103,9 +110,37 @@ class Journal:
                 else:
                     self._left_out += 1
                 self._write_pending()
-        for listener in self._listeners:
-            listener(event)
+        if self._f is not None:  # a follower's listeners hear the owner's journal instead
+            for listener in self._listeners:
+                listener(event)
         return event
+
+    def catch_up(self) -> int:
+        """A follower: tell the listeners every event the owner appended since the last call
+        (complete lines only); the number told. A file made anew (shorter) is read from 0."""
+        if self._f is not None:
+            return 0
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self._read_at:
+                    self._read_at = 0
+                f.seek(self._read_at)
+                data = f.read(max(0, size - self._read_at))
+        except OSError:
+            return 0
+        end = data.rfind(b"\n") + 1
+        self._read_at += end
+        told = 0
+        for line in data[:end].splitlines():
+            try:
+                event = _dec.decode(line)
+            except msgspec.DecodeError:
+                continue
+            for listener in self._listeners:
+                listener(event)
+            told += 1
+        return told
 
     def flush(self) -> bool:
         """Write what a full disk held back; True when nothing is left unwritten."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from console.jobs.controller import Controller
 from console.reach.transport.local import LocalTransport
+from console.service.client import Remote
 from console.states import HOST_ORDERS, JobState
 
 
@@ -15,7 +16,8 @@ from console.states import HOST_ORDERS, JobState
 class Action:
     verb: str
     """How it reads before its target: ``drain gpu-3``."""
-    run: Callable[[Controller, str], object]
+    run: Callable[[Controller | Remote, str], object]
+    """The call, to this process's controller or to a controller service's socket."""
     help: str
     confirm: str | None = None
     """The question asked first, ``{}`` being the target(s); None for a harmless action."""
@@ -45,7 +47,7 @@ def _may(order: str) -> Callable[[Controller, str], bool]:
 def _killed(ctl: Controller, host: str) -> bool | None:
     """A local demo host: killed or not; None for any other."""
     t = ctl.fleet.hosts[host].transport
-    return t.down if isinstance(t, LocalTransport) else None
+    return t.killed if isinstance(t, LocalTransport) else None
 
 
 JOB_ACTIONS = {

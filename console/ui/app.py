@@ -20,6 +20,8 @@ from textual.worker import Worker
 from console.jobs.controller import Controller
 from console.jobs.refusal import Refused
 from console.records.journal import Event, Kind
+from console.service.attach import Attachment
+from console.service.client import Remote
 from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent
@@ -65,9 +67,18 @@ class HotspareApp(App[int]):
     ]
 
     def __init__(
-        self, ctl: Controller, *, supervise: bool = True, freeze_startup: bool = False
+        self,
+        ctl: Controller,
+        *,
+        supervise: bool = True,
+        freeze_startup: bool = False,
+        attached: Attachment | None = None,
     ) -> None:
         """``supervise=False`` shows the controller's state without running it (snapshots).
+
+        ``attached``: a view of a controller service. ``ctl`` is then this view's read-only
+        copy (it watches the hosts itself), the controller tells it each job's state, and the
+        actions go to the controller (none from a read-only view).
 
         ``freeze_startup`` (the ``hotspare`` command) moves what exists once the console is up
         out of the garbage collector's reach (``gc.freeze``): modules, Textual, the inventory
@@ -77,6 +88,11 @@ class HotspareApp(App[int]):
         """
         super().__init__()
         self.ctl = ctl
+        self.attached = attached
+        self.acts: Controller | Remote = (
+            attached.actions if attached is not None and attached.actions is not None else ctl
+        )
+        """Where actions go: this process's controller, or the service's."""
         self.supervise = supervise
         self.freeze_startup = freeze_startup
         self.last_event = ""
@@ -91,17 +107,28 @@ class HotspareApp(App[int]):
     # ------------------------------------------------------------ lifecycle
 
     def on_mount(self) -> None:
-        self.sub_title = f"policy {self.ctl.policy.value}" + (
-            " · READ-ONLY: every action is off" if self.ctl.read_only else ""
-        )
+        self.sub_title = self._subtitle()
         self.ctl.journal.subscribe(lambda e: self.post_message(JournalEvent(e)))
         if self.supervise:
             self._controller = self.run_worker(
                 self.ctl.run(stay=True), name="controller", exclusive=True, group="controller"
             )
+        if self.attached is not None:
+            self.run_worker(self.attached.follow(self.ctl.jobs), name="follow", group="follow")
         self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")
         if self.freeze_startup:
             self.call_after_refresh(_freeze_startup)
+
+    def _subtitle(self) -> str:
+        if self.attached is not None:
+            return self.attached.line()
+        return f"policy {self.ctl.policy.value}" + (
+            " · READ-ONLY: every action is off" if self.ctl.read_only else ""
+        )
+
+    @property
+    def quit_note(self) -> str:
+        return QUIT_NOTE if self.attached is None else self.attached.quit_note()
 
     async def on_unmount(self) -> None:
         await self.close_controller()
@@ -132,6 +159,8 @@ class HotspareApp(App[int]):
             screen = self.screen
         except ScreenStackError:  # a tick while the app shuts down
             return
+        if self.attached is not None:
+            self.sub_title = self._subtitle()
         if isinstance(screen, LiveScreen) and screen.ready:
             screen.draw()
             self.redraws += 1
@@ -155,7 +184,7 @@ class HotspareApp(App[int]):
 
     def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
         """Run an operator action, asking first when ``confirm`` is given."""
-        if self.ctl.read_only:
+        if self.acts is self.ctl and self.ctl.read_only:
             self.notify(f"read-only console: {what} is off", severity="warning", markup=False)
             return
 
@@ -168,7 +197,7 @@ class HotspareApp(App[int]):
             except Refused as err:
                 self.notify(f"{what}: refused ({err})", severity="warning", markup=False)
                 return
-            except (PermissionError, ValueError, KeyError, ConfigError) as err:
+            except (PermissionError, ValueError, KeyError, ConfigError, ConnectionError) as err:
                 self.notify(f"{what}: {err}", severity="error", markup=False)
                 return
             self.notify(f"{what}: done", timeout=3, markup=False)
@@ -188,7 +217,7 @@ class HotspareApp(App[int]):
             refused: list[str] = []
             for key in keys:
                 try:
-                    action.run(self.ctl, key)
+                    action.run(self.acts, key)
                 except Refused as err:
                     refused.append(str(err))
             if len(refused) == len(keys):
@@ -202,7 +231,7 @@ class HotspareApp(App[int]):
     def fail_over_to(self, job: str, host: str) -> None:
         self.act(
             f"fail over {job} to {host}",
-            lambda: self.ctl.fail_over(job, host),
+            lambda: self.acts.fail_over(job, host),
             confirm=f"Fail {job} over to {host} now?",
         )
 
@@ -248,7 +277,7 @@ class HotspareApp(App[int]):
         screen = self.screen
         if not isinstance(screen, LiveScreen):
             return
-        off = " (off: read-only)" if self.ctl.read_only else ""
+        off = " (off: read-only)" if self.acts is self.ctl and self.ctl.read_only else ""
         keys: list[tuple[str, str]] = []
         ours = [c for c in type(screen).__mro__ if c.__module__.startswith("console.ui")]
         for b in [b for cls in ours for b in _bindings(cls.__dict__.get("BINDINGS", []))]:
@@ -257,7 +286,7 @@ class HotspareApp(App[int]):
                 what = b.tooltip or b.description  # the key bar's word, or a longer one
                 keys.append((key, what + (off if b.id and _is_action(b.id) else "")))
         keys += [(self.get_key_display(b), b.description) for b in _bindings(self.BINDINGS)]
-        self.push_screen(HelpScreen(screen.TITLE_TEXT, keys, QUIT_NOTE))
+        self.push_screen(HelpScreen(screen.TITLE_TEXT, keys, self.quit_note))
 
 
 def _freeze_startup() -> None:

@@ -27,6 +27,8 @@ from console.reach.transport.base import (
 )
 from console.reach.transport.detach import detach_argv
 
+KILLED_MARK = ".hotspare-killed"
+
 
 class LocalTransport(Transport):
     def __init__(self, name: str, *, default_timeout: float = 30.0, root: str = "") -> None:
@@ -34,24 +36,58 @@ class LocalTransport(Transport):
         self.root = root
         """The host's folder (its "disk"): with the name, what names its cgroup."""
         self.default_timeout = default_timeout
-        self.down = False
-        """A demo host "killed" from the console: every call fails as if the host were gone."""
+        self._cut = False
+        """Unreachable from this console only (``set_down``: a test's cut link)."""
         self._streams: list[StreamWriterLike] = []
 
+    @property
+    def _killed_mark(self) -> Path | None:
+        """A demo host "killed" from a console: a file in its folder, so every console and
+        view on this machine sees it killed (and a console started again still does)."""
+        return Path(self.root) / KILLED_MARK if self.root else None
+
+    @property
+    def down(self) -> bool:
+        """Every call fails as if the host were gone: killed, or cut off from this console."""
+        mark = self._killed_mark
+        return self._cut or (mark is not None and mark.exists())
+
+    @property
+    def killed(self) -> bool:
+        mark = self._killed_mark
+        return mark is not None and mark.exists()
+
     def set_down(self, down: bool) -> None:
-        self.down = down
+        """Cut (or heal) this console's reach to the host; the host itself runs on."""
+        self._cut = down
         if down:
-            for w in self._streams:
-                w.close()
-            self._streams.clear()
+            self._drop_streams()
+
+    def _drop_streams(self) -> None:
+        for w in self._streams:
+            w.close()
+        self._streams.clear()
 
     def kill_host(self, roots: set[int]) -> set[int]:
         """End everything this host runs, as a power cut would: its cgroup whole, and every
         descendant of ``roots`` (its executors' recorded pids); then it is down. The pids."""
         cg = local_host.host_cgroup(self.name, self.root) if self.root else None
+        mark = self._killed_mark
+        if mark is not None:  # first: nothing is started there once the kill has begun
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.write_text("killed from a hotspare console\n")
+        else:
+            self._cut = True
         ended = local_host.kill(cg, roots)
-        self.set_down(True)
+        self._drop_streams()
         return ended
+
+    def revive(self) -> None:
+        """A killed demo host is back (empty of processes, its files kept)."""
+        mark = self._killed_mark
+        if mark is not None:
+            mark.unlink(missing_ok=True)
+        self._cut = False
 
     def _guard(self) -> None:
         if self.down:

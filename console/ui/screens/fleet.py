@@ -58,6 +58,6 @@ class FleetScreen(HostActions, ViewScreen):
         def added(result: tuple[str, dict[str, Any]] | None) -> None:
             if result is not None:
                 name, table = result
-                self.act(f"add host {name}", lambda: self.ctl.add_host(name, table))
+                self.act(f"add host {name}", lambda: self.hotspare.acts.add_host(name, table))
 
         self.app.push_screen(AddHostScreen(regions), added)
