@@ -398,8 +398,9 @@ class Controller:
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Each job as this controller has it now, for views in other processes: its state
-        and why, whether a failover waits for an operator, and where it runs."""
-        return {
+        and why, whether a failover waits for an operator, and where it runs; and the job
+        each host holds (a standby's included)."""
+        jobs = {
             name: {
                 "state": sup.state.value,
                 "why": sup.why,
@@ -410,6 +411,8 @@ class Controller:
             }
             for name, sup in self.jobs.items()
         }
+        held = {h: rt.job for h, rt in self.fleet.hosts.items() if rt.job is not None}
+        return {"jobs": jobs, "host_jobs": held}
 
     # --------------------------------------------------------------- actions
 

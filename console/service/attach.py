@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from console.service.client import ControllerGone, Remote
-from console.service.follow import HasLive, tell, untell
+from console.service.follow import HasLive, HoldsJob, tell, untell
 
 ASK_EVERY_S = 1.0
 
@@ -52,7 +52,7 @@ class Attachment:
             "`hotspare stop` ends it."
         )
 
-    async def follow(self, jobs: Mapping[str, HasLive]) -> None:
+    async def follow(self, jobs: Mapping[str, HasLive], hosts: Mapping[str, HoldsJob]) -> None:
         """Ask the controller for its jobs' state every ``ASK_EVERY_S``, until cancelled."""
         try:
             while True:
@@ -65,7 +65,7 @@ class Attachment:
                 else:
                     self.silent_since = None
                     self.answered_at = time.monotonic()
-                    tell(jobs, status.get("jobs", {}))
+                    tell(jobs, hosts, status)
                 await asyncio.sleep(ASK_EVERY_S)
         finally:
             self.close()

@@ -94,7 +94,7 @@ class ControlServer:
             case "hello":
                 return Reply(True, data=self.hello())
             case "status":
-                return Reply(True, data={"jobs": self._ctl.status(), "t": time.time()})
+                return Reply(True, data={**self._ctl.status(), "t": time.time()})
             case "stop":
                 self._stop()
                 return Reply(True, data={"pid": os.getpid()})

@@ -19,9 +19,19 @@ class HasLive(Protocol):
     live: LiveJob
 
 
-def tell(jobs: Mapping[str, HasLive], status: Mapping[str, Any]) -> None:
-    """Set each job's state, why and waiting approval to the controller's (``status``)."""
-    for name, said in status.items():
+class HoldsJob(Protocol):
+    job: str | None
+
+
+def tell(
+    jobs: Mapping[str, HasLive], hosts: Mapping[str, HoldsJob], status: Mapping[str, Any]
+) -> None:
+    """Set each job's state, why and waiting approval, and the job each host holds, to the
+    controller's (``status``)."""
+    held = status.get("host_jobs", {})
+    for host, rt in hosts.items():
+        rt.job = held.get(host)
+    for name, said in status.get("jobs", {}).items():
         sup = jobs.get(name)
         if sup is None:
             continue

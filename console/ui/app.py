@@ -114,7 +114,11 @@ class HotspareApp(App[int]):
                 self.ctl.run(stay=True), name="controller", exclusive=True, group="controller"
             )
         if self.attached is not None:
-            self.run_worker(self.attached.follow(self.ctl.jobs), name="follow", group="follow")
+            self.run_worker(
+                self.attached.follow(self.ctl.jobs, self.ctl.fleet.hosts),
+                name="follow",
+                group="follow",
+            )
         self.set_interval(1 / REDRAW_HZ, self.redraw, name="redraw")
         if self.freeze_startup:
             self.call_after_refresh(_freeze_startup)

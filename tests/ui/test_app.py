@@ -32,12 +32,16 @@ SIZE = (120, 40)
 
 @pytest.fixture(autouse=True)
 def reap_executors(tmp_path: Path) -> Iterator[None]:
-    """Quitting the console leaves executors running on purpose; this test's own are killed after."""
+    """Quitting a view leaves the controller and its executors running on purpose; this
+    test's own (every process named with its folder: executors, controllers, views) are
+    killed after."""
     yield
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError, ValueError):
             args = cmdline.read_bytes().split(b"\0")
-            if b"executors.cli" in args and any(str(tmp_path).encode() in a for a in args):
+            if int(cmdline.parent.name) != os.getpid() and any(
+                str(tmp_path).encode() in a for a in args
+            ):
                 os.kill(int(cmdline.parent.name), signal.SIGKILL)
 
 

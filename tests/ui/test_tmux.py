@@ -39,8 +39,20 @@ def pane_history() -> str:
 
 
 def quit_note_shown(_: str) -> bool:
-    """The note printed after the app exits (it may have scrolled off the screen)."""
-    return "executors keep training" in pane_history()
+    """The note printed after the view exits (it may have scrolled off the screen)."""
+    return "keeps every job training" in pane_history()
+
+
+def stop_controller(inventory: Path) -> str:
+    """``hotspare stop``, as an operator types it; its one line."""
+    done = subprocess.run(
+        [str(HOTSPARE), "--inventory", str(inventory), "stop"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
 
 
 def until(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
@@ -83,11 +95,16 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     until(lambda s: "checkpoint now" in s and "Esc or ? closes" in s, 10, "the keys")
     tmux("send-keys", "-t", SESSION, "Escape")
     until(lambda s: "Esc or ? closes" not in s, 10, "help closed")
+    controller = lock_holder(inventory.parent / "state")
+    assert controller is not None and f"controller pid {controller}" in screen()
     tmux("send-keys", "-t", SESSION, "C-c")  # Ctrl-C quits, as in k9s and htop (q below)
     until(quit_note_shown, 30, "the quit note")
     assert "Traceback" not in pane_history()
+    # the view is gone; the controller it started is not (it holds the state dir still)
+    assert lock_holder(inventory.parent / "state") == controller
+    assert f"controller pid {controller} stopped" in stop_controller(inventory)
     stopped = list(read(inventory.parent / "state" / "journal.jsonl"))[-1]
-    assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed on Ctrl-C"
+    assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed by stop"
 
 
 def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
@@ -140,10 +157,22 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     tmux("send-keys", "-t", SESSION, "q")
     until(quit_note_shown, 30, "the quit note")
     before = len(incidents(read(journal)))
+    state = inventory.parent / "state"
+    controller = lock_holder(state)
 
-    restarted = time.time()
+    # a second view attaches to the same controller: nothing restarts, nothing is reattached
     tmux("respawn-pane", "-k", "-t", SESSION, command)
     tmux("clear-history", "-t", SESSION)  # the first quit note must not answer for the second
+    until(lambda s: f"controller pid {controller}" in s, 30, "the second view attached")
+    tmux("send-keys", "-t", SESSION, "q")
+    until(quit_note_shown, 30, "the second quit note")
+    assert lock_holder(state) == controller
+
+    # stopped, then started again: the new controller reattaches to the executor, no incident
+    stop_controller(inventory)
+    restarted = time.time()
+    tmux("respawn-pane", "-k", "-t", SESSION, command)
+    tmux("clear-history", "-t", SESSION)
     until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view again")
     until(
         lambda s: any(
@@ -151,11 +180,13 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
             for e in read(journal)
         ),
         30,
-        "the second console reattached",
+        "the new controller reattached",
     )
+    assert lock_holder(state) not in (None, controller)
     tmux("send-keys", "-t", SESSION, "q")
-    until(quit_note_shown, 30, "the second quit note")
-    assert len(incidents(read(journal))) == before, "no incident for a console that quit cleanly"
+    until(quit_note_shown, 30, "the third quit note")
+    stop_controller(inventory)
+    assert len(incidents(read(journal))) == before, "no incident for a controller stopped cleanly"
 
 
 def lock_holder(state_dir: Path) -> int | None:
