@@ -62,12 +62,18 @@ class Observe:
                     job.step, job.last_seen = hello.step, time.monotonic()
                     self._observed(JobState.RUNNING, f"on {host}, epoch {hello.epoch} (watching)")
                     job.link = link
-                    why = await link.pump(self._on_message)
+                    why = await link.pump(self._heard)
                     job.link = None
                     self._observed(JobState.PENDING, f"lost sight of {host}: {why}")
             else:
                 self._observed(JobState.PENDING, "not placed yet")
             await asyncio.sleep(FOLLOW_EVERY_S)
+
+    def _heard(self, msg: ExecutorMessage) -> None:
+        """A message from the executor; the record is read again too (the state file is
+        reloaded while the link stays open: a new epoch, a spare changed)."""
+        self._live.rec = self._record()
+        self._on_message(msg)
 
     def _observed(self, state: JobState, why: str) -> None:
         """A read-only console mirrors, it does not decide: any state may follow any other."""

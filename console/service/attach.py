@@ -26,6 +26,8 @@ class Attachment:
         """The controller's operator actions; None for a read-only view."""
         self._asker = Remote(state_dir)
         self.answered_at = time.monotonic()
+        self.stopped = False
+        """Stopped from this view (its quit note says so)."""
         self.silent_since: float | None = None
         """Wall time the controller stopped answering the view; None while it answers."""
 
@@ -46,7 +48,18 @@ class Attachment:
         how = "acting view" if self.actions is not None else "READ-ONLY view: every action is off"
         return f"policy {self.policy} · {how} of {who}"
 
+    def stop(self) -> None:
+        """Ask the controller to stop (an acting view's palette action)."""
+        assert self.actions is not None, "a read-only view stops nothing"
+        self.actions.stop()
+        self.stopped = True
+
     def quit_note(self) -> str:
+        if self.stopped:
+            return (
+                f"the controller (pid {self.pid}) was stopped from this view; executors train "
+                "on for console.unattended_s, and a controller started within it reattaches."
+            )
         return (
             f"this view closed; the controller (pid {self.pid}) keeps every job training. "
             "`hotspare stop` ends it."

@@ -232,6 +232,26 @@ class HotspareApp(App[int]):
         confirm = action.confirm.format(label) if action.confirm else None
         self.act(f"{action.verb} {label}", each, confirm=confirm)
 
+    def stop_controller(self) -> None:
+        """The palette's ``stop the controller`` (an acting view's): asked first, then the
+        controller closes and this view, with nothing left to show, closes too."""
+        attached = self.attached
+        if attached is None or attached.actions is None:
+            return
+
+        def stop() -> None:
+            attached.stop()
+            self.exit()
+
+        self.act(
+            f"stop the controller (pid {attached.pid})",
+            stop,
+            confirm=(
+                f"Stop the controller (pid {attached.pid})? Every executor trains on for "
+                "console.unattended_s, then stops unless a controller is started again."
+            ),
+        )
+
     def fail_over_to(self, job: str, host: str) -> None:
         self.act(
             f"fail over {job} to {host}",

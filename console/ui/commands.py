@@ -29,6 +29,12 @@ class HotspareCommands(Provider):
         for mode in app.VIEWS:
             yield f"view {mode}", f"switch to the {mode} view", partial(app.action_view, mode)
         yield "add host", "append a host to the inventory", app.action_add_host
+        if app.attached is not None and app.attached.actions is not None:
+            yield (
+                "stop the controller",
+                "end it cleanly: executors get their last lease (unattended_s)",
+                app.stop_controller,
+            )
         for job in ctl.jobs:
             yield (
                 f"open job {job}",

@@ -36,13 +36,20 @@ def reap_executors(tmp_path: Path) -> Iterator[None]:
     test's own (every process named with its folder: executors, controllers, views) are
     killed after."""
     yield
+    reap(tmp_path)
+
+
+def reap(tmp_path: Path) -> None:
+    """SIGKILL every process named with ``tmp_path`` but this one and tmux's: the tmux server
+    keeps the argv of the client that started it, and every test's sessions live in it."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError, ValueError):
             args = cmdline.read_bytes().split(b"\0")
-            if int(cmdline.parent.name) != os.getpid() and any(
-                str(tmp_path).encode() in a for a in args
-            ):
-                os.kill(int(cmdline.parent.name), signal.SIGKILL)
+            pid = int(cmdline.parent.name)
+            if pid == os.getpid() or os.readlink(f"/proc/{pid}/exe").endswith("/tmux"):
+                continue
+            if any(str(tmp_path).encode() in a for a in args):
+                os.kill(pid, signal.SIGKILL)
 
 
 def fleet(tmp_path: Path, **job: Any) -> Path:

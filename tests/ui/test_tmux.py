@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fleetbed import POLL_S, job_table, local_host, write_inventory
-from test_app import fleet, reap_executors  # noqa: F401
+from test_app import fleet, reap, reap_executors  # noqa: F401
 
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
@@ -270,3 +270,39 @@ def test_a_read_only_console_beside_a_live_one_watches_and_changes_nothing(
             os.kill(
                 int((tmp_path / "a" / "jobs" / "j" / "executor.pid").read_text()), signal.SIGKILL
             )
+
+
+def test_a_tests_reap_spares_the_tmux_server_every_test_shares(tmp_path: Path) -> None:
+    """CI regression: the tmux server keeps the argv of the client that started it, so a
+    test reaping processes named with its folder killed every other test's sessions."""
+    socket = f"hotspare-reap-{os.getpid()}"  # a server of its own: the shared one may exist
+
+    def tm(*args: str) -> str:
+        return subprocess.run(
+            ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+
+    try:
+        tm("new-session", "-d", "-s", "mine", f"sleep 600; echo {tmp_path}")
+        tm("new-session", "-d", "-s", "other", "sleep 600")
+        server = int(tm("display-message", "-p", "-t", "other", "#{pid}").strip())
+        assert str(tmp_path) in Path(f"/proc/{server}/cmdline").read_text()
+        child = int(tm("display-message", "-p", "-t", "mine", "#{pane_pid}").strip())
+        reap(tmp_path)
+        tm("has-session", "-t", "other")  # raises when the server is gone
+        deadline = time.monotonic() + 10
+        while child in live_pids():
+            assert time.monotonic() < deadline, "the test's own process was not reaped"
+            time.sleep(POLL_S)  # polling, bounded by the deadline above
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=10)
+
+
+def live_pids() -> set[int]:
+    """Processes that exist and are not zombies."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.add(int(stat.parent.name))
+    return pids

@@ -19,6 +19,7 @@ from chaos.observe import executor_events, last_step
 from test_app import fleet, reap_executors  # noqa: F401
 from test_tmux import HOTSPARE, lock_holder, stop_controller, tmux
 
+from console.records.console_lock import held
 from console.records.journal import Kind, read
 
 ACTING = f"hotspare-acting-{os.getpid()}"
@@ -152,4 +153,25 @@ def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
     actions = [e.msg for e in read(state / "journal.jsonl") if e.kind is Kind.ACTION]
     assert actions == ["stop j"], actions
     assert lock_holder(state) == controller
-    stop_controller(inventory)
+
+    # the palette stops the controller (asked first); the read-only view says it is gone
+    tmux("send-keys", "-t", ACTING, "-l", ":")
+    until(ACTING, lambda s: "Search for commands" in s, 10, "the palette open")
+    tmux("send-keys", "-t", ACTING, "-l", "stop the controller")
+    until(ACTING, lambda s: "unattended_s" in s, 10, "the palette's hit")
+    tmux("send-keys", "-t", ACTING, "Enter")
+    until(ACTING, lambda s: f"Stop the controller (pid {controller})?" in s, 10, "the question")
+    tmux("send-keys", "-t", ACTING, "y")
+    until(
+        ACTING,
+        lambda s: (
+            "was stopped from this view"
+            in tmux("capture-pane", "-p", "-J", "-S", "-100", "-t", ACTING)
+        ),
+        30,
+        "the view's closing note",
+    )
+    until(WATCHING, lambda s: "NOT ANSWERING" in s, 30, "the read-only view told")
+    assert not held(state)
+    last = list(read(state / "journal.jsonl"))[-1]
+    assert last.kind is Kind.CONSOLE and last.msg == "console stopped"
