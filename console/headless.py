@@ -18,10 +18,10 @@ from typing import TextIO
 import msgspec
 
 from console.inventory import Inventory
-from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Event
 from console.service.control import ControlServer
+from console.service.standby import DEPOSED, LostLead, lead, open_controller
 from console.states import JobState
 
 ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"
@@ -45,21 +45,25 @@ def run_headless(
 
     async def main() -> dict[str, str]:
         """Run the controller; returns the reason of each job that did not finish."""
-        ctl = Controller(inv, policy, executor_env=env)
-        ctl.journal.subscribe(show)
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
+        ctl, leadership = await open_controller(
+            inv, policy, executor_env=env, say=lambda line: print(line, file=out, flush=True)
+        )
+        ctl.journal.subscribe(show)
         server = ControlServer(inv.state_dir, ctl, stop=lambda: loop.call_soon(task.cancel))
         try:
             await server.start()  # views attach to a headless run too
-            await ctl.run()
+            await lead(ctl, leadership, ctl.run())
             return {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
         finally:
             await server.close()
             await ctl.close()
+            if leadership is not None and leadership.deposed is None:
+                await leadership.resign()
 
     try:
         unfinished = asyncio.run(main())
@@ -68,6 +72,9 @@ def run_headless(
             "hotspare: interrupted; executors keep training until their lease ends", file=sys.stderr
         )
         return 130
+    except LostLead as e:
+        print(f"hotspare: {e}; ended (started again, it stands by)", file=sys.stderr, flush=True)
+        return DEPOSED
     for name, why in unfinished.items():
         print(f"hotspare: job {name} did not finish: {why}", file=sys.stderr)
     return 1 if unfinished else 0

@@ -24,6 +24,7 @@ from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
 
 HostName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+ETCD_ENDPOINT = r"^(https?://)?[A-Za-z0-9.:\[\]_-]+:[0-9]{1,5}$"
 
 
 class HealthThresholds(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -73,6 +74,21 @@ class ConsoleSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Where the console writes each job's metrics as one TensorBoard run (``DIR/JOB``), across
     failovers and consoles; relative paths are beside the inventory. None: none written."""
     health: HealthThresholds = msgspec.field(default_factory=HealthThresholds)
+    etcd: list[str] = []
+    """Standby controllers: the etcd members' client addresses ("HOST:PORT" or
+    "http://HOST:PORT"). Each controller of the inventory (its own state dir, on its own
+    machine) campaigns; one leads, the others wait and take over within ``etcd_ttl_s`` of its
+    end (``docs/standby.md``). Empty: one controller, and its files are the whole state."""
+    etcd_ttl_s: Annotated[float, msgspec.Meta(ge=2)] | None = None
+    """The leader's etcd lease: a standby takes over this long after the leader's last word at
+    the latest. Default: a third of ``lease_s``, at least 2 s; less than ``lease_s``."""
+    etcd_prefix: Annotated[str, msgspec.Meta(pattern=r"^/[A-Za-z0-9_./-]*$")] = "/hotspare"
+    """The keys of this inventory's controllers in etcd (one prefix per fleet)."""
+
+    @property
+    def leader_ttl_s(self) -> float:
+        """The leader's etcd lease, in seconds (``etcd_ttl_s`` or its default)."""
+        return self.etcd_ttl_s if self.etcd_ttl_s is not None else max(2.0, self.lease_s / 3)
 
 
 class Region(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -314,6 +330,22 @@ def _known(kind: str, name: str, known: dict[str, Any]) -> str:
 
 def _cross_check(inv: Inventory, text: str) -> None:
     """What a schema cannot say: names that must refer to something, and per-transport rules."""
+    for i, endpoint in enumerate(inv.console.etcd):
+        if not re.fullmatch(ETCD_ENDPOINT, endpoint):
+            _fail(
+                inv,
+                text,
+                ["console", "etcd"],
+                f"etcd[{i}] {endpoint!r} is not HOST:PORT or http(s)://HOST:PORT",
+            )
+    if inv.console.etcd and inv.console.leader_ttl_s >= inv.console.lease_s:
+        _fail(
+            inv,
+            text,
+            ["console", "etcd_ttl_s" if inv.console.etcd_ttl_s is not None else "lease_s"],
+            f"the leader's etcd lease ({inv.console.leader_ttl_s:g} s) must be shorter than "
+            f"lease_s ({inv.console.lease_s:g} s): a standby takes over before leases end",
+        )
     for name in inv.hosts:
         if not re.fullmatch(JOB_NAME_PATTERN, name):
             _fail(

@@ -29,6 +29,7 @@ from executors.control import Control
 from executors.durable import atomic_write
 from executors.events import EventLog, report_crash
 from executors.fencing.guard import LeaseGuard
+from executors.fencing.term import TermFence
 from executors.inject import Injections
 from executors.kinds import load_kind
 from executors.publish import seal
@@ -130,6 +131,8 @@ class Server:
         """Set at Start or at the end: the warm-up thread stops reading ahead, and returns."""
         """Set by the first Start: the idle work (warm-up, read-ahead) ends."""
         self._seq = 0
+        self._term = TermFence(self.workdir)
+        """The highest controller term seen: orders from a lower one are refused."""
         self._injections: Injections | None = None
         """Parsed once per process: each injected fault fires once, restarts in place included."""
         self._last_fault: Fault | None = None
@@ -380,9 +383,16 @@ class Server:
             if hello is None:
                 return
             check_hello(hello, ConsoleHello)
+            assert isinstance(hello, ConsoleHello)
+            self._term.hello(hello.term)
             await write_message(writer, self._hello())
             self._clients.add(writer)
             while (msg := await read_message(reader, CONSOLE_MESSAGES)) is not None:
+                if not isinstance(msg, Ping) and (
+                    why := self._term.refusal(hello.term, type(msg).__name__)
+                ):
+                    self.emit(Log(level="warning", text=why))
+                    continue
                 self._handle(msg, writer)
         except ProtocolError as e:
             with contextlib.suppress(ConnectionError, TimeoutError, ProtocolError):

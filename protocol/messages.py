@@ -44,6 +44,9 @@ class ConsoleHello(_Msg, tag="hello"):
 
     version: int
     console_id: str = ""
+    term: int = 0
+    """The controller's term (``executors/fencing/term.py``): every order on this link is
+    refused once a higher one has been seen; 0 without standby controllers."""
 
 
 class Rendezvous(msgspec.Struct, kw_only=True):

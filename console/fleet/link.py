@@ -36,11 +36,17 @@ class LinkError(Exception):
 
 class ExecutorLink:
     def __init__(
-        self, transport: Transport, socket_path: str, console_id: str = "hotspare"
+        self,
+        transport: Transport,
+        socket_path: str,
+        console_id: str = "hotspare",
+        term: int = 0,
     ) -> None:
         self.transport = transport
         self.socket_path = socket_path
         self.console_id = console_id
+        self.term = term
+        """The controller's term, said in the Hello (``executors/fencing/term.py``)."""
         self.hello: ExecutorHello | None = None
         self.anchor: tuple[float, float] | None = None
         """(the executor's clock, this console's ``clock.mono()`` when that reading arrived)
@@ -64,7 +70,9 @@ class ExecutorLink:
                 self.socket_path, timeout=timeout
             )
             self._frames = FrameReader(self._reader, EXECUTOR_MESSAGES)
-            await self.send(ConsoleHello(version=PROTOCOL_VERSION, console_id=self.console_id))
+            await self.send(
+                ConsoleHello(version=PROTOCOL_VERSION, console_id=self.console_id, term=self.term)
+            )
             hello = await self._frames.next(timeout=timeout)
         except (TransportError, ProtocolError, OSError, LinkError) as e:
             self.close()

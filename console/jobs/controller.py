@@ -55,16 +55,25 @@ class Controller:
         *,
         executor_env: dict[str, dict[str, str]] | None = None,
         read_only: bool = False,
+        lock: ConsoleLock | None = None,
+        term: int = 0,
+        took_over: float | None = None,
     ) -> None:
+        """``lock``: the state dir's, already held (a standby holds it while it waits);
+        ``term``: the leader's (``console/service/leader.py``), said to every executor;
+        ``took_over``: wall time from which this leader took over from one that died (its
+        jobs get a ``console_failover`` incident each)."""
         self.inv = inv
+        self.term = term
+        self._took_over = took_over
         self.policy = policy
         self.read_only = read_only
         self.executor_env = executor_env or {}
         """Extra environment for executors per host: test hooks (fake NVML, fault injection)."""
         self.console_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.lock = ConsoleLock(inv.state_dir)
+        self.lock = lock or ConsoleLock(inv.state_dir)
         """Held for this console's life; a read-only console watches and takes none."""
-        if not read_only:
+        if not read_only and lock is None:
             self.lock.acquire()
         self.journal = Journal(inv.state_dir / "journal.jsonl", read_only=read_only)
         self.timeline = Timeline(self.journal)
@@ -143,7 +152,9 @@ class Controller:
             data={"pid": os.getpid(), "policy": self.policy.value, "inventory": str(self.inv.path)},
         )
         metrics = await self._open_metrics()
-        if died is not None and not self.read_only:
+        if self._took_over is not None:
+            self._console_died(self._took_over, {}, "console_failover")
+        elif died is not None and not self.read_only:
             self._console_died(*died)
         background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
         if self.supply is not None:
@@ -202,9 +213,12 @@ class Controller:
             return GroupSupervisor(self, name)
         return JobSupervisor(self, name)
 
-    def _console_died(self, at: float, steps: dict[str, int]) -> None:
-        """The console before this one was killed: an incident per job it left running, resolved
-        at the job's next step under this console (reattached, or restarted).
+    def _console_died(
+        self, at: float, steps: dict[str, int], fault_class: str = "console_restart"
+    ) -> None:
+        """The console before this one was killed (``console_failover``: the leader before
+        this one, on another machine): an incident per job it left running, resolved at the
+        job's next step under this console (reattached, or restarted).
 
         A job whose incident was still open when that console died carries on in it (the
         death is recorded as a phase) rather than leaving it open forever. Nothing is counted
@@ -217,16 +231,20 @@ class Controller:
             if name in open_:
                 n = open_[name].id
                 self.incidents.phase(
-                    n, name, "console_restart", msg=f"incident {n}: {name}: console restarted"
+                    n, name, fault_class, msg=f"incident {n}: {name}: {fault_class}"
                 )
             else:
                 n = self.incidents.open(
                     name,
                     sup.rec.host,
-                    "console_restart",
+                    fault_class,
                     fault_at=at,
                     last_step=steps.get(name, 0),
-                    msg="the console before this one died; reattaching",
+                    msg=(
+                        "the leader before this one is gone; this standby took over, reattaching"
+                        if fault_class == "console_failover"
+                        else "the console before this one died; reattaching"
+                    ),
                 )
             self.incidents.phase(n, name, "decided", action="reattach")
             sup.incident, sup.resumed_step = n, None

@@ -45,6 +45,7 @@ class Launcher:
         journal: Journal,
         phase: Phase,
         console_id: str,
+        term: int = 0,
         executor_env: dict[str, dict[str, str]],
         ended: Callable[[str], Awaitable[Outcome]],
     ) -> None:
@@ -54,6 +55,7 @@ class Launcher:
         self._journal = journal
         self._phase = phase
         self._console_id = console_id
+        self._term = term
         self._env = executor_env
         self._ended = ended
         """How an executor that is gone ended (read from its workdir)."""
@@ -72,7 +74,7 @@ class Launcher:
         """A new, unopened link to whatever serves the job's socket on ``host`` (``twin``: the
         warm twin's, ``twin.sock``)."""
         path = posixpath.join(self.workdir(host), "twin.sock") if twin else self.socket(host)
-        return ExecutorLink(self._transport(host), path, self._console_id)
+        return ExecutorLink(self._transport(host), path, self._console_id, self._term)
 
     # ------------------------------------------------------------ starting
 

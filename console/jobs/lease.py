@@ -52,12 +52,20 @@ class Unpersisted(NoAnchor):
 
 class JobLease:
     def __init__(
-        self, rec: JobRecord, save: Callable[[], None], *, ttl_s: float, skew_s: float
+        self,
+        rec: JobRecord,
+        save: Callable[[], None],
+        *,
+        ttl_s: float,
+        skew_s: float,
+        vouch: Callable[[], None] = lambda: None,
     ) -> None:
         """``save``: persist the state (``StateStore.persist``: raises Unsaved when it could
-        not); ``rec``'s lease is taken as what is on disk."""
+        not); ``rec``'s lease is taken as what is on disk. ``vouch``: raises Unsaved when
+        this controller may not grant at all (``StateStore.vouch``: not sure it leads)."""
         self._rec = rec
         self._save = save
+        self._vouch = vouch
         self._on_disk = rec.lease
         """The newest lease record known written: what a grant must stay within."""
         self.ttl_s = ttl_s
@@ -96,6 +104,10 @@ class JobLease:
     def _grant(self, link: ExecutorLink, host: str, epoch: int, ttl: float | None = None) -> float:
         if link.anchor is None:
             raise NoAnchor(f"{host}: the executor has sent no clock reading")
+        try:
+            self._vouch()
+        except Unsaved as e:
+            raise Unpersisted(f"{host}: no lease: {e}") from None
         ttl = self.ttl_s if ttl is None else ttl
         executor_clock, arrived = link.anchor
         until = arrived + ttl

@@ -114,7 +114,9 @@ class JobSupervisor:
         self._wait_for_hosts = ctl.wait_for_hosts
         self._need_host = ctl.need_host
         c = inv.console
-        self.lease = JobLease(rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s)
+        self.lease = JobLease(
+            rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
+        )
 
         self._states = Transitions(self.live, journal=journal, alert=ctl.alert, alerted=ctl.alerted)
         self._incident = OpenIncident(
@@ -132,6 +134,7 @@ class JobSupervisor:
             journal=journal,
             phase=self._incident.phase,
             console_id=ctl.console_id,
+            term=ctl.term,
             executor_env=ctl.executor_env,
             ended=self._probe.ended,
         )

@@ -16,6 +16,7 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
@@ -80,6 +81,18 @@ Trouble = Callable[[str | None], None]
 """Told why saving fails when it starts failing, and None when it works again."""
 
 
+class Authority(Protocol):
+    """Where the state must be written before the local file, and who may act on it: the
+    elected leader's etcd (``console/service/leader.py``). Without one, the file is all."""
+
+    def put(self, data: bytes) -> None:
+        """Written where the next leader reads it, or ``Unsaved`` (a deposed leader's write
+        never lands)."""
+
+    def doubt(self) -> str | None:
+        """Why this controller may not act now (not sure it still leads); None: it may."""
+
+
 class StateStore:
     def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
         if not read_only:
@@ -91,6 +104,8 @@ class StateStore:
         self.unsaved: str | None = None
         """Why the newest state is not on disk (the last save failed); None: it is."""
         self._trouble: list[Trouble] = []
+        self.authority: Authority | None = None
+        """Set on a leader of standby controllers: every persist goes there first."""
 
     def on_trouble(self, listener: Trouble) -> None:
         """``listener`` told once when saving starts failing (why), once when it works again."""
@@ -139,6 +154,12 @@ class StateStore:
             return
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         data = msgspec.json.format(msgspec.json.encode(self.state))
+        if self.authority is not None:
+            try:
+                self.authority.put(data)
+            except Unsaved as e:
+                self._tell(str(e))
+                raise
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -153,6 +174,12 @@ class StateStore:
             self._tell(why)
             raise Unsaved(why) from None
         self._tell(None)
+
+    def vouch(self) -> None:
+        """Raise ``Unsaved`` when this controller may not act now (its authority doubts it
+        still leads): no lease is granted, even one within the bound already written."""
+        if self.authority is not None and (why := self.authority.doubt()) is not None:
+            raise Unsaved(why)
 
     def _tell(self, why: str | None) -> None:
         if (why is None) == (self.unsaved is None):

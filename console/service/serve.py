@@ -20,10 +20,10 @@ import msgspec
 
 from console.headless import ENV_HOOK, event_line
 from console.inventory import Inventory
-from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Event
 from console.service.control import ControlServer
+from console.service.standby import DEPOSED, LostLead, lead, open_controller
 
 
 def run_service(
@@ -37,25 +37,32 @@ def run_service(
         out.flush()
 
     async def main() -> None:
-        ctl = Controller(inv, policy, executor_env=env)
-        ctl.journal.subscribe(show)
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, task.cancel)
+        ctl, leadership = await open_controller(
+            inv, policy, executor_env=env, say=lambda line: print(line, file=out, flush=True)
+        )
+        ctl.journal.subscribe(show)
         server = ControlServer(inv.state_dir, ctl, stop=lambda: loop.call_soon(task.cancel))
         try:
             await server.start()
-            await ctl.run(stay=True)
+            await lead(ctl, leadership, ctl.run(stay=True))
         finally:
             await server.close()
             await ctl.close()
+            if leadership is not None and leadership.deposed is None:
+                await leadership.resign()
 
     try:
         asyncio.run(main())
     except asyncio.CancelledError:
         print("hotspare: controller stopped", file=out, flush=True)
+    except LostLead as e:
+        print(f"hotspare: {e}; ended (started again, it stands by)", file=sys.stderr, flush=True)
+        return DEPOSED
     return 0
 
 

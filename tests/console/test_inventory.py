@@ -479,6 +479,21 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         ["{p}:2: console.missed_heartbeats: Expected `int` >= 1, got 0"],
     ),
     (
+        "etcd-ttl-not-under-lease",
+        '[console]\nlease_s = 6\netcd = ["127.0.0.1:2379"]\netcd_ttl_s = 6\n',
+        ["{p}:4: console.etcd_ttl_s: the leader's etcd lease (6 s) must be shorter than lease_s"],
+    ),
+    (
+        "etcd-default-ttl-short-lease",
+        '[console]\nlease_s = 2\netcd = ["127.0.0.1:2379"]\n',
+        ["{p}:2: console.lease_s: the leader's etcd lease (2 s) must be shorter than"],
+    ),
+    (
+        "etcd-endpoint-not-host-port",
+        '[console]\netcd = ["127.0.0.1:2379; rm -rf /"]\n',
+        ["{p}:2: console.etcd: etcd[0] '127.0.0.1:2379; rm -rf /' is not HOST:PORT"],
+    ),
+    (
         "not-utf8",
         b'[regions.r]\nprovider = "\xff"\n',
         ["{p}:2: not UTF-8 text: byte 0xff at column 13"],

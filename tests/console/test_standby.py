@@ -1,0 +1,252 @@
+"""Standby controllers on a real 3-member etcd cluster: training outlives its leader.
+
+Two ``hotspare serve`` processes of one inventory (each its own state dir) elect a leader; the
+other stands by. The leader SIGKILLed: the standby takes over within the lease, reattaches to
+the same executor process, and the job finishes bit-exact on its host, never stopped or moved.
+The leader SIGSTOPped past its term and woken: it ends, deposed, and the executor trains on
+under the new term. etcd members killed: one changes nothing; two (no quorum) and no lease is
+granted, the executor stops at its lease's end, and nothing moves.
+
+Evidence: ``/proc`` (the executor's pid and start time), the executor's own events and exit,
+the workdirs on disk, etcd's keys, each controller's exit status and journal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chaos.observe import executor_events, last_step
+from etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
+from fleetbed import EXECUTOR_ENV, POLL_S, baseline_sha, job_table, local_host, write_inventory
+
+from console.records.journal import Kind, read
+from console.service.etcd import Etcd
+from console.service.standby import DEPOSED
+from executors import exitcodes
+
+HOTSPARE = Path(sys.executable).with_name("hotspare")
+LEASE_S = 8.0
+TTL_S = 2.0
+PREFIX = "/hotspare-test"
+
+
+def wait(predicate: object, timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()  # type: ignore[operator]
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(POLL_S)  # polling, bounded by the deadline above
+
+
+def inventories(tmp_path: Path, cluster: EtcdCluster, steps: int) -> list[Path]:
+    """One inventory per controller (as each machine has its own copy): the same hosts, job
+    and etcd, each with its own state dir."""
+    paths = []
+    for name in ("c1", "c2"):
+        (tmp_path / name).mkdir()
+        paths.append(
+            write_inventory(
+                tmp_path / name / "inventory.toml",
+                hosts={
+                    "a": local_host(tmp_path / "a"),
+                    "b": local_host(tmp_path / "b", role="spare"),
+                },
+                jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=steps)}},
+                lease_s=LEASE_S,
+                etcd=cluster.endpoints,
+                etcd_ttl_s=TTL_S,
+                etcd_prefix=PREFIX,
+            )
+        )
+    return paths
+
+
+class Serving:
+    """``hotspare serve`` on one inventory, its output in a file."""
+
+    def __init__(self, inventory: Path) -> None:
+        self.inventory = inventory
+        self.out = inventory.parent / "serve.out"
+        hook = json.dumps({h: dict(EXECUTOR_ENV) for h in ("a", "b")})
+        self.proc = subprocess.Popen(
+            [str(HOTSPARE), "--inventory", str(inventory), "serve", "--policy", "auto"],
+            stdout=self.out.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HOTSPARE_EXECUTOR_ENV": hook, "OMP_NUM_THREADS": "1"},
+            start_new_session=True,
+        )
+
+    def said(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def journal(self) -> list[object]:
+        return list(read(self.inventory.parent / "state" / "journal.jsonl"))
+
+    def term(self) -> int | None:
+        for e in self.journal():
+            if e.kind is Kind.CONSOLE and "leading as term" in e.msg:  # type: ignore[attr-defined]
+                return int(e.data["term"])  # type: ignore[attr-defined]
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def controllers() -> Iterator[list[Serving]]:
+    started: list[Serving] = []
+    yield started
+    for s in started:
+        s.kill()
+
+
+def start_time(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def reap_executors(tmp_path: Path) -> Iterator[None]:
+    yield
+    for host in ("a", "b"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((tmp_path / host / "jobs" / "j" / "executor.pid").read_text())
+            if Path(f"/proc/{pid}/cmdline").read_bytes().find(str(tmp_path).encode()) >= 0:
+                os.kill(pid, signal.SIGKILL)
+
+
+def lead_and_stand_by(
+    invs: list[Path], controllers: list[Serving], workdir: Path, past_step: int
+) -> tuple[Serving, Serving, int]:
+    """The first controller leads and trains j on a past ``past_step``; the second stands by.
+    Returns them and the executor's pid."""
+    leader = Serving(invs[0])
+    controllers.append(leader)
+    wait(leader.term, 60, "the first controller leading")
+    wait(lambda: last_step(workdir) > past_step, 120, f"j past step {past_step} on a")
+    standby = Serving(invs[1])
+    controllers.append(standby)
+    wait(lambda: "standing by" in standby.said(), 60, "the second controller standing by")
+    return leader, standby, int((workdir / "executor.pid").read_text())
+
+
+def test_the_leader_killed_the_standby_renews_and_the_job_finishes_bit_exact_in_place(
+    tmp_path: Path, etcd_cluster: EtcdCluster, controllers: list[Serving], reap_executors: None
+) -> None:
+    invs = inventories(tmp_path, etcd_cluster, steps=3000)
+    workdir = tmp_path / "a" / "jobs" / "j"
+    reference = baseline_sha(invs[0], "j", tmp_path / "baseline")
+    leader, standby, executor = lead_and_stand_by(invs, controllers, workdir, 200)
+    born = start_time(executor)
+
+    leader.kill()  # SIGKILL, mid-run
+    wait(standby.term, 60, "the standby leading")
+    assert standby.term() > leader.term()  # type: ignore[operator]
+    wait(
+        lambda: standby.proc.poll() is not None or "finished at step" in standby.said(),
+        300,
+        "j finished under the standby",
+    )
+    finished = [e for e in standby.journal() if e.kind is Kind.FINISHED]  # type: ignore[attr-defined]
+    assert len(finished) == 1 and finished[0].data["params_sha256"] == reference  # type: ignore[attr-defined]
+    assert finished[0].host == "a"  # type: ignore[attr-defined]
+    # one executor process, start to finish: never stopped, never replaced, never moved
+    assert not alive(executor) or start_time(executor) == born
+    assert "stopped" not in [e.get("kind") for e in executor_events(workdir)]
+    assert not (tmp_path / "b" / "jobs" / "j" / "events.jsonl").exists(), "b never trained"
+    reattached = [e for e in standby.journal() if "reattached to executor pid" in e.msg]  # type: ignore[attr-defined]
+    assert reattached and f"pid {executor} " in reattached[0].msg  # type: ignore[attr-defined]
+    incidents = [
+        e
+        for e in standby.journal()
+        if e.kind is Kind.INCIDENT and e.data.get("class") == "console_failover"  # type: ignore[attr-defined]
+    ]
+    assert len(incidents) == 1
+    assert (workdir / "term").read_text().strip() == str(standby.term())
+
+
+def test_a_leader_stopped_past_its_term_wakes_deposed_and_orders_nothing(
+    tmp_path: Path, etcd_cluster: EtcdCluster, controllers: list[Serving], reap_executors: None
+) -> None:
+    invs = inventories(tmp_path, etcd_cluster, steps=400_000)
+    workdir = tmp_path / "a" / "jobs" / "j"
+    leader, standby, executor = lead_and_stand_by(invs, controllers, workdir, 20)
+    born = start_time(executor)
+    os.killpg(leader.proc.pid, signal.SIGSTOP)  # a VM paused, a laptop's lid: past its term
+    try:
+        wait(standby.term, 60, "the standby leading")
+        wait(
+            lambda: (workdir / "term").read_text().strip() == str(standby.term()),
+            30,
+            "the executor linked under the new term",
+        )
+        etcd = Etcd(etcd_cluster.endpoints)
+        woke = etcd.get(f"{PREFIX}/writer")
+        assert woke is not None and woke.value == str(standby.term()).encode()
+    finally:
+        os.killpg(leader.proc.pid, signal.SIGCONT)
+    code = leader.proc.wait(timeout=60)
+    assert code == DEPOSED, leader.said()[-2000:]
+    assert "lost the lead" in leader.said(), leader.said()[-2000:]
+    # nothing it wrote after waking landed: every version of the state since, the new term's
+    now = etcd.get(f"{PREFIX}/writer")
+    assert now is not None
+    for revision in range(woke.mod_revision, now.mod_revision + 1):
+        kv = etcd.get(f"{PREFIX}/writer", revision)
+        assert kv is not None and kv.value == str(standby.term()).encode(), revision
+    step = last_step(workdir)
+    wait(lambda: last_step(workdir) > step + 20, 60, "j training on under the new leader")
+    assert alive(executor) and start_time(executor) == born
+    kinds = [e.get("kind") for e in executor_events(workdir)]
+    assert "stopped" not in kinds
+    refused = [e for e in executor_events(workdir) if "refused" in str(e.get("text", ""))]
+    assert all(f"term {leader.term()}" in str(e["text"]) for e in refused)
+
+
+def test_etcd_one_member_lost_changes_nothing_two_lost_and_nothing_is_granted_or_moved(
+    tmp_path: Path, etcd_cluster: EtcdCluster, controllers: list[Serving], reap_executors: None
+) -> None:
+    invs = inventories(tmp_path, etcd_cluster, steps=400_000)
+    workdir = tmp_path / "a" / "jobs" / "j"
+    leader, standby, executor = lead_and_stand_by(invs, controllers, workdir, 20)
+    born = start_time(executor)
+
+    etcd_cluster.kill("m0")
+    step, until = last_step(workdir), time.monotonic() + 3 * LEASE_S
+    while time.monotonic() < until:  # three leases pass: nothing changes
+        assert leader.proc.poll() is None, leader.said()[-2000:]
+        time.sleep(0.2)  # sampling while time passes (the property is the time)
+    assert last_step(workdir) > step and alive(executor) and start_time(executor) == born
+    assert standby.term() is None
+
+    etcd_cluster.kill("m1")  # no quorum
+    code = leader.proc.wait(timeout=60)
+    assert code == DEPOSED, leader.said()[-2000:]
+    wait(lambda: not alive(executor), LEASE_S * 3, "the executor stopped at its lease's end")
+    ends = [e for e in executor_events(workdir) if e.get("kind") == "run_ended"]
+    exit_codes = [e.get("exit_code") for e in ends]
+    assert exitcodes.LEASE_LOST in exit_codes or any(
+        e.get("fault") == "lease_lost" for e in executor_events(workdir)
+    ), executor_events(workdir)[-5:]
+    assert standby.term() is None and standby.proc.poll() is None, "no standby led"
+    assert not (tmp_path / "b" / "jobs" / "j" / "events.jsonl").exists(), "nothing moved to b"
