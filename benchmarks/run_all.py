@@ -66,6 +66,9 @@ BENCHES = [
     Bench(
         "console_restart", "console_restart.py", [], ["--trials", "2", "--every", "12"], 900, 300
     ),
+    Bench(
+        "console_failover", "console_failover.py", [], ["--trials", "2", "--every", "15"], 900, 300
+    ),
 ]
 
 

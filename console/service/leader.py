@@ -27,7 +27,7 @@ from console.service.etcd import Etcd, EtcdError, created_at, get, put, range_kv
 
 POLL_S = 0.2
 """How often a standby tries for the leader key."""
-STATE_BACKOFF_S = 0.5
+STATE_BACKOFF_S = 2.0
 """After a state write to etcd failed, the next within this long fails at once (no call):
 a leader with no quorum does not stall its loop once per persist."""
 
