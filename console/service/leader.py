@@ -85,9 +85,9 @@ class Leadership:
             await asyncio.sleep(POLL_S)
 
     def _try(self, holder_seen: tuple[str, int] | None) -> Won | tuple[str, int]:
+        sent = time.monotonic()  # before the lease is renewed: it lasts a ttl from then at least
         if not self.lease or self.etcd.keepalive(self.lease) == 0:
             self.lease = self.etcd.grant(self.ttl_s)
-        sent = time.monotonic()
         ok, revision, responses = self.etcd.txn(
             [created_at(self.key, 0)], [put(self.key, self.me, self.lease)], [get(self.key)]
         )
