@@ -56,6 +56,12 @@ def _version_line() -> str:
     return f"{PROG} {release}+{build_bundle().hash}"
 
 
+STATE_DIR_HELP = (
+    "read this state dir instead of the inventory's; given again, every one is read as one "
+    "timeline (standby controllers journal in a state dir each)"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -104,9 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "report", parents=[inv], help="write a post-mortem of the journal as markdown"
     )
-    report.add_argument(
-        "--state-dir", type=Path, help="read this state dir instead of the inventory's"
-    )
+    report.add_argument("--state-dir", type=Path, action="append", help=STATE_DIR_HELP)
     report.add_argument("--json", action="store_true", help="print the report as JSON")
     lineage = sub.add_parser(
         "lineage",
@@ -115,9 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lineage.add_argument("job", help="the job's name")
     lineage.add_argument("--json", action="store_true", help="print the chain as JSON")
-    lineage.add_argument(
-        "--state-dir", type=Path, help="read this state dir instead of the inventory's"
-    )
+    lineage.add_argument("--state-dir", type=Path, action="append", help=STATE_DIR_HELP)
     return p
 
 
@@ -188,13 +190,13 @@ def _report(args: argparse.Namespace) -> int:
     return write_report(_state_dir(args), sys.stdout, as_json=args.json)
 
 
-def _state_dir(args: argparse.Namespace) -> Path:
-    """``--state-dir``, else the inventory's; an inventory that does not load is said, and the
-    state dir it names (or the default one beside it) is read all the same."""
+def _state_dir(args: argparse.Namespace) -> Path | list[Path]:
+    """``--state-dir`` (each one given), else the inventory's; an inventory that does not load
+    is said, and the state dir it names (or the default one beside it) is read all the same."""
     from console.inventory import load
 
-    if args.state_dir is not None:
-        return Path(args.state_dir)
+    if args.state_dir:
+        return [Path(d) for d in args.state_dir]
     try:
         return load(args.inventory).state_dir
     except ConfigError as e:

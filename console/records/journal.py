@@ -224,6 +224,14 @@ def read(
                 yield event
 
 
+def read_all(paths: Collection[Path], *, kinds: Collection[Kind] | None = None) -> list[Event]:
+    """Every controller's journal as one timeline (standby controllers: each journals what it
+    decided while it led, in its own state dir), in time order; one journal is ``read``."""
+    if len(paths) == 1:
+        return list(read(next(iter(paths)), kinds=kinds))
+    return sorted((e for p in paths for e in read(p, kinds=kinds)), key=lambda e: e.t)
+
+
 def matching_lines(f: BinaryIO, needles: list[bytes], chunk: int = 1 << 22) -> Iterator[bytes]:
     """The complete lines of ``f`` that contain any of ``needles``, in file order: searched in
     large blocks (a rare kind in a 170 MB journal takes a fraction of a second, not a pass

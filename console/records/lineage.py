@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import msgspec
 
 from console.records.incidents import Incident, incidents
-from console.records.journal import Event, Kind, read
+from console.records.journal import Event, Kind, read_all
 from protocol.spec import JOB_NAME_PATTERN, CheckpointManifest
 
 SHORT = 12
@@ -257,19 +257,25 @@ def _came_from(x: Link) -> str:
 # ------------------------------------------------------------------- the CLI
 
 
-def write_lineage(state_dir: Path, job: str, out: TextIO, *, to_json: bool = False) -> int:
-    """``hotspare lineage``: 0, or 2 with one line on stderr (no state dir, unknown job)."""
+def write_lineage(
+    state_dir: Path | list[Path], job: str, out: TextIO, *, to_json: bool = False
+) -> int:
+    """``hotspare lineage``: 0, or 2 with one line on stderr (no state dir, unknown job).
+    Several state dirs (standby controllers) are read as one timeline."""
     if not re.match(JOB_NAME_PATTERN, job):
         return _fail(f"{job!r} is not a job name (letters, digits, '.', '_', '-')")
-    path = state_dir / "journal.jsonl"
-    if not state_dir.is_dir():
-        return _fail(f"no state dir {state_dir} yet (has the console run with it?)")
-    if not path.is_file():
-        return _fail(f"{path}: no journal here (has the console run with this state dir?)")
-    events = list(read(path, kinds=KNOWN_BY))
+    dirs = state_dir if isinstance(state_dir, list) else [state_dir]
+    for d in dirs:
+        if not d.is_dir():
+            return _fail(f"no state dir {d} yet (has the console run with it?)")
+    paths = [d / "journal.jsonl" for d in dirs if (d / "journal.jsonl").is_file()]
+    where = ", ".join(str(d / "journal.jsonl") for d in dirs)
+    if not paths:
+        return _fail(f"{where}: no journal here (has the console run with this state dir?)")
+    events = read_all(paths, kinds=KNOWN_BY)
     jobs = sorted({e.job for e in events if e.job})
     if job not in jobs:
-        return _fail(f"no job {job!r} in {path} (jobs there: {', '.join(jobs) or 'none'})")
+        return _fail(f"no job {job!r} in {where} (jobs there: {', '.join(jobs) or 'none'})")
     items = chain(events, job)
     if to_json:
         out.write(json.dumps(as_json(job, items), indent=2) + "\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from console.records.incidents import PHASES, Incident, incidents
-from console.records.journal import Event, Kind, read
+from console.records.journal import Event, Kind, read_all
 from console.records.summary import SUMMARY_KINDS, JobSummary, summarise
 
 
@@ -185,15 +185,19 @@ def _detail(i: Incident, e: Event) -> str:
     return "; ".join(x for x in (text, ", ".join(facts)) if x)
 
 
-def write_report(state_dir: Path, out: TextIO, *, as_json: bool = False) -> int:
-    path = state_dir / "journal.jsonl"
-    if not path.exists():
+def write_report(state_dir: Path | list[Path], out: TextIO, *, as_json: bool = False) -> int:
+    """The post-mortem of one state dir's journal, or of several controllers' journals as
+    one timeline (standby controllers: a state dir each)."""
+    dirs = state_dir if isinstance(state_dir, list) else [state_dir]
+    paths = [d / "journal.jsonl" for d in dirs if (d / "journal.jsonl").exists()]
+    if not paths:
+        where = ", ".join(str(d / "journal.jsonl") for d in dirs)
         print(
-            f"hotspare: {path}: no journal here (has the console run with this state dir?)",
+            f"hotspare: {where}: no journal here (has the console run with this state dir?)",
             file=sys.stderr,
         )
         return 2
-    events = list(read(path, kinds={*SUMMARY_KINDS, Kind.ACTION}))
+    events = read_all(paths, kinds={*SUMMARY_KINDS, Kind.ACTION})
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }

@@ -183,6 +183,25 @@ def test_the_leader_killed_the_standby_renews_and_the_job_finishes_bit_exact_in_
     ]
     assert len(incidents) == 1
     assert (workdir / "term").read_text().strip() == str(standby.term())
+    # the two controllers' journals, read as one timeline: the run whole, its one incident
+    dirs = [a for inv in invs for a in ("--state-dir", str(inv.parent / "state"))]
+    done = subprocess.run(
+        [str(HOTSPARE), "report", *dirs, "--json"], capture_output=True, text=True, timeout=120
+    )
+    report = json.loads(done.stdout)
+    assert report["finished"] == {"j": reference}
+    (inc,) = report["incidents"]
+    assert inc["class"] == "console_failover" and inc["resolved"] and inc["lost_steps"] == 0
+    done = subprocess.run(
+        [str(HOTSPARE), "lineage", "j", *dirs, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [c["step"] for c in json.loads(done.stdout)["chain"] if c["kind"] == "checkpoint"]
+    assert steps == sorted(steps) and steps[0] == 20 and steps[-1] >= 2980, steps[-3:]
+    assert {c["epoch"] for c in json.loads(done.stdout)["chain"] if "epoch" in c} == {1}
 
 
 def test_a_leader_stopped_past_its_term_wakes_deposed_and_orders_nothing(
