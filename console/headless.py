@@ -20,8 +20,8 @@ import msgspec
 from console.inventory import Inventory
 from console.jobs.policy import Policy
 from console.records.journal import Event
-from console.service.control import ControlServer
-from console.service.standby import DEPOSED, LostLead, lead, open_controller
+from console.service.control import ControlServer, Standing
+from console.service.standby import DEPOSED, LostLead, lead, open_controller, take_state_dir
 from console.states import JobState
 
 ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"
@@ -50,13 +50,25 @@ def run_headless(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
-        ctl, leadership = await open_controller(
-            inv, policy, executor_env=env, say=lambda line: print(line, file=out, flush=True)
-        )
-        ctl.journal.subscribe(show)
-        server = ControlServer(inv.state_dir, ctl, stop=lambda: loop.call_soon(task.cancel))
+        lock = take_state_dir(inv)
+        standing = Standing(policy.value)
+        server = ControlServer(inv.state_dir, standing, stop=lambda: loop.call_soon(task.cancel))
+
+        def say(why: str) -> None:
+            standing.why = why
+            print(f"hotspare: {why}", file=out, flush=True)
+
         try:
-            await server.start()  # views attach to a headless run too
+            await server.start()  # views and `hotspare stop` reach a standby too
+            ctl, leadership = await open_controller(
+                inv, policy, lock=lock, executor_env=env, say=say
+            )
+        except BaseException:
+            await server.close()
+            raise
+        ctl.journal.subscribe(show)
+        server.serve(ctl)
+        try:
             await lead(ctl, leadership, ctl.run())
             return {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
         finally:

@@ -37,6 +37,27 @@ class Controlled(Protocol):
     def policy(self) -> object: ...
 
 
+class Standing:
+    """What the socket answers for a controller that stands by (``standby.py``): who leads,
+    no jobs, and every action refused, so a view says so instead of waiting."""
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self.why = "standing by: campaigning"
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {"jobs": {}, "host_jobs": {}}
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name not in CALLS:
+            raise AttributeError(name)
+
+        def refuse(*_: object) -> None:
+            raise Refused(f"this controller is {self.why}; act on the leader")
+
+        return refuse
+
+
 class ControlServer:
     def __init__(self, state_dir: Path, ctl: Controlled, *, stop: Callable[[], None]) -> None:
         self.path = state_dir / SOCKET_NAME
@@ -102,13 +123,20 @@ class ControlServer:
                 return self._call(req.method, req.args)
         return Reply(False, error=f"unknown op {req.op!r}")
 
+    def serve(self, ctl: Controlled) -> None:
+        """Answer for ``ctl`` from now on (a standby elected: its controller)."""
+        self._ctl = ctl
+
     def hello(self) -> dict[str, Any]:
-        return {
+        hello = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "since": self._since,
             "policy": str(self._ctl.policy),
         }
+        if isinstance(self._ctl, Standing):
+            hello["standby"] = self._ctl.why
+        return hello
 
     def _call(self, method: str, args: list[Any]) -> Reply:
         if method not in CALLS:
@@ -124,4 +152,4 @@ class ControlServer:
         return Reply(True)
 
 
-__all__ = ["IDLE_S", "ControlServer"]
+__all__ = ["IDLE_S", "ControlServer", "Standing"]

@@ -22,8 +22,8 @@ from console.headless import ENV_HOOK, event_line
 from console.inventory import Inventory
 from console.jobs.policy import Policy
 from console.records.journal import Event
-from console.service.control import ControlServer
-from console.service.standby import DEPOSED, LostLead, lead, open_controller
+from console.service.control import ControlServer, Standing
+from console.service.standby import DEPOSED, LostLead, lead, open_controller, take_state_dir
 
 
 def run_service(
@@ -42,13 +42,25 @@ def run_service(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, task.cancel)
-        ctl, leadership = await open_controller(
-            inv, policy, executor_env=env, say=lambda line: print(line, file=out, flush=True)
-        )
-        ctl.journal.subscribe(show)
-        server = ControlServer(inv.state_dir, ctl, stop=lambda: loop.call_soon(task.cancel))
+        lock = take_state_dir(inv)
+        standing = Standing(policy.value)
+        server = ControlServer(inv.state_dir, standing, stop=lambda: loop.call_soon(task.cancel))
+
+        def say(why: str) -> None:
+            standing.why = why
+            print(f"hotspare: {why}", file=out, flush=True)
+
         try:
-            await server.start()
+            await server.start()  # views and `hotspare stop` reach a standby too
+            ctl, leadership = await open_controller(
+                inv, policy, lock=lock, executor_env=env, say=say
+            )
+        except BaseException:
+            await server.close()
+            raise
+        ctl.journal.subscribe(show)
+        server.serve(ctl)
+        try:
             await lead(ctl, leadership, ctl.run(stay=True))
         finally:
             await server.close()

@@ -34,16 +34,25 @@ class LostLead(Exception):
     """This controller no longer leads; ``str()`` says why in one line."""
 
 
+def take_state_dir(inv: Inventory) -> ConsoleLock:
+    """The state dir's lock, held (``StateDirBusy`` names the holder): a standby holds it
+    while it waits, so one machine's state dir has one controller, leading or not."""
+    lock = ConsoleLock(inv.state_dir)
+    lock.acquire()
+    return lock
+
+
 async def open_controller(
     inv: Inventory,
     policy: Policy,
     *,
+    lock: ConsoleLock,
     executor_env: dict[str, dict[str, str]],
     say: Callable[[str], None],
 ) -> tuple[Controller, Leadership | None]:
-    """A controller that leads (after standing by, with etcd), and its leadership."""
-    lock = ConsoleLock(inv.state_dir)
-    lock.acquire()
+    """A controller that leads (after standing by, with etcd), and its leadership; ``say``
+    is told each change of who leads while this one stands by. The lock is released if
+    this raises (cancelled while standing by)."""
     try:
         if not inv.console.etcd:
             return Controller(inv, policy, executor_env=executor_env, lock=lock), None
@@ -51,7 +60,7 @@ async def open_controller(
         leadership = Leadership(
             Etcd(inv.console.etcd), inv.console.etcd_prefix, me, inv.console.leader_ttl_s
         )
-        won = await leadership.campaign(lambda why: say(f"hotspare: {why}"))
+        won = await leadership.campaign(say)
         if won.state is not None:
             adopt(inv, won.state)
         ctl = Controller(
@@ -66,7 +75,7 @@ async def open_controller(
         lock.release()
         raise
     ctl.store.authority = leadership
-    say(f"hotspare: leading as term {won.term}")
+    say(f"leading as term {won.term}")
     ctl.journal.record(
         Kind.CONSOLE,
         f"leading as term {won.term} (etcd {', '.join(inv.console.etcd)})",

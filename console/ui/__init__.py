@@ -28,6 +28,13 @@ def run_tui(inv: Inventory, policy: Policy, *, read_only: bool, policy_given: bo
     from console.ui.app import HotspareApp
 
     hello = _controller(inv, policy, read_only=read_only)
+    if hello is not None and hello.get("standby"):
+        print(
+            f"hotspare: this machine's controller (pid {hello.get('pid')}) is "
+            f"{hello['standby']}; open the view on the leader's machine",
+            file=sys.stderr,
+        )
+        return 1
     if hello is not None and policy_given and hello.get("policy") != policy.value:
         print(
             f"hotspare: the running controller's policy is {hello.get('policy')}, not "

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +29,10 @@ from chaos.observe import executor_events, last_step
 from etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
 from fleetbed import EXECUTOR_ENV, POLL_S, baseline_sha, job_table, local_host, write_inventory
 
+from console.jobs.refusal import Refused
+from console.records.console_lock import held
 from console.records.journal import Kind, read
+from console.service.client import Remote
 from console.service.etcd import Etcd
 from console.service.standby import DEPOSED
 from executors import exitcodes
@@ -114,6 +118,11 @@ def controllers() -> Iterator[list[Serving]]:
         s.kill()
 
 
+def leader_name(s: Serving) -> str:
+    """How etcd's leader key names a controller: host:pid:state_dir."""
+    return f"{socket.gethostname()}:{s.proc.pid}:{s.inventory.parent / 'state'}"
+
+
 def start_time(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
 
@@ -158,6 +167,20 @@ def test_the_leader_killed_the_standby_renews_and_the_job_finishes_bit_exact_in_
     reference = baseline_sha(invs[0], "j", tmp_path / "baseline")
     leader, standby, executor = lead_and_stand_by(invs, controllers, workdir, 200)
     born = start_time(executor)
+    # a view on the standby's machine says it stands by and who leads; its actions are refused
+    view = subprocess.run(
+        [str(HOTSPARE), "--inventory", str(invs[1])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert view.returncode == 1 and len(view.stderr.splitlines()) == 1, view.stderr
+    assert f"standing by: {leader_name(leader)} leads" in view.stderr, view.stderr
+    remote = Remote(invs[1].parent / "state")
+    with pytest.raises(Refused, match="standing by"):
+        remote.stop_job("j")
+    remote.close()
 
     leader.kill()  # SIGKILL, mid-run
     wait(standby.term, 60, "the standby leading")
@@ -269,3 +292,13 @@ def test_etcd_one_member_lost_changes_nothing_two_lost_and_nothing_is_granted_or
     ), executor_events(workdir)[-5:]
     assert standby.term() is None and standby.proc.poll() is None, "no standby led"
     assert not (tmp_path / "b" / "jobs" / "j" / "events.jsonl").exists(), "nothing moved to b"
+    # `hotspare stop` ends a standby too (it answers on its socket while it waits)
+    done = subprocess.run(
+        [str(HOTSPARE), "--inventory", str(invs[1]), "stop"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert standby.proc.wait(timeout=30) == 0
+    assert not held(invs[1].parent / "state")
