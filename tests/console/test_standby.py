@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,3 +303,56 @@ def test_etcd_one_member_lost_changes_nothing_two_lost_and_nothing_is_granted_or
     assert done.returncode == 0, done.stderr
     assert standby.proc.wait(timeout=30) == 0
     assert not held(invs[1].parent / "state")
+
+
+def test_the_leader_killed_mid_failover_the_standby_finishes_it_with_one_trainer_at_a_time(
+    tmp_path: Path, etcd_cluster: EtcdCluster, controllers: list[Serving], reap_executors: None
+) -> None:
+    """The job's host is lost, and the leader dies while it fails the job over: the standby
+    takes the failover where the state in etcd left it. Never two trainers (sampled from
+    /proc all along), the job bit-exact on b under a later epoch."""
+    invs = inventories(tmp_path, etcd_cluster, steps=3000)
+    workdir, spare = tmp_path / "a" / "jobs" / "j", tmp_path / "b" / "jobs" / "j"
+    reference = baseline_sha(invs[0], "j", tmp_path / "baseline")
+    leader, standby, executor = lead_and_stand_by(invs, controllers, workdir, 200)
+    overlaps: list[int] = []
+    sampling = threading.Event()
+
+    def sample() -> None:  # a's executor alive while one on b has trained: two trainers
+        while not sampling.is_set():
+            with contextlib.suppress(OSError, ValueError):
+                on_b = int((spare / "executor.pid").read_text())
+                if alive(executor) and alive(on_b) and last_step(spare) > 0:
+                    overlaps.append(on_b)
+            time.sleep(0.02)  # sampling while time passes (the property is the time)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        remote = Remote(invs[0].parent / "state")
+        remote.kill_host("a")  # the operator's demo kill: everything on a ends, a is down
+        remote.close()
+        wait(
+            lambda: any(
+                e.kind is Kind.INCIDENT and e.data.get("phase") == "detected"  # type: ignore[attr-defined]
+                for e in leader.journal()
+            ),
+            60,
+            "the leader detecting the loss",
+        )
+        leader.kill()  # mid-failover: waiting out a's lease, or readying b
+        wait(standby.term, 60, "the standby leading")
+        wait(
+            lambda: standby.proc.poll() is not None or "finished at step" in standby.said(),
+            300,
+            "j finished under the standby",
+        )
+    finally:
+        sampling.set()
+        sampler.join(timeout=10)
+    assert not overlaps, "two trainers at once"
+    finished = [e for e in standby.journal() if e.kind is Kind.FINISHED]  # type: ignore[attr-defined]
+    assert len(finished) == 1 and finished[0].host == "b"  # type: ignore[attr-defined]
+    assert finished[0].data["params_sha256"] == reference  # type: ignore[attr-defined]
+    epochs = {e.get("epoch") for e in executor_events(spare) if e.get("kind") == "resumed"}
+    assert epochs and min(epochs) > 1, epochs  # type: ignore[operator]
