@@ -18,6 +18,7 @@ import errno
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,19 +87,43 @@ def marker_beside(template: str) -> bool:
     return "{name}" in template or "{stem}" in template
 
 
+StepAt = Callable[[int], int | None]
+"""The newest progress step seen at a wall time (ns, as a file's mtime), or None."""
+
+
 class Watcher:
     """Finds complete checkpoints in ``folder`` by the command's completeness rule."""
 
-    def __init__(self, folder: Path, cs: CommandSpec) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        cs: CommandSpec,
+        *,
+        step_at: StepAt = lambda _t: None,
+        warn: Callable[[str], None] = lambda _text: None,
+    ) -> None:
         self.folder = folder
         self.cs = cs
         self._step = re.compile(cs.step_regex)
+        self._step_at = step_at
+        """``checkpoint_file``'s step: the command's progress when the file was written."""
+        self._warn = warn
+        self._warned: set[str] = set()
         self._seen: dict[str, tuple[object, float]] = {}
         """name -> (its state: size and mtime, or a folder's listing; monotonic time it was first
         seen in that state)."""
 
-    def files(self) -> list[tuple[Path, int]]:
-        """Checkpoint files (not markers, not hidden) with the step their name carries."""
+    def files(self) -> list[tuple[Path, int | None]]:
+        """Checkpoint files (not markers, not hidden) with their step: the one their name
+        carries, or for ``checkpoint_file`` the progress step when it was written (None: not
+        known yet). A name with no step is said once, as a warning, and left alone."""
+        if self.cs.checkpoint_file is not None:
+            path = self.folder / self.cs.checkpoint_file
+            try:
+                mtime_ns = path.stat().st_mtime_ns
+            except OSError:
+                return []
+            return [(path, self._step_at(mtime_ns))]
         names = sorted(
             p.name for p in self.folder.glob(self.cs.checkpoint_glob) if not p.name.startswith(".")
         )
@@ -107,10 +132,20 @@ class Watcher:
             if self.cs.complete_marker
             else set()
         )
-        out = []
+        out: list[tuple[Path, int | None]] = []
         for name in names:
+            if name in markers:
+                continue
             m = self._step.search(name)
-            if name in markers or m is None:
+            if m is None:
+                if name not in self._warned:
+                    self._warned.add(name)
+                    self._warn(
+                        f"{self.folder / name} matches checkpoint_glob {self.cs.checkpoint_glob!r} "
+                        f"but step_regex {self.cs.step_regex!r} finds no step in its name: not a "
+                        "checkpoint. A file rewritten in place: set checkpoint_file = "
+                        f"{name!r} (its step then comes from the progress)"
+                    )
                 continue
             out.append((self.folder / name, int(m.group("step"))))
         return out
@@ -129,6 +164,8 @@ class Watcher:
         found = []
         seen, self._seen = self._seen, {}
         for path, step in self.files():
+            if step is None:
+                continue
             state = judge(path)
             if state is None:
                 continue

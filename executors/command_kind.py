@@ -139,7 +139,15 @@ class CommandRunner:
                 f"{CHECKPOINTS}/ folder; name another one"
             )
         self.cwd = (self.workdir / cs.cwd).resolve() if cs.cwd else self.workdir
-        self.watcher = Watcher(self.ckpt_dir, cs)
+        self._progress: list[tuple[int, int]] = []
+        """(wall time in ns when it was read, step) of each progress step: what names a
+        ``checkpoint_file`` written at some moment."""
+        self.watcher = Watcher(
+            self.ckpt_dir,
+            cs,
+            step_at=self._step_at,
+            warn=lambda text: self.emit(Log(level="warning", text=text)),
+        )
         self.pub = Publisher(
             ours,
             job=spec.name,
@@ -284,6 +292,18 @@ class CommandRunner:
             self.emit(Log(level="info", text=text))
         return None if step is None else self.pub.restore_step(step, self.ckpt_dir, self.cs)
 
+    def _step_at(self, t_ns: int) -> int | None:
+        """The highest progress step read at or before ``t_ns`` (a file's mtime), or None.
+        What came before the newest such reading is dropped: the file is only written later."""
+        seen = list(self._progress)  # appended by the reader threads
+        before = [i for i, (t, _) in enumerate(seen) if t <= t_ns]
+        if not before:
+            return None
+        step = max(seen[i][1] for i in before)
+        del self._progress[: before[-1]]  # keep the newest reading before it (and after)
+        self._progress[0] = (self._progress[0][0], step)
+        return step
+
     def _command(self, restored: Restored | None) -> tuple[list[str], dict[str, str]]:
         step, resume_from = (restored.manifest.step, str(restored.path)) if restored else (0, "")
         values = {
@@ -299,7 +319,8 @@ class CommandRunner:
             "epoch": str(self.control.epoch),
         }
         run = run_env(self.spec.name, self.control, step)
-        return build_argv(self.cs.argv, values), command_env(self.cs.env, values, run)
+        template = [*self.cs.argv, *(self.cs.resume_argv or [])] if restored else self.cs.argv
+        return build_argv(template, values), command_env(self.cs.env, values, run)
 
     def _line(self, stream: str, text: str) -> None:
         self.lines(stream, text)
@@ -307,6 +328,8 @@ class CommandRunner:
             parsed = parse_progress(self._progress_re, text)
             if parsed is not None:
                 self.meter.update(*parsed)
+                if self.cs.checkpoint_file is not None:
+                    self._progress.append((time.time_ns(), parsed[0]))
         if self._params_re is not None and (m := self._params_re.search(text)):
             self._params_digest = m.group("sha256")
 
@@ -323,6 +346,8 @@ class CommandRunner:
         if self._metrics is not None:
             for step, loss in self._metrics.records():
                 self.meter.update(step, loss)
+                if self.cs.checkpoint_file is not None:
+                    self._progress.append((time.time_ns(), step))
         self.meter.maybe_emit()
         if self.control.take_checkpoint_request() is not None:
             text = (

@@ -87,7 +87,19 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     may match folders (torch.distributed.checkpoint writes one per step): a folder of regular
     files is copied, listed in its manifest file by file, and restored whole."""
     step_regex: str = r"(?P<step>\d+)(?!.*\d)"
-    """Reads the step from a checkpoint's file name (group ``step``); default: its last number."""
+    """Reads the step from a checkpoint's file name (group ``step``); default: its last number.
+    A file that matches ``checkpoint_glob`` but has no step in its name is a warning (once),
+    never a checkpoint: name the file ``checkpoint_file`` if the command rewrites it in place."""
+    checkpoint_file: str | None = None
+    """One file the command rewrites in place (nanoGPT's ``ckpt.pt``), in ``checkpoint_dir``:
+    each complete write of it is a checkpoint (``complete_marker`` or ``settle_s`` decide, as
+    for numbered files), its step the newest progress step seen when it was written
+    (``progress_regex`` or ``metrics_file`` is needed; a script that logs a step after saving
+    it labels the file a step early). It is restored under this name. ``checkpoint_glob`` and
+    ``step_regex`` are then not used."""
+    resume_argv: Argv | None = None
+    """Arguments added after ``argv`` only when resuming (nanoGPT's ``["--init_from=resume"]``);
+    placeholders are replaced in them as in ``argv``."""
     complete_marker: str | None = None
     """A checkpoint is complete once this file exists in ``checkpoint_dir``, e.g. ``"{name}.done"``
     (``{name}``: the checkpoint's file name, ``{stem}``: without its suffix), and is no older
@@ -137,6 +149,18 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"preload: {name!r} is not a module name (like torch or a.b)")
         if len(set(self.preload)) != len(self.preload):
             raise ValueError(f"preload: a module is named twice in {self.preload!r}")
+        if self.checkpoint_file is not None:
+            name = self.checkpoint_file
+            if not name or "/" in name or name.startswith(".") or "\0" in name:
+                raise ValueError(
+                    f"checkpoint_file: a file name in checkpoint_dir (no '/', not hidden), "
+                    f"got {name!r}"
+                )
+            if not (self.progress_regex or self.metrics_file):
+                raise ValueError(
+                    "checkpoint_file needs progress_regex or metrics_file: a file rewritten in "
+                    "place takes its step from the command's progress"
+                )
         if not self.checkpoint_glob or "/" in self.checkpoint_glob:
             raise ValueError(
                 f"checkpoint_glob: a file name pattern without '/', got {self.checkpoint_glob!r}"

@@ -1,0 +1,111 @@
+"""Bring your own script: one checkpoint file rewritten in place, resumed by a flag (nanoGPT's
+way: ``out/ckpt.pt``, ``--init_from=resume``), on local host ``a`` with spare ``b``.
+
+Each complete write of the file is published under the step the script last printed, copied
+to ``b``; ``a`` killed, the job resumes on ``b`` from that checkpoint (the script says from
+which iteration, never 0) and ends with the parameters of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos.observe import executor_events
+from fleetbed import local_host, until, write_inventory
+from helpers import REPO
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.incidents import incidents
+from console.records.journal import read
+from console.states import JobState
+
+SCRIPT = REPO / "tests" / "train_nanogpt_style.py"
+ITERS = 600
+
+
+def command() -> dict[str, object]:
+    return {
+        "argv": [
+            sys.executable,
+            str(SCRIPT),
+            "--out_dir={checkpoint_dir}",
+            "--max_iters={steps}",
+            "--eval_interval=40",
+            "--iter_s=0.02",
+        ],
+        "resume_argv": ["--init_from=resume"],
+        "env": {"OMP_NUM_THREADS": "1"},
+        "checkpoint_file": "ckpt.pt",
+        "settle_s": 0.3,
+        "progress_regex": r"^iter (?P<step>\d+): loss (?P<loss>[0-9.]+)$",
+        "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
+    }
+
+
+async def test_a_file_rewritten_in_place_is_checkpointed_and_resumed_by_its_flag(
+    tmp_path: Path,
+) -> None:
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={
+            "n": {
+                "host": "a",
+                "spares": ["b"],
+                "executor": "command",
+                "steps": ITERS,
+                "keep_checkpoints": 3,
+                "command": command(),
+            }
+        },
+    )
+    reference = asyncio.create_task(
+        asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(SCRIPT), f"--out_dir={tmp_path / 'ref'}", f"--max_iters={ITERS}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            timeout=300,
+        )
+    )
+    ctl = Controller(load(fleet), Policy.AUTO)
+    sup = ctl.jobs["n"]
+    task = asyncio.create_task(ctl.run())
+    await until(
+        lambda: task.done() or (sup.step >= 200 and ctl.replicator.replica("n", "b").manifest),
+        120,
+        "step 200 and a replica of ckpt.pt on b",
+    )
+    assert not task.done(), task
+    replica = ctl.replicator.replica("n", "b").manifest
+    assert replica is not None and replica.source == "ckpt.pt" and replica.step > 0
+    # published under the step printed before the write: a multiple of 40, less one
+    assert (replica.step + 1) % 40 == 0, replica.step
+
+    ctl.kill_host("a")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    ref = await reference
+    assert ref.returncode == 0, ref.stderr
+    assert sup.state is JobState.FINISHED and sup.host == "b"
+    assert sup.sha256 == ref.stdout.strip().splitlines()[-1].split()[-1], (
+        "the final parameters equal an uninterrupted run's"
+    )
+    said = [
+        str(e.get("text"))
+        for e in executor_events(tmp_path / "b" / "jobs" / "n")
+        if "resuming from iter" in str(e.get("text", ""))
+    ]
+    assert said, "the script was resumed by its flag"
+    resumed_at = int(said[0].split()[-1])
+    assert resumed_at >= replica.step + 1 > 0, (resumed_at, replica.step)
+    (inc,) = incidents(list(read(fleet.parent / "state" / "journal.jsonl")))
+    assert inc.fault_class == "host_lost" and inc.resumed_step is not None
+    assert inc.resumed_step >= replica.step
