@@ -254,6 +254,14 @@ class Watch:
             self._on_fault(msg)
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
+            if msg.level in ("warning", "error"):  # the executor's own, not the command's lines
+                self._journal.record(
+                    Kind.WARNING,
+                    f"{job.name} on {self._live.host}: {msg.text}",
+                    job=job.name,
+                    host=self._live.host,
+                    data={"level": msg.level},
+                )
         elif isinstance(msg, Finished):
             job.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
         elif isinstance(msg, Stopped):

@@ -50,6 +50,9 @@ class Kind(StrEnum):
     ACTION = "action"
     """An operator's or a policy's action."""
     FINISHED = "finished"
+    WARNING = "warning"
+    """A warning an executor logged (a file it cannot take as a checkpoint, an order it
+    refused, a fallback it took); data.level."""
 
 
 class Event(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -179,6 +179,8 @@ class HotspareApp(App[int]):
                 self.notify(e.msg, title="alert", severity="error", timeout=10, markup=False)
             case Kind.FAULT:
                 self.notify(e.msg, title="fault", severity="warning", timeout=8, markup=False)
+            case Kind.WARNING:
+                self.notify(e.msg, title="warning", severity="warning", timeout=8, markup=False)
             case Kind.INCIDENT if e.data.get("phase") in NOTIFY_PHASES:
                 self.notify(e.msg, title="incident", severity="warning", timeout=8, markup=False)
             case Kind.FINISHED:

@@ -109,3 +109,33 @@ async def test_a_file_rewritten_in_place_is_checkpointed_and_resumed_by_its_flag
     (inc,) = incidents(list(read(fleet.parent / "state" / "journal.jsonl")))
     assert inc.fault_class == "host_lost" and inc.resumed_step is not None
     assert inc.resumed_step >= replica.step
+
+
+async def test_the_file_configured_the_numbered_way_is_a_warning_in_the_journal(
+    tmp_path: Path,
+) -> None:
+    """nanoGPT's ckpt.pt under the default checkpoint_glob: once a silent zero (no checkpoint,
+    a failover restarted from 0); now a journal warning that names the file and the fix."""
+    cmd = command()
+    del cmd["checkpoint_file"], cmd["resume_argv"]
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"n": {"host": "a", "executor": "command", "steps": 100_000, "command": cmd}},
+    )
+    ctl = Controller(load(fleet), Policy.AUTO)
+    task = asyncio.create_task(ctl.run())
+    journal = fleet.parent / "state" / "journal.jsonl"
+    try:
+        warned = await until(
+            lambda: [e for e in read(journal) if e.kind.value == "warning"],
+            120,
+            "the warning in the journal",
+        )
+    finally:
+        ctl.stop_job("n")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    assert len(warned) == 1, [e.msg for e in warned]
+    assert "ckpt.pt" in warned[0].msg and "checkpoint_file = 'ckpt.pt'" in warned[0].msg
+    assert warned[0].job == "n" and warned[0].host == "a"
