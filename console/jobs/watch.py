@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable, Coroutine
 
@@ -52,6 +53,10 @@ def _clock() -> str:
     return time.strftime("%H:%M:%S")
 
 
+WARN_EVERY_S = 60.0
+"""The same executor warning is journalled at most this often."""
+
+
 class Watch:
     """Messages, liveness and what a lost link means."""
 
@@ -83,6 +88,8 @@ class Watch:
         self._inv = inv
         self._fleet = fleet
         self._journal = journal
+        self._journalled: dict[str, float] = {}
+        """Each executor warning (numbers aside): when it was last journalled."""
         self._alert = alert
         self._detection = detection
         self._policy = policy
@@ -254,7 +261,7 @@ class Watch:
             self._on_fault(msg)
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
-            if msg.level in ("warning", "error"):  # the executor's own, not the command's lines
+            if msg.level in ("warning", "error") and self._fresh_warning(msg.text):
                 self._journal.record(
                     Kind.WARNING,
                     f"{job.name} on {self._live.host}: {msg.text}",
@@ -271,6 +278,16 @@ class Watch:
             job.exit = from_run_ended(msg.fault, msg.message, msg.step)
             job.faulted = job.link
             self._ended.set()
+
+    def _fresh_warning(self, text: str) -> bool:
+        """An executor's warning is journalled (the command's own lines never are), the same
+        one (numbers aside: "120 lines dropped") at most once a minute."""
+        key = re.sub(r"\d+", "#", text)
+        now = time.monotonic()
+        if now - self._journalled.get(key, -WARN_EVERY_S) < WARN_EVERY_S:
+            return False
+        self._journalled[key] = now
+        return True
 
     def _check_pace(self, executor_clock: float) -> None:
         drift = self._pace.sample(executor_clock, clock.mono())
