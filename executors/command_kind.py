@@ -458,6 +458,16 @@ class CommandRunner:
         if code == 0:
             step = max(step, last.step if last else 0)
             digest = self._params_digest or (last.sha256 if last else "")
+            if last is None:
+                where = self.cs.checkpoint_file or self.cs.checkpoint_glob
+                self.emit(
+                    Log(
+                        level="warning",
+                        text=f"the command finished and no checkpoint of it was ever taken (none "
+                        f"complete in {self.ckpt_dir} matching {where!r}): a failover or a "
+                        "crash would have restarted it from step 0",
+                    )
+                )
             if not digest:
                 self.emit(
                     Log(

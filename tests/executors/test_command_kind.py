@@ -452,3 +452,13 @@ def test_a_chatty_command_cannot_flood_the_event_stream() -> None:
     lines: list[str] = []
     read_lines(io.BytesIO(b"a" * (3 * MAX_LINE_BYTES) + b"\nnext\n"), lines.append)
     assert [len(x) for x in lines] == [MAX_LINE_BYTES, 4], "a huge line is cut, the next one kept"
+
+
+def test_a_finish_with_no_checkpoint_ever_taken_is_a_warning_not_silence(tmp_path: Path) -> None:
+    """A glob that matches nothing the script writes: the run finishes, and says it was never
+    checkpointed (a failover would have restarted it from 0)."""
+    job = write_job(tmp_path / "job.toml", steps=3, checkpoint_glob="nothing-*.pt")
+    proc = run_job(job, tmp_path / "w")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [e["text"] for e in proc.of("log") if e["level"] == "warning"]
+    assert any("no checkpoint of it was ever taken" in w and "nothing-*.pt" in w for w in warnings)
