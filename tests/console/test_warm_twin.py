@@ -88,7 +88,9 @@ async def test_a_killed_executor_is_replaced_by_its_warm_twin_and_a_host_kill_ta
     await asyncio.wait_for(task, 120)
     assert (sup.state, sup.host, sup.sha256) == (JobState.FINISHED, "b", baseline)
     on_b = pid_in(work_b / "twin.pid")
-    await until(lambda: on_b is None or not alive(on_b), 15, "no twin left on b once finished")
+    # a twin started on b just before the end may still be importing torch when told to stop
+    # (CI, loaded: past 15 s); it must go, not sit on b
+    await until(lambda: on_b is None or not alive(on_b), 60, "no twin left on b once finished")
     await ctl.close()
 
     entries = list(read(inv.parent / "state" / "journal.jsonl"))
