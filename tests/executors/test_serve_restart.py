@@ -75,11 +75,21 @@ def serve(work: Path, *extra: str, env: dict[str, str] | None = None) -> Executo
         ["serve", "--workdir", str(work), "--heartbeat-s", "0.2", "--health-s", "0.5", *extra],
         env=env,
     )
-    wait_for(
-        lambda: (work / "executor.sock").exists() or proc.proc.poll() is not None, 60, "socket"
-    )
+    wait_for(lambda: accepts(work / "executor.sock") or proc.proc.poll() is not None, 60, "socket")
     assert proc.proc.poll() is None, proc.stderr
     return proc
+
+
+def accepts(path: Path) -> bool:
+    """The socket takes connections: its file exists a moment before the executor listens on
+    it (CI: a connect in that moment was refused)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 @pytest.fixture
