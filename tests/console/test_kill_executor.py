@@ -45,6 +45,10 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2])
+
+
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[Any]]]:
     """Processes a test starts; killed at its end, whatever happened."""
@@ -112,6 +116,8 @@ async def test_killing_demo_spares_demo2_under_a_root_with_regex_characters(
     t = LocalTransport("h")
     python = sys.executable
     assert await executor_alive(t, python, str(demo2))
+    fence = parent(workers["leader"])
+    assert fence not in (first.proc.pid, 1), "the command runs under its fence"
 
     result = await kill_executor(t, python, str(demo), timeout=10)
 
@@ -119,12 +125,16 @@ async def test_killing_demo_spares_demo2_under_a_root_with_regex_characters(
     assert (result.pid, result.holders) == (first.proc.pid, [first.proc.pid])
     assert not alive(first.proc.pid)
     assert not [r for r, pid in workers.items() if alive(pid)], "the command group is reaped"
-    if result.reaped < 2:  # the fence ended the run: its line comes a moment after the kill
+    # The fence and the kill race to end the run; either may SIGKILL the rest, and the kill may
+    # SIGKILL the fence before it writes its line (CI saw reaped == 1 and no line). What must
+    # hold whoever won: the fence is gone too, and if the kill reaped nothing the fence did it.
+    wait_for(lambda: not alive(fence), 10, "the run's fence to be gone")
+    if result.reaped == 0:
         fence_log = demo / "fence.jsonl"
         wait_for(
             lambda: fence_log.exists() and "executor is gone" in fence_log.read_text(),
             10,
-            "its fence ended the run, or the kill reaped it",
+            "its fence ended the run (the kill reaped nothing)",
         )
     assert not (demo / "command.pgid").exists()
     assert alive(second.proc.pid), "demo2's executor lives"
