@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -80,7 +81,10 @@ def main() -> int:
     p.add_argument("--step-s", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--echo", action="append", default=[])
+    p.add_argument("--warn", action="store_true", help="a FutureWarning on stderr at start")
     args = p.parse_args()
+    if args.warn:  # as many real scripts do (a deprecated argument, a library's notice)
+        warnings.warn("`foo` is deprecated and will be removed", FutureWarning, stacklevel=1)
     signal.signal(signal.SIGTERM, on_sigterm)
     for text in args.echo:
         print("echo " + json.dumps(text), flush=True)

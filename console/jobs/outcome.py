@@ -13,6 +13,9 @@ class Exit(StrEnum):
     FINISHED = "finished"
     CRASHED = "executor_crash"
     """The executor died (non-zero exit, SIGKILL, exception): restart in place."""
+    RUN_CRASHED = "run_crash"
+    """The training died (the command exited or was killed, the torch run raised) and its
+    executor stayed, told so in a ``RunEnded``: restart in place, by a Start to that executor."""
     HUNG = "executor_hang"
     """Alive but silent past its lease: killed, then restarted in place."""
     HOST_LOST = "host_lost"
@@ -27,6 +30,12 @@ class Exit(StrEnum):
     """An operator stopped the job."""
 
 
+CRASHES = frozenset({Exit.CRASHED, Exit.RUN_CRASHED})
+"""The run died of itself, executor and all or only the training."""
+RESTART_IN_PLACE = frozenset({*CRASHES, Exit.HUNG, Exit.LEASE_LOST})
+"""Ends a restart on the same host answers (while the host may take one)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     exit: Exit
@@ -37,7 +46,7 @@ class Outcome:
 
     def said(self) -> str:
         """The exit class and why, each word once: ``finished``, ``stopped: operator``,
-        ``stopped: lease_lost``, ``executor_crash: crash: boom``."""
+        ``stopped: lease_lost``, ``run_crash: the command exited with code 1 after step 5``."""
         if not self.why:
             return self.exit.value
         return self.why if self.exit.value in self.why.split(": ") else f"{self.exit}: {self.why}"
@@ -66,9 +75,13 @@ def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome
 
 
 def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
-    """A training run that died under a live executor (``RunEnded``): a crash or a hang."""
-    exit = Exit.HUNG if fault == FaultKind.HANG.value else Exit.CRASHED
-    return Outcome(exit, f"{fault}: {message}" if message else fault, step)
+    """A training run that died under its executor (``RunEnded``): a hang, or the run crashed
+    (its message says how: the command's exit status or signal and its last stderr lines)."""
+    if fault == FaultKind.HANG.value:
+        return Outcome(Exit.HUNG, f"{fault}: {message}" if message else fault, step)
+    if fault == FaultKind.CRASH.value:
+        return Outcome(Exit.RUN_CRASHED, message or "the run crashed", step)
+    return Outcome(Exit.RUN_CRASHED, f"{fault}: {message}" if message else fault, step)
 
 
 def from_events_tail(text: str) -> Outcome:

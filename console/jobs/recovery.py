@@ -12,7 +12,7 @@ from console.fleet.hosts import Fleet
 from console.jobs.approval import approved
 from console.jobs.incident import OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
-from console.jobs.outcome import Exit, Outcome
+from console.jobs.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
 from console.jobs.policy import Policy
 from console.jobs.standby import Prepared, Standby
 from console.jobs.targets import Targets
@@ -77,9 +77,14 @@ class Recovery:
         faulted, job.faulted = job.faulted, None
         if outcome.exit is not Exit.HOST_LOST:
             await self._standby.cancel_preparation()
+        said = (
+            f"{job.name}: the run on {host} ended, its executor stays: {outcome.said()}"
+            if outcome.exit is Exit.RUN_CRASHED and faulted is not None
+            else f"{job.name}: executor on {host} ended: {outcome.said()}"
+        )
         self._journal.record(
             Kind.EXECUTOR,
-            f"{job.name}: executor on {host} ended: {outcome.said()}",
+            said,
             job=job.name,
             host=host,
             data={"exit": outcome.exit.value, "step": outcome.step},
@@ -114,7 +119,7 @@ class Recovery:
             self.release()
             return None
         assert host is not None
-        if outcome.exit in (Exit.CRASHED, Exit.HUNG, Exit.LEASE_LOST) and self._may_restart(host):
+        if outcome.exit in RESTART_IN_PLACE and self._may_restart(host):
             self._incident.open(outcome.exit.value, outcome.why)
             if job.rec.restarts < self._restart_limit:
                 job.rec.restarts += 1
@@ -129,7 +134,7 @@ class Recovery:
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
                 elif (
-                    outcome.exit in (Exit.CRASHED, Exit.HUNG)
+                    outcome.exit in (*CRASHES, Exit.HUNG)
                     and (twin := self._twin.take(host)) is not None
                 ):
                     # the executor's process is gone (its lock seen free, or killed as hung):

@@ -333,7 +333,7 @@ class JobSupervisor:
                 job.last_seen = time.monotonic()
                 self._standby.pump(link)
                 return Outcome(
-                    Exit.CRASHED, f"the run on {host} had ended when this console started"
+                    Exit.RUN_CRASHED, f"the run on {host} had ended when this console started"
                 )
             if hello is not None:
                 await self._retire(link, host)

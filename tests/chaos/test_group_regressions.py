@@ -29,7 +29,7 @@ async def test_a_killed_members_incident_names_it_not_a_survivor_whose_collectiv
 ) -> None:
     """SIGKILL of b's executor: a and c's collectives fail at once (connection reset) and
     their RunEnded reached the console before it had probed b's host and found b dead, so the
-    incident named the first survivor to report (executor_crash on a or c, its gloo error as
+    incident named the first survivor to report (a crash on a or c, its gloo error as
     the reason, its last word as the fault time)."""
     inv = local_group(tmp_path)
     ctl = controller(inv)

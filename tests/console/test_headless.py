@@ -53,7 +53,7 @@ def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_
     assert report.returncode == 0, report.stderr
     text = report.stdout
     assert "| j | `" + digest + "` |" in text
-    assert "executor_crash" in text
+    assert "run_crash" in text
     assert "## Incident 1: j on a" in text
     assert "MTTR" in text
 

@@ -76,6 +76,9 @@ async def test_the_executor_ended_line_says_each_word_once(
 
 def test_an_outcome_names_its_class_when_its_cause_does_not() -> None:
     assert from_stopped("lease_lost", 5, None).said() == "stopped: lease_lost"
-    assert from_run_ended("crash", "boom", 5).said() == "executor_crash: crash: boom"
+    assert from_run_ended("crash", "boom", 5).said() == "run_crash: boom"
+    assert (
+        from_run_ended("hang", "no step in 60s", 5).said() == "executor_hang: hang: no step in 60s"
+    )
     assert from_stopped("drain", 5, 5).said() == "planned: stopped for drain"
     assert Outcome(Exit.HOST_LOST, "").said() == "host_lost"

@@ -32,7 +32,9 @@ def executor_pid(root: Path, job: str) -> int:
 
 
 def command_table() -> dict:
-    return {"executor": "command", "steps": STEPS, "command": plain_command(step_s=0.03)}
+    command = plain_command(step_s=0.03)
+    command["argv"] = [*command["argv"], "--warn"]  # a FutureWarning on stderr, first thing
+    return {"executor": "command", "steps": STEPS, "command": command}
 
 
 def plain_reference(tmp_path: Path) -> str:
@@ -89,7 +91,14 @@ async def test_a_killed_command_restarts_in_the_same_executor_at_the_next_epoch(
     started = [e for e in entries if "executor pid" in e.msg and "started" in e.msg]
     assert len(started) == 1, [e.msg for e in started]
     (inc,) = incidents(entries)
-    assert inc.fault_class == "executor_crash" and inc.resolved
+    assert inc.fault_class == "run_crash" and inc.resolved
+    # told as what happened: the run died of SIGKILL and the executor stayed, not the
+    # script's first stderr line (its FutureWarning) and not "executor ... ended"
+    ended = next(e for e in entries if e.kind is Kind.EXECUTOR and "ended" in e.msg)
+    assert ended.msg.startswith("p: the run on a ended, its executor stays: run_crash: "), ended
+    assert ended.msg.split("run_crash: ", 1)[1].startswith(
+        "the command killed by SIGKILL after step"
+    )
 
 
 async def test_an_injected_crash_restarts_the_torch_run_in_the_same_process_bit_exact(
@@ -114,7 +123,9 @@ async def test_an_injected_crash_restarts_the_torch_run_in_the_same_process_bit_
     await ctl.close()
     assert (sup.state, sup.host, sup.sha256) == (JobState.FINISHED, "a", baseline)
     (inc,) = incidents(list(read(inv.parent / "state" / "journal.jsonl")))
-    assert inc.fault_class == "executor_crash" and inc.resolved
+    assert inc.fault_class == "run_crash" and inc.resolved, (
+        "the torch run raised; its executor stayed"
+    )
     assert inc.resumed_step == 80
 
 
@@ -188,4 +199,4 @@ async def test_a_console_started_after_the_run_died_restarts_it_in_the_waiting_e
         e for e in entries if e.kind is Kind.EXECUTOR and "pid" in e.data and " started " in e.msg
     ]
     assert [e.data["pid"] for e in started] == [pid], "no second executor was started"
-    assert any(i.fault_class == "executor_crash" and i.resolved for i in incidents(entries))
+    assert any(i.fault_class == "run_crash" and i.resolved for i in incidents(entries))

@@ -23,7 +23,7 @@ from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.lease import JobLease, NoAnchor, renew_on_readings
-from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.outcome import CRASHES, Exit, Outcome, from_run_ended, from_stopped
 from console.jobs.probe import Asking, Probe
 from console.states import HostState
 from protocol.messages import (
@@ -171,7 +171,7 @@ class GroupEpoch:
             for m in self.members
             if m.exit is not None
             and not m.waiting
-            and m.exit.exit in (Exit.CRASHED, Exit.HUNG, Exit.HOST_LOST)
+            and m.exit.exit in (*CRASHES, Exit.HUNG, Exit.HOST_LOST)
             and m.last_seen <= first.exit_at
         ]
         return min(gone, key=lambda m: m.last_seen, default=first)
@@ -298,5 +298,5 @@ class GroupEpoch:
             return True
         link.close()
         if hello.state == "faulted":
-            self.ended(m, Outcome(Exit.CRASHED, f"the run on {m.host} ended while unlinked"))
+            self.ended(m, Outcome(Exit.RUN_CRASHED, f"the run on {m.host} ended while unlinked"))
         return False

@@ -362,7 +362,7 @@ class GroupSupervisor(JobSupervisor):
             elif hello.epoch == job.epoch and hello.state == "faulted":
                 self._executors.warm.add(m.host)
                 link.close()
-                run.ended(m, Outcome(Exit.CRASHED, f"the run on {m.host} had ended"))
+                run.ended(m, Outcome(Exit.RUN_CRASHED, f"the run on {m.host} had ended"))
             else:
                 await self._retire(link, m.host)
                 link.close()

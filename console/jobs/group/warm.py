@@ -19,7 +19,7 @@ from console.jobs.group.messages import send_quietly
 from console.jobs.launcher import Launcher
 from console.jobs.lease import JobLease, NoAnchor
 from console.jobs.live import LiveJob
-from console.jobs.outcome import Exit, Outcome
+from console.jobs.outcome import CRASHES, Exit, Outcome
 from console.jobs.policy import Decision, Policy, decide
 from console.records.journal import Journal, Kind
 from protocol.messages import Stop
@@ -159,7 +159,7 @@ class WarmExecutors:
         for m in members:
             if m.exit is not None and m.exit.exit in (Exit.PLANNED, Exit.STOPPED, Exit.FINISHED):
                 self.exiting.add(m.host)
-            if m.exit is None or m.exit.exit is not Exit.CRASHED or m.host in self.warm:
+            if m.exit is None or m.exit.exit not in CRASHES or m.host in self.warm:
                 continue
             link = self._launcher.link(m.host)
             try:
