@@ -1,8 +1,10 @@
 """``hotspare run``: every job in the inventory to completion, with no one at the keyboard.
 
 Prints the journal as it is written (human lines, or JSON with ``--json``). Exits 0 when
-every job finished, 1 with the reasons otherwise, 130 when interrupted (executors keep
-training until their lease ends; a console started again reattaches).
+every job finished clean, 1 with the reasons when one did not finish, 4 when every job
+finished but one not clean (no checkpoint was ever taken, or no params digest: a fault would
+have restarted it from step 0), 130 when interrupted (executors keep training until their
+lease ends; a console started again reattaches).
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ import msgspec
 from console.inventory import Inventory
 from console.jobs.policy import Policy
 from console.records.journal import Event
+from console.records.report import not_clean
 from console.service.control import ControlServer, Standing
 from console.service.standby import DEPOSED, LostLead, lead, open_controller, take_state_dir
 from console.states import JobState
+
+NOT_CLEAN = 4
+"""``hotspare run``'s exit when every job finished but one not clean."""
 
 ENV_HOOK = "HOTSPARE_EXECUTOR_ENV"
 """Test hook: JSON ``{host: {VAR: value}}`` added to executors' environment on that host."""
@@ -43,8 +49,9 @@ def run_headless(
         out.write((msgspec.json.encode(e).decode() if as_json else event_line(e)) + "\n")
         out.flush()
 
-    async def main() -> dict[str, str]:
-        """Run the controller; returns the reason of each job that did not finish."""
+    async def main() -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Run the controller; returns the reason of each job that did not finish, and the
+        warnings of each that finished not clean."""
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
@@ -70,7 +77,13 @@ def run_headless(
         server.serve(ctl)
         try:
             await lead(ctl, leadership, ctl.run())
-            return {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
+            unfinished = {n: s.why for n, s in ctl.jobs.items() if s.state is not JobState.FINISHED}
+            dirty = {
+                n: s.rec.finished_warnings
+                for n, s in ctl.jobs.items()
+                if s.state is JobState.FINISHED and s.rec.finished_warnings
+            }
+            return unfinished, dirty
         finally:
             await server.close()
             await ctl.close()
@@ -78,7 +91,7 @@ def run_headless(
                 await leadership.resign()
 
     try:
-        unfinished = asyncio.run(main())
+        unfinished, dirty = asyncio.run(main())
     except asyncio.CancelledError:
         print(
             "hotspare: interrupted; executors keep training until their lease ends", file=sys.stderr
@@ -89,7 +102,9 @@ def run_headless(
         return DEPOSED
     for name, why in unfinished.items():
         print(f"hotspare: job {name} did not finish: {why}", file=sys.stderr)
-    return 1 if unfinished else 0
+    for name, warnings in dirty.items():
+        print(f"hotspare: job {name} finished, {not_clean(warnings)}", file=sys.stderr)
+    return 1 if unfinished else NOT_CLEAN if dirty else 0
 
 
-__all__ = ["ENV_HOOK", "event_line", "run_headless"]
+__all__ = ["ENV_HOOK", "NOT_CLEAN", "event_line", "run_headless"]

@@ -458,25 +458,22 @@ class CommandRunner:
         if code == 0:
             step = max(step, last.step if last else 0)
             digest = self._params_digest or (last.sha256 if last else "")
+            warnings = []
             if last is None:
                 where = self.cs.checkpoint_file or self.cs.checkpoint_glob
-                self.emit(
-                    Log(
-                        level="warning",
-                        text=f"the command finished and no checkpoint of it was ever taken (none "
-                        f"complete in {self.ckpt_dir} matching {where!r}): a failover or a "
-                        "crash would have restarted it from step 0",
-                    )
+                warnings.append(
+                    f"the command finished and no checkpoint of it was ever taken (none "
+                    f"complete in {self.ckpt_dir} matching {where!r}): a failover or a "
+                    "crash would have restarted it from step 0"
                 )
             if not digest:
-                self.emit(
-                    Log(
-                        level="warning",
-                        text="the command finished without a complete checkpoint or a params_regex "
-                        "match; params_sha256 is empty",
-                    )
+                warnings.append(
+                    "the command finished without a complete checkpoint or a params_regex "
+                    "match; params_sha256 is empty"
                 )
-            self.emit(Finished(step=step, params_sha256=digest))
+            for text in warnings:
+                self.emit(Log(level="warning", text=text))
+            self.emit(Finished(step=step, params_sha256=digest, warnings=warnings))
             return Outcome(exitcodes.OK, step, "finished", digest)
         tail = " | ".join(self.lines.tail)
         self.emit(

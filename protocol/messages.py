@@ -295,6 +295,9 @@ class Log(_Msg, tag="log"):
 class Finished(_Msg, tag="finished"):
     step: int
     params_sha256: str
+    warnings: list[str] = []
+    """Why the finish is not clean (no checkpoint was ever taken, no params digest): the
+    console alerts, its report says so, and ``hotspare run`` exits 4."""
 
 
 class Stopped(_Msg, tag="stopped"):

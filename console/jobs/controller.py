@@ -226,7 +226,7 @@ class Controller:
         """
         open_ = {i.job: i for i in self.timeline.incidents() if not i.resolved}
         for name, sup in self.jobs.items():
-            if sup.rec.finished_sha256 or not sup.rec.host:
+            if sup.rec.finished or not sup.rec.host:
                 continue
             if name in open_:
                 n = open_[name].id

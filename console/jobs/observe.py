@@ -44,7 +44,7 @@ class Observe:
         while True:
             job.rec = self._record()
             host = job.rec.host
-            if job.rec.finished_sha256:
+            if job.rec.finished:
                 job.sha256, job.step = job.rec.finished_sha256, job.rec.finished_step or 0
                 self._observed(JobState.FINISHED, "finished (seen in the state file)")
                 return

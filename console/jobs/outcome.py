@@ -43,6 +43,8 @@ class Outcome:
     step: int | None = None
     sha256: str | None = None
     checkpoint_step: int | None = None
+    warnings: tuple[str, ...] = ()
+    """A finish that is not clean says why (``Finished.warnings``)."""
 
     def said(self) -> str:
         """The exit class and why, each word once: ``finished``, ``stopped: operator``,
@@ -50,6 +52,10 @@ class Outcome:
         if not self.why:
             return self.exit.value
         return self.why if self.exit.value in self.why.split(": ") else f"{self.exit}: {self.why}"
+
+
+def from_finished(step: int, sha256: str, warnings: list[str]) -> Outcome:
+    return Outcome(Exit.FINISHED, "finished", step, sha256=sha256, warnings=tuple(warnings))
 
 
 def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
@@ -93,7 +99,7 @@ def from_events_tail(text: str) -> Outcome:
             continue
         kind = e.get("kind")
         if kind == "finished":
-            return Outcome(Exit.FINISHED, "finished", e["step"], sha256=e["params_sha256"])
+            return from_finished(e["step"], e["params_sha256"], e.get("warnings") or [])
         if kind == "stopped":
             return from_stopped(e.get("reason", ""), e.get("step", 0), e.get("checkpoint_step"))
         if kind == "fault" and e.get("fault") == "config":

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
 from console.jobs.approval import approved
+from console.jobs.finish import finish
 from console.jobs.incident import OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
@@ -93,17 +94,17 @@ class Recovery:
             await self._standby.drop_warm()
             await self._twin.drop()
         if outcome.exit is Exit.FINISHED:
-            job.sha256 = outcome.sha256
-            job.step = outcome.step or job.step
-            job.rec.finished_sha256, job.rec.finished_step = outcome.sha256, job.step
-            self._save()
-            self._states.move(JobState.FINISHED, f"step {job.step}")
-            self._journal.record(
-                Kind.FINISHED,
-                f"{job.name}: finished at step {job.step}, params sha256 {outcome.sha256}",
-                job=job.name,
+            finish(
+                job,
+                step=outcome.step or job.step,
+                sha256=outcome.sha256 or "",
+                warnings=list(outcome.warnings),
                 host=host,
-                data={"step": job.step, "params_sha256": outcome.sha256},
+                members=None,
+                states=self._states,
+                journal=self._journal,
+                alert=self._alert,
+                save=self._save,
             )
             self.release()
             return None

@@ -264,7 +264,7 @@ class JobSupervisor:
         if self._read_only:
             await self._observe.observe()
             return
-        if job.rec.finished_sha256:
+        if job.rec.finished:
             job.step = job.rec.finished_step or self.spec.steps
             job.host = job.rec.host
             self._states.move(JobState.FINISHED, "finished before this console started")

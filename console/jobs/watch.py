@@ -20,7 +20,7 @@ from console.inventory import Inventory
 from console.jobs.incident import OpenIncident, trained_past
 from console.jobs.lease import JobLease, NoAnchor, lapse_note, renew_on_readings
 from console.jobs.live import Alert, LiveJob, Transitions
-from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
 from console.jobs.probe import Asking, Probe
 from console.jobs.replicator import Replicator, Source
@@ -270,7 +270,7 @@ class Watch:
                     data={"level": msg.level},
                 )
         elif isinstance(msg, Finished):
-            job.exit = Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256)
+            job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
         elif isinstance(msg, Stopped):
             job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
         elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one

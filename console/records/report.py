@@ -38,6 +38,11 @@ def _parts(data: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def not_clean(warnings: list[str]) -> str:
+    """What ``hotspare run`` and the report say of a finish that is not clean."""
+    return "not clean: " + "; ".join(warnings)
+
+
 def render(
     found: list[Incident],
     finished: dict[str, str],
@@ -45,12 +50,18 @@ def render(
     rates: dict[str, dict[int, list[float]]] | None = None,
     provisions: list[Event] | None = None,
     summaries: list[JobSummary] | None = None,
+    dirty: dict[str, list[str]] | None = None,
 ) -> None:
+    """``dirty``: the warnings of each job that finished not clean."""
     out.write("# hotspare post-mortem\n\n")
     if finished:
-        out.write("## Jobs finished\n\n| job | params sha256 |\n|---|---|\n")
+        out.write("## Jobs finished\n\n| job | params sha256 | clean |\n|---|---|---|\n")
         for job, sha in sorted(finished.items()):
-            out.write(f"| {job} | `{sha}` |\n")
+            warnings = (dirty or {}).get(job)
+            clean = (
+                "yes" if not warnings else " ".join(not_clean(warnings).split()).replace("|", "/")
+            )
+            out.write(f"| {job} | `{sha}` | {clean} |\n")
         out.write("\n")
     if summaries:
         render_summaries(summaries, out)
@@ -201,6 +212,12 @@ def write_report(state_dir: Path | list[Path], out: TextIO, *, as_json: bool = F
     finished = {
         e.job: e.data.get("params_sha256", "") for e in events if e.kind is Kind.FINISHED and e.job
     }
+    dirty = {
+        e.job: [str(w) for w in e.data.get("warnings") or []]
+        for e in events
+        if e.kind is Kind.FINISHED and e.job
+    }
+    dirty = {job: ws for job, ws in dirty.items() if ws}
     provisions = [
         e
         for e in events
@@ -209,19 +226,23 @@ def write_report(state_dir: Path | list[Path], out: TextIO, *, as_json: bool = F
     ]
     found, summaries = incidents(events), summarise(events)
     if as_json:
-        json.dump(_as_json(found, finished, summaries), out, indent=2)
+        json.dump(_as_json(found, finished, summaries, dirty), out, indent=2)
         out.write("\n")
         return 0
-    render(found, finished, out, throughput(events), provisions, summaries)
+    render(found, finished, out, throughput(events), provisions, summaries, dirty)
     return 0
 
 
 def _as_json(
-    found: list[Incident], finished: dict[str, str], summaries: list[JobSummary]
+    found: list[Incident],
+    finished: dict[str, str],
+    summaries: list[JobSummary],
+    dirty: dict[str, list[str]],
 ) -> dict[str, object]:
     return {
         "jobs": [s.to_json() for s in summaries],
         "finished": finished,
+        "not_clean": dirty,
         "incidents": [
             {
                 "id": i.id,

@@ -42,6 +42,8 @@ class JobRecord(msgspec.Struct, kw_only=True):
     restarts: int = 0
     finished_sha256: str | None = None
     finished_step: int | None = None
+    finished_warnings: list[str] = []
+    """Why its finish was not clean (none: clean)."""
     stopped: bool = False
     """Stopped by an operator: a console started later leaves it stopped until started."""
     lease: LeaseRecord | None = None
@@ -53,6 +55,11 @@ class JobRecord(msgspec.Struct, kw_only=True):
     run_id: str = ""
     """The job's one training run (``HOTSPARE_RUN_ID``): made at its first start, then kept
     across restarts, failovers and consoles, and the same for every member of a group."""
+
+    @property
+    def finished(self) -> bool:
+        """The job finished (its params digest may be empty: a finish that was not clean)."""
+        return self.finished_step is not None or bool(self.finished_sha256)
 
 
 class HostRecord(msgspec.Struct, kw_only=True):

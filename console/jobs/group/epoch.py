@@ -23,7 +23,14 @@ from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.lease import JobLease, NoAnchor, renew_on_readings
-from console.jobs.outcome import CRASHES, Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.outcome import (
+    CRASHES,
+    Exit,
+    Outcome,
+    from_finished,
+    from_run_ended,
+    from_stopped,
+)
 from console.jobs.probe import Asking, Probe
 from console.states import HostState
 from protocol.messages import (
@@ -196,7 +203,7 @@ class GroupEpoch:
             m.step = max(m.step, msg.step)
         self._on_message(m, msg)
         if isinstance(msg, Finished):
-            self.ended(m, Outcome(Exit.FINISHED, "finished", msg.step, sha256=msg.params_sha256))
+            self.ended(m, from_finished(msg.step, msg.params_sha256, msg.warnings))
         elif isinstance(msg, Stopped):
             self.ended(m, from_stopped(msg.reason, msg.step, msg.checkpoint_step))
         elif isinstance(msg, RunEnded):

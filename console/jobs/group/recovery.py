@@ -10,6 +10,7 @@ from typing import Protocol
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.jobs.approval import approved
+from console.jobs.finish import finish
 from console.jobs.group.elastic import Growth
 from console.jobs.group.epoch import GroupEpoch, Member
 from console.jobs.group.resume import ResumeStep
@@ -249,17 +250,17 @@ class GroupRecovery:
             )
             self.release()
             return None
-        sha = shas.pop()
-        job.sha256, job.step = sha, step
-        job.rec.finished_sha256, job.rec.finished_step = sha, step
-        self._save()
-        self._states.move(JobState.FINISHED, f"step {step}")
-        self._journal.record(
-            Kind.FINISHED,
-            f"{self._name}: finished at step {step} on {len(members)} hosts, params sha256 {sha}",
-            job=self._name,
+        finish(
+            job,
+            step=step,
+            sha256=shas.pop() or "",
+            warnings=[w for m in members if m.exit is not None for w in m.exit.warnings],
             host=members[0].host,
-            data={"step": step, "params_sha256": sha, "members": [m.host for m in members]},
+            members=[m.host for m in members],
+            states=self._states,
+            journal=self._journal,
+            alert=self._alert,
+            save=self._save,
         )
         self.release()
         return None
