@@ -24,6 +24,7 @@ from pathlib import Path
 
 from executors.command_tree import (
     Entry,
+    How,
     judge,
     put,
     remove,
@@ -42,7 +43,7 @@ from executors.publish import (
     read_manifest,
 )
 from protocol.faults import FaultKind
-from protocol.messages import CheckpointSaved, Fault
+from protocol.messages import CheckpointSaved, Fault, Log
 from protocol.spec import CheckpointManifest, CommandSpec, Lineage
 
 
@@ -184,6 +185,25 @@ class Watcher:
                 found.append(cand)
         return sorted(found, key=lambda c: c.step)
 
+    def prune_before(self, step: int) -> int:
+        """Remove the command's own checkpoints (and their markers) older than ``step``, the
+        oldest one published and kept: hotspare restores from its published copies, never from
+        these. ``checkpoint_file`` is one file: nothing to prune. How many went."""
+        if self.cs.checkpoint_file is not None:
+            return 0
+        gone = 0
+        for path, at in self.files():
+            if at is None or at >= step:
+                continue
+            remove(path)
+            self._seen.pop(path.name, None)
+            if self.cs.complete_marker:
+                (self.folder / marker_name(self.cs.complete_marker, path.name)).unlink(
+                    missing_ok=True
+                )
+            gone += 1
+        return gone
+
     def _marked(self, cand: Candidate, template: str) -> bool:
         """Its marker exists and is no older than anything of the checkpoint."""
         name, newest = marker_name(template, cand.path.name), cand.mtime_ns
@@ -195,6 +215,24 @@ class Watcher:
             return mark.stat().st_mtime_ns >= newest
         except OSError:
             return False
+
+
+def how_said(how: How, folder: Path, *, link: bool) -> str:
+    """The one line that says how checkpoints reach ``folder`` (and what it costs on disk)."""
+    said = f"checkpoints are published into {folder} as "
+    if how is How.REFLINK:
+        return said + "reflinks of the command's files (copy-on-write: no second copy on disk)"
+    if how is How.LINK:
+        return said + (
+            "hard links of the command's files (no second copy on disk; a file the command "
+            "rewrote in place would fail its checksum at restore)"
+        )
+    why = (
+        "neither a reflink nor a hard link"
+        if link
+        else "no reflink (a file rewritten in place is never hard-linked)"
+    )
+    return said + f"copies of the command's files (the filesystem here allows {why})"
 
 
 class Publisher:
@@ -214,8 +252,14 @@ class Publisher:
         node_rank: int | None = None,
         nnodes: int = 1,
         lineage: Lineage | None = None,
+        link: bool = False,
     ) -> None:
         self.folder = folder
+        self.link = link
+        """Publish by hard link where a reflink is not to be had (files the command writes
+        once: never ``checkpoint_file``, which it rewrites in place)."""
+        self._how: How | None = None
+        """How the last checkpoint was taken: said once, and again when it changes."""
         self.node_rank, self.nnodes = node_rank, nnodes
         """A multi-host job's shard: this host's node rank and the group's size, in each manifest."""
         self._lease_valid: LeaseCheck = lease_valid or (lambda _margin_s: True)
@@ -245,10 +289,10 @@ class Publisher:
         name = checkpoint_name(cand.step)
         data_path, tmp = self.folder / f"{name}.pt", self.folder / f".{name}.pt.tmp"
         try:
-            staged = stage(cand.path, cand.entries, cand.size, cand.mtime_ns, tmp)
+            staged = stage(cand.path, cand.entries, cand.size, cand.mtime_ns, tmp, link=self.link)
             if staged is None:
                 return None  # it changed while copied: not complete after all; judged again later
-            size, sha, files = staged
+            size, sha, files = staged.size, staged.sha256, staged.files
             manifest = CheckpointManifest(
                 job=self.job,
                 step=cand.step,
@@ -286,6 +330,9 @@ class Publisher:
             )
             return None
         self.last = manifest
+        if staged.how is not self._how:
+            self._how = staged.how
+            self._emit(Log(level="info", text=how_said(staged.how, self.folder, link=self.link)))
         saved = CheckpointSaved(
             manifest=manifest,
             path=str(data_path),
@@ -297,6 +344,11 @@ class Publisher:
         if self._lease_valid(0.0):  # a stale writer deletes nothing either
             self._purge(self.keep)
         return saved
+
+    def oldest_kept(self) -> int | None:
+        """The oldest step published here and still kept."""
+        steps = [s for p in self.folder.glob("step-*.json") if (s := _step_of(p)) is not None]
+        return min(steps, default=None)
 
     def _purge(self, keep: int) -> None:
         for manifest_path in sorted(self.folder.glob("step-*.json"), reverse=True)[keep:]:

@@ -159,6 +159,7 @@ class CommandRunner:
             lease_valid=self.lease.valid,
             node_rank=control.rendezvous.node_rank if control.rendezvous else None,
             nnodes=control.rendezvous.nnodes if control.rendezvous else 1,
+            link=cs.checkpoint_file is None,
         )
         self.meter = Meter(spec.steps, control.epoch, self.emit, lease_valid=self.lease.valid)
         self.lines = LineLog(self.emit)
@@ -364,6 +365,17 @@ class CommandRunner:
                 self.meter.touch()
                 if self._progress_re is None and self._metrics is None:
                     self.meter.update(cand.step, None)
+                self._prune_own()
+
+    def _prune_own(self) -> None:
+        """The command's own files older than what is published and kept (``prune``)."""
+        oldest = self.pub.oldest_kept()
+        if not self.cs.prune or oldest is None or not self.lease.valid(0.0):
+            return
+        try:
+            self.watcher.prune_before(oldest)
+        except OSError as e:
+            self.emit(Log(level="warning", text=f"pruning the command's old checkpoints: {e}"))
 
     def _check(self) -> Outcome | None:
         """Between polls: a stop request, the lease, a hang."""

@@ -11,11 +11,15 @@ holds anything but regular files and folders (a link, a FIFO) is never a checkpo
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import stat
+from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from executors.durable import fsync_dir
 from executors.publish import (
@@ -90,9 +94,70 @@ def copy_file(src: Path, dst_tmp: Path) -> tuple[int, str]:
     return size, sha.hexdigest()
 
 
-def copy_tree(src: Path, dst_tmp: Path, paths: list[str]) -> list[FolderFile]:
+FICLONE = 0x40049409
+"""ioctl: make a file share another's blocks, copy-on-write (btrfs, XFS, bcachefs, ...)."""
+_NO_CLONE = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS}
+
+
+class How(StrEnum):
+    """How a checkpoint reached the workdir."""
+
+    REFLINK = "reflink"
+    """Its own inode sharing the command's blocks, copy-on-write: no bytes written."""
+    LINK = "link"
+    """A hard link: the command's inode itself, no bytes written."""
+    COPY = "copy"
+
+
+def _hash(path: Path) -> tuple[int, str]:
+    """Size and sha256 of a regular file, fsynced (a linked inode's data may not be yet)."""
+    sha, size = hashlib.sha256(), 0
+    with open_regular(path) as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            size += len(chunk)
+        os.fsync(f.fileno())
+    return size, sha.hexdigest()
+
+
+def clone_file(src: Path, dst_tmp: Path, *, link: bool) -> tuple[int, str, How]:
+    """``dst_tmp`` holds ``src``'s bytes with no second copy where the filesystem allows: a
+    reflink (copy-on-write: safe whatever the command does next), else with ``link`` a hard
+    link (the same inode: only for files the command writes once, never for one it rewrites in
+    place), else a copy. Its size and sha256, read from ``dst_tmp``, and how."""
+    try:
+        with open_regular(src) as fin, open(dst_tmp, "wb") as fout:
+            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+        size, sha = _hash(dst_tmp)
+        return size, sha, How.REFLINK
+    except OSError as e:
+        dst_tmp.unlink(missing_ok=True)
+        if e.errno not in _NO_CLONE:
+            raise
+    if link and stat.S_ISREG(os.lstat(src).st_mode):  # a symlink is copied, never linked
+        try:
+            os.link(src, dst_tmp, follow_symlinks=False)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+        else:
+            try:
+                size, sha = _hash(dst_tmp)
+            except BaseException:
+                dst_tmp.unlink(missing_ok=True)
+                raise
+            return size, sha, How.LINK
+    size, sha = copy_file(src, dst_tmp)
+    return size, sha, How.COPY
+
+
+def copy_tree(
+    src: Path, dst_tmp: Path, paths: list[str], *, link: bool = False, hows: set[How] | None = None
+) -> list[FolderFile]:
     """Copy the files ``paths`` of folder ``src`` into a new folder ``dst_tmp``, each fsynced,
-    and every folder too; what each copied file held. ``dst_tmp`` is removed on failure."""
+    and every folder too; what each copied file held. ``dst_tmp`` is removed on failure.
+    Each file is a reflink where the filesystem allows, with ``link`` a hard link where not
+    (``clone_file``)."""
     try:
         dst_tmp.mkdir()
         folders = {dst_tmp}
@@ -103,7 +168,9 @@ def copy_tree(src: Path, dst_tmp: Path, paths: list[str]) -> list[FolderFile]:
             target = dst_tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             folders.add(target.parent)
-            size, sha = copy_file(src / rel, target)
+            size, sha, how = clone_file(src / rel, target, link=link)
+            if hows is not None:
+                hows.add(how)
             files.append(FolderFile(path=rel, size=size, sha256=sha))
         for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(folder)
@@ -121,12 +188,22 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+class Staged(NamedTuple):
+    size: int
+    sha256: str
+    files: list[FolderFile] | None
+    """A folder's files; None for a file."""
+    how: How
+    """How its bytes came (a folder's: the costliest way any of its files did)."""
+
+
 def stage_folder(
-    src: Path, entries: tuple[Entry, ...], tmp: Path
-) -> tuple[int, str, list[FolderFile]] | None:
-    """Copy a complete folder into ``tmp``: its total size, digest and files; None (``tmp``
+    src: Path, entries: tuple[Entry, ...], tmp: Path, *, link: bool = False
+) -> Staged | None:
+    """Take a complete folder into ``tmp`` (each file as ``clone_file`` may); None (``tmp``
     gone) if it changed while copied, so it was not complete after all."""
-    copied = copy_tree(src, tmp, [rel for rel, _, _ in entries])
+    hows: set[How] = set()
+    copied = copy_tree(src, tmp, [rel for rel, _, _ in entries], link=link, hows=hows)
     try:
         after = listing(src)
     except (NotATree, OSError):
@@ -134,7 +211,8 @@ def stage_folder(
     if after != entries or [(f.path, f.size) for f in copied] != [e[:2] for e in entries]:
         remove(tmp)
         return None
-    return sum(f.size for f in copied), tree_digest(copied), copied
+    how = next((h for h in (How.COPY, How.LINK, How.REFLINK) if h in hows), How.COPY)
+    return Staged(sum(f.size for f in copied), tree_digest(copied), copied, how)
 
 
 def restore_folder(src: Path, tmp: Path, files: list[FolderFile], size: int, sha256: str) -> None:
@@ -170,18 +248,25 @@ def judge(path: Path) -> tuple[int, int, tuple[Entry, ...] | None] | None:
 
 
 def stage(
-    src: Path, entries: tuple[Entry, ...] | None, size: int, mtime_ns: int, tmp: Path
-) -> tuple[int, str, list[FolderFile] | None] | None:
-    """Copy a complete checkpoint, as judged, to ``tmp``: its size, sha256 and a folder's files;
+    src: Path,
+    entries: tuple[Entry, ...] | None,
+    size: int,
+    mtime_ns: int,
+    tmp: Path,
+    *,
+    link: bool = False,
+) -> Staged | None:
+    """Take a complete checkpoint, as judged, into ``tmp`` (a reflink; with ``link`` a hard
+    link where a reflink is not to be had; else a copy): its size, sha256 and a folder's files;
     None (``tmp`` gone) if it changed meanwhile, so it was not complete after all."""
     if entries is not None:
-        return stage_folder(src, entries, tmp)
-    copied, sha = copy_file(src, tmp)
+        return stage_folder(src, entries, tmp, link=link)
+    copied, sha, how = clone_file(src, tmp, link=link)
     st = src.stat()
     if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) or copied != size:
         tmp.unlink(missing_ok=True)
         return None
-    return size, sha, None
+    return Staged(size, sha, None, how)
 
 
 def put(tmp: Path, data_path: Path, manifest: CheckpointManifest, lease_valid: LeaseCheck) -> Path:
@@ -199,7 +284,7 @@ def put(tmp: Path, data_path: Path, manifest: CheckpointManifest, lease_valid: L
 
 def restore_file(data: Path, tmp: Path, size: int, sha256: str) -> None:
     """Copy a file checkpoint into ``tmp``; CorruptCheckpoint (``tmp`` gone) if it differs."""
-    copied, sha = copy_file(data, tmp)
+    copied, sha, _ = clone_file(data, tmp, link=False)
     if (copied, sha) != (size, sha256):
         tmp.unlink(missing_ok=True)
         raise CorruptCheckpoint(

@@ -292,7 +292,7 @@ class Log(_Msg, tag="log"):
     text: str
 
 
-class Finished(_Msg, tag="finished"):
+class Finished(_Msg, tag="finished", omit_defaults=True):
     step: int
     params_sha256: str
     warnings: list[str] = []

@@ -97,6 +97,11 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     (``progress_regex`` or ``metrics_file`` is needed; a script that logs a step after saving
     it labels the file a step early). It is restored under this name. ``checkpoint_glob`` and
     ``step_regex`` are then not used."""
+    prune: bool = True
+    """The command's own checkpoints in ``checkpoint_dir`` older than the newest
+    ``keep_checkpoints`` published ones are removed once newer ones are published (a script
+    that keeps every file, Lightning's ``save_top_k=-1``, no longer fills the disk; the
+    published copies are hard links where the filesystem allows). False: leave them."""
     resume_argv: Argv | None = None
     """Arguments added after ``argv`` only when resuming (nanoGPT's ``["--init_from=resume"]``);
     placeholders are replaced in them as in ``argv``."""
