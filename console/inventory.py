@@ -20,6 +20,7 @@ import tomli_w
 from console.job_check import check_workload
 from protocol.config import _key_path, _one_line, convert, find_line, read_toml
 from protocol.errors import ConfigError
+from protocol.layouts import expand
 from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
 
 HostName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
@@ -307,7 +308,13 @@ def _job(name: str, table: dict[str, Any], path: Path, text: str) -> Job:
         **{k: v for k, v in table.items() if k not in PLACEMENT_KEYS and k != "name"},
     }
     job = Job(
-        spec=convert(spec, JobSpec, file=path, text=text, prefix=keys),
+        spec=convert(
+            expand(spec, file=path, text=text, keys=keys),
+            JobSpec,
+            file=path,
+            text=text,
+            prefix=keys,
+        ),
         placement=convert(place, Placement, file=path, text=text, prefix=keys),
     )
     check_workload(job.spec, file=path, text=text)

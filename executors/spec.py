@@ -6,6 +6,7 @@ from pathlib import Path
 
 from protocol.config import convert, read_toml
 from protocol.errors import ConfigError
+from protocol.layouts import expand
 from protocol.spec import PLACEMENT_KEYS, JobSpec
 
 
@@ -36,4 +37,5 @@ def load_spec(path: Path, job: str | None = None) -> JobSpec:
         prefix = ["jobs", job]
     elif job is not None and data.get("name") != job:
         raise ConfigError(f"{path}: name: the spec is for job {data.get('name')!r}, not {job!r}")
+    data = expand(data, file=path, text=text, keys=prefix)
     return convert(data, JobSpec, file=path, text=text, prefix=prefix)

@@ -79,6 +79,10 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Extra environment variables on top of the executor's; placeholders are replaced in values."""
     cwd: str | None = None
     """Working directory of the command; relative to the workdir (the default)."""
+    layout: str | None = None
+    """A framework's checkpoint layout by name (``"nanogpt"``, ``"lightning"``,
+    ``"hf_trainer"``, ``"torchtitan"``): the keys it stands for, listed in
+    ``protocol/layouts.py``, fill in those the table leaves out when the job is read."""
     checkpoint_dir: str = "ckpt"
     """Where the command writes its checkpoints; relative to the workdir. The job owns it: files
     matching ``checkpoint_glob`` that are not the restored checkpoint are removed at start."""

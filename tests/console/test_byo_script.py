@@ -39,11 +39,9 @@ def command() -> dict[str, object]:
             "--eval_interval=40",
             "--iter_s=0.02",
         ],
-        "resume_argv": ["--init_from=resume"],
+        "layout": "nanogpt",  # checkpoint_file, resume_argv and progress_regex
         "env": {"OMP_NUM_THREADS": "1"},
-        "checkpoint_file": "ckpt.pt",
         "settle_s": 0.3,
-        "progress_regex": r"^iter (?P<step>\d+): loss (?P<loss>[0-9.]+)$",
         "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
     }
 
@@ -117,7 +115,8 @@ async def test_the_file_configured_the_numbered_way_is_a_warning_in_the_journal(
     """nanoGPT's ckpt.pt under the default checkpoint_glob: once a silent zero (no checkpoint,
     a failover restarted from 0); now a journal warning that names the file and the fix."""
     cmd = command()
-    del cmd["checkpoint_file"], cmd["resume_argv"]
+    del cmd["layout"]
+    cmd["progress_regex"] = r"^iter (?P<step>\d+): loss (?P<loss>[0-9.]+)$"
     fleet = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
