@@ -9,7 +9,9 @@ script completes. Trials are interleaved (the order rotates each round):
 - ``torchrun``: ``torchrun --standalone --nproc-per-node 1 --max-restarts 3 restart_plain.py``;
   the worker resumes from the newest checkpoint in its folder.
 - ``command``: ``hotspare run --policy auto`` on one local host (lease 3 s, heartbeat
-  0.25 s), the script as an ``executor = "command"`` job resuming from ``{resume_from}``.
+  0.25 s), the script as an ``executor = "command"`` job resuming from ``{resume_from}``, at
+  the shipped defaults (``preload`` unset: ``AUTO_PRELOAD``, torch and torch._dynamo).
+- ``command_exec``: the same job with ``preload = []``: every run exec'd (the default before).
 - ``command_preload``: the same job with ``preload = ["torch"]``: each run is forked from the
   job's zygote, which has torch imported (executors/zygote.py), instead of exec'd.
 - ``command_preload_dynamo``: ``preload = ["torch", "torch._dynamo"]``: the script's first
@@ -70,16 +72,22 @@ SCRIPT = HERE / "restart_plain.py"
 SUPERVISORS = (
     "torchrun",
     "command",
+    "command_exec",
     "command_preload",
     "command_preload_dynamo",
     "torch",
     "torch_twin",
     "torch_raise",
 )
-PRELOAD = {"command_preload": ["torch"], "command_preload_dynamo": ["torch", "torch._dynamo"]}
+PRELOAD = {
+    "command_exec": [],
+    "command_preload": ["torch"],
+    "command_preload_dynamo": ["torch", "torch._dynamo"],
+}
 LABEL = {
     "torchrun": "torchrun --max-restarts 3",
-    "command": "hotspare, command kind",
+    "command": "hotspare, command kind (defaults)",
+    "command_exec": "hotspare, command kind, preload = [] (exec)",
     "command_preload": "hotspare, command kind, preload torch",
     "command_preload_dynamo": "hotspare, command kind, preload torch + torch._dynamo",
     "torch": "hotspare, torch kind",
@@ -502,7 +510,7 @@ RUNNERS = {
     "command": run_command,
     **{
         k: lambda folder, settings, k=k: run_command(folder, settings, k)
-        for k in ("command_preload", "command_preload_dynamo")
+        for k in ("command_exec", "command_preload", "command_preload_dynamo")
     },
     "torch": run_torch,
     "torch_twin": lambda folder, settings: run_torch(folder, settings, twin=True),

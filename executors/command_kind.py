@@ -15,7 +15,7 @@ runs a training script that knows nothing of hotspare. The runner:
    says otherwise, and the executor bundle's folder taken off ``PYTHONPATH``; the group and
    a random token (in the command's environment) are recorded in the workdir, so whatever
    outlives this executor is reaped by the next one (``executors.workdir.reap_command``);
-   with ``preload``, a Python command is forked warm from the job's zygote instead of exec'd,
+   by default (``preload`` unset: ``AUTO_PRELOAD``), a Python command is forked warm from the job's zygote instead of exec'd,
    recorded alike (executors/zygote.py; what it cannot run is exec'd, with a Log line why);
    ``HOTSPARE_RUN_ID``, ``HOTSPARE_JOB``, ``HOTSPARE_EPOCH`` and ``HOTSPARE_RESUMED_FROM_STEP``
    are in its environment (``executors.run_env``), below ``env``;
@@ -171,7 +171,7 @@ class CommandRunner:
         self._unwatch: Callable[[], None] | None = None
         self.warm = (
             WarmStart(spec.name, cs, self.workdir, self.cwd, control, self.emit)
-            if cs.preload
+            if cs.preloads
             else None
         )
         self._readers: list[threading.Thread] = []
@@ -253,7 +253,7 @@ class CommandRunner:
                 deadline=self.control.lease_deadline,
             )
         self._unwatch = self.lease.watch(self.proc.fence.lease)
-        how = f" (forked warm, preloaded {', '.join(self.cs.preload)})" if warm else ""
+        how = f" (forked warm, preloaded {', '.join(self.cs.preloads)})" if warm else ""
         self.meter.touch(advanced=False)
         self.emit(
             Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}{how}")

@@ -3,8 +3,10 @@
 ``CommandRunner`` asks ``prepare`` as a run begins (the zygote imports while the checkpoint is
 restored), ``ready`` once the argv is final (waits for the zygote's spare) and ``launch``;
 ``launch`` returning None means: start the command with exec, as without ``preload``. Each
-such fallback is a ``warning`` Log line that says why (``preload: starting the command with
-exec: ...``); a zygote that failed is not started again for the same command.
+such fallback is a Log line that says why (``preload: starting the command with exec: ...``):
+a ``warning`` when the table named its modules, an ``info`` line, each reason once, when it
+did not (``AUTO_PRELOAD``: torchrun or a shell is simply exec'd); a zygote that failed is not
+started again for the same command.
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ READY_TIMEOUT_S = 300.0
 a lease that ends while the zygote imports is fenced by the executor's watchdog, as a run's."""
 
 
+LAUNCHERS = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+"""Modules whose workers start interpreters of their own: forking the launcher warm saves
+nothing, so ``AUTO_PRELOAD`` execs them (a table that names ``preload`` still forks them)."""
+
+
+def _plan(argv: list[str], cwd: Path, env: dict[str, str], auto: bool) -> Plan | str:
+    """``zygote.plan``, or why not: with ``auto``, a launcher is exec'd too."""
+    p = zygote.plan(argv, cwd, env)
+    if auto and not isinstance(p, str) and p.module in LAUNCHERS:
+        return f"{p.module} is a launcher (its workers start interpreters of their own)"
+    return p
+
+
 class WarmStart:
     def __init__(
         self, job: str, cs: CommandSpec, workdir: Path, cwd: Path, control: Control, emit: Emit
@@ -36,13 +51,17 @@ class WarmStart:
         self.per_run = {k for k, v in cs.env.items() if PLACEHOLDER.search(v)} | run_env.NAMES
         """Variables whose value changes between runs (placeholders, the run's identity): set
         in each run, no reason for a new zygote."""
+        self.preload = cs.preloads
+        self.auto = cs.preload is None
+        """Unset in the table: a fallback to exec is expected somewhere, not a warning."""
+        self._said: set[str] = set()
         self._zygote: Zygote | None = None
         self._failed_note: str | None = None
         self._no_cgroup: str | None = None
 
     def prepare(self, argv: list[str], env: dict[str, str]) -> None:
         """The job's zygote for this command, started now if it has none (or another's)."""
-        p = zygote.plan(argv, self.cwd, env)
+        p = _plan(argv, self.cwd, env, self.auto)
         if isinstance(p, str):
             return  # ready() says why
         no_cgroup = cgroup.usable()
@@ -50,8 +69,8 @@ class WarmStart:
             self._zygote, self._failed_note = None, None
             self._no_cgroup = f"runs get no cgroup on this host ({no_cgroup})"
             return
-        k = zygote.key(p, self.cs.preload, self.cwd, env, self.per_run)
-        title = ["hotspare-zygote", f"job={self.job}", f"preload={','.join(self.cs.preload)}"]
+        k = zygote.key(p, self.preload, self.cwd, env, self.per_run)
+        title = ["hotspare-zygote", f"job={self.job}", f"preload={','.join(self.preload)}"]
         z, note = zygote.ensure(self.workdir, k, env, title)
         if z is not None and note is not None:
             self.emit(Log(level="info", text=f"preload: {note}"))
@@ -60,12 +79,12 @@ class WarmStart:
     def ready(self, argv: list[str], env: dict[str, str]) -> tuple[Zygote, Plan] | None:
         """Wait for the zygote's spare; None when the command is to be exec'd (said why) or a
         stop came first."""
-        p = zygote.plan(argv, self.cwd, env)
+        p = _plan(argv, self.cwd, env, self.auto)
         if isinstance(p, str):
             self._cold(p)
             return None
         z = self._zygote
-        if z is None or zygote.key(p, self.cs.preload, self.cwd, env, self.per_run) != z.key:
+        if z is None or zygote.key(p, self.preload, self.cwd, env, self.per_run) != z.key:
             self.prepare(argv, env)
             z = self._zygote
         if z is None:
@@ -109,4 +128,9 @@ class WarmStart:
         self._cold(why)
 
     def _cold(self, why: str) -> None:
-        self.emit(Log(level="warning", text=f"preload: starting the command with exec: {why}"))
+        text = f"preload: starting the command with exec: {why}"
+        if not self.auto:
+            self.emit(Log(level="warning", text=text))
+        elif why not in self._said:
+            self._said.add(why)
+            self.emit(Log(level="info", text=text))

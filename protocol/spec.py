@@ -49,6 +49,12 @@ def _regex(key: str, pattern: str, groups: tuple[str, ...] = ()) -> re.Pattern[s
     return compiled
 
 
+AUTO_PRELOAD = ("torch", "torch._dynamo")
+"""What a Python command's zygote imports when ``preload`` is not set: a restart in place
+then costs a fork, not an interpreter's start and ``import torch`` (benchmarks/
+restart_vs_torchrun.py)."""
+
+
 class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The ``[command]`` table of a job with ``executor = "command"``: any training command.
 
@@ -137,13 +143,20 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     grace_s: NonNegativeFloat = 10.0
     """On Stop, Drain, SIGTERM or the lease ending: SIGTERM to the process group, then SIGKILL
     after this many seconds."""
-    preload: list[str] = []
-    """Modules to import once in a zygote the executor keeps for the job (``["torch",
-    "torch._dynamo"]``: torch imports the latter on a script's first optimizer), when ``argv`` is ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each
-    run is forked from it, warm, instead of exec'd (executors/zygote.py), so a restart in place
-    skips the interpreter's start and these imports. Empty (the default): exec every run. An
-    argv the zygote cannot run, or a preload that fails, starts the command with exec, with a
-    Log line that says why."""
+    preload: list[str] | None = None
+    """Modules to import once in a zygote the executor keeps for the job, when ``argv`` is
+    ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each run is forked from it, warm,
+    instead of exec'd (executors/zygote.py), so a restart in place skips the interpreter's
+    start and these imports. Unset (the default): ``AUTO_PRELOAD``, torch and torch._dynamo
+    (torch imports the latter on a script's first optimizer), and an argv the zygote cannot
+    run (torchrun, a shell), a host without cgroups for runs or an interpreter without torch
+    starts the command with exec, said once as an info line. ``[]``: exec every run. Named
+    modules: those, and each fallback to exec is a warning."""
+
+    @property
+    def preloads(self) -> list[str]:
+        """The modules the zygote imports: ``preload``, or ``AUTO_PRELOAD`` when unset."""
+        return list(AUTO_PRELOAD) if self.preload is None else self.preload
 
     def __post_init__(self) -> None:
         _regex("step_regex", self.step_regex, ("step",))
@@ -153,10 +166,10 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             _regex("params_regex", self.params_regex, ("sha256",))
         if self.hang_timeout_s is not None and not (self.progress_regex or self.metrics_file):
             raise ValueError("hang_timeout_s needs progress_regex or metrics_file to see progress")
-        for name in self.preload:
+        for name in self.preload or []:
             if not MODULE_NAME.match(name):
                 raise ValueError(f"preload: {name!r} is not a module name (like torch or a.b)")
-        if len(set(self.preload)) != len(self.preload):
+        if self.preload is not None and len(set(self.preload)) != len(self.preload):
             raise ValueError(f"preload: a module is named twice in {self.preload!r}")
         if self.checkpoint_file is not None:
             name = self.checkpoint_file

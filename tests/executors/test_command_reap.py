@@ -72,6 +72,9 @@ def write_job(tmp_path: Path, out: Path) -> Path:
             "argv": [sys.executable, str(script), "leader", str(out)],
             "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
             "grace_s": 0.5,
+            # the exec path's fence (it leads the command's group); a forked run's is in
+            # test_command_zygote.py
+            "preload": [],
         },
     }
     path = tmp_path / "job.toml"
