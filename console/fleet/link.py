@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -28,6 +29,8 @@ from protocol.messages import (
 HELLO_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 5.0
 LOWS_KEPT = 256
+
+_log = logging.getLogger(__name__)
 
 
 class LinkError(Exception):
@@ -146,7 +149,14 @@ class ExecutorLink:
                         self._reading(msg.clock)
                         if msg.lease_low_s is not None:
                             self.lease_lows.append((clock.mono(), msg.lease_low_s))
-                    on_message(msg)
+                    try:
+                        on_message(msg)
+                    except Exception as e:  # noqa: BLE001 - the console's bug, not the link's
+                        _log.exception("handling %s from %s", type(msg).__name__, self.socket_path)
+                        return (
+                            f"console error handling a {type(msg).__name__} message (a bug; "
+                            f"traceback in the console's log): {type(e).__name__}: {e}"
+                        )
                     if self._frames is not frames:  # on_message closed the link
                         return "closed by the console"
         except ProtocolError as e:

@@ -325,3 +325,28 @@ async def test_a_link_closed_by_a_message_handler_delivers_nothing_more(
         await wait_for_file(folder / "e.sock.closed")
     assert got == msgs[:3]
     assert why == "closed by the console"
+
+
+async def test_an_error_in_the_consoles_handler_is_named_not_taken_for_a_lost_connection(
+    transport: Transport, folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in a watch's handler once read as "connection lost" and the job went on with the
+    handler broken. The link ends saying it was the console's error, with the traceback logged."""
+    msgs = [beat(1), HEALTH, beat(2)]
+    async with executor(transport, folder, frames(HELLO, *msgs), then="wait") as sock:
+        link = ExecutorLink(transport, sock)
+        await link.open(timeout=10)
+        seen: list[Any] = []
+
+        def on_message(msg: ExecutorMessage) -> None:
+            seen.append(msg)
+            if isinstance(msg, Health):
+                raise KeyError("no such job")
+
+        async with asyncio.timeout(20):
+            why = await link.pump(on_message)
+    assert seen == msgs[:2], "nothing after the failing message"
+    assert why.startswith("console error handling a Health message"), why
+    assert "KeyError: 'no such job'" in why and "connection lost" not in why
+    (record,) = [r for r in caplog.records if r.name == "console.fleet.link"]
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
