@@ -152,6 +152,15 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run (torchrun, a shell), a host without cgroups for runs or an interpreter without torch
     starts the command with exec, said once as an info line. ``[]``: exec every run. Named
     modules: those, and each fallback to exec is a warning."""
+    needs: list[str] = []
+    """Files or folders that must exist on every host the job may run on (its dataset, a
+    tokenizer), relative to ``cwd`` or absolute: ``hotspare check`` looks for each (the
+    executor does not). Placeholders are not filled in: an entry with ``{`` is not looked for."""
+    imports: list[str] = []
+    """Modules the command's interpreter must find on every host the job may run on
+    (``["torch", "lightning"]``): ``hotspare check`` looks for each one's top-level package
+    with ``importlib.util.find_spec``, never importing it, using ``argv[0]`` when that is a
+    python, else the host's ``python``."""
 
     @property
     def preloads(self) -> list[str]:
@@ -171,6 +180,14 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                 raise ValueError(f"preload: {name!r} is not a module name (like torch or a.b)")
         if self.preload is not None and len(set(self.preload)) != len(self.preload):
             raise ValueError(f"preload: a module is named twice in {self.preload!r}")
+        for name in self.imports:
+            if not MODULE_NAME.match(name):
+                raise ValueError(f"imports: {name!r} is not a module name (like torch or a.b)")
+        for i, path in enumerate(self.needs):
+            if not path or "\0" in path:
+                raise ValueError(
+                    f"needs[{i}]: {'a NUL character' if path else 'empty'}, not a path"
+                )
         if self.checkpoint_file is not None:
             name = self.checkpoint_file
             if not name or "/" in name or name.startswith(".") or "\0" in name:

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from console.inventory import Inventory
 from console.reach.deploy import build_bundle, deploy
+from console.reach.job_ready import check_jobs, on_host
 from console.reach.preflight import Preflight, preflight
 from console.reach.transport.base import TransportError
 from console.reach.transport.factory import open_transport
@@ -28,7 +29,7 @@ async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight
                 await deploy(t, root, inv.python(name), bundle)
             except TransportError as e:
                 return Preflight(host=name, problems=[str(e)])
-        return await preflight(
+        pf = await preflight(
             t,
             root=root,
             python=inv.python(name),
@@ -37,6 +38,10 @@ async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight
             min_free_gb=inv.console.min_free_disk_gb,
             timeout=inv.console.command_timeout_s,
         )
+        if pf.python is not None:  # its python runs: are the jobs' code and data here too?
+            pf.problems.extend(await check_jobs(t, inv, name))
+            pf.ok = not pf.problems
+        return pf
     finally:
         await t.close()
 
@@ -124,7 +129,8 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
         )
     for r in results:
         for problem in r.problems:
-            out.write(problem if problem.startswith(f"{r.host}: ") else f"{r.host}: {problem}")
+            named = problem.startswith(f"{r.host}: ") or on_host(problem, r.host)
+            out.write(problem if named else f"{r.host}: {problem}")
             out.write("\n")
     for r in results:
         for note in r.notes:
