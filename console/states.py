@@ -131,8 +131,11 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.STOPPED,
         }
     ),
+    # DEPLOYING -> FINISHED: the executor a console was reattaching to finished meanwhile
+    # (its Finished, or its events' last line, came before the link was up).
     JobState.DEPLOYING: frozenset(
         {
+            JobState.FINISHED,
             JobState.RUNNING,
             JobState.FAILING_OVER,
             JobState.RESTARTING,

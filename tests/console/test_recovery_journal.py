@@ -82,3 +82,38 @@ def test_an_outcome_names_its_class_when_its_cause_does_not() -> None:
     )
     assert from_stopped("drain", 5, 5).said() == "planned: stopped for drain"
     assert Outcome(Exit.HOST_LOST, "").said() == "host_lost"
+
+
+async def test_a_finish_seen_while_reattaching_is_a_finish_not_an_illegal_transition(
+    tmp_path: Path,
+) -> None:
+    """A console restarted while its job's last steps ran: it was still DEPLOYING (relinking)
+    when the executor's Finished came. That raised IllegalTransition and ended the controller
+    (a fresh-clone run at 2a7e052, test_controller_local's reattach test)."""
+    from console.jobs.live import Transitions
+    from console.states import JobState
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
+    states = Transitions(job, journal=journal, alert=lambda *a, **k: None, alerted=lambda _: False)
+    states.move(JobState.DEPLOYING, "reattaching")
+    recovery = Recovery(
+        job,
+        states=states,
+        incident=SimpleNamespace(move=lambda *a, **k: None),  # type: ignore[arg-type]
+        standby=Standby(),  # type: ignore[arg-type]
+        twin=Twin(),  # type: ignore[arg-type]
+        targets=SimpleNamespace(),  # type: ignore[arg-type]
+        fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
+        journal=journal,
+        alert=lambda *a, **k: None,
+        save=lambda: None,
+        policy=lambda: Policy.AUTO,
+        restart_limit=1,
+        wait_for_hosts=Standby().drop_warm,
+    )
+    outcome = Outcome(Exit.FINISHED, "finished", 100, sha256="ab" * 32)
+    assert await recovery.recover(outcome) is None
+    assert job.state is JobState.FINISHED and job.rec.finished_step == 100
+    moves = [e.msg for e in read(journal.path) if e.kind is Kind.JOB_STATE]
+    assert moves[-1] == "j: deploying -> finished (step 100)", moves

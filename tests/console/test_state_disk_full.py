@@ -205,9 +205,18 @@ async def test_a_full_state_disk_past_the_bound_stops_the_run_and_starts_nothing
             assert not task.done(), task
             await asyncio.sleep(0.05)
         filler.unlink()
-        await until(
-            lambda: trained_at(workdir, 2) or task.done(), 60, "j training again at epoch 2"
-        )
+        try:  # (once past 60 s in a loaded fresh-clone run: say where it stood if it recurs)
+            await until(
+                lambda: trained_at(workdir, 2) or task.done(), 120, "j training again at epoch 2"
+            )
+        except AssertionError as e:
+            tail = [
+                str(x.get("kind")) + " " + str(x.get("text", "")) for x in executor_events(workdir)
+            ][-8:]
+            raise AssertionError(
+                f"{e}; j {sup.state.value} ({sup.live.why}); unsaved {ctl.store.unsaved}; "
+                f"the executor's last events {tail}"
+            ) from None
         assert not task.done(), task
         on_disk = state.read()["jobs"]["j"]
         assert on_disk["epoch"] == 2 and on_disk["lease"]["epoch"] == 2, on_disk
