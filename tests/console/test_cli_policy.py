@@ -6,6 +6,7 @@ it built journals at start (``console started (policy X)``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from fleetbed import local_host, write_inventory
 
 from console.cli import main
 from console.jobs.controller import Controller
+from console.records.console_lock import held
 from console.records.journal import Kind, read
 
 
@@ -89,6 +91,14 @@ def test_the_console_runs_under_the_policy_asked_for(
 
     built: list[Controller] = []
     monkeypatch.setattr(HotspareApp, "run", lambda app, *a, **k: built.append(app.ctl))
-    assert main(["--inventory", str(inventory), *spelling]) == 0
-    assert [c.policy.value for c in built] == [policy]
-    built[0].lock.release()
+    try:
+        assert main(["--inventory", str(inventory), *spelling]) == 0
+        assert [c.policy.value for c in built] == [policy]
+        built[0].lock.release()
+    finally:  # the view started a controller detached: it outlived the test (and the suite)
+        if held(inventory.parent / "state"):
+            assert main(["--inventory", str(inventory), "stop"]) == 0
+        deadline = time.monotonic() + 30
+        while held(inventory.parent / "state"):
+            assert time.monotonic() < deadline, "the detached controller did not stop"
+            time.sleep(0.05)
