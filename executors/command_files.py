@@ -92,6 +92,10 @@ StepAt = Callable[[int], int | None]
 """The newest progress step seen at a wall time (ns, as a file's mtime), or None."""
 
 
+UNSETTLED_WARN_AFTER = 3
+"""Writes of ``checkpoint_file`` in a row that never settled before the warning."""
+
+
 class Watcher:
     """Finds complete checkpoints in ``folder`` by the command's completeness rule."""
 
@@ -111,6 +115,8 @@ class Watcher:
         self._warn = warn
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[object, float]] = {}
+        self._rewrites = 0
+        """Writes of ``checkpoint_file`` in a row that never settled."""
         """name -> (its state: size and mtime, or a folder's listing; monotonic time it was first
         seen in that state)."""
 
@@ -183,7 +189,25 @@ class Watcher:
                 ok = (ended_at if ended_at is not None else now) - since >= self.cs.settle_s
             if ok:
                 found.append(cand)
+                self._rewrites = 0
+            elif before is not None and before[0] != key and self.cs.checkpoint_file:
+                self._rewritten_unsettled(path)
         return sorted(found, key=lambda c: c.step)
+
+    def _rewritten_unsettled(self, path: Path) -> None:
+        """``checkpoint_file`` rewritten again before it stayed unchanged for ``settle_s``: none
+        of its writes is taken. Said once, after a few, as a warning naming the fix (a script
+        that saves every second under the default settle_s 2 s was never checkpointed)."""
+        self._rewrites += 1
+        if self._rewrites < UNSETTLED_WARN_AFTER or "settle" in self._warned:
+            return
+        self._warned.add("settle")
+        self._warn(
+            f"{path} was rewritten {self._rewrites} times, each time before it stayed unchanged "
+            f"for settle_s {self.cs.settle_s:g} s: none of those writes was taken as a "
+            "checkpoint. Set settle_s below the time between its writes, or have the script "
+            "write a complete_marker"
+        )
 
     def prune_before(self, step: int) -> int:
         """Remove the command's own checkpoints (and their markers) older than ``step``, the

@@ -82,3 +82,36 @@ def test_checkpoint_file_needs_progress_and_a_plain_name() -> None:
         CommandSpec(argv=["true"], checkpoint_file="ckpt.pt")
     with pytest.raises(ValueError, match="a file name in checkpoint_dir"):
         CommandSpec(argv=["true"], checkpoint_file="../ckpt.pt", progress_regex="(?P<step>1)")
+
+
+def test_a_file_rewritten_faster_than_it_settles_is_a_warning_not_a_silent_zero(
+    tmp_path: Path,
+) -> None:
+    """nanoGPT's ckpt.pt rewritten every second under settle_s 2 s never settled, so nothing
+    was ever published and nothing said so (found by benchmarks/byo_script.py)."""
+    said: list[str] = []
+    cs = CommandSpec(
+        argv=["true"], checkpoint_file="ckpt.pt", progress_regex=r"(?P<step>\d+)", settle_s=60
+    )
+    w = Watcher(tmp_path, cs, step_at=lambda _t: 7, warn=said.append)
+    path = tmp_path / "ckpt.pt"
+    for i in range(6):
+        path.write_bytes(b"write %d" % i)
+        os.utime(path, ns=(1_000 * (i + 1), 1_000 * (i + 1)))
+        assert w.complete() == [], "none settled"
+    assert len(said) == 1, said
+    assert str(path) in said[0] and "settle_s 60" in said[0] and "complete_marker" in said[0]
+
+
+def test_a_file_that_settles_between_writes_is_no_warning(tmp_path: Path) -> None:
+    said: list[str] = []
+    cs = CommandSpec(
+        argv=["true"], checkpoint_file="ckpt.pt", progress_regex=r"(?P<step>\d+)", settle_s=0
+    )
+    w = Watcher(tmp_path, cs, step_at=lambda _t: 7, warn=said.append)
+    path = tmp_path / "ckpt.pt"
+    for i in range(6):
+        path.write_bytes(b"write %d" % i)
+        os.utime(path, ns=(1_000 * (i + 1), 1_000 * (i + 1)))
+        assert [c.path for c in w.complete()] == [path]
+    assert said == []
