@@ -42,11 +42,21 @@ async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
     inv = local_group(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
+
+    def newest_committed() -> bool:
+        """Two replicas on d, the newest of a step the whole group committed: the step it
+        resumes from after c's loss (a fresh-clone run killed c before its newest step was
+        committed; the group resumed from an older one and d never met the damaged step)."""
+        have = replicas(tmp_path / "d", 2)
+        if len(have) < 2:
+            return False
+        return int(have[-1].stem.removeprefix("step-")) in ctl.store.job("j").committed
+
     task = await run_until(
         ctl,
-        lambda: sup.step >= 60 and len(replicas(tmp_path / "d", 2)) >= 2,
+        lambda: sup.step >= 60 and newest_committed(),
         120,
-        "step 60 and two replicas of shard 2 on the spare",
+        "step 60 and two replicas of shard 2 on the spare, the newest committed",
     )
     ctl.kill_host("c")
     assert await ctl.replicator.wait_idle("j", "d", 10, 2)
