@@ -115,10 +115,10 @@ class Watcher:
         self._warn = warn
         self._warned: set[str] = set()
         self._seen: dict[str, tuple[object, float]] = {}
-        self._rewrites = 0
-        """Writes of ``checkpoint_file`` in a row that never settled."""
         """name -> (its state: size and mtime, or a folder's listing; monotonic time it was first
         seen in that state)."""
+        self._rewrites = 0
+        """Writes of ``checkpoint_file`` in a row that never settled."""
 
     def files(self) -> list[tuple[Path, int | None]]:
         """Checkpoint files (not markers, not hidden) with their step: the one their name

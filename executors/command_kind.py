@@ -369,8 +369,10 @@ class CommandRunner:
 
     def _prune_own(self) -> None:
         """The command's own files older than what is published and kept (``prune``)."""
+        if not self.cs.prune or self.cs.checkpoint_file is not None:
+            return
         oldest = self.pub.oldest_kept()
-        if not self.cs.prune or oldest is None or not self.lease.valid(0.0):
+        if oldest is None or not self.lease.valid(0.0):
             return
         try:
             self.watcher.prune_before(oldest)

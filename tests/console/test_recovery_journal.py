@@ -32,14 +32,12 @@ class Twin:
         pass
 
 
-async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
-    """The EXECUTOR line a real ``Recovery`` journals for ``outcome`` (a job over on host a)."""
-    journal = Journal(tmp_path / "journal.jsonl")
-    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
+def recovery_of(job: LiveJob, journal: Journal, states: Any) -> Recovery:
+    """A real ``Recovery`` of ``job`` on host a, its other collaborators quiet."""
     quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
-    recovery = Recovery(
+    return Recovery(
         job,
-        states=quiet,
+        states=states,
         incident=quiet,
         standby=Standby(),  # type: ignore[arg-type]
         twin=Twin(),  # type: ignore[arg-type]
@@ -52,6 +50,14 @@ async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
         restart_limit=1,
         wait_for_hosts=Standby().drop_warm,
     )
+
+
+async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
+    """The EXECUTOR line a real ``Recovery`` journals for ``outcome`` (a job over on host a)."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
+    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
+    recovery = recovery_of(job, journal, quiet)
     assert await recovery.recover(outcome) is None, "the job is over"
     (line,) = [e.msg for e in read(journal.path) if e.kind is Kind.EXECUTOR]
     return line
@@ -97,21 +103,7 @@ async def test_a_finish_seen_while_reattaching_is_a_finish_not_an_illegal_transi
     job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
     states = Transitions(job, journal=journal, alert=lambda *a, **k: None, alerted=lambda _: False)
     states.move(JobState.DEPLOYING, "reattaching")
-    recovery = Recovery(
-        job,
-        states=states,
-        incident=SimpleNamespace(move=lambda *a, **k: None),  # type: ignore[arg-type]
-        standby=Standby(),  # type: ignore[arg-type]
-        twin=Twin(),  # type: ignore[arg-type]
-        targets=SimpleNamespace(),  # type: ignore[arg-type]
-        fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
-        journal=journal,
-        alert=lambda *a, **k: None,
-        save=lambda: None,
-        policy=lambda: Policy.AUTO,
-        restart_limit=1,
-        wait_for_hosts=Standby().drop_warm,
-    )
+    recovery = recovery_of(job, journal, states)
     outcome = Outcome(Exit.FINISHED, "finished", 100, sha256="ab" * 32)
     assert await recovery.recover(outcome) is None
     assert job.state is JobState.FINISHED and job.rec.finished_step == 100
