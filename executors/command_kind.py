@@ -114,6 +114,23 @@ class CommandKind:
             )
         return CommandRunner(spec, spec.command, workdir, emit, control=control)
 
+    def prepare(self, spec: JobSpec, workdir: Path, emit: Emit) -> None:
+        """Before Start, on an idle executor told ``Prepare`` (a failover's target while the
+        old lease runs out, a warm standby): the job's zygote started for the command a run
+        of ``spec`` here would be, so its imports are done, or under way, when Start comes.
+        Nothing is run and no file of the job is touched; the run that follows finds the
+        zygote by its key (``zygote.ensure``: the interpreter, preload, cwd, the script's
+        folder and the environment but for the per-run variables, not the arguments). What
+        the zygote cannot do is said by that run, when it starts."""
+        if spec.command is None:
+            return
+        try:
+            runner = CommandRunner(spec, spec.command, workdir, emit, control=Control())
+        except ConfigError:
+            return  # the Start that follows reports it, as without Prepare
+        if runner.warm is not None:
+            runner.warm.prepare(*runner._command(None))
+
 
 class CommandRunner:
     def __init__(

@@ -61,6 +61,7 @@ from protocol.messages import (
     Lease,
     Log,
     Ping,
+    Prepare,
     Progress,
     RunEnded,
     Start,
@@ -126,6 +127,8 @@ class Server:
         self._thread: threading.Thread | None = None
         self._client_tasks: set[asyncio.Task[None]] = set()
         self._warmup: threading.Thread | None = None
+        self._preparing: threading.Thread | None = None
+        """Readying a start told by ``Prepare`` (``_prepare``)."""
         self._warmup_s = 0.0
         self._idle_over = threading.Event()
         """Set at Start or at the end: the warm-up thread stops reading ahead, and returns."""
@@ -185,8 +188,9 @@ class Server:
         thread while the interpreter finalizes aborts it (``terminate called without an active
         exception``, SIGABRT instead of the exit code the console reads; CI saw it)."""
         self._idle_over.set()
-        if self._warmup is not None and self._warmup.is_alive():
-            await asyncio.to_thread(self._warmup.join, WARMUP_JOIN_S)
+        for thread in (self._warmup, self._preparing):
+            if thread is not None and thread.is_alive():
+                await asyncio.to_thread(thread.join, WARMUP_JOIN_S)
 
     def _serve(self, path: Path) -> None:
         """Serve the protocol on ``path`` (bound and listening before this returns)."""
@@ -290,6 +294,25 @@ class Server:
             target=self._train, args=(msg.spec, self.control), name="hotspare-train", daemon=True
         )
         self._thread.start()
+
+    def _prepare(self, spec: JobSpec) -> None:
+        """Prepare: ready a start of ``spec`` (the kind's ``prepare``), on a thread of its own,
+        while idle; after a Start there is nothing left to ready."""
+        if self._thread is not None or self.state is not ExecutorState.IDLE:
+            return
+        self._preparing = threading.Thread(
+            target=self._ready_ahead, args=(spec,), name="hotspare-prepare", daemon=True
+        )
+        self._preparing.start()
+
+    def _ready_ahead(self, spec: JobSpec) -> None:
+        name_os_thread("hotspare-prepare")
+        try:
+            prepare = getattr(load_kind(spec.executor), "prepare", None)
+            if prepare is not None:
+                prepare(spec, self.workdir, self.emit)
+        except Exception as e:  # noqa: BLE001 - readying is an optimisation: the Start reports
+            self.emit(Log(level="info", text=f"prepare: {type(e).__name__}: {e}"))
 
     def _train(self, spec: JobSpec, control: Control) -> None:
         code, reason = exitcodes.FAILED, FaultKind.CRASH.value
@@ -426,6 +449,8 @@ class Server:
         control = self.control
         if isinstance(msg, Start):
             self._start(msg)
+        elif isinstance(msg, Prepare):
+            self._prepare(msg.spec)
         elif isinstance(msg, Ping):
             writer.write(encode_frame(self._heartbeat(nonce=msg.nonce)))
         elif control is None:

@@ -13,7 +13,7 @@ import msgspec
 
 from protocol.spec import CheckpointManifest, JobSpec
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 class ExecutorState(StrEnum):
@@ -154,7 +154,16 @@ class Ping(_Msg, tag="ping"):
     nonce: int = 0
 
 
-ConsoleMessage = ConsoleHello | Start | Lease | CheckpointNow | Stop | Drain | Ping
+class Prepare(_Msg, tag="prepare"):
+    """To an idle executor: ``spec`` may be started here next (a failover's target while the
+    old lease runs out, a warm standby). Ready what its start will need without training:
+    the command kind's zygote importing the command's modules, the newest checkpoint read into
+    memory. A Start may follow, or a Stop; an executor already given a Start ignores it."""
+
+    spec: JobSpec
+
+
+ConsoleMessage = ConsoleHello | Start | Lease | CheckpointNow | Stop | Drain | Ping | Prepare
 
 
 # ----------------------------------------------------------------- executor -> console

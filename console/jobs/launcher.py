@@ -22,7 +22,7 @@ from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
 from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import Transport, TransportError
 from console.records.journal import Journal, Kind
-from protocol.messages import Stop
+from protocol.messages import Prepare, Stop
 
 START_TIMEOUT_S = 90.0
 POLL_S = 0.2
@@ -231,6 +231,8 @@ class Launcher:
             await asyncio.sleep(POLL_S)
         if not twin:
             self._phase("executor_up", pid=hello.pid, host=host)
+        with contextlib.suppress(LinkError):  # an optimisation: a broken link is found when used
+            await link.send(Prepare(spec=self._inv.jobs[self.job].spec))
         return link
 
     async def promote(self, host: str, upto_epoch: int) -> None:

@@ -25,6 +25,7 @@ import tomli_w
 from helpers import (
     WORKER_TREE,
     ExecutorProcess,
+    maps_torch,
     plain_command,
     run_job,
     wait_for,
@@ -40,6 +41,7 @@ from protocol.messages import (
     ExecutorMessage,
     Finished,
     Log,
+    Prepare,
     Progress,
     Resumed,
     RunEnded,
@@ -361,3 +363,76 @@ def test_a_warm_run_exits_with_its_systemexit_code(tmp_path: Path) -> None:
 def test_preload_names_modules(bad: str) -> None:
     with pytest.raises(msgspec.ValidationError, match="preload"):
         msgspec.convert({"argv": ["python", "x.py"], "preload": [bad]}, CommandSpec)
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = proc_stat(int(entry.name))
+            if st is not None and st["ppid"] == pid and st["state"] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def readied_zygote(executor: int) -> int:
+    """The executor's zygote once its imports are done: it has mapped torch and forked its
+    spare (a child of its own), as seen in /proc."""
+    zygotes: list[int] = []
+
+    def ready() -> bool:
+        zygotes[:] = [p for p in children(executor) if cmdline(p)[:1] == ["hotspare-zygote"]]
+        return len(zygotes) == 1 and maps_torch(zygotes[0]) and bool(children(zygotes[0]))
+
+    wait_for(ready, 120, "a zygote with torch imported and its spare forked")
+    return zygotes[0]
+
+
+def test_a_prepared_idle_executor_imports_before_start_and_forks_the_run_from_that_zygote(
+    tmp_path: Path, executors_: list[ExecutorProcess]
+) -> None:
+    """Prepare (a failover's target while the old lease runs out): the zygote imports at the
+    defaults (preload unset) while nothing runs; the Start's run is forked from it."""
+    spec = JobSpec(
+        name="plain",
+        executor="command",
+        steps=40,
+        command=msgspec.convert(plain_command(0.02), CommandSpec),
+    )
+    work = tmp_path / "w"
+    executor, c = serve(work, executors_)
+    send_message(c.sock, Prepare(spec=spec))
+    zygote = readied_zygote(executor.proc.pid)
+    assert not (work / COMMAND_GROUP).exists(), "nothing runs before Start"
+    assert not [m for m in c.seen if isinstance(m, Log) and m.text.startswith("command started")]
+
+    send_message(c.sock, Start(spec=spec, epoch=1, lease_s=30))
+    started = c.started()
+    assert "(forked warm, preloaded torch, torch._dynamo)" in started.text
+    assert proc_stat(started_pid(started.text))["ppid"] == zygote, "forked from the readied one"
+    done = c.until(lambda m: isinstance(m, Finished), 60)
+    assert isinstance(done, Finished) and done.step == 40
+    assert executor.finish(30)[0] == exitcodes.OK
+    wait_for(lambda: not alive(zygote), 10, "the zygote ended with its executor")
+
+
+def test_a_prepared_executor_told_to_stop_leaves_no_zygote_and_ran_nothing(
+    tmp_path: Path, executors_: list[ExecutorProcess]
+) -> None:
+    """A readied target not used (a blip ended the lease wait, another host was chosen)."""
+    spec = JobSpec(
+        name="plain",
+        executor="command",
+        steps=40,
+        command=msgspec.convert(plain_command(0.02), CommandSpec),
+    )
+    work = tmp_path / "w"
+    executor, c = serve(work, executors_)
+    send_message(c.sock, Prepare(spec=spec))
+    zygote = readied_zygote(executor.proc.pid)
+    spare = children(zygote)
+    send_message(c.sock, Stop(reason="not needed", checkpoint=False))
+    assert executor.finish(30)[0] == exitcodes.STOPPED
+    wait_for(lambda: not any(alive(p) for p in [zygote, *spare]), 10, "zygote and spare gone")
+    assert not (work / COMMAND_GROUP).exists(), "the command never ran"

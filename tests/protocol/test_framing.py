@@ -53,6 +53,7 @@ from protocol.messages import (
     Lease,
     Log,
     Ping,
+    Prepare,
     Progress,
     Resumed,
     RunEnded,
@@ -132,6 +133,7 @@ CONSOLE_EXAMPLES: list[Any] = [
     Stop(reason="operator", checkpoint=False),
     Drain(reason="GPU warning: thermal throttle"),
     Ping(nonce=2**63 - 1),
+    Prepare(spec=SPEC),
 ]
 EXECUTOR_EXAMPLES: list[Any] = [
     ExecutorHello(
