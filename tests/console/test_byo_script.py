@@ -3,30 +3,38 @@ way: ``out/ckpt.pt``, ``--init_from=resume``), on local host ``a`` with spare ``
 
 Each complete write of the file is published under the step the script last printed, copied
 to ``b``; ``a`` killed, the job resumes on ``b`` from that checkpoint (the script says from
-which iteration, never 0) and ends with the parameters of an uninterrupted run.
+which iteration, never 0) and ends with the parameters of an uninterrupted run. The run on
+``b`` is forked from a zygote that started before ``a``'s lease ended (readied during the
+lease wait, at the shipped defaults).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.observe import executor_events
 from fleetbed import local_host, until, write_inventory
 from helpers import REPO
+from lease_bounds import LeaseBounds
 
 from console.inventory import load
 from console.jobs.controller import Controller
+from console.jobs.lease import PERSIST_AHEAD
 from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from executors.workdir import COMMAND_GROUP
 
 SCRIPT = REPO / "tests" / "train_nanogpt_style.py"
 ITERS = 600
+LEASE_S = 8.0
 
 
 def command() -> dict[str, object]:
@@ -46,6 +54,29 @@ def command() -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class Forked:
+    pid: int
+    """The zygote the run was forked from."""
+    started: float
+    """When it started, CLOCK_BOOTTIME (the clock of the console's persisted lease bounds)."""
+
+
+def forked_from(workdir: Path) -> Forked | None:
+    """The zygote the command running in ``workdir`` was forked from, from /proc (the group the
+    executor recorded, its leader's parent); None until there is one."""
+    try:
+        pgid = json.loads((workdir / COMMAND_GROUP).read_text())["pgid"]
+        leader = Path(f"/proc/{pgid}/stat").read_text().rsplit(")", 1)[1].split()
+        parent = int(leader[1])
+        if Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")[0] != b"hotspare-zygote":
+            return None
+        fields = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, KeyError):
+        return None
+    return Forked(parent, int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+
+
 async def test_a_file_rewritten_in_place_is_checkpointed_and_resumed_by_its_flag(
     tmp_path: Path,
 ) -> None:
@@ -62,6 +93,7 @@ async def test_a_file_rewritten_in_place_is_checkpointed_and_resumed_by_its_flag
                 "command": command(),
             }
         },
+        lease_s=LEASE_S,  # room to see the target readied inside the lease wait
     )
     reference = asyncio.create_task(
         asyncio.to_thread(
@@ -87,7 +119,22 @@ async def test_a_file_rewritten_in_place_is_checkpointed_and_resumed_by_its_flag
     # published under the step printed before the write: a multiple of 40, less one
     assert (replica.step + 1) % 40 == 0, replica.step
 
-    ctl.kill_host("a")
+    lost_epoch = sup.epoch
+    with LeaseBounds(fleet.parent / "state" / "state.json") as bounds:
+        await until(lambda: ("n", "a", lost_epoch) in bounds.until, 10, "a's lease bound read")
+        ctl.kill_host("a")
+        zygote = await until(
+            lambda: task.done() or forked_from(tmp_path / "b" / "jobs" / "n"),
+            120,
+            "the run on b, forked from its zygote",
+        )
+        # the newest lease a held ended no earlier than its persisted bound less the lead
+        bound = bounds.until[("n", "a", lost_epoch)] - LEASE_S * PERSIST_AHEAD
+    assert not isinstance(zygote, bool), task
+    assert zygote.started < bound, (
+        f"b's zygote started {zygote.started - bound:.2f}s after a's lease could have ended: "
+        "not readied during the lease wait"
+    )
     await asyncio.wait_for(task, 240)
     await ctl.close()
     ref = await reference
