@@ -22,6 +22,7 @@ from console.fleet.monitor import HostMonitor
 from console.inventory import Inventory, append_host
 from console.jobs.group.supervisor import GroupSupervisor
 from console.jobs.host_supply import HostSupply
+from console.jobs.incident import carry_on
 from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.refusal import Refused
@@ -29,7 +30,7 @@ from console.jobs.replicator import Replicator
 from console.jobs.supervisor import JobSupervisor
 from console.reach.transport.local import LocalTransport
 from console.records.console_lock import ConsoleLock
-from console.records.incidents import IncidentLog, unclean_exit
+from console.records.incidents import IncidentLog, Resolution, unclean_exit
 from console.records.journal import TAIL_BYTES, Journal, Kind, is_longer_than, read
 from console.records.state_store import StateStore
 from console.records.timeline import Timeline
@@ -224,10 +225,10 @@ class Controller:
         death is recorded as a phase) rather than leaving it open forever. Nothing is counted
         as loaded until this console sees where the job resumes.
         """
-        open_ = {i.job: i for i in self.timeline.incidents() if not i.resolved}
+        open_ = {i.job: i for i in self.timeline.incidents() if i.resolution is Resolution.OPEN}
         for name, sup in self.jobs.items():
-            if sup.rec.finished or not sup.rec.host:
-                continue
+            if sup.rec.finished or sup.rec.stopped or not sup.rec.host:
+                continue  # a stopped job was left running by no console
             if name in open_:
                 n = open_[name].id
                 self.incidents.phase(
@@ -510,6 +511,10 @@ class Controller:
         sup.rec.stopped = False
         self.store.save()
         self.jobs[job] = self._supervisor(job)
+        # started again after an incident ended it: the resume is that fault's (no second one)
+        n = carry_on(self.timeline.incidents(job), self.incidents, job)
+        if n is not None:
+            self.jobs[job].incident = n
         self._spawn(job)
 
     def drain_host(self, host: str) -> None:

@@ -1,5 +1,6 @@
 """A job's open incident: opened once per fault, its phases recorded as recovery goes on,
-resolved (by Watch) at the first step trained after it.
+resolved (by Watch) at the first step trained after it, or ended unrecovered when the job
+stops or fails (``Transitions``), and carried on when the job is started again.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Callable
 
 from console import clock
 from console.jobs.live import LiveJob
-from console.records.incidents import IncidentLog
+from console.records.incidents import Incident, IncidentLog, Resolution
 from protocol.messages import Progress
 
 
@@ -91,3 +92,20 @@ def trained_past(msg: Progress, resumed: int) -> bool:
     past the step resumed from, or the run's last step (a console that took over as the run
     ended sees no step past the one it found)?"""
     return msg.step > resumed or msg.step == msg.steps
+
+
+def carry_on(found: list[Incident], log: IncidentLog, job: str) -> int | None:
+    """A job started again by an operator: if its last incident ended it (stopped, failed)
+    before it recovered, that incident goes on (``started``) and is returned; the resume to
+    come is that fault's, and so are its lost steps and its time to recover."""
+    last = next((i for i in reversed(found) if i.job == job), None)
+    if last is None or last.resolution not in (Resolution.STOPPED, Resolution.FAILED):
+        return None
+    log.phase(
+        last.id,
+        job,
+        "started",
+        f"incident {last.id}: {job} started again by an operator; it resumes from its newest "
+        "checkpoint",
+    )
+    return last.id

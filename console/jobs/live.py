@@ -15,6 +15,7 @@ from typing import Protocol
 
 from console.fleet.link import ExecutorLink
 from console.jobs.outcome import Outcome
+from console.records.incidents import end_phase
 from console.records.journal import Journal, Kind
 from console.records.state_store import JobRecord
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
@@ -95,7 +96,9 @@ class LiveJob:
 
 
 class Transitions:
-    """The job's state moves, each journalled; a failure, or a wait, is also an alert."""
+    """The job's state moves, each journalled; a failure, or a wait, is also an alert. A job
+    that stops or fails with an incident open ends that incident, unrecovered, saying why
+    (a report must not leave it open forever)."""
 
     def __init__(
         self, live: LiveJob, *, journal: Journal, alert: Alert, alerted: Callable[[str], bool]
@@ -128,12 +131,20 @@ class Transitions:
             return
         job.failure = kind
         self.move(JobState.FAILED, f"{kind.value}: {why}")
+        self._end_incident(JobState.FAILED, f"{kind.value}: {why}")
         self._alert(f"job {job.name} failed ({kind.value}): {why}", job=job.name)
 
     def stopped(self, why: str) -> None:
         """An operator stopped the job: terminal, not a failure, no alert."""
         self._live.failure = None
         self.move(JobState.STOPPED, why)
+        self._end_incident(JobState.STOPPED, why)
+
+    def _end_incident(self, state: JobState, why: str) -> None:
+        job = self._live
+        if job.incident is not None and job.state is state:
+            end_phase(self._journal, job.incident, job.name, state.value, why)
+            job.incident = None
 
     def wait_note(self, why: str) -> None:
         """The job waits (for a host, a spare): pending, with an alert not repeated too often."""

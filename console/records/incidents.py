@@ -2,18 +2,88 @@
 
 Phases, in order: detected, decided, transfer_done, executor_up, loaded, first_step.
 MTTR runs from the fault (the last sign of life before detection) to the first step.
+
+An incident whose job ends before it recovers (an operator stops it, or denies its failover;
+the job fails) is ``ended``: not recovered, and it says why. A job started again after that
+(``g``) carries on in the same incident (``started``): its resume is that fault's, so the
+steps it lost and its time to recover are counted there, the time it stood stopped shown
+apart. For example::
+
+    detected (host_lost, last step 161) -> ended (stopped: failover denied) -> started
+    -> decided (failover to b) -> loaded (step 140) -> first_step: recovered, 21 steps lost
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from console.records.journal import Event, Journal, Kind
 from console.records.state_store import StateStore
 
-PHASES = ("detected", "decided", "transfer_done", "executor_up", "loaded", "first_step")
+PHASES = (
+    "detected",
+    "ended",
+    "started",
+    "decided",
+    "transfer_done",
+    "executor_up",
+    "loaded",
+    "first_step",
+)
+"""``ended``: the job stopped or failed while the incident was open; ``started``: the job was
+started again after that, and the incident goes on."""
+ENDINGS = ("stopped", "failed")
+"""Job states that end an incident unrecovered (``ended``'s ``state``)."""
+
+
+class Resolution(StrEnum):
+    """How an incident stands, read from its phases (the last of ended and started counts)."""
+
+    RECOVERED = "recovered"
+    """The job trained a step after it (``first_step``): MTTR and lost steps are known."""
+    STOPPED = "stopped"
+    """An operator stopped the job (``s``, a failover denied) before it recovered."""
+    FAILED = "failed"
+    """The job failed before it recovered (a config error, the restart limit)."""
+    OPEN = "open"
+    """Recovery is under way, or waits (for an operator, a host, a lease)."""
+
+
+def record_phase(
+    journal: Journal,
+    n: int,
+    job: str,
+    phase: str,
+    msg: str = "",
+    *,
+    at: float | None = None,
+    **data: Any,
+) -> None:
+    """One phase of incident ``n`` in the journal."""
+    journal.record(
+        Kind.INCIDENT,
+        msg or f"incident {n}: {phase}",
+        at=at,
+        job=job,
+        incident=n,
+        data={"phase": phase, **data},
+    )
+
+
+def end_phase(journal: Journal, n: int, job: str, state: str, why: str) -> None:
+    """Incident ``n`` ends unrecovered: its job went to ``state`` (stopped or failed)."""
+    record_phase(
+        journal,
+        n,
+        job,
+        "ended",
+        f"incident {n}: {job} {state} before it recovered: {why}",
+        state=state,
+        why=why,
+    )
 
 
 class IncidentLog:
@@ -52,14 +122,7 @@ class IncidentLog:
     def phase(
         self, n: int, job: str, phase: str, msg: str = "", *, at: float | None = None, **data: Any
     ) -> None:
-        self.journal.record(
-            Kind.INCIDENT,
-            msg or f"incident {n}: {phase}",
-            at=at,
-            job=job,
-            incident=n,
-            data={"phase": phase, **data},
-        )
+        record_phase(self.journal, n, job, phase, msg, at=at, **data)
 
 
 RESIZES = ("shrunk", "grown")
@@ -84,9 +147,18 @@ class Incident:
     data: dict[str, dict[str, Any]] = field(default_factory=dict)
     lines: list[Event] = field(default_factory=list)
 
+    resumed_steps: list[int] = field(default_factory=list)
+    """The step of each ``loaded`` phase (a stopped job started again resumes again)."""
+    ended: dict[str, Any] | None = None
+    """The last ``ended`` phase's data (``state``, ``why``) while no ``started`` followed it."""
+    stopped_once: bool = False
+    """An operator stopped the job at least once while this incident was open."""
+
     @property
     def resumed_step(self) -> int | None:
-        return self.data.get("loaded", {}).get("step")
+        """The step training resumed from: the earliest resumed (steps past it were trained
+        again, whichever later resume followed)."""
+        return min(self.resumed_steps, default=None)
 
     @property
     def lost_steps(self) -> int | None:
@@ -97,22 +169,38 @@ class Incident:
         return "first_step" in self.times
 
     @property
+    def resolution(self) -> Resolution:
+        if self.resolved:
+            return Resolution.RECOVERED
+        if self.ended is not None:
+            return Resolution(self.ended.get("state", "stopped"))
+        return Resolution.OPEN
+
+    @property
+    def ended_why(self) -> str:
+        """Why the job stopped or failed before it recovered ('' unless it did)."""
+        return str(self.ended.get("why") or "") if self.ended is not None else ""
+
+    @property
     def mttr_s(self) -> float | None:
         return self.times["first_step"] - self.fault_at if self.resolved else None
 
     def breakdown(self) -> dict[str, float]:
-        """Seconds spent in each stage: detect, decide, transfer, start, load, first step."""
+        """Seconds spent in each stage: detect, decide, transfer, start, load, first step;
+        for a job stopped meanwhile, until it stopped and how long it stood stopped."""
         marks = [
-            ("detect", self.fault_at, "detected"),
-            ("decide", None, "decided"),
-            ("transfer", None, "transfer_done"),
-            ("start", None, "executor_up"),
-            ("load", None, "loaded"),
-            ("first step", None, "first_step"),
+            ("detect", "detected"),
+            ("until stopped", "ended"),
+            ("stopped", "started"),
+            ("decide", "decided"),
+            ("transfer", "transfer_done"),
+            ("start", "executor_up"),
+            ("load", "loaded"),
+            ("first step", "first_step"),
         ]
         out: dict[str, float] = {}
         prev = self.fault_at
-        for label, _, phase in marks:
+        for label, phase in marks:
             t = self.times.get(phase)
             if t is None:
                 continue
@@ -154,6 +242,13 @@ def incidents(events: Iterable[Event]) -> list[Incident]:
             inc.cause, inc.fault_class = inc.fault_class, e.data["class"]
         if phase == "decided" and isinstance(e.data.get("size"), dict):
             inc.size = dict(e.data["size"])
+        if phase == "loaded" and isinstance(e.data.get("step"), int):
+            inc.resumed_steps.append(e.data["step"])
+        if phase == "ended" and e.data.get("state") in ENDINGS:
+            inc.ended = dict(e.data)
+            inc.stopped_once = inc.stopped_once or e.data["state"] == "stopped"
+        elif phase == "started":
+            inc.ended = None
         inc.times.setdefault(phase, e.t)
         inc.data.setdefault(phase, dict(e.data))
     return sorted(found.values(), key=lambda i: i.id)

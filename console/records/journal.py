@@ -45,7 +45,8 @@ class Kind(StrEnum):
     """A health rule fired (severity WARN or FAIL)."""
     INCIDENT = "incident"
     """One step of an incident's timeline (data.phase: detected, decided, transfer_done,
-    executor_up, loaded, first_step, resolved)."""
+    executor_up, loaded, first_step; ended: its job stopped or failed before it recovered;
+    started: the job was started again, and the incident goes on)."""
     ALERT = "alert"
     ACTION = "action"
     """An operator's or a policy's action."""

@@ -6,6 +6,30 @@ trained at several sizes, its throughput at each; every host provisioned or rele
 its cost in seconds; and per job, its goodput, the steps each class of incident lost and its
 checkpoint overhead (``console/records/summary.py`` defines them). ``--json``: the same as one
 JSON object.
+
+What an incident's figures mean, so that they add up:
+
+- **Outcome**: ``recovered`` once the job trained a step after the fault; otherwise why not:
+  ``stopped`` (an operator stopped the job, or denied its failover: the incident ends there,
+  not left open), ``failed`` (the job failed first), or ``open`` (recovery under way, or
+  waiting for an operator, a host, a lease). The table's ``resolved`` is ``yes`` or ``no:``
+  with that reason.
+- **A start after a stop belongs to the same story**: a job started again (``g``) whose last
+  incident ended it resumes in that incident (phase ``started``), not in a new one: the
+  fault is what cost the steps and the time. It then reads ``recovered, after an operator
+  stopped the job and started it again``, its MTTR runs from the fault to the first step
+  after the start, and its breakdown shows ``until stopped`` and ``stopped`` (the time the
+  job stood stopped) apart. The MTTR p50 leaves such incidents out, and says how many: the
+  time an operator kept a job stopped is a decision, not the system's time to recover.
+- **MTTR** is present exactly when the incident recovered; its parts sum to it.
+- **Lost steps** = the last step the console knew done before the fault (its last Progress,
+  or a checkpoint's step, whichever is later; a console restarted meanwhile may learn a later
+  one) minus the step training resumed from (the earliest resume in the incident: every step
+  past it was trained again). A job resumed from step 0 lost every step. Until the job has
+  resumed the figure is ``-`` with ``not resumed yet``; a job's summary counts such
+  incidents as ``N not resumed`` rather than as 0 steps.
+- A stop (``s``) and a start with no fault open no incident: the stop checkpoints, and the
+  start resumes from that checkpoint (none lost).
 """
 
 from __future__ import annotations
@@ -18,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from console.records.incidents import PHASES, Incident, incidents
+from console.records.incidents import PHASES, Incident, Resolution, incidents
 from console.records.journal import Event, Kind, read_all
 from console.records.summary import SUMMARY_KINDS, JobSummary, summarise
 
@@ -93,22 +117,18 @@ def render(
     if not found:
         out.write("No incidents.\n")
         return
-    mttrs = [i.mttr_s for i in found if i.mttr_s is not None]
     out.write(
         "## Incidents\n\n| # | job | host | class | detect | MTTR | lost steps | resolved |\n"
     )
     out.write("|---|---|---|---|---|---|---|---|\n")
     for i in found:
         detect = i.breakdown().get("detect")
+        resolved = "yes" if i.resolved else "no: " + resolution_text(i).replace("|", "/")
         out.write(
             f"| {i.id} | {i.job} | {i.host} | {i.fault_class} | {_fmt(detect)} | {_fmt(i.mttr_s)} | "
-            f"{'-' if i.lost_steps is None else i.lost_steps} | {'yes' if i.resolved else 'no'} |\n"
+            f"{'-' if i.lost_steps is None else i.lost_steps} | {resolved} |\n"
         )
-    if mttrs:
-        out.write(
-            f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved "
-            f"incident{'' if len(mttrs) == 1 else 's'}.\n"
-        )
+    out.write(_p50(found))
     for i in found:
         out.write("\n")
         render_incident(i, out)
@@ -122,7 +142,9 @@ def render_summaries(summaries: list[JobSummary], out: TextIO) -> None:
     )
     for s in summaries:
         lost = ", ".join(
-            f"{cls} {x.steps} ({x.incidents} incident{'' if x.incidents == 1 else 's'})"
+            f"{cls} {x.steps} ({x.incidents} incident{'' if x.incidents == 1 else 's'}"
+            + (f", {x.unresumed} not resumed" if x.unresumed else "")
+            + ")"
             for cls, x in sorted(s.lost.items())
         )
         out.write(
@@ -140,21 +162,62 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
+def _p50(found: list[Incident]) -> str:
+    """The MTTR p50 line: over incidents recovered without an operator's stop (the time a
+    job stood stopped is a decision, not the system's time to recover)."""
+    mttrs = [i.mttr_s for i in found if i.mttr_s is not None and not i.stopped_once]
+    held = sum(1 for i in found if i.resolved and i.stopped_once)
+    aside = f" ({held} recovered after an operator's stop left out)" if held else ""
+    if not mttrs:
+        return (
+            f"\nNo MTTR p50: no incident recovered without an operator's stop{aside}.\n"
+            if held
+            else ""
+        )
+    return (
+        f"\nMTTR p50 {statistics.median(mttrs):.2f} s over {len(mttrs)} resolved "
+        f"incident{'' if len(mttrs) == 1 else 's'}{aside}.\n"
+    )
+
+
+def resolution_text(i: Incident) -> str:
+    """How an incident ended, in words: recovered, or why not."""
+    match i.resolution:
+        case Resolution.RECOVERED:
+            return (
+                "recovered, after an operator stopped the job and started it again"
+                if i.stopped_once
+                else "recovered"
+            )
+        case Resolution.STOPPED:
+            return (
+                f"not recovered: the job was stopped by an operator ({i.ended_why}); "
+                "a start resumes it in this incident"
+            )
+        case Resolution.FAILED:
+            return f"not recovered: the job failed ({i.ended_why})"
+    return "open: the job has trained no step since the fault"
+
+
 def render_incident(i: Incident, out: TextIO) -> None:
-    """One incident's section: MTTR with its breakdown, lost steps, and the timeline."""
+    """One incident's section: its outcome, MTTR with its breakdown, lost steps, and the
+    timeline."""
     out.write(f"## Incident {i.id}: {i.job} on {i.host} ({i.fault_class})\n\n")
+    out.write(f"- outcome: {resolution_text(i)}\n")
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in i.breakdown().items())
     out.write(f"- MTTR: {_fmt(i.mttr_s)}" + (f" ({parts})" if parts else "") + "\n")
+    resumed = "not resumed yet" if i.resumed_step is None else f"resumed at {i.resumed_step}"
     out.write(
         f"- lost steps: {'-' if i.lost_steps is None else i.lost_steps} "
-        f"(last step {i.last_step}, resumed at {i.resumed_step})\n"
+        f"(last step {i.last_step}, {resumed})\n"
     )
     if i.cause is not None:
         out.write(f"- caused by: {i.cause}\n")
     if i.size is not None:
         size = i.size
         out.write(
-            f"- size: {size.get('from')} -> {size.get('to')} of {size.get('planned')} hosts\n"
+            f"- size: {size.get('from', '?')} -> {size.get('to', '?')} of "
+            f"{size.get('planned', '?')} hosts\n"
         )
     out.write(f"- fault at {_clock(i.fault_at)}\n\n")
     lines = [
@@ -191,8 +254,8 @@ def _detail(i: Incident, e: Event) -> str:
     facts = [
         f"{k.replace('_', ' ')} {f'{v:.2f} s' if k.endswith('_s') else v}"
         for k in FACTS
-        if (v := e.data.get(k)) is not None
-    ]
+        if (v := e.data.get(k)) is not None and not (k == "last_step" and v < i.last_step)
+    ]  # a lower last step is a console's that had not seen the run (a start, a restart)
     return "; ".join(x for x in (text, ", ".join(facts)) if x)
 
 
@@ -258,6 +321,9 @@ def _as_json(
                 "resumed_step": i.resumed_step,
                 "lost_steps": i.lost_steps,
                 "resolved": i.resolved,
+                "outcome": i.resolution.value,
+                "ended": i.ended_why or None,
+                "stopped_once": i.stopped_once,
             }
             for i in found
         ],

@@ -43,6 +43,9 @@ class LostSteps:
     incidents: int = 0
     steps: int = 0
     """Steps trained again after these incidents (those whose resume step is known)."""
+    unresumed: int = 0
+    """Of these incidents, those whose job has not resumed since (stopped, failed, open):
+    their lost steps are not known yet, and not in ``steps``."""
 
 
 @dataclass
@@ -154,5 +157,8 @@ def summarise(events: Iterable[Event]) -> list[JobSummary]:
         if inc.job in out:
             lost = out[inc.job].lost.setdefault(inc.fault_class, LostSteps())
             lost.incidents += 1
-            lost.steps += inc.lost_steps or 0
+            if inc.lost_steps is None:
+                lost.unresumed += 1
+            else:
+                lost.steps += inc.lost_steps
     return [out[job] for job in sorted(out)]

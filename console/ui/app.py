@@ -36,7 +36,7 @@ from console.ui.screens.jobs import JobsScreen
 from protocol.errors import ConfigError
 
 REDRAW_HZ = 4.0
-NOTIFY_PHASES = frozenset({"detected", "decided", "resolved"})
+NOTIFY_PHASES = frozenset({"detected", "decided", "ended", "resolved"})
 QUIT_NOTE = (
     "q or Ctrl-C quits the console only: executors keep training for console.unattended_s "
     "(a console started within it reattaches)."

@@ -6,7 +6,7 @@ import time
 
 from console.fleet.hosts import HostRuntime
 from console.jobs.controller import Controller
-from console.records.incidents import Incident
+from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief
 from console.ui.view import Row, age, size
@@ -116,6 +116,13 @@ def lineage_lines(ctl: Controller, job: str) -> str:
     return "\n".join(brief(ctl.timeline.for_job(job), job)) or "no checkpoints yet"
 
 
+def resolved_word(i: Incident) -> str:
+    """yes; or why not in a word: stopped (by an operator), failed, no (still open)."""
+    if i.resolved:
+        return "yes"
+    return "no" if i.resolution is Resolution.OPEN else i.resolution.value
+
+
 def incident_row(i: Incident) -> Row:
     return (
         str(i.id),
@@ -127,7 +134,7 @@ def incident_row(i: Incident) -> Row:
         _secs(i.breakdown().get("detect")),
         _secs(i.mttr_s),
         "-" if i.lost_steps is None else str(i.lost_steps),
-        "yes" if i.resolved else "no",
+        resolved_word(i),
     )
 
 
@@ -143,7 +150,7 @@ def job_incident_rows(ctl: Controller, job: str) -> dict[str, Row]:
             i.fault_class,
             _secs(i.mttr_s),
             "-" if i.lost_steps is None else str(i.lost_steps),
-            "yes" if i.resolved else "no",
+            resolved_word(i),
         )
         for i in reversed(ctl.timeline.incidents(job))
     }

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
 
 from console.jobs.incident import OpenIncident
 from console.jobs.live import LiveJob
@@ -51,3 +54,26 @@ def test_a_later_phase_that_knows_a_later_step_raises_the_last_step(tmp_path: Pa
     journal.close()
     (inc,) = incidents(read(tmp_path / "journal.jsonl"))
     assert (inc.last_step, inc.resumed_step, inc.lost_steps) == (523, 523, 0)
+
+
+def test_an_incident_stopped_then_started_counts_from_its_earliest_resume(tmp_path: Path) -> None:
+    """Stopped before it recovered, it is 'stopped' (no lost steps yet, not open); started
+    again it goes on: a resume at 40, stopped, a resume at 40 again... the steps past the
+    earliest resume were trained again, whatever resumes followed."""
+    journal, log = _log(tmp_path)
+    t0 = time.time()  # the incident opens now: its phases come after
+    n = log.open("j", "a", "host_lost", fault_at=t0 - 1, last_step=57, msg="gone")
+    log.phase(n, "j", "loaded", step=40, at=t0 + 2)
+    log.phase(n, "j", "ended", state="stopped", why="operator", at=t0 + 3)
+    journal.flush()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.resolution.value, inc.mttr_s, inc.ended_why) == ("stopped", None, "operator")
+    log.phase(n, "j", "started", at=t0 + 9)
+    log.phase(n, "j", "loaded", step=50, at=t0 + 11)
+    log.phase(n, "j", "first_step", step=51, at=t0 + 12)
+    journal.close()
+    (inc,) = incidents(read(tmp_path / "journal.jsonl"))
+    assert (inc.resolution.value, inc.resumed_step, inc.lost_steps) == ("recovered", 40, 17)
+    assert inc.stopped_once and inc.mttr_s == pytest.approx(13)
+    parts = inc.breakdown()
+    assert parts["stopped"] == pytest.approx(6) and sum(parts.values()) == pytest.approx(13)

@@ -99,7 +99,7 @@ def test_the_report_writes_the_summary_as_markdown_and_as_json(
     doc = json.loads(capsys.readouterr().out)
     j = doc["jobs"][0]
     assert (j["job"], j["wall_s"], j["goodput"]) == ("j", pytest.approx(100), pytest.approx(0.8))
-    assert j["lost"]["host_lost"] == {"incidents": 1, "steps": 5}
+    assert j["lost"]["host_lost"] == {"incidents": 1, "steps": 5, "unresumed": 0}
     assert [(i["id"], i["class"], i["lost_steps"]) for i in doc["incidents"]] == [
         (1, "host_lost", 5),
         (2, "executor_crash", 10),
