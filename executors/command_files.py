@@ -1,8 +1,9 @@
-"""The command kind's checkpoints: which files a command wrote are complete, their durable
-copies in the workdir, and the restore at start.
+"""The command kind's checkpoints: their durable copies in the workdir, and the restore at
+start.
 
-A command writes checkpoints into its own ``checkpoint_dir``. Only a complete one (its marker
-file exists, or its size and mtime stayed the same for ``settle_s``) is copied into
+A command writes checkpoints into its own ``checkpoint_dir``. Only a complete one
+(``executors.command_watch``: its marker exists, or it is closed by every process of the run,
+or it stayed unchanged for ``settle_s``) is copied into
 ``WORKDIR/checkpoints/step-N.pt`` (temp file, fsync, rename) with a manifest written last,
 exactly like a torch checkpoint, so the console replicates it the same way. At start the
 newest manifest there that verifies (size and sha256) is copied back into ``checkpoint_dir``
@@ -16,22 +17,12 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executors.command_tree import (
-    Entry,
-    How,
-    judge,
-    put,
-    remove,
-    restore_file,
-    restore_folder,
-    stage,
-)
+from executors.command_tree import How, put, remove, restore_file, restore_folder, stage
+from executors.command_watch import Candidate, Watcher, marker_beside, marker_name
 from executors.durable import fsync_dir
 from executors.lineage import bare, descend
 from executors.publish import (
@@ -45,19 +36,6 @@ from executors.publish import (
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault, Log
 from protocol.spec import CheckpointManifest, CommandSpec, Lineage
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A complete checkpoint in the command's folder, as it was when judged complete."""
-
-    path: Path
-    step: int
-    size: int
-    mtime_ns: int
-    """For a folder: the sum of its files' sizes and the newest of their mtimes."""
-    entries: tuple[Entry, ...] | None = None
-    """A folder's files; None for a file."""
 
 
 class NotCommitted(Exception):
@@ -76,169 +54,6 @@ class Restored:
     manifest: CheckpointManifest
     path: Path
     """Where the checkpoint now is in the command's ``checkpoint_dir``."""
-
-
-def marker_name(template: str, name: str) -> str:
-    return template.replace("{name}", name).replace("{stem}", Path(name).stem)
-
-
-def marker_beside(template: str) -> bool:
-    """A folder's marker is beside it when its name depends on the folder's, else inside it
-    (``.metadata``, which torch.distributed.checkpoint writes last); a file's is always beside."""
-    return "{name}" in template or "{stem}" in template
-
-
-StepAt = Callable[[int], int | None]
-"""The newest progress step seen at a wall time (ns, as a file's mtime), or None."""
-
-
-UNSETTLED_WARN_AFTER = 3
-"""Writes of ``checkpoint_file`` in a row that never settled before the warning."""
-
-
-class Watcher:
-    """Finds complete checkpoints in ``folder`` by the command's completeness rule."""
-
-    def __init__(
-        self,
-        folder: Path,
-        cs: CommandSpec,
-        *,
-        step_at: StepAt = lambda _t: None,
-        warn: Callable[[str], None] = lambda _text: None,
-    ) -> None:
-        self.folder = folder
-        self.cs = cs
-        self._step = re.compile(cs.step_regex)
-        self._step_at = step_at
-        """``checkpoint_file``'s step: the command's progress when the file was written."""
-        self._warn = warn
-        self._warned: set[str] = set()
-        self._seen: dict[str, tuple[object, float]] = {}
-        """name -> (its state: size and mtime, or a folder's listing; monotonic time it was first
-        seen in that state)."""
-        self._rewrites = 0
-        """Writes of ``checkpoint_file`` in a row that never settled."""
-
-    def files(self) -> list[tuple[Path, int | None]]:
-        """Checkpoint files (not markers, not hidden) with their step: the one their name
-        carries, or for ``checkpoint_file`` the progress step when it was written (None: not
-        known yet). A name with no step is said once, as a warning, and left alone."""
-        if self.cs.checkpoint_file is not None:
-            path = self.folder / self.cs.checkpoint_file
-            try:
-                mtime_ns = path.stat().st_mtime_ns
-            except OSError:
-                return []
-            return [(path, self._step_at(mtime_ns))]
-        names = sorted(
-            p.name for p in self.folder.glob(self.cs.checkpoint_glob) if not p.name.startswith(".")
-        )
-        markers = (
-            {marker_name(self.cs.complete_marker, n) for n in names}
-            if self.cs.complete_marker
-            else set()
-        )
-        out: list[tuple[Path, int | None]] = []
-        for name in names:
-            if name in markers:
-                continue
-            m = self._step.search(name)
-            if m is None:
-                if name not in self._warned:
-                    self._warned.add(name)
-                    self._warn(
-                        f"{self.folder / name} matches checkpoint_glob {self.cs.checkpoint_glob!r} "
-                        f"but step_regex {self.cs.step_regex!r} finds no step in its name: not a "
-                        "checkpoint. A file rewritten in place: set checkpoint_file = "
-                        f"{name!r} (its step then comes from the progress)"
-                    )
-                continue
-            out.append((self.folder / name, int(m.group("step"))))
-        return out
-
-    def complete(
-        self, *, exited_ok: bool = False, ended_at: float | None = None
-    ) -> list[Candidate]:
-        """The complete checkpoints now, oldest step first.
-
-        ``ended_at`` (monotonic) is set once the command has ended: then, without a marker,
-        a file counts only if it was already settled when the command ended, since a writer
-        killed mid-write leaves a file that never changes again; ``exited_ok`` (exit 0)
-        vouches for every file.
-        """
-        now = time.monotonic()
-        found = []
-        seen, self._seen = self._seen, {}
-        for path, step in self.files():
-            if step is None:
-                continue
-            state = judge(path)
-            if state is None:
-                continue
-            cand = Candidate(path, step, *state)
-            key = cand.entries or (cand.size, cand.mtime_ns)
-            before = seen.get(path.name)
-            since = before[1] if before is not None and before[0] == key else now
-            self._seen[path.name] = (key, since)
-            if self.cs.complete_marker:
-                ok = self._marked(cand, self.cs.complete_marker)
-            elif exited_ok:
-                ok = True
-            else:
-                ok = (ended_at if ended_at is not None else now) - since >= self.cs.settle_s
-            if ok:
-                found.append(cand)
-                self._rewrites = 0
-            elif before is not None and before[0] != key and self.cs.checkpoint_file:
-                self._rewritten_unsettled(path)
-        return sorted(found, key=lambda c: c.step)
-
-    def _rewritten_unsettled(self, path: Path) -> None:
-        """``checkpoint_file`` rewritten again before it stayed unchanged for ``settle_s``: none
-        of its writes is taken. Said once, after a few, as a warning naming the fix (a script
-        that saves every second under the default settle_s 2 s was never checkpointed)."""
-        self._rewrites += 1
-        if self._rewrites < UNSETTLED_WARN_AFTER or "settle" in self._warned:
-            return
-        self._warned.add("settle")
-        self._warn(
-            f"{path} was rewritten {self._rewrites} times, each time before it stayed unchanged "
-            f"for settle_s {self.cs.settle_s:g} s: none of those writes was taken as a "
-            "checkpoint. Set settle_s below the time between its writes, or have the script "
-            "write a complete_marker"
-        )
-
-    def prune_before(self, step: int) -> int:
-        """Remove the command's own checkpoints (and their markers) older than ``step``, the
-        oldest one published and kept: hotspare restores from its published copies, never from
-        these. ``checkpoint_file`` is one file: nothing to prune. How many went."""
-        if self.cs.checkpoint_file is not None:
-            return 0
-        gone = 0
-        for path, at in self.files():
-            if at is None or at >= step:
-                continue
-            remove(path)
-            self._seen.pop(path.name, None)
-            if self.cs.complete_marker:
-                (self.folder / marker_name(self.cs.complete_marker, path.name)).unlink(
-                    missing_ok=True
-                )
-            gone += 1
-        return gone
-
-    def _marked(self, cand: Candidate, template: str) -> bool:
-        """Its marker exists and is no older than anything of the checkpoint."""
-        name, newest = marker_name(template, cand.path.name), cand.mtime_ns
-        mark = self.folder / name
-        if cand.entries is not None and not marker_beside(template):
-            mark = cand.path / name
-            newest = max((e[2] for e in cand.entries if e[0] != name), default=0)
-        try:
-            return mark.stat().st_mtime_ns >= newest
-        except OSError:
-            return False
 
 
 def how_said(how: How, folder: Path, *, link: bool) -> str:

@@ -21,7 +21,8 @@ runs a training script that knows nothing of hotspare. The runner:
    are in its environment (``executors.run_env``), below ``env``;
 3. forwards output lines as ``Log`` events and parses progress (``progress_regex`` over
    each stdout or stderr line, or ``metrics_file``) into ``Progress`` events;
-4. copies each new complete checkpoint (by marker or settle time) into
+4. copies each new complete checkpoint (by marker, closed by every process of the run, or
+   by settle time: ``executors.command_watch``) into
    ``WORKDIR/checkpoints/step-N.pt`` with its manifest, emits ``CheckpointSaved`` (the
    console replicates it like a torch checkpoint), keeps ``keep_checkpoints``;
 5. on Stop, Drain, SIGTERM or the lease nearing its end: SIGTERM to the process group,
@@ -71,6 +72,7 @@ from executors.command_io import (
     start_reader,
 )
 from executors.command_warm import WarmStart
+from executors.command_writers import Writers, run_pids
 from executors.control import Control
 from executors.fencing.guard import LeaseGuard, Verdict
 from executors.fencing.run import FencedRun
@@ -164,6 +166,7 @@ class CommandRunner:
             cs,
             step_at=self._step_at,
             warn=lambda text: self.emit(Log(level="warning", text=text)),
+            writers=Writers(self._run_pids),
         )
         self.pub = Publisher(
             ours,
@@ -322,6 +325,14 @@ class CommandRunner:
         self._progress[0] = (self._progress[0][0], step)
         return step
 
+    def _run_pids(self) -> list[int] | None:
+        """The running command's processes (None: none started, or not known)."""
+        proc = self.proc
+        fence = getattr(proc, "fence", None)  # a forked run's is set once it is handed over
+        if proc is None or fence is None:
+            return None
+        return run_pids(fence.cgroup, proc.pid if isinstance(proc, FencedRun) else None)
+
     def _command(self, restored: Restored | None) -> tuple[list[str], dict[str, str]]:
         step, resume_from = (restored.manifest.step, str(restored.path)) if restored else (0, "")
         values = {
@@ -374,7 +385,8 @@ class CommandRunner:
             self.emit(Log(level="info", text=text))
 
     def _publish_new(self, *, exited_ok: bool = False, ended_at: float | None = None) -> None:
-        for cand in self.watcher.complete(exited_ok=exited_ok, ended_at=ended_at):
+        after = self.pub.step
+        for cand in self.watcher.complete(exited_ok=exited_ok, ended_at=ended_at, after=after):
             last = self.pub.step
             if last is not None and cand.step <= last:
                 continue

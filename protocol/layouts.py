@@ -42,9 +42,14 @@ LAYOUTS: dict[str, Layout] = {
         "trainer.fit(..., ckpt_path={resume_from})",
     ),
     "hf_trainer": Layout(
-        {"checkpoint_glob": "checkpoint-*", "step_regex": r"checkpoint-(?P<step>\d+)$"},
+        {
+            "checkpoint_glob": "checkpoint-*",
+            "step_regex": r"checkpoint-(?P<step>\d+)$",
+            "complete_marker": "trainer_state.json",
+        },
         "Hugging Face Trainer: output_dir {checkpoint_dir} (checkpoint-N/ folders, each "
-        "complete once it settles), and trainer.train(resume_from_checkpoint={resume_from})",
+        "complete once its trainer_state.json, which Trainer._save_checkpoint writes last, is "
+        "there and closed), and trainer.train(resume_from_checkpoint={resume_from})",
     ),
     "torchtitan": Layout(
         {

@@ -119,11 +119,15 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A checkpoint is complete once this file exists in ``checkpoint_dir``, e.g. ``"{name}.done"``
     (``{name}``: the checkpoint's file name, ``{stem}``: without its suffix), and is no older
     than it. A folder's marker is beside it when the name uses ``{name}`` or ``{stem}``, else
-    inside it (``".metadata"``, which torch.distributed.checkpoint writes last). Without it,
-    ``settle_s`` decides."""
+    inside it (``".metadata"``, which torch.distributed.checkpoint writes last). Where the run's
+    processes can be read, nothing of it may be open for writing by one of them, and none of
+    them may have ended since just before the marker came (else ``settle_s`` with the marker);
+    a marker older than the rest counts for nothing (``executors/command_watch.py``)."""
     settle_s: NonNegativeFloat = 2.0
-    """Without a marker: complete once size and mtime (a folder: every file's) stayed the same
-    this long while the command ran, or at once when the command exits 0."""
+    """The fallback: complete once size and mtime (a folder: every file's) stayed the same this
+    long while the command ran, or at once when the command exits 0. A file on a local
+    filesystem is taken sooner, as soon as it is closed: no process of the run holds it open
+    for writing and none of them ended meanwhile (``executors/command_watch.py``)."""
     progress_regex: str | None = None
     """Searched in each output line (stdout or stderr); named group ``step``, optional ``loss``."""
     metrics_file: str | None = None
