@@ -179,11 +179,18 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     spares: list[str] = []
     priority: int = 0
     """Higher may take a spare from a lower-priority job."""
-    warm_standby: bool = False
-    """Keep an idle executor (torch imported and warmed up) on the first spare, for a faster failover."""
+    warm_standby: bool | None = None
+    """Keep an idle executor on the first spare, readied for the job (torch imported and warmed
+    up; a command's zygote with its modules imported), for a faster failover and a planned
+    move of about a second. Default: on for a job on one host (``standby``)."""
     warm_twin: bool = False
     """Keep an idle executor (a warm twin) beside the job's executor on its own host: a restart
     in place after the executor's process died is a Start to the twin, not a process start."""
+
+    @property
+    def standby(self) -> bool:
+        """Does the job keep a warm standby? ``warm_standby`` as set, else for a job on one host."""
+        return self.warm_standby if self.warm_standby is not None else not self.hosts
 
 
 @dataclass(frozen=True)

@@ -117,14 +117,15 @@ class Standby:
         Nothing trains until Start, which is sent only after the lease has ended.
         """
         job, fleet = self._live, self._fleet
+        starting = self._warm_task
+        if starting is not None and not starting.done():
+            # a standby being started now is the target: not a second executor beside it
+            # (the launcher would adopt the standby's process twice)
+            await asyncio.wait({starting})
         warm = self.warm
-        if (
-            warm is not None
-            and warm.host != old
-            and self.pumping(warm.link)
-            and fleet.fit(warm.host)
-        ):
+        if warm is not None and warm.host != old and self._usable(warm):
             self._preparing_on = warm.host
+            fleet.hosts[warm.host].job = job.name
             try:
                 await self._targets.ensure_replica(warm.host)
                 await self._launcher.promote(warm.host, job.epoch)
@@ -187,16 +188,43 @@ class Standby:
             prepared, self.warm = self.warm, None
             if prepared is None:
                 return None
-        if prepared.host != old and self.pumping(prepared.link) and self._fleet.fit(prepared.host):
+        if prepared.host != old and self._usable(prepared):
             self.prepared = prepared
+            self._fleet.hosts[prepared.host].job = self._live.name
             return prepared.host
         await self.discard(prepared)
         return None
+
+    def _runs_the_job(self, prepared: Prepared) -> bool:
+        """Is ``prepared``'s process the job's own executor now?"""
+        live = self._live.link
+        return (
+            prepared.host == self._live.host
+            and live is not None
+            and live.hello is not None
+            and prepared.link.hello is not None
+            and live.hello.pid == prepared.link.hello.pid
+        )
+
+    def _usable(self, prepared: Prepared) -> bool:
+        """A readied executor the job may still start on: linked, its host fit and not taken
+        by another job meanwhile (a warm standby does not hold its spare: the spare serves
+        every job that names it)."""
+        rt = self._fleet.hosts[prepared.host]
+        return (
+            self.pumping(prepared.link)
+            and self._fleet.fit(prepared.host)
+            and rt.job in (None, self._live.name)
+        )
 
     async def discard(self, prepared: Prepared) -> None:
         """Stop a readied executor that will not be used, and wait until it has let go of the
         workdir: the next executor started there (a failover may pick the same host again)
         must not find it still holding the lock and serving the socket."""
+        if self._runs_the_job(prepared):
+            if prepared.link is not self._live.link:
+                prepared.link.close()
+            return  # taken for the job (by another link to it): never told to stop
         if prepared.link.hello is not None:
             self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
         with contextlib.suppress(LinkError):
@@ -239,9 +267,14 @@ class Standby:
         self._warm_task = asyncio.create_task(self._keep_warm(), name=f"{self._live.name} standby")
 
     async def _keep_warm(self) -> None:
-        """An idle executor on the first live spare: torch imported and warmed up, waiting for Start."""
+        """An idle executor on the first free, fit spare, readied for the job (``Prepare``: torch
+        imported and warmed up, a command's zygote importing), waiting for Start. It does not
+        take the spare (``HostRuntime.job``): another job that names it may still go there."""
         job, fleet = self._live, self._fleet
-        spare = next((s for s in job.spares if fleet.fit(s)), None)
+        spare = next(
+            (s for s in job.spares if fleet.fit(s) and fleet.hosts[s].job in (None, job.name)),
+            None,
+        )
         current = self.warm
         if current is not None and current.host == spare and self.pumping(current.link):
             return
@@ -250,7 +283,6 @@ class Standby:
             await self.discard(current)
         if spare is None:
             return
-        fleet.hosts[spare].job = job.name
         started = await self.start(spare, promote_replica=False)
         if isinstance(started, ExecutorLink):
             self.warm = Prepared(spare, started)
@@ -261,8 +293,6 @@ class Standby:
                 host=spare,
                 data={"standby": True},
             )
-        elif fleet.hosts[spare].job == job.name:
-            fleet.hosts[spare].job = None
 
     async def drop_warm(self) -> None:
         task, self._warm_task = self._warm_task, None

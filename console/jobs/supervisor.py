@@ -444,7 +444,7 @@ class JobSupervisor:
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
         self._states.move(JobState.RUNNING, f"on {host}, epoch {job.epoch}")
-        if self._inv.jobs[self.name].placement.warm_standby:
+        if self._inv.jobs[self.name].placement.standby:
             self._standby.keep_warm()
         self._keep_twin()
         return None

@@ -49,7 +49,11 @@ async def test_a_console_that_reaches_no_host_fails_nothing_over_and_carries_on_
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        # no warm standby: nothing may start on a spare while offline (a standby is started
+        # before; tests/console/test_warm_standby_default.py covers it)
+        jobs={
+            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
+        },
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)

@@ -49,7 +49,11 @@ async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_o
             "a": a.inventory_table("r1", python=str(python)),
             "b": b.inventory_table("r1", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        # no warm standby: nothing may start on a spare while offline (a standby is started
+        # before; tests/console/test_warm_standby_default.py covers it)
+        jobs={
+            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
+        },
     )
     ctl = Controller(
         load(inventory), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"}

@@ -217,9 +217,12 @@ async def test_killing_the_console_leaves_training_going_and_a_new_one_reattache
     assert any(e.kind is Kind.EXECUTOR and "reattached" in e.msg for e in journal(fleet))
 
 
-def executor_pid_from_journal(inventory: Path) -> set[int]:
+def executor_pid_from_journal(inventory: Path, host: str = "a") -> set[int]:
+    """The executors the journal says ran on ``host`` (b's warm standby is another host's)."""
     return {
-        e.data["pid"] for e in journal(inventory) if e.kind is Kind.EXECUTOR and "pid" in e.data
+        e.data["pid"]
+        for e in journal(inventory)
+        if e.kind is Kind.EXECUTOR and "pid" in e.data and e.host == host
     }
 
 
@@ -323,11 +326,11 @@ async def test_a_lasting_gpu_warn_under_auto_migrates_with_zero_lost_steps(tmp_p
     assert {e.data["rule"] for e in warns} == {"throttle", "temperature"}
 
 
-async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) -> None:
+async def test_by_default_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) -> None:
     fleet = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": True, **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},  # warm_standby unset: on
     )
     baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
     ctl = controller(fleet)
@@ -340,6 +343,10 @@ async def test_a_warm_standby_takes_over_without_a_new_executor(tmp_path: Path) 
     )
     standby_pid = sup.standby.link.hello.pid
     await until(lambda: ctl.fleet.hosts["b"].health, 10, "the standby to report the spare's health")
+    standby_events = tmp_path / "b" / "jobs" / "j" / "events.jsonl"
+    kinds = [json.loads(x).get("kind") for x in standby_events.read_text().splitlines()]
+    assert not {"progress", "resumed", "checkpoint"} & set(kinds), "the standby trained nothing"
+    assert ctl.fleet.hosts["b"].job is None, "a standby does not make b the job's host"
     replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
     ctl.kill_host("a")
     await asyncio.wait_for(task, 120)

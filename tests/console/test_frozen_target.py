@@ -61,7 +61,15 @@ async def _fault_with_b_frozen(
             "b": b.inventory_table("r1", role="spare", priority=1),
             "c": c.inventory_table("r1", role="spare", priority=2),
         },
-        jobs={"j": {"host": "a", "spares": ["b", "c"], **job_table(steps=100_000)}},
+        # a target readied during the lease wait (no warm standby readied on b before)
+        jobs={
+            "j": {
+                "host": "a",
+                "spares": ["b", "c"],
+                "warm_standby": False,
+                **job_table(steps=100_000),
+            }
+        },
         command_timeout_s=300.0,  # a copy to the frozen spare hangs long past the move
     )
     env = {h: dict(EXECUTOR_ENV) for h in "abc"}

@@ -1,0 +1,95 @@
+"""The warm standby (on by default for a job on one host; its takeover is
+tests/console/test_controller_local.py's ``test_by_default_a_warm_standby_...``): a host lost
+while its standby still starts; ``warm_standby = false`` starts nothing on a spare before a
+failover. Real local executors; the evidence is the journal and the spare's workdir."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.records.journal import Kind, read
+from console.states import JobState
+
+
+def controller(inventory: Path, hosts: tuple[str, ...]) -> Controller:
+    env = {h: dict(EXECUTOR_ENV) for h in hosts}
+    return Controller(load(inventory), Policy.AUTO, executor_env=env)
+
+
+async def test_warm_standby_false_starts_nothing_on_the_spare(tmp_path: Path) -> None:
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table()}},
+    )
+    ctl = controller(inv, ("a", "b"))
+    sup = ctl.jobs["j"]
+    await asyncio.wait_for(ctl.run(), 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED and sup.standby is None
+    started = [
+        e.host
+        for e in read(inv.parent / "state" / "journal.jsonl")
+        if e.kind is Kind.EXECUTOR and "started" in e.msg
+    ]
+    assert started == ["a"], started
+    assert not (tmp_path / "b" / "jobs" / "j" / "events.jsonl").exists()
+
+
+async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_standby(
+    tmp_path: Path,
+) -> None:
+    """a killed while b's standby (the default) is still starting: the failover waits for
+    that standby and starts the job in it; it is never stopped as 'not needed' once it runs
+    the job (found by the suite: the readying adopted the standby's process a second time,
+    and the next standby round stopped it under the job)."""
+    python, slow = slow_python(tmp_path / "bin", delay_s=3.0)
+    slow.touch()
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare", python=str(python)),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    ctl = controller(inv, ("a", "b"))
+    sup = ctl.jobs["j"]
+    journal = inv.parent / "state" / "journal.jsonl"
+
+    def standby_starting() -> bool:
+        return sup.standby is None and any(
+            e.host == "b" and "started on b" in e.msg for e in read(journal)
+        )
+
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: standby_starting() or task.done(), 60, "b's standby starting")
+    assert not task.done(), task
+    ctl.kill_host("a")
+    try:
+        await until(
+            lambda: (
+                (sup.host == "b" and sup.state is JobState.RUNNING and sup.epoch >= 2)
+                or task.done()
+            ),
+            120,
+            "the job running on b",
+        )
+        on_b = sup.step
+        await until(lambda: sup.step > on_b + 50 or task.done(), 60, "50 steps on b")
+        assert not task.done(), task
+        assert sup.host == "b" and sup.state is JobState.RUNNING
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    events = list(read(journal))
+    started = [e.data["pid"] for e in events if e.kind is Kind.EXECUTOR and "started on b" in e.msg]
+    assert len(started) == 1, started
+    assert not [e.msg for e in events if "not needed" in e.msg]
