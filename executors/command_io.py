@@ -54,6 +54,15 @@ def substitute(text: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
+def per_run_names(env_table: dict[str, str]) -> set[str]:
+    """Variables whose value changes between runs of one job: ``env`` entries holding a
+    placeholder, and the run's identity (``executors.run_env``). What was readied for a job
+    (its zygote, its setup) is not redone for them."""
+    from executors import run_env
+
+    return {k for k, v in env_table.items() if PLACEHOLDER.search(v)} | run_env.NAMES
+
+
 def group_values(rendezvous: Rendezvous | None) -> dict[str, str]:
     """The placeholders of the group this host trains in: ``{rank}`` is this host's first global
     rank, the one torchrun's ``--node-rank`` times ``--nproc-per-node`` gives its local rank 0."""

@@ -68,9 +68,12 @@ from executors.command_io import (
     group_values,
     launch,
     parse_progress,
+    per_run_names,
     signal_group,
     start_reader,
 )
+from executors.command_setup import SetupFailed
+from executors.command_setup import ensure as setup_ensure
 from executors.command_warm import WarmStart
 from executors.command_writers import Writers, run_pids
 from executors.control import Control
@@ -116,11 +119,14 @@ class CommandKind:
             )
         return CommandRunner(spec, spec.command, workdir, emit, control=control)
 
-    def prepare(self, spec: JobSpec, workdir: Path, emit: Emit) -> None:
+    def prepare(
+        self, spec: JobSpec, workdir: Path, emit: Emit, stopped: Callable[[], bool]
+    ) -> None:
         """Before Start, on an idle executor told ``Prepare`` (a failover's target while the
-        old lease runs out, a warm standby): the job's zygote started for the command a run
-        of ``spec`` here would be, so its imports are done, or under way, when Start comes.
-        Nothing is run and no file of the job is touched; the run that follows finds the
+        old lease runs out, a warm standby): the command's ``setup`` run (``stopped``: the
+        executor is ending), then the job's zygote started for the command a run of ``spec``
+        here would be, so its imports are done, or under way, when Start comes. The command
+        is not run and no checkpoint of the job is touched; the run that follows finds the
         zygote by its key (``zygote.ensure``: the interpreter, preload, cwd, the script's
         folder and the environment but for the per-run variables, not the arguments). What
         the zygote cannot do is said by that run, when it starts."""
@@ -130,6 +136,11 @@ class CommandKind:
             runner = CommandRunner(spec, spec.command, workdir, emit, control=Control())
         except ConfigError:
             return  # the Start that follows reports it, as without Prepare
+        try:
+            runner.setup(stopped)
+        except SetupFailed as e:
+            runner.emit(Log(level="warning", text=f"prepare: {e}; the run will try it again"))
+            return
         if runner.warm is not None:
             runner.warm.prepare(*runner._command(None))
 
@@ -224,6 +235,11 @@ class CommandRunner:
             return Outcome(exitcodes.FAILED, 0, "crash")
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
+        try:  # before the zygote: setup may install what it imports
+            self.setup(lambda: self.control.stop is not None)
+        except SetupFailed as e:
+            self.emit(Fault(fault=FaultKind.CRASH.value, step=0, fatal=True, message=str(e)))
+            return Outcome(exitcodes.FAILED, 0, "crash")
         self.pub.lineage = at_start(self.spec, run_id=self.control.run_id, cwd=self.cwd)
         if self.warm is not None:
             self.warm.prepare(*self._command(None))  # the zygote imports while we restore
@@ -333,7 +349,27 @@ class CommandRunner:
             return None
         return run_pids(fence.cgroup, proc.pid if isinstance(proc, FencedRun) else None)
 
-    def _command(self, restored: Restored | None) -> tuple[list[str], dict[str, str]]:
+    def setup(self, stopped: Callable[[], bool]) -> None:
+        """The ``setup`` argv, unless it ran here as it is now (``command_setup``); with the
+        placeholders of a fresh start. SetupFailed when it does not complete."""
+        if self.cs.setup is None:
+            return
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        argv, env = self._command(None, template=self.cs.setup)
+        setup_ensure(
+            self.workdir,
+            argv,
+            env,
+            self.cwd,
+            per_run=per_run_names(self.cs.env),
+            timeout_s=self.cs.setup_timeout_s,
+            emit=self.emit,
+            stopped=stopped,
+        )
+
+    def _command(
+        self, restored: Restored | None, template: list[str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         step, resume_from = (restored.manifest.step, str(restored.path)) if restored else (0, "")
         values = {
             "checkpoint_dir": str(self.ckpt_dir),
@@ -348,7 +384,8 @@ class CommandRunner:
             "epoch": str(self.control.epoch),
         }
         run = run_env(self.spec.name, self.control, step)
-        template = [*self.cs.argv, *(self.cs.resume_argv or [])] if restored else self.cs.argv
+        if template is None:
+            template = [*self.cs.argv, *(self.cs.resume_argv or [])] if restored else self.cs.argv
         return build_argv(template, values), command_env(self.cs.env, values, run)
 
     def _line(self, stream: str, text: str) -> None:

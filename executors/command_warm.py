@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from executors import run_env, zygote
-from executors.command_io import PLACEHOLDER
+from executors import zygote
+from executors.command_io import per_run_names
 from executors.control import Control
 from executors.fencing import cgroup
 from executors.publish import Emit
@@ -48,9 +48,8 @@ class WarmStart:
     ) -> None:
         self.job, self.cs, self.workdir, self.cwd = job, cs, workdir, cwd
         self.control, self.emit = control, emit
-        self.per_run = {k for k, v in cs.env.items() if PLACEHOLDER.search(v)} | run_env.NAMES
-        """Variables whose value changes between runs (placeholders, the run's identity): set
-        in each run, no reason for a new zygote."""
+        self.per_run = per_run_names(cs.env)
+        """Set in each run, no reason for a new zygote."""
         self.preload = cs.preloads
         self.auto = cs.preload is None
         """Unset in the table: a fallback to exec is expected somewhere, not a warning."""

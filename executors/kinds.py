@@ -2,8 +2,9 @@
 
 A kind is a class with ``name`` and ``runner(spec, workdir, emit, *, control, device,
 injections)`` returning an object whose ``run()`` gives an ``Outcome``; it may also have
-``prepare(spec, workdir, emit)``, called on an idle executor told ``Prepare`` (a start of
-``spec`` may follow) to ready what that start needs without running anything. The built-ins
+``prepare(spec, workdir, emit, stopped)``, called on an idle executor told ``Prepare`` (a start
+of ``spec`` may follow) to ready what that start needs without training (``stopped``: the
+executor is ending). The built-ins
 resolve without package metadata, because a host runs the executor from a copied bundle.
 """
 

@@ -129,6 +129,8 @@ class Server:
         self._warmup: threading.Thread | None = None
         self._preparing: threading.Thread | None = None
         """Readying a start told by ``Prepare`` (``_prepare``)."""
+        self._ending = threading.Event()
+        """Set as the process ends: what ``Prepare`` runs (a command's setup) stops."""
         self._warmup_s = 0.0
         self._idle_over = threading.Event()
         """Set at Start or at the end: the warm-up thread stops reading ahead, and returns."""
@@ -188,6 +190,7 @@ class Server:
         thread while the interpreter finalizes aborts it (``terminate called without an active
         exception``, SIGABRT instead of the exit code the console reads; CI saw it)."""
         self._idle_over.set()
+        self._ending.set()
         for thread in (self._warmup, self._preparing):
             if thread is not None and thread.is_alive():
                 await asyncio.to_thread(thread.join, WARMUP_JOIN_S)
@@ -310,7 +313,7 @@ class Server:
         try:
             prepare = getattr(load_kind(spec.executor), "prepare", None)
             if prepare is not None:
-                prepare(spec, self.workdir, self.emit)
+                prepare(spec, self.workdir, self.emit, self._ending.is_set)
         except Exception as e:  # noqa: BLE001 - readying is an optimisation: the Start reports
             self.emit(Log(level="info", text=f"prepare: {type(e).__name__}: {e}"))
 

@@ -156,6 +156,15 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run (torchrun, a shell), a host without cgroups for runs or an interpreter without torch
     starts the command with exec, said once as an info line. ``[]``: exec every run. Named
     modules: those, and each fallback to exec is a warning."""
+    setup: Argv | None = None
+    """Run before the command's first start on a host (``["rsync", "-a", "src:/data/", "data/"]``,
+    ``["pip", "install", "-r", "requirements.txt"]``): in ``cwd``, with the command's
+    environment and placeholders, never through a shell; its output is logged. It runs again
+    only when it, the environment or ``cwd`` change (``WORKDIR/setup.done`` records what ran),
+    and on a failover's target and a warm standby while they wait, before any Start. A
+    non-zero exit (or past ``setup_timeout_s``) is a crash of the run: restarted, then moved,
+    as any crash. It must be safe to run twice."""
+    setup_timeout_s: PositiveFloat = 600.0
     needs: list[str] = []
     """Files or folders that must exist on every host the job may run on (its dataset, a
     tokenizer), relative to ``cwd`` or absolute: ``hotspare check`` looks for each (the
