@@ -58,6 +58,7 @@ BENCHES = [
     Bench("journal_startup", "journal_startup.py", [], ["--events", "100000"], 600, 300),
     Bench("restart_vs_torchrun", "restart_vs_torchrun.py", [], ["--quick"], 1800, 900),
     Bench("byo_script", "byo_script.py", [], ["--quick"], 1800, 900),
+    Bench("planned_move", "planned_move.py", [], ["--quick"], 1200, 600),
     Bench("multihost_torchrun", "multihost_torchrun.py", [], ["--quick"], 1200, 600),
     Bench("multihost_restart", "multihost_restart.py", [], ["--quick"], 2400, 900),
     Bench("elastic_reduce", "elastic_reduce.py", [], ["--quick"], 900, 300),
