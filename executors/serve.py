@@ -129,6 +129,8 @@ class Server:
         self._warmup: threading.Thread | None = None
         self._preparing: threading.Thread | None = None
         """Readying a start told by ``Prepare`` (``_prepare``)."""
+        self._warmed = threading.Event()
+        """The idle torch executor's warm-up (its imports) is done."""
         self._ending = threading.Event()
         """Set as the process ends: what ``Prepare`` runs (a command's setup) stops."""
         self._warmup_s = 0.0
@@ -310,6 +312,9 @@ class Server:
 
     def _ready_ahead(self, spec: JobSpec) -> None:
         name_os_thread("hotspare-prepare")
+        while self._warmup is not None and not self._warmed.wait(0.1):
+            if self._ending.is_set():  # imports must not race the warm-up's (torch's are not
+                return  # thread-safe): the kind is loaded once it is done
         try:
             prepare = getattr(load_kind(spec.executor), "prepare", None)
             if prepare is not None:
@@ -347,7 +352,10 @@ class Server:
     def _while_idle(self) -> None:
         """The idle torch executor's thread: warm up, then read the newest checkpoint ahead."""
         name_os_thread("hotspare-warmup")
-        warm_up(self._idle_over, self._warmup_s)
+        try:
+            warm_up(self._idle_over, self._warmup_s)
+        finally:
+            self._warmed.set()
         if self.twin is not None:
             self.twin.warmed()
         read_ahead_until(self._idle_over, self.workdir / "checkpoints")
