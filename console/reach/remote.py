@@ -128,6 +128,7 @@ import fcntl, json, os, select, signal, sys, time
 
 workdir, timeout = sys.argv[1], float(sys.argv[2])
 deadline = time.monotonic() + timeout
+ENDING_S = 2.0
 lock_path = os.path.join(workdir, "executor.lock")
 out = {"pid": None, "holders": [], "reaped": 0, "why": ""}
 
@@ -304,18 +305,31 @@ try:
     lock_st = os.stat(lock_path)
 except FileNotFoundError:
     done(10, "no executor.lock: no executor ran here")
+pid_file = os.path.join(workdir, "executor.pid")
 try:
-    with open(os.path.join(workdir, "executor.pid")) as f:
+    with open(pid_file) as f:
         out["pid"] = pid = int(f.read().strip())
 except (OSError, ValueError):
     pid = None
-fd = take_lock()
-if fd is not None:
-    try:
-        left = "" if reap() else "processes of the command group outlived SIGKILL"
-    finally:
-        os.close(fd)
-    done(13 if left else 10, left or "nothing holds the lock")
+
+
+def free():
+    fd = take_lock()
+    if fd is not None:
+        try:
+            left = "" if reap() else "processes of the command group outlived SIGKILL"
+        finally:
+            os.close(fd)
+        done(13 if left else 10, left or "nothing holds the lock")
+
+
+free()
+if pid is None and not os.path.exists(pid_file):
+    # an executor on its way out removes executor.pid before it lets go of the lock
+    soon = min(deadline, time.monotonic() + ENDING_S)
+    while time.monotonic() < soon:
+        time.sleep(0.02)
+        free()
 if pid is None or pid <= 1:
     done(11, "the lock is held, but executor.pid names no process")
 pidfd = None
@@ -355,7 +369,9 @@ class KillStatus(Enum):
     NOT_HELD = 10
     """Nothing held the lock: no executor to kill (its command group was reaped all the same)."""
     REFUSED = 11
-    """executor.pid names no process that holds the lock: nothing was killed."""
+    """executor.pid names no process that holds the lock: nothing was killed. With no
+    executor.pid at all, the lock is first given 2 s to be let go of (an executor ending
+    removes its pid file before its process lets go), then NOT_HELD."""
     SURVIVED = 12
     """SIGKILL was sent, yet the pid was still alive at the deadline (stuck in the kernel?)."""
     LEFTOVERS = 13

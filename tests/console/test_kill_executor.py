@@ -7,9 +7,12 @@ real lock holder) under the local transport; /proc is the evidence of who lives.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -34,6 +37,17 @@ from executors.workdir import acquire
 acquire(Path(sys.argv[1]))
 print("held", flush=True)
 signal.pause()
+"""
+
+# An executor ending: its pid file removed, it holds the lock until told (a line on stdin).
+ENDING = r"""
+import os, sys
+from pathlib import Path
+from executors.workdir import acquire
+acquire(Path(sys.argv[1]))
+os.unlink(Path(sys.argv[1]) / "executor.pid")
+print("held", flush=True)
+sys.stdin.readline()
 """
 
 
@@ -221,3 +235,57 @@ async def test_the_console_journals_a_kill_and_alerts_when_it_did_not_happen(
     assert (kind, data["kill"], data["pid"]) == (Kind.EXECUTOR, "killed", holder.pid)
     assert f"killed pid {holder.pid}" in msg
     assert json.dumps(data)  # journal data stays JSON
+
+
+def kill_running(work: Path) -> bool:
+    """Is a kill program (``console.reach.remote._KILL``) for ``work`` running? (/proc)"""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().split(b"\0")
+            if str(work).encode() in args and any(b"ENDING_S" in a for a in args):
+                return True
+    return False
+
+
+async def test_an_executor_ending_after_removing_its_pid_file_is_not_held_not_refused(
+    tmp_path: Path, procs: list[subprocess.Popen[Any]]
+) -> None:
+    """Every drain raced this: the executor had stopped and removed executor.pid, its process
+    still held the lock, and the reap said 'not reaped cleanly' (an alert) although it was
+    ending. The kill now gives the lock a moment to be let go of."""
+    work = Path(job_dir(str(tmp_path / "root"), "demo"))
+    work.mkdir(parents=True)
+    ending = subprocess.Popen(  # noqa: ASYNC220 - a test's helper process
+        [sys.executable, "-c", ENDING, str(work)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env_with(),
+        cwd=REPO,
+    )
+    procs.append(ending)
+    assert ending.stdout is not None and ending.stdout.readline() == "held\n"
+    assert not (work / "executor.pid").exists()
+    t, python = LocalTransport("h"), sys.executable
+    kill = asyncio.create_task(kill_executor(t, python, str(work), timeout=10))
+    deadline = time.monotonic() + 10
+    while not kill_running(work):
+        assert not kill.done(), kill.result()
+        assert time.monotonic() < deadline, "no kill program seen in /proc"
+        await asyncio.sleep(0.005)
+    # the executor takes a second more to end (a slow exit): the kill looks at the lock while
+    # it is still held, and must wait for it rather than refuse
+    await asyncio.sleep(1.0)
+    assert not kill.done(), kill.result()
+    assert ending.stdin is not None
+    ending.stdin.write("go\n")
+    ending.stdin.flush()
+    result = await kill
+    assert result.status is KillStatus.NOT_HELD, result
+    assert ending.wait(10) == 0, "it ended by itself: nothing killed it"
+
+    held = hold_lock(work, procs)  # one that stays: refused once the moment has passed
+    (work / "executor.pid").unlink()
+    refused = await kill_executor(t, python, str(work), timeout=10)
+    assert refused.status is KillStatus.REFUSED, refused
+    assert alive(held.pid)
