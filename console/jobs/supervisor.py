@@ -103,6 +103,9 @@ class JobSupervisor:
             name, self.spec, rec, spares=list(rec.spares), sha256=rec.finished_sha256
         )
         self._read_only = ctl.read_only
+        self.starting_again = False
+        """Made by an operator's start of a stopped or failed job, not at console start (what
+        its first launch finds is said as such)."""
         self._inv = inv
         self._fleet = fleet
         self._journal = journal
@@ -315,13 +318,14 @@ class JobSupervisor:
                 # Never heard from by this console: silent from the start, so probes are cut to
                 # what is left of the persisted lease and the target is readied at once.
                 job.last_seen = 0.0
+                when = "as the job starts again" if self.starting_again else "at console start"
                 self._states.move(
                     JobState.PENDING,
-                    f"{host} not reachable at console start: waiting out its lease "
+                    f"{host} not reachable {when}: waiting out its lease "
                     f"({max(0.0, self.lease.left()):.0f} s left at most)",
                 )
                 outcome = await self._watch.after_link_loss(
-                    "not reachable at console start", seen_silent=False
+                    f"not reachable {when}", seen_silent=False
                 )
                 if outcome is None:
                     self._note_reattached(host)
@@ -332,9 +336,10 @@ class JobSupervisor:
                 job.step = hello.step
                 job.last_seen = time.monotonic()
                 self._standby.pump(link)
-                return Outcome(
-                    Exit.RUN_CRASHED, f"the run on {host} had ended when this console started"
+                since = (
+                    "the job was started again" if self.starting_again else "this console started"
                 )
+                return Outcome(Exit.RUN_CRASHED, f"the run on {host} had ended when {since}")
             if hello is not None:
                 await self._retire(link, host)
             link.close()
