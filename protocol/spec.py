@@ -168,7 +168,8 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     needs: list[str] = []
     """Files or folders that must exist on every host the job may run on (its dataset, a
     tokenizer), relative to ``cwd`` or absolute: ``hotspare check`` looks for each (the
-    executor does not). Placeholders are not filled in: an entry with ``{`` is not looked for."""
+    executor does not). Placeholders are not filled in: an entry with ``{`` is not looked for.
+    What ``setup`` makes is not there before its first run on a host: leave it out."""
     imports: list[str] = []
     """Modules the command's interpreter must find on every host the job may run on
     (``["torch", "lightning"]``): ``hotspare check`` looks for each one's top-level package
