@@ -20,7 +20,6 @@ Bad input is one line on stderr and exit 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tomllib
 from pathlib import Path
@@ -105,7 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check", parents=[inv], help="validate the inventory, reach every host and preflight it"
     )
-    check.add_argument("--json", action="store_true", help="print the results as JSON")
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object, on success and on error alike: {"ok": bool, "error": '
+        'null or the line that stopped the check, "hosts": [one object per host]}',
+    )
     check.add_argument("--deploy", action="store_true", help="deploy the executor bundle first")
     report = sub.add_parser(
         "report", parents=[inv], help="write a post-mortem of the journal as markdown"
@@ -130,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         if args.command == "check" and args.json:  # a script reading stdout learns why too
-            print(json.dumps({"ok": False, "error": str(e)}))
+            from console.reach.check import write_json
+
+            write_json(sys.stdout, [], str(e))
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,14 @@
-"""``hotspare check``: validate the inventory, reach every host, and preflight it."""
+"""``hotspare check``: validate the inventory, reach every host, and preflight it.
+
+``--json`` prints one object, the same shape whether the check ran or the inventory was
+refused, so a script reads one key to know how it went::
+
+    {"ok": true, "error": null, "hosts": [{"host": "a", "ok": true, "problems": [], ...}]}
+    {"ok": false, "error": "inventory.toml: hosts.a.role: ...", "hosts": []}
+
+``ok`` is true when every host passed (exit 0); ``error`` is the one line that stopped the
+check before any host was reached (exit 2), else null; ``hosts`` holds each host's preflight.
+"""
 
 from __future__ import annotations
 
@@ -137,12 +147,25 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
             out.write(f"{r.host}: note: {note}\n")
 
 
+def as_document(results: list[Preflight], error: str | None = None) -> dict[str, object]:
+    """What ``--json`` prints: one shape on success and on error (the module says which)."""
+    return {
+        "ok": error is None and all(r.ok for r in results),
+        "error": error,
+        "hosts": [r.as_dict() for r in results],
+    }
+
+
+def write_json(out: TextIO, results: list[Preflight], error: str | None = None) -> None:
+    out.write(json.dumps(as_document(results, error), indent=2) + "\n")
+
+
 def run_check(inv: Inventory, *, as_json: bool, do_deploy: bool, out: TextIO | None = None) -> int:
     """``out``: default the ``sys.stdout`` of the call, not of the import."""
     out = sys.stdout if out is None else out
     results = asyncio.run(check_all(inv, do_deploy=do_deploy))
     if as_json:
-        out.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
+        write_json(out, results)
     else:
         render(inv, results, out)
     return 0 if all(r.ok for r in results) else 1

@@ -5,7 +5,8 @@ decide, transfer, start, load, first step) and the steps lost; for an elastic jo
 trained at several sizes, its throughput at each; every host provisioned or released, with
 its cost in seconds; and per job, its goodput, the steps each class of incident lost and its
 checkpoint overhead (``console/records/summary.py`` defines them). ``--json``: the same as one
-JSON object.
+JSON object, every key of ours snake_case (``breakdown_s``: ``detect``, ``until_stopped``,
+``stopped``, ``decide``, ``transfer``, ``start``, ``load``, ``first_step``).
 
 What an incident's figures mean, so that they add up:
 
@@ -316,7 +317,7 @@ def _as_json(
                 "planned": i.planned,
                 "fault_at": i.fault_at,
                 "mttr_s": i.mttr_s,
-                "breakdown_s": i.breakdown(),
+                "breakdown_s": {k.replace(" ", "_"): v for k, v in i.breakdown().items()},
                 "last_step": i.last_step,
                 "resumed_step": i.resumed_step,
                 "lost_steps": i.lost_steps,

@@ -159,7 +159,7 @@ def test_each_missing_piece_is_one_line_naming_job_host_key_and_path(tmp_path: P
     js = hotspare("--inventory", str(inventory), "check", "--json")
     no_traceback(js)
     assert js.returncode == 1
-    by_host = {d["host"]: d for d in json.loads(js.stdout)}
+    by_host = {d["host"]: d for d in json.loads(js.stdout)["hosts"]}
     assert by_host["b"]["ok"] is False and by_host["a"]["ok"] is False
     lines = job_lines(r.stdout)
     assert by_host["a"]["problems"] == [x for x in lines if " on host a: " in x]

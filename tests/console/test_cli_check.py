@@ -119,7 +119,9 @@ def test_check_before_deploying_passes_and_notes_the_bundle_the_console_will_dep
     js = shipped.before_json
     no_traceback(js)
     assert js.returncode == 0, js.stdout
-    for d in json.loads(js.stdout):
+    doc = json.loads(js.stdout)
+    assert (doc["ok"], doc["error"]) == (True, None)
+    for d in doc["hosts"]:
         assert (d["ok"], d["problems"], d["bundle"]) == (True, [], False)
         assert len(d["notes"]) == 1 and "not deployed yet" in d["notes"][0]
 
@@ -148,8 +150,10 @@ def test_check_json_after_deploying(shipped: Shipped) -> None:
     r = shipped.again
     no_traceback(r)
     assert r.returncode == 0, r.stdout
-    results = json.loads(r.stdout)
-    assert isinstance(results, list)
+    doc = json.loads(r.stdout)
+    assert sorted(doc) == ["error", "hosts", "ok"], "the same shape as on error"
+    assert (doc["ok"], doc["error"]) == (True, None)
+    results = doc["hosts"]
     assert len(results) == 3
     free = re.findall(r'"disk_free_mb": ([0-9.]+)', r.stdout)
     assert len(free) == 3 and all(re.fullmatch(r"\d+(\.\d)?", mb) for mb in free), free
@@ -214,7 +218,9 @@ def test_check_names_the_host_without_torch(tmp_path: Path, python_without_torch
     js = check(inventory, "--json")
     no_traceback(js)
     assert js.returncode == 1
-    by_host = {d["host"]: d for d in json.loads(js.stdout)}
+    doc = json.loads(js.stdout)
+    assert (doc["ok"], doc["error"]) == (False, None), "a host failed; the check itself ran"
+    by_host = {d["host"]: d for d in doc["hosts"]}
     assert by_host["good"]["ok"] is True
     assert by_host["notorch"]["ok"] is False
     assert by_host["notorch"]["torch"] is None

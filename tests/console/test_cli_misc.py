@@ -41,7 +41,8 @@ def test_check_json_with_a_bad_inventory_prints_the_error_as_json(
     assert main(["--inventory", str(inventory), "check", "--json"]) == 2
     out, err = capsys.readouterr()
     answer = json.loads(out)
-    assert answer["ok"] is False
+    assert sorted(answer) == ["error", "hosts", "ok"], "the same shape as on success"
+    assert (answer["ok"], answer["hosts"]) == (False, [])
     assert "heartbeat_sx" in answer["error"] and str(inventory) in answer["error"]
     assert err.strip() == f"hotspare: {answer['error']}", "stderr says it too, once"
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,17 @@ def test_the_report_writes_the_summary_as_markdown_and_as_json(
         (2, "executor_crash", 10),
     ]
     assert doc["finished"] == {"j": "ab"}
+    assert list(doc["incidents"][0]["breakdown_s"]) == ["detect", "load", "first_step"]
+    assert [k for k in _keys(doc) if not re.fullmatch(r"[a-z0-9_]+", k)] == [], "snake_case"
+
+
+def _keys(doc: object) -> list[str]:
+    """Every key of every object in a JSON document."""
+    if isinstance(doc, dict):
+        return [k for k, v in doc.items() for k in (k, *_keys(v))]
+    if isinstance(doc, list):
+        return [k for v in doc for k in _keys(v)]
+    return []
 
 
 def test_a_state_dir_with_no_journal_is_one_line(
