@@ -197,7 +197,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _health(args: argparse.Namespace) -> int:
     """One Health sample, the same the executor sends while it serves, without torch: what the
-    console runs on a host with no executor (a spare) to watch it."""
+    console runs on a host with no executor (a spare) to watch it, on the host's root (there
+    once its bundle is). A workdir that is not there is refused, not measured elsewhere."""
     import time
 
     from executors.events import to_json
@@ -205,6 +206,9 @@ def _health(args: argparse.Namespace) -> int:
 
     if not 0 <= args.window_s <= 10:
         raise ConfigError(f"--window-s must be between 0 and 10, got {args.window_s:g}")
+    if not args.workdir.is_dir():  # a typo would measure whichever disk holds its parent
+        what = "is not a folder" if args.workdir.exists() else "no such folder"
+        raise ConfigError(f"--workdir {args.workdir}: {what}")
     sampler = HealthSampler(args.workdir)
     try:
         sampler.sample()  # primes the rates: the second sample measures the window

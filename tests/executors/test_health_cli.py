@@ -46,7 +46,8 @@ def test_one_sample_as_json_without_importing_torch(tmp_path: Path) -> None:
         nvml,
         {"devices": [{"name": "Fake H100", "temp_c": 47}, {"name": "Fake H100", "lost": True}]},
     )
-    workdir = tmp_path / "not-made-yet" / "root"
+    workdir = tmp_path / "root"
+    workdir.mkdir()
     r = run_health("--workdir", str(workdir), "--json", "--window-s", "0.05", nvml=nvml)
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[-1] == "imported:", f"the probe imported {r.stderr!r}"
@@ -54,10 +55,10 @@ def test_one_sample_as_json_without_importing_torch(tmp_path: Path) -> None:
     h = msgspec.json.decode(line, type=Health)
     assert [(g.index, g.lost, g.temp_c) for g in h.gpus] == [(0, False, 47.0), (1, True, None)]
     assert h.gpu_status.startswith("ok")
-    assert not workdir.parent.exists(), "a probe only looks: it makes no folder"
+    assert list(workdir.iterdir()) == [], "a probe only looks: it writes nothing"
     vfs = os.statvfs(tmp_path)
     total_mb = vfs.f_blocks * vfs.f_frsize / 2**20
-    assert abs(h.disk_total_mb - total_mb) < 1, "measured where the workdir would be"
+    assert abs(h.disk_total_mb - total_mb) < 1, "measured where the workdir is"
     assert 0 < h.disk_free_mb <= total_mb
 
 
@@ -74,3 +75,22 @@ def test_a_plain_line_for_a_person_and_bad_input_is_one_line(tmp_path: Path) -> 
     assert bad.stderr.splitlines()[0] == (
         "hotspare-executor: --window-s must be between 0 and 10, got -1"
     )
+
+
+def test_a_workdir_that_is_not_there_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Measured on the nearest folder that exists, a typo would report another disk as this
+    host's: a missing workdir (or a file) is refused, in one line, writing nothing."""
+    nvml = tmp_path / "nvml.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100"}]})
+    missing, a_file = tmp_path / "nonexistent", tmp_path / "file"
+    a_file.write_text("")
+    for workdir, what in ((missing, "no such folder"), (a_file, "is not a folder")):
+        for json_flag in ((), ("--json",)):
+            r = run_health("--workdir", str(workdir), *json_flag, "--window-s", "0", nvml=nvml)
+            assert r.returncode == 2, r.stdout
+            assert r.stdout == ""
+            assert "Traceback" not in r.stderr
+            assert r.stderr.splitlines()[:-1] == [
+                f"hotspare-executor: --workdir {workdir}: {what}"
+            ], "one line (the last is the test's own import report)"
+    assert not missing.exists()
