@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen
 from textual.worker import Worker
 
 from console.jobs.controller import Controller
@@ -131,6 +132,12 @@ class HotspareApp(App[int]):
         )
 
     @property
+    def may_act(self) -> bool:
+        """Actions go somewhere: not a read-only console (an acting view's own copy of the
+        controller is read-only, its actions go to the service)."""
+        return not (self.acts is self.ctl and self.ctl.read_only)
+
+    @property
     def quit_note(self) -> str:
         return QUIT_NOTE if self.attached is None else self.attached.quit_note()
 
@@ -190,7 +197,7 @@ class HotspareApp(App[int]):
 
     def act(self, what: str, do: Callable[[], object], *, confirm: str | None = None) -> None:
         """Run an operator action, asking first when ``confirm`` is given."""
-        if self.acts is self.ctl and self.ctl.read_only:
+        if not self.may_act:
             self.notify(f"read-only console: {what} is off", severity="warning", markup=False)
             return
 
@@ -283,6 +290,11 @@ class HotspareApp(App[int]):
         if not self._instant_switch:
             super().delay_update(delay)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Tab switches views only where a view is in front: over a form or a dialog it is
+        not taken, and moves between the form's fields."""
+        return not (action == "next_view" and isinstance(self.screen, ModalScreen))
+
     def action_next_view(self) -> None:
         modes = list(self.VIEWS)
         self.action_view(modes[(modes.index(self.current_mode) + 1) % len(modes)])
@@ -303,7 +315,7 @@ class HotspareApp(App[int]):
         screen = self.screen
         if not isinstance(screen, LiveScreen):
             return
-        off = " (off: read-only)" if self.acts is self.ctl and self.ctl.read_only else ""
+        off = "" if self.may_act else " (off: read-only)"
         keys: list[tuple[str, str]] = []
         ours = [c for c in type(screen).__mro__ if c.__module__.startswith("console.ui")]
         for b in [b for cls in ours for b in _bindings(cls.__dict__.get("BINDINGS", []))]:

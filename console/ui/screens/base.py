@@ -90,6 +90,8 @@ class ViewScreen(LiveScreen):
         super().__init__()
         self.filter_text = ""
         self.tags: set[str] = set()
+        self._cursor_placed = False
+        """The cursor has been put on the first item (not a group header) once."""
 
     @property
     def table(self) -> LiveTable:
@@ -98,6 +100,7 @@ class ViewScreen(LiveScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(self.TITLE_TEXT, classes="view-title", markup=False)
+        yield Static("", classes="hint", markup=False)
         yield LiveTable(self.COLUMNS)
         yield Input(
             placeholder="filter: any text in a row; Enter keeps it, Esc clears", id="filter"
@@ -116,10 +119,22 @@ class ViewScreen(LiveScreen):
         """Rows to colour, and how (``LiveTable.MARKS``): a host down, say."""
         return {}
 
+    def hint(self) -> str:
+        """One line under the title for a newcomer (what to press, what to watch); '' hides it."""
+        return ""
+
     def redraw(self) -> None:
         rows = filtered(self.rows(), self.filter_text, self.is_item)
         self.tags &= set(rows)
-        self.table.sync(tagged(rows, self.tags), self.marks(rows))
+        table = self.table
+        table.sync(tagged(rows, self.tags), self.marks(rows))
+        if not self._cursor_placed and (first := next(filter(self.is_item, rows), None)):
+            self._cursor_placed = True  # opened on the first host, not its region's header
+            table.move_cursor(row=table.get_row_index(first))
+        hint = self.hint()
+        box = self.query_one(".hint", Static)
+        box.display = bool(hint)
+        box.update(hint)
         title = self.TITLE_TEXT
         if self.filter_text:
             title += f"   /{self.filter_text}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from textual.binding import Binding
 
+from console.ui.hint import demo_hint
 from console.ui.screens.add_host import AddHostScreen
 from console.ui.screens.base import ViewScreen
 from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
@@ -43,6 +44,12 @@ class FleetScreen(HostActions, ViewScreen):
     def is_item(self, key: str) -> bool:
         return not key.startswith(REGION_PREFIX)
 
+    def hint(self) -> str:
+        if not self.hotspare.may_act:
+            return ""
+        keys = {b.id: self.app.get_key_display(b) for b in HOST_BINDINGS}
+        return demo_hint(self.ctl, kill_key=keys["host.kill"], revive_key=keys["host.revive"])
+
     def open(self, key: str) -> None:
         self.app.push_screen(HostDetailScreen(key))
 
@@ -50,7 +57,7 @@ class FleetScreen(HostActions, ViewScreen):
         return self.selected()
 
     def action_add_host(self) -> None:
-        if self.ctl.read_only:
+        if not self.hotspare.may_act:
             self.hotspare.act("add host", lambda: None)
             return
         regions = sorted(self.ctl.inv.regions)

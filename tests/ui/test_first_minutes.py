@@ -1,0 +1,110 @@
+"""The first minutes at the console, at 80x24 and 200x50: it opens on the first host with one
+hint line naming the kill key and what to watch, and Tab in an open form moves between its
+fields without switching the view behind it. Shown without running the controller, so
+nothing but the screen is under test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fleetbed import job_table, local_host, write_inventory
+from textual.widgets import Input, Static
+
+from console.inventory import load
+from console.jobs.controller import Controller
+from console.jobs.policy import Policy
+from console.states import HostState
+from console.ui.app import HotspareApp
+from console.ui.screens.add_host import AddHostScreen
+from console.ui.screens.fleet import FleetScreen
+from console.ui.screens.jobs import JobsScreen
+from console.ui.widgets.live_table import LiveTable
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 50), id="200x50")]
+
+
+def demo_app(tmp_path: Path, *, read_only: bool = False) -> HotspareApp:
+    """The shipped demo's shape: local-a trains demo, local-b its spare, local-c elsewhere."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "local-a": local_host(tmp_path / "a"),
+            "local-b": local_host(tmp_path / "b", role="spare"),
+            "local-c": local_host(tmp_path / "c", region="r2", role="spare"),
+        },
+        jobs={"demo": {"host": "local-a", "spares": ["local-b"], **job_table()}},
+    )
+    ctl = Controller(load(inventory), Policy.AUTO, read_only=read_only)
+    return HotspareApp(ctl, supervise=False)
+
+
+def hint(app: HotspareApp) -> str | None:
+    """The hint line as shown, None when it is hidden."""
+    box = app.screen.query_one(".hint", Static)
+    return str(box.render()) if box.display and box.region.height == 1 else None
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_console_opens_on_the_first_host_with_the_kill_hint(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = demo_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, FleetScreen)
+        table = app.screen.query_one(LiveTable)
+        assert table.row_keys()[0] != "local-a", "a region header comes first"
+        assert table.selected == "local-a", "the cursor starts on the first host"
+        assert hint(app) == "K kills local-a: watch demo move to local-b"
+        assert app.screen.query_one(".hint", Static).region.y < table.region.y, "above the table"
+
+        await pilot.press("j")
+        assert table.selected == "local-b", "the cursor moves on from there"
+        app.screen.redraw()
+        assert table.selected == "local-b", "and is not put back on the next draw"
+
+        hosts = app.ctl.fleet
+        hosts.set_state("local-a", HostState.SUSPECT, "test")
+        hosts.set_state("local-a", HostState.DOWN, "test")
+        app.screen.redraw()
+        assert hint(app) == "r brings local-a back"
+        hosts.set_state("local-a", HostState.UP, "test")
+        app.screen.redraw()
+        assert hint(app) == "K kills local-a: watch demo move to local-b"
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_read_only_console_hints_no_key_it_has_turned_off(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = demo_app(tmp_path, read_only=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one(LiveTable).selected == "local-a"
+        assert hint(app) is None
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_tab_moves_between_the_fields_of_an_open_form(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    app = demo_app(tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("n")
+        form = app.screen
+        assert isinstance(form, AddHostScreen)
+        assert app.focused is not None and app.focused.id == "host-name"
+        await pilot.press(*"gpu-9", "tab")
+        assert app.screen is form and app.current_mode == "fleet", "the view stayed behind it"
+        assert app.focused is not None and app.focused.id == "host-address"
+        await pilot.press(*"10.0.0.9", "tab")
+        assert app.focused is not None and app.focused.id == "host-user"
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused is not None and app.focused.id == "host-name"
+        assert form.query_one("#host-name", Input).value == "gpu-9"
+        assert form.query_one("#host-address", Input).value == "10.0.0.9"
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("tab")
+        assert isinstance(app.screen, JobsScreen), "with no form open, Tab still switches views"
