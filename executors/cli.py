@@ -203,6 +203,7 @@ def _health(args: argparse.Namespace) -> int:
 
     from executors.events import to_json
     from executors.health import HealthSampler
+    from protocol.units import size_mb
 
     if not 0 <= args.window_s <= 10:
         raise ConfigError(f"--window-s must be between 0 and 10, got {args.window_s:g}")
@@ -222,7 +223,7 @@ def _health(args: argparse.Namespace) -> int:
     lost = [str(g.index) for g in h.gpus if g.lost]
     print(
         f"cpu {h.cpu_pct:.0f}%  mem {h.mem_used_pct:.0f}%  "
-        f"disk {h.disk_free_mb / 1024:.1f} GiB free of {h.disk_total_mb / 1024:.1f} GiB  "
+        f"disk {size_mb(h.disk_free_mb)} free of {size_mb(h.disk_total_mb)}  "
         f"{h.gpu_status}" + (f" (lost: GPU {', '.join(lost)})" if lost else "")
     )
     return exitcodes.OK

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from console.inventory import HealthThresholds
 from protocol.messages import Health
+from protocol.units import size_mb
 
 
 class Severity(StrEnum):
@@ -58,5 +59,5 @@ def evaluate(h: Health, previous: Health | None, t: HealthThresholds) -> list[Fi
                     )
                 )
     if h.disk_total_mb and h.disk_free_mb < t.disk_free_warn_gb * 1024:
-        out.append(Finding(Severity.WARN, "disk", f"only {h.disk_free_mb / 1024:.1f} GiB free"))
+        out.append(Finding(Severity.WARN, "disk", f"only {size_mb(h.disk_free_mb)} free"))
     return out

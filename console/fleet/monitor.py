@@ -27,6 +27,7 @@ from console.reach.health_probe import HealthProbeFailed, NotDeployed, probe_hea
 from console.records.journal import Journal, Kind
 from console.states import HostState
 from protocol.messages import Health
+from protocol.units import size_mb
 
 REACH_EVERY_S = 2.0
 PROBES_AT_ONCE = 16
@@ -54,7 +55,7 @@ def probe_findings(h: Health, host: Host, min_free_disk_gb: float) -> list[Findi
             Finding(
                 Severity.FAIL,
                 "disk_min",
-                f"only {h.disk_free_mb:.0f} MiB free under its root "
+                f"only {size_mb(h.disk_free_mb)} free under its root "
                 f"(min_free_disk_gb is {min_free_disk_gb:g})",
             )
         )

@@ -25,6 +25,7 @@ from console.reach.job_ready import check_jobs, on_host
 from console.reach.preflight import Preflight, preflight
 from console.reach.transport.base import TransportError
 from console.reach.transport.factory import open_transport
+from protocol.units import size_mb
 
 
 async def check_host(inv: Inventory, name: str, *, do_deploy: bool) -> Preflight:
@@ -117,7 +118,7 @@ def render(inv: Inventory, results: list[Preflight], out: TextIO) -> None:
     ]
     for r in results:
         host = inv.hosts[r.host]
-        disk = f"{r.disk_free_mb / 1024:.1f} GiB" if r.disk_free_mb is not None else "-"
+        disk = size_mb(r.disk_free_mb) if r.disk_free_mb is not None else "-"
         rows.append(
             (
                 r.host,

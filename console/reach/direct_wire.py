@@ -23,6 +23,7 @@ from console.reach.transport.base import (
 )
 from console.reach.transport.files import TransferCorrupt
 from console.reach.transport.ssh import SshTransport
+from protocol.units import size
 
 HOST_PROGRAM = Path(direct_host.__file__).read_text()
 
@@ -101,8 +102,8 @@ def failed(spare: str, what: str, said: dict[str, Any]) -> TransportError:
     """What the receiver (or the sender, for a connection lost mid-copy) said went wrong."""
     if said.get("full"):
         return SpareDiskFull(
-            f"{spare}: disk full: {said['disk'][0] / 2**20:.1f} MiB free; the replica needs "
-            f"{said['need'] / 2**20:.1f} MiB and {said['reserve'] / 2**20:.1f} MiB must stay free"
+            f"{spare}: disk full: {size(said['disk'][0])} free; the replica needs "
+            f"{size(said['need'])} and {size(said['reserve'])} must stay free"
         )
     if "error" in said:
         return PermanentTransportError(

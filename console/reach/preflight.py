@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from console.reach.deploy import Bundle, bundle_dir
 from console.reach.transport.base import Transport, TransportError
+from protocol.units import size_mb
 
 MIN_PYTHON = (3, 11)
 
@@ -139,7 +140,8 @@ async def preflight(
         pf.problems.append(f"cannot use {root}: {facts.get('disk_error')}")
     elif pf.disk_free_mb < min_free_gb * 1024:
         pf.problems.append(
-            f"only {pf.disk_free_mb / 1024:.1f} GiB free under {root} (need {min_free_gb:g})"
+            f"only {size_mb(pf.disk_free_mb)} free under {root} "
+            f"(need {size_mb(min_free_gb * 1024)}: console.min_free_disk_gb)"
         )
     if not pf.bundle:
         pf.notes.append(

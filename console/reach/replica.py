@@ -44,6 +44,7 @@ from console.reach.transport.base import (
 )
 from console.reach.transport.files import TransferCorrupt, transfer
 from protocol.spec import CheckpointManifest
+from protocol.units import size
 
 if TYPE_CHECKING:
     from console.reach.transport.ssh import SshTransport
@@ -125,13 +126,9 @@ Measured = Callable[[DiskUsage], None]
 
 def _full(plan: ReplicaPlan, disk: DiskUsage, need: int, reserve: int) -> SpareDiskFull:
     return SpareDiskFull(
-        f"{plan.host}: disk full: {_mb(disk.free)} free under {plan.folder}; the replica of "
-        f"step {plan.step} needs {_mb(need)} and {_mb(reserve)} must stay free"
+        f"{plan.host}: disk full: {size(disk.free)} free under {plan.folder}; the replica of "
+        f"step {plan.step} needs {size(need)} and {size(reserve)} must stay free"
     )
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:

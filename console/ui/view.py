@@ -13,6 +13,7 @@ from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
 from console.jobs.controller import Controller
 from console.states import HostState, JobState
 from protocol.messages import Health
+from protocol.units import MIB, size_mb, used_of
 
 Row = tuple[str, ...]
 
@@ -145,7 +146,7 @@ def _gpu_cells(h: Health | None) -> Row:
     temp = max((g.temp_c for g in h.gpus if g.temp_c is not None), default=None)
     power = sum(g.power_w for g in h.gpus if g.power_w is not None) if h.gpus else None
     lost = sum(g.lost for g in h.gpus)
-    mem = f"{used / 1024:.0f}/{total / 1024:.0f}G" if total else "-"
+    mem = used_of(used * MIB, total * MIB) if total else "-"
     util_s = _num(util, "%") + (f" x{n}" if n > 1 else "") + (f" {lost} lost" if lost else "")
     return (util_s, mem, f"{_num(temp, 'C')} {_num(power, 'W')}")
 
@@ -204,7 +205,7 @@ def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None)
         gpu, trend = (f"({old})", "-", "-"), ""
     elif h is not None:
         cpu_mem = f"{h.cpu_pct:.0f}%/{h.mem_used_pct:.0f}%"
-        disk = f"{h.disk_free_mb / 1024:.0f}G"
+        disk = size_mb(h.disk_free_mb)
     alerts = _short(", ".join(dict.fromkeys(f.rule for f in rt.findings)), ALERTS_WIDTH)
     return (
         f"  {name}",
@@ -218,15 +219,6 @@ def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None)
         trend,
         alerts,
     )
-
-
-def size(n: float) -> str:
-    """A short human size: 980K, 12M, 1.5G."""
-    if n < 2**20:
-        return f"{n / 2**10:.0f}K"
-    if n < 2**30:
-        return f"{n / 2**20:.0f}M"
-    return f"{n / 2**30:.1f}G"
 
 
 def replica_cell(ctl: Controller, job: str, spare: str, step: int, shards: int = 1) -> str:

@@ -9,7 +9,8 @@ from console.jobs.controller import Controller
 from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief
-from console.ui.view import Row, age, size
+from console.ui.view import Row, age
+from protocol.units import MIB, size, used_of
 
 CHECKPOINT_COLUMNS = ("step", "written", "size", "sha256", "verified on")
 JOB_INCIDENT_COLUMNS = ("#", "class", "MTTR", "lost steps", "resolved")
@@ -49,10 +50,6 @@ def _secs(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}s"
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
 def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict[str, Row]:
     """The newest checkpoints first, each with the hosts known to hold a verified copy."""
     now = time.time() if now is None else now
@@ -68,7 +65,7 @@ def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict
         rows[f"{m.step}:{m.sha256}"] = (
             str(m.step),
             f"{age(now - m.created_at)} ago",
-            _mb(m.size),
+            size(m.size),
             m.sha256[:12],
             ", ".join(holders),
         )
@@ -170,11 +167,7 @@ def gpu_rows(ctl: Controller, host: str) -> dict[str, Row]:
         if g.lost:
             rows[str(g.index)] = (str(g.index), g.name, "LOST", *("-",) * 8)
             continue
-        mem = (
-            f"{(g.mem_used_mb or 0) / 1024:.0f}/{g.mem_total_mb / 1024:.0f}G"
-            if g.mem_total_mb
-            else "-"
-        )
+        mem = used_of((g.mem_used_mb or 0) * MIB, g.mem_total_mb * MIB) if g.mem_total_mb else "-"
         rows[str(g.index)] = (
             str(g.index),
             g.name,

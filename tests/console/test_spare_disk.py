@@ -29,9 +29,10 @@ from console.reach.transport.base import TemporaryTransportError, Transport
 from console.reach.transport.local import LocalTransport
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
-from console.ui.view import replica_cell, size
+from console.ui.view import replica_cell
 from console.ui.view_detail import replica_lines
 from protocol.spec import CheckpointManifest
+from protocol.units import size
 
 DISK = 4 << 20
 SIZE = 300_000
@@ -133,7 +134,7 @@ async def test_a_full_spare_fails_cleanly_opens_an_incident_and_recovers(
     st = bed.ctl.replicator.replica("j", "b")
     assert st.disk is not None and st.disk.free == 0
     shown = replica_lines(bed.ctl, "j")
-    assert shown.startswith("b: step 100") and "disk 0K free of 4M" in shown
+    assert shown.startswith("b: step 100") and "disk 0 B free of 4.0 MiB" in shown
     assert shown.endswith("DISK FULL") and replica_cell(bed.ctl, "j", "b", 0).endswith("DISK FULL")
 
     filler.unlink()

@@ -62,7 +62,7 @@ def test_a_sample_is_shown_while_current_and_as_its_age_once_two_intervals_old(
     at = ctl.fleet.hosts["a"].sampled_at
     fresh = fleet_rows(ctl, now=at + 0.1)["a"]
     assert fresh[GPU].startswith("95%"), fresh
-    assert "%" in fresh[LIVE[2]] and fresh[LIVE[3]] == "10G", fresh
+    assert "%" in fresh[LIVE[2]] and fresh[LIVE[3]] == "10 GiB", fresh
     old_at = at + STALE_AFTER_SAMPLES * beat + 1.5
     old = fleet_rows(ctl, now=old_at)["a"]
     assert old[GPU] == f"({STALE_AFTER_SAMPLES * beat + 1.5:.1f}s old)", old
