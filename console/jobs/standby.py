@@ -184,14 +184,22 @@ class Standby:
                     host=e.host,
                 )
         self._preparing_on = None
-        if not isinstance(prepared, Prepared):
-            prepared, self.warm = self.warm, None
+        warm = not isinstance(prepared, Prepared)
+        if warm:
+            prepared = self.warm
             if prepared is None:
                 return None
+        assert isinstance(prepared, Prepared)
         if prepared.host != old and self._usable(prepared):
+            if warm:
+                self.warm = None
             self.prepared = prepared
             self._fleet.hosts[prepared.host].job = self._live.name
             return prepared.host
+        if warm and self._live.target not in (None, prepared.host) and prepared.host != old:
+            return None  # an operator chose another target: the standby stays where it is
+        if warm:
+            self.warm = None
         await self.discard(prepared)
         return None
 
@@ -209,12 +217,13 @@ class Standby:
     def _usable(self, prepared: Prepared) -> bool:
         """A readied executor the job may still start on: linked, its host fit and not taken
         by another job meanwhile (a warm standby does not hold its spare: the spare serves
-        every job that names it)."""
+        every job that names it), and the target an operator chose, if one did."""
         rt = self._fleet.hosts[prepared.host]
         return (
             self.pumping(prepared.link)
             and self._fleet.fit(prepared.host)
             and rt.job in (None, self._live.name)
+            and self._live.target in (None, prepared.host)
         )
 
     async def discard(self, prepared: Prepared) -> None:

@@ -46,8 +46,8 @@ path, data_path, mode, then = sys.argv[1:5]
 data = open(data_path, "rb").read()
 s = socket.socket(socket.AF_UNIX)
 s.bind(path + ".tmp")
+s.listen()  # before the path appears: a console that finds it can connect
 os.rename(path + ".tmp", path)
-s.listen()
 s.settimeout(60)
 c, _ = s.accept()
 c.settimeout(60)
