@@ -6,6 +6,7 @@ Exit codes are in ``executors.exitcodes``. Bad input is one line on stderr and e
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -168,7 +169,7 @@ def _serve(args: argparse.Namespace) -> int:
     # A bad spec is refused before the workdir is touched: no lock or pid file names an
     # executor that never ran.
     spec = load_spec(args.spec, args.job) if args.spec else None
-    twin = None
+    twin, lock = None, None
     if args.twin:  # a twin holds its own lock; the workdir's only once promoted by a Start
         if spec is not None:
             raise ConfigError("--twin waits for Start; it cannot start a --spec at once")
@@ -177,7 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
         twin = TwinSeat.take(args.workdir)
     else:
         # Then the lock, before the slow imports: the console takes a free lock for a dead executor.
-        acquire(args.workdir)
+        lock = acquire(args.workdir)
         _reap(args.workdir)
     import asyncio
 
@@ -192,7 +193,13 @@ def _serve(args: argparse.Namespace) -> int:
         kind=args.kind,
         twin=twin,
     )
-    return asyncio.run(server.main(autostart=spec))
+    code = asyncio.run(server.main(autostart=spec))
+    if lock is not None:
+        # nothing trains or writes here any more (a step stuck past the lease ends the process
+        # at once instead): let go of the workdir now, not after the interpreter's teardown
+        # (torch's takes a good part of a second), so a planned move's reap finds it free
+        os.close(lock)
+    return code
 
 
 def _health(args: argparse.Namespace) -> int:
