@@ -6,6 +6,8 @@ Exit codes are in ``executors.exitcodes``. Bad input is one line on stderr and e
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import signal
 import sys
@@ -169,7 +171,7 @@ def _serve(args: argparse.Namespace) -> int:
     # A bad spec is refused before the workdir is touched: no lock or pid file names an
     # executor that never ran.
     spec = load_spec(args.spec, args.job) if args.spec else None
-    twin, lock = None, None
+    twin = None
     if args.twin:  # a twin holds its own lock; the workdir's only once promoted by a Start
         if spec is not None:
             raise ConfigError("--twin waits for Start; it cannot start a --spec at once")
@@ -178,7 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         twin = TwinSeat.take(args.workdir)
     else:
         # Then the lock, before the slow imports: the console takes a free lock for a dead executor.
-        lock = acquire(args.workdir)
+        acquire(args.workdir)
         _reap(args.workdir)
     import asyncio
 
@@ -194,12 +196,14 @@ def _serve(args: argparse.Namespace) -> int:
         twin=twin,
     )
     code = asyncio.run(server.main(autostart=spec))
-    if lock is not None:
-        # nothing trains or writes here any more (a step stuck past the lease ends the process
-        # at once instead): let go of the workdir now, not after the interpreter's teardown
-        # (torch's takes a good part of a second), so a planned move's reap finds it free
-        os.close(lock)
-    return code
+    # Everything is said and closed (events, sockets, the pid file): end the process now, not
+    # after the interpreter's teardown (torch's takes a good part of a second), so the lock it
+    # holds for its life is free at once for a planned move's reap and the next executor.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _health(args: argparse.Namespace) -> int:

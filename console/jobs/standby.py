@@ -64,6 +64,8 @@ class Standby:
         self.warm: Prepared | None = None
         """The warm standby on the first spare, when the job asks for one."""
         self._warm_task: asyncio.Task[None] | None = None
+        self._warm_on: str | None = None
+        """The host the newest warm standby was started on."""
         self._pumps: dict[int, asyncio.Task[str]] = {}
 
     # ------------------------------------------------------------- starting
@@ -120,7 +122,8 @@ class Standby:
         starting = self._warm_task
         if starting is not None and not starting.done():
             # a standby being started now is the target: not a second executor beside it
-            # (the launcher would adopt the standby's process twice)
+            # (the launcher would adopt the standby's process twice); watched as a readying
+            self._preparing_on = self._warm_on
             await asyncio.wait({starting})
         warm = self.warm
         if warm is not None and warm.host != old and self._usable(warm):
@@ -292,6 +295,7 @@ class Standby:
             await self.discard(current)
         if spare is None:
             return
+        self._warm_on = spare
         started = await self.start(spare, promote_replica=False)
         if isinstance(started, ExecutorLink):
             self.warm = Prepared(spare, started)

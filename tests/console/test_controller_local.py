@@ -151,7 +151,9 @@ def moved_without_loss(root: Path) -> tuple[int, int]:
         path = root / host / "jobs" / "j" / "events.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    (stopped,) = [e for e in events("a") if e["kind"] == "stopped"]
+    # the first: a warm standby a may keep for the job afterwards (a, preempted, is a spare
+    # again) writes an idle 'stopped' of its own when the job ends
+    stopped = next(e for e in events("a") if e["kind"] == "stopped")
     assert stopped["checkpoint_step"] == stopped["step"], f"a stopped unsaved: {stopped}"
     resumed = next(e for e in events("b") if e["kind"] == "resumed")
     return int(stopped["step"]), int(resumed["step"])  # type: ignore[call-overload]
