@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from executors import run_env
 from executors.fencing import cgroup
 from executors.fencing import run as fencing
 from executors.fencing.run import FencedRun
@@ -58,8 +59,6 @@ def per_run_names(env_table: dict[str, str]) -> set[str]:
     """Variables whose value changes between runs of one job: ``env`` entries holding a
     placeholder, and the run's identity (``executors.run_env``). What was readied for a job
     (its zygote, its setup) is not redone for them."""
-    from executors import run_env
-
     return {k for k, v in env_table.items() if PLACEHOLDER.search(v)} | run_env.NAMES
 
 

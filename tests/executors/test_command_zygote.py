@@ -376,6 +376,12 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def plain_spec() -> JobSpec:
+    """PLAIN_SCRIPT for 40 steps, preload unset (the shipped default)."""
+    table = msgspec.convert(plain_command(0.02), CommandSpec)
+    return JobSpec(name="plain", executor="command", steps=40, command=table)
+
+
 def readied_zygote(executor: int) -> int:
     """The executor's zygote once its imports are done: it has mapped torch and forked its
     spare (a child of its own), as seen in /proc."""
@@ -394,12 +400,7 @@ def test_a_prepared_idle_executor_imports_before_start_and_forks_the_run_from_th
 ) -> None:
     """Prepare (a failover's target while the old lease runs out): the zygote imports at the
     defaults (preload unset) while nothing runs; the Start's run is forked from it."""
-    spec = JobSpec(
-        name="plain",
-        executor="command",
-        steps=40,
-        command=msgspec.convert(plain_command(0.02), CommandSpec),
-    )
+    spec = plain_spec()
     work = tmp_path / "w"
     executor, c = serve(work, executors_)
     send_message(c.sock, Prepare(spec=spec))
@@ -421,12 +422,7 @@ def test_a_prepared_executor_told_to_stop_leaves_no_zygote_and_ran_nothing(
     tmp_path: Path, executors_: list[ExecutorProcess]
 ) -> None:
     """A readied target not used (a blip ended the lease wait, another host was chosen)."""
-    spec = JobSpec(
-        name="plain",
-        executor="command",
-        steps=40,
-        command=msgspec.convert(plain_command(0.02), CommandSpec),
-    )
+    spec = plain_spec()
     work = tmp_path / "w"
     executor, c = serve(work, executors_)
     send_message(c.sock, Prepare(spec=spec))
