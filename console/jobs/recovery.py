@@ -204,10 +204,13 @@ class Recovery:
             return None
         if old is not None and fleet.hosts[old].job == job.name:
             fleet.hosts[old].job = None
+        # a host lost may be chosen again once it is back; one the job leaves up (a crash past
+        # the restart limit, a preemption, a drain) is not
+        back = old is not None and fleet.hosts[old].state is HostState.DOWN
         target = await standby.take_prepared(old)
         while True:
             while target is None:
-                target = await self._targets.pick(old)
+                target = await self._targets.pick(old, back=back)
                 if target is not None or job.stop_requested:
                     break
                 self._states.wait_note(f"no spare left for {job.name}: it waits for a host")

@@ -34,12 +34,17 @@ class Targets:
         self._reserved = reserved
         """Hosts other jobs hold as spares (host -> job)."""
 
-    async def pick(self, old: str | None) -> str | None:
+    async def pick(self, old: str | None, *, back: bool = False) -> str | None:
+        """The host the job goes to next, never ``old`` (the host it leaves) unless ``back``:
+        ``old`` was lost, and once it is up and fit again it is a host like any other (a job
+        whose only host rebooted, or whose failover target died as it started, goes back to it
+        rather than wait for a host forever)."""
         job, fleet = self._live, self._fleet
-        usable = fleet.usable(exclude={old} if old else None) | {
+        avoid = old if old and not back else None
+        usable = fleet.usable(exclude={avoid} if avoid else None) | {
             h
             for h, rt in fleet.hosts.items()
-            if rt.job == job.name and h != old and fleet.fit(h)  # readied, and still fit
+            if rt.job == job.name and h != avoid and fleet.fit(h)  # readied, and still fit
         }
         if job.target is not None:
             return job.target if job.target in usable else None
