@@ -5,7 +5,7 @@ Found by CI (028e228): a member cut off mid-copy left its replacement with a ste
 load; the group restarted in place three times with that same step, then had no host left to
 replace the member with and waited for ever. Here the newcomer's replica of the step it would
 resume from is damaged in place (same size, one byte flipped: its manifest still lists it as
-sound, so only loading it finds out)."""
+sound, so only loading it finds out), once the console has chosen it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from chaos.observe import executor_events
 from fleetbed import run_until
 from groupbed import controller, group_baseline, local_group
 
+from console.records.journal import Event
 from console.states import JobState
 
 
@@ -44,9 +45,8 @@ async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
     sup = ctl.jobs["j"]
 
     def newest_committed() -> bool:
-        """Two replicas on d, the newest of a step the whole group committed: the step it
-        resumes from after c's loss (a fresh-clone run killed c before its newest step was
-        committed; the group resumed from an older one and d never met the damaged step)."""
+        """Two replicas on d, the newest of a step the whole group committed: an older step is
+        there to fall back to once the chosen one is refused."""
         have = replicas(tmp_path / "d", 2)
         if len(have) < 2:
             return False
@@ -58,15 +58,26 @@ async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
         120,
         "step 60 and two replicas of shard 2 on the spare, the newest committed",
     )
+    damaged: list[int] = []
+
+    def damage_the_chosen_step(e: Event) -> None:
+        """Once the console has chosen the step the group resumes from (and promoted d's
+        replica of it), before any member loads it: that step's shard on d is damaged. A
+        fresh-clone run damaged d's newest replica at the kill instead, and the group resumed
+        from another step (the survivors had not all written that one): d never met it."""
+        step = e.data.get("replica_step") if "transfer_done" in e.msg else None
+        if damaged or not isinstance(step, int):
+            return
+        (data,) = [p for p in replicas(tmp_path / "d", 2) if p.stem == f"step-{step:010d}"]
+        with data.open("r+b") as f:  # in place: the promoted hard link of it is damaged too
+            f.seek(data.stat().st_size // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        damaged.append(step)
+
+    ctl.journal.subscribe(damage_the_chosen_step)
     ctl.kill_host("c")
-    assert await ctl.replicator.wait_idle("j", "d", 10, 2)
-    newest = replicas(tmp_path / "d", 2)[-1]
-    damaged = int(newest.stem.removeprefix("step-"))
-    with newest.open("r+b") as f:  # in place: a promoted hard link of it is damaged too
-        f.seek(newest.stat().st_size // 2)
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0xFF]))
     await asyncio.wait_for(task, 240)
     await ctl.close()
     assert sup.state is JobState.FINISHED, sup.live.why
@@ -75,9 +86,9 @@ async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
     # from d's own events: it could not load the damaged step, and then resumed from an older one
     seen = events(tmp_path / "d")
     refused = [e for e in seen if e.get("kind") == "fault" and e.get("fault") == "resume_failed"]
-    assert [e["step"] for e in refused] == [damaged], refused
+    assert [e["step"] for e in refused] == damaged, refused
     resumed = [e["step"] for e in seen if e.get("kind") == "resumed"]
-    assert resumed and resumed[-1] < damaged, resumed
+    assert len(damaged) == 1 and resumed and resumed[-1] < damaged[0], (damaged, resumed)
     for member in "ab":  # the survivors resumed from that same older step
         steps = [e["step"] for e in events(tmp_path / member) if e.get("kind") == "resumed"]
         assert steps[-1] == resumed[-1], (member, steps)
