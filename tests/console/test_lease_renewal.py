@@ -56,11 +56,19 @@ async def heartbeats(ctl: Controller, host: str, root: Path, n: int) -> list[Hea
 
 
 def check_renewed_at_each_reading(beats: list[Heartbeat]) -> None:
+    """More renewals landed over the heartbeats than a timer of a third of a lease could have
+    sent, and each reached the executor with over half its lease left.
+
+    Not "a landing between most pairs of heartbeats": that asserts a round trip shorter than a
+    heartbeat, which a loaded machine does not give (CI: 7 of 17 with three executors training
+    on two cores), while the renewals still landed nearly whole."""
     lows = [b.lease_low_s for b in beats[1:]]  # the first may report a landing before it
     landed = [x for x in lows if x is not None]
-    assert len(landed) >= len(lows) / 2, (
-        f"a renewal landed before only {len(landed)} of {len(lows)} heartbeats: not renewed "
-        "on each reading"
+    window_s = beats[-1].t - beats[0].t
+    by_timer = window_s / (LEASE_S / 3) + 1
+    assert len(landed) > by_timer, (
+        f"renewals landed before only {len(landed)} of {len(lows)} heartbeats over "
+        f"{window_s:.1f} s: no more than a timer of a third of a lease ({by_timer:.1f})"
     )
     assert min(landed) > LEASE_S / 2, f"a renewal reached the executor with {min(landed):.2f} s"
 
