@@ -1,7 +1,7 @@
 """Host and job state machines: enums with a written transition table.
 
 A transition not in the table is a bug and raises; every transition the controller makes
-is journalled by the caller (``Controller._set_host`` / ``_set_job``).
+is journalled by the caller (``Fleet.set_state`` for hosts, ``Transitions.move`` for jobs).
 """
 
 from __future__ import annotations

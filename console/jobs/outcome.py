@@ -1,4 +1,4 @@
-"""How an executor's run ended, as the console classifies it (the fault classes of DESIGN.md)."""
+"""How an executor's run ended, as the console classifies it (the fault classes of docs/guarantees.md)."""
 
 from __future__ import annotations
 

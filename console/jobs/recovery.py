@@ -1,4 +1,4 @@
-"""What a job supervisor does once an executor's run has ended: the fault table of DESIGN.md.
+"""What a job supervisor does once an executor's run has ended: the fault table of docs/guarantees.md.
 
 transient -> relink (in watch); executor crash or hang -> restart in place up to N times;
 host lost, GPU FAIL, drain, preemption -> fail over (same region first); config -> fail fast.

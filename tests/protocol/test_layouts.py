@@ -140,7 +140,7 @@ def test_the_progress_rule_reads_the_frameworks_own_log_line(
     )
 
 
-def test_the_readme_lists_every_layout() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_docs_list_every_layout() -> None:
+    text = (REPO / "docs" / "command.md").read_text()
     for name in LAYOUTS:
         assert f"| `{name}` |" in text, name
