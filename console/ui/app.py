@@ -26,7 +26,7 @@ from console.service.client import Remote
 from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent
-from console.ui.screens.base import LiveScreen
+from console.ui.screens.base import LiveScreen, ViewScreen
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.help import HelpScreen
@@ -47,7 +47,7 @@ QUIT_NOTE = (
 class HotspareApp(App[int]):
     CSS_PATH = "hotspare.tcss"
     TITLE = "hotspare"
-    VIEWS: ClassVar[dict[str, type[LiveScreen]]] = {
+    VIEWS: ClassVar[dict[str, type[ViewScreen]]] = {
         "fleet": FleetScreen,
         "jobs": JobsScreen,
         "incidents": IncidentsScreen,
@@ -298,6 +298,13 @@ class HotspareApp(App[int]):
     def action_next_view(self) -> None:
         modes = list(self.VIEWS)
         self.action_view(modes[(modes.index(self.current_mode) + 1) % len(modes)])
+
+    def view_keys(self) -> list[tuple[str, str, LiveScreen]]:
+        """Each list view's key, label and screen, in the order of ``VIEWS`` (the view bar)."""
+        keys = {b.action: self.get_key_display(b) for b in _bindings(self.BINDINGS)}
+        return [
+            (keys[f"view('{mode}')"], screen.LABEL, screen) for mode, screen in self.views.items()
+        ]
 
     def open_job(self, job: str) -> None:
         self.push_screen(JobDetailScreen(job))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -79,6 +80,10 @@ class LiveScreen(Screen[None]):
 class ViewScreen(LiveScreen):
     """One live table with filter, tags and drill-down."""
 
+    LABEL = ""
+    """Its name in the view bar (``1 Fleet  2 Jobs  3 Incidents``)."""
+    NOTE = ""
+    """Said after the view bar: how the rows are ordered, say."""
     COLUMNS: tuple[str, ...] = ()
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "filter", id="view.filter"),
@@ -99,7 +104,7 @@ class ViewScreen(LiveScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(self.TITLE_TEXT, classes="view-title", markup=False)
+        yield Static(self.view_bar(), classes="view-title", markup=False)
         yield Static("", classes="hint", markup=False)
         yield LiveTable(self.COLUMNS)
         yield Input(
@@ -135,13 +140,24 @@ class ViewScreen(LiveScreen):
         box = self.query_one(".hint", Static)
         box.display = bool(hint)
         box.update(hint)
-        title = self.TITLE_TEXT
-        if self.filter_text:
-            title += f"   /{self.filter_text}"
-        if self.tags:
-            title += f"   {TAG_MARK} {len(self.tags)} tagged (Esc clears)"
-        self.query_one(".view-title", Static).update(title)
+        self.query_one(".view-title", Static).update(self.view_bar())
         self.query_one(".last-event", Static).update(self.hotspare.last_event)
+
+    def view_bar(self) -> Text:
+        """``1 Fleet  2 Jobs  3 Incidents``, this view marked, then its filter and tags.
+
+        The filter is the operator's text: appended as text, never read as markup."""
+        bar = Text(no_wrap=True, overflow="ellipsis", end="")
+        for key, label, shown in self.hotspare.view_keys():
+            bar.append(f" {key} {label} ", "reverse bold" if shown is self else "")
+        notes = [self.NOTE] if self.NOTE else []
+        if self.filter_text:
+            notes.append(f"/{self.filter_text}")
+        if self.tags:
+            notes.append(f"{TAG_MARK} {len(self.tags)} tagged (Esc clears)")
+        if notes:
+            bar.append("   " + "   ".join(notes))
+        return bar
 
     # ---------------------------------------------------------------- selection
 

@@ -24,6 +24,7 @@ from console.ui.view import (
 
 class FleetScreen(HostActions, ViewScreen):
     TITLE_TEXT = "Fleet"
+    LABEL = "Fleet"
     COLUMNS = FLEET_COLUMNS
     BINDINGS = [
         Binding("enter", "open", "details", id="fleet.open", show=False),

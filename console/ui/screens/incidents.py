@@ -18,6 +18,8 @@ from console.ui.widgets.key_bar import KeyBar
 
 class IncidentsScreen(ViewScreen):
     TITLE_TEXT = "Incidents (newest first)"
+    LABEL = "Incidents"
+    NOTE = "newest first"
     COLUMNS = INCIDENT_COLUMNS
     NOUN = "incident"
     BINDINGS = [Binding("enter", "open", "report", id="incidents.open", show=False)]

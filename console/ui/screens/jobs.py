@@ -12,6 +12,7 @@ from console.ui.view import JOB_COLUMNS, Row, job_rows
 
 class JobsScreen(JobActions, ViewScreen):
     TITLE_TEXT = "Jobs"
+    LABEL = "Jobs"
     COLUMNS = JOB_COLUMNS
     BINDINGS = [Binding("enter", "open", "details", id="jobs.open", show=False), *JOB_BINDINGS]
 
