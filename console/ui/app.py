@@ -137,6 +137,11 @@ class HotspareApp(App[int]):
         controller is read-only, its actions go to the service)."""
         return not (self.acts is self.ctl and self.ctl.read_only)
 
+    def key_shown(self, binding: Binding) -> bool:
+        """The key bar shows a read-only console's navigation only: its actions are off (a
+        key pressed still says so)."""
+        return self.may_act or not (binding.id and _is_action(binding.id))
+
     @property
     def quit_note(self) -> str:
         return QUIT_NOTE if self.attached is None else self.attached.quit_note()

@@ -8,11 +8,19 @@ that renders the bindings as a line of text.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
+
+
+@runtime_checkable
+class KeyFilter(Protocol):
+    """An app that keeps some bound keys off the bar (a read-only console's actions)."""
+
+    def key_shown(self, binding: Binding) -> bool: ...
 
 
 class KeyBar(Widget):
@@ -52,8 +60,11 @@ class KeyBar(Widget):
         text_style = self.get_component_rich_style("key-bar--description")
         line = Text(no_wrap=True, overflow="ellipsis", end="")
         actions: set[str] = set()
+        app = self.app
         for _node, binding, enabled, _tip in self.screen.active_bindings.values():
             if not binding.show or binding.action in actions:
+                continue
+            if isinstance(app, KeyFilter) and not app.key_shown(binding):
                 continue
             actions.add(binding.action)
             line.append(f" {self.app.get_key_display(binding)} ", key_style)
