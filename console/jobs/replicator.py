@@ -198,7 +198,7 @@ class Replicator:
             manifest=msgspec.json.encode(src.manifest),
             replicas_kept=self._inv.console.replicas_kept,
             floor=int(self._inv.console.min_free_disk_gb * 2**30),
-            python=self._inv.hosts[spare].python,
+            python=self._inv.python(spare),
             files=folder_files(src.manifest),
         )
         t0 = time.perf_counter()

@@ -258,3 +258,20 @@ async def test_a_copy_cut_by_the_console_closing_leaves_the_next_one_whole(bed: 
     bed.ctl.fleet.hosts["a"].transport = LocalTransport("a")
     assert await bed.copy(300)
     bed.holds(100, 300)
+
+
+async def test_a_spare_whose_table_names_no_python_gets_replicas_all_the_same(
+    tmp_path: Path, ssh_hosts: Callable[[int], list[Any]]
+) -> None:
+    """``python`` left out of a host's table is python3 over ssh (the inventory's default).
+    Found by mypy: the replica's plan took the table's None, and the spare's program was
+    started as ``None -I -S -c ...``."""
+    (h,) = ssh_hosts(1)
+    table = h.inventory_table(root=str(tmp_path / "b"))
+    del table["python"]
+    b = Bed(tmp_path, table)
+    try:
+        assert await b.copy(100)
+        b.holds(100)
+    finally:
+        await b.ctl.close()
