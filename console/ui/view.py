@@ -163,6 +163,7 @@ def fleet_rows(
     cache = {} if cache is None else cache
     rows: dict[str, Row] = {}
     blank = ("",) * (len(FLEET_COLUMNS) - 1)
+    spare_of = spares_of(ctl)
     for region in sorted(ctl.inv.regions, key=lambda r: (ctl.inv.regions[r].priority, r)):
         names = sorted(n for n, h in ctl.inv.hosts.items() if h.region == region)
         if not names:
@@ -172,12 +173,38 @@ def fleet_rows(
             rt = ctl.fleet.hosts[name]
             heartbeat = seen(now - rt.last_seen, rt.heard_every_s) if rt.last_seen else "-"
             old = sample_old(rt, now)
-            key = (rt.samples, rt.state, rt.job, heartbeat, old)
+            does = role(ctl, name, spare_of.get(name, ()))
+            key = (rt.samples, rt.state, rt.job, heartbeat, old, does)
             hit = cache.get(name)
             if hit is None or hit[0] != key:
-                hit = cache[name] = (key, host_row(ctl, name, heartbeat, old))
+                hit = cache[name] = (key, host_row(ctl, name, heartbeat, old, does))
             rows[name] = hit[1]
     return rows
+
+
+def spares_of(ctl: Controller) -> dict[str, list[str]]:
+    """Host -> the live jobs it is a spare of (in the order of ``ctl.jobs``)."""
+    out: dict[str, list[str]] = {}
+    for name, sup in ctl.jobs.items():
+        if not sup.state.is_terminal():
+            for spare in sup.spares:
+                out.setdefault(spare, []).append(name)
+    return out
+
+
+ROLE_WIDTH = 16
+
+
+def role(ctl: Controller, host: str, spare_for: Sequence[str] = ()) -> str:
+    """What the host does now, not what the inventory first made it: ``runs demo`` (a spare
+    that took the job over too), ``spare of demo``, else ``spare`` (free) or ``idle``."""
+    job = ctl.fleet.hosts[host].job
+    if job:
+        return _short(f"runs {job}", ROLE_WIDTH)
+    if spare_for:
+        whose = spare_for[0] if len(spare_for) == 1 else f"{len(spare_for)} jobs"
+        return _short(f"spare of {whose}", ROLE_WIDTH)
+    return "spare" if ctl.inv.hosts[host].role == "spare" else "idle"
 
 
 HOST_MARKS = {HostState.DOWN: "error", HostState.SUSPECT: "warning"}
@@ -195,9 +222,12 @@ def sample_old(rt: HostRuntime, now: float) -> str | None:
     return f"{age(rt.sample_age(now))} old" if rt.sample_stale(now) else None
 
 
-def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None) -> Row:
+def host_row(
+    ctl: Controller, name: str, heartbeat: str, old: str | None = None, does: str | None = None
+) -> Row:
     """A host's row; with ``old`` (its newest sample's age, the sample too old to be current),
-    the numbers are not shown as live: the GPU cell says how old they are, the rest is blank."""
+    the numbers are not shown as live: the GPU cell says how old they are, the rest is blank.
+    ``does``: its role now (``role``; worked out here when not given)."""
     rt = ctl.fleet.hosts[name]
     h = rt.health[-1] if rt.health else None
     gpu, cpu_mem, disk, trend = _gpu_cells(h), "-", "-", spark(rt.util_history)
@@ -210,7 +240,7 @@ def host_row(ctl: Controller, name: str, heartbeat: str, old: str | None = None)
     return (
         f"  {name}",
         rt.state.value,
-        ctl.inv.hosts[name].role,
+        role(ctl, name, spares_of(ctl).get(name, ())) if does is None else does,
         *gpu,
         cpu_mem,
         disk,

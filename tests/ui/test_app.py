@@ -122,8 +122,10 @@ async def test_the_views_show_the_fleet_by_region_and_the_job_training(tmp_path:
         assert isinstance(app.screen, FleetScreen)
         hosts = table(app)
         assert list(hosts._shown) == ["region:r1", "a", "b", "region:r2", "c"]
-        assert hosts.cell("b", "role") == "spare"
         await wait_for(pilot, lambda: table(app).cell("a", "job") == "j", 60, "j shown on a")
+        assert hosts.cell("a", "role") == "runs j"
+        await wait_for(pilot, lambda: hosts.cell("b", "role") == "spare of j", 10, "b j's spare")
+        assert hosts.cell("c", "role") == "spare", "a spare of no job"
 
         await pilot.press("2")
         assert isinstance(app.screen, JobsScreen)
