@@ -85,6 +85,9 @@ class ViewScreen(LiveScreen):
     NOTE = ""
     """Said after the view bar: how the rows are ordered, say."""
     COLUMNS: tuple[str, ...] = ()
+    NARROW_COLUMNS: tuple[str, ...] = ()
+    """The columns shown below ``NARROW_BELOW`` terminal columns (empty: all of them)."""
+    NARROW_BELOW = 100
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "filter", id="view.filter"),
         Binding("space", "tag", "tag row", id="view.tag", show=False),
@@ -132,6 +135,7 @@ class ViewScreen(LiveScreen):
         rows = filtered(self.rows(), self.filter_text, self.is_item)
         self.tags &= set(rows)
         table = self.table
+        table.show_columns(self.columns_for(self.size.width))
         table.sync(tagged(rows, self.tags), self.marks(rows))
         if not self._cursor_placed and (first := next(filter(self.is_item, rows), None)):
             self._cursor_placed = True  # opened on the first host, not its region's header
@@ -142,6 +146,15 @@ class ViewScreen(LiveScreen):
         box.update(hint)
         self.query_one(".view-title", Static).update(self.view_bar())
         self.query_one(".last-event", Static).update(self.hotspare.last_event)
+
+    def columns_for(self, width: int) -> tuple[str, ...] | None:
+        """The columns a terminal ``width`` wide shows: the chosen few when narrow, else all."""
+        narrow = self.NARROW_COLUMNS and 0 < width < self.NARROW_BELOW
+        return self.NARROW_COLUMNS if narrow else None
+
+    def on_resize(self) -> None:
+        if self.ready:
+            self.table.show_columns(self.columns_for(self.size.width))
 
     def view_bar(self) -> Text:
         """``1 Fleet  2 Jobs  3 Incidents``, this view marked, then its filter and tags.

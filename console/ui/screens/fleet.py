@@ -26,6 +26,7 @@ class FleetScreen(HostActions, ViewScreen):
     TITLE_TEXT = "Fleet"
     LABEL = "Fleet"
     COLUMNS = FLEET_COLUMNS
+    NARROW_COLUMNS = ("host", "state", "role", "GPU", "seen", "alerts")
     BINDINGS = [
         Binding("enter", "open", "details", id="fleet.open", show=False),
         *HOST_BINDINGS,

@@ -21,6 +21,7 @@ class IncidentsScreen(ViewScreen):
     LABEL = "Incidents"
     NOTE = "newest first"
     COLUMNS = INCIDENT_COLUMNS
+    NARROW_COLUMNS = ("#", "when", "job", "host", "class", "MTTR", "lost steps", "resolved")
     NOUN = "incident"
     BINDINGS = [Binding("enter", "open", "report", id="incidents.open", show=False)]
 

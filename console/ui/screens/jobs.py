@@ -14,6 +14,7 @@ class JobsScreen(JobActions, ViewScreen):
     TITLE_TEXT = "Jobs"
     LABEL = "Jobs"
     COLUMNS = JOB_COLUMNS
+    NARROW_COLUMNS = ("job", "host -> spare", "state", "progress", "loss", "steps/s")
     BINDINGS = [Binding("enter", "open", "details", id="jobs.open", show=False), *JOB_BINDINGS]
 
     def rows(self) -> dict[str, Row]:

@@ -15,6 +15,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
 
+PINNED = frozenset({"app.help", "app.quit"})
+"""Keys shown however narrow the terminal (at the bar's right end): what the keys are, and
+how to leave."""
+
 
 @runtime_checkable
 class KeyFilter(Protocol):
@@ -56,9 +60,10 @@ class KeyBar(Widget):
             self.refresh()
 
     def render(self) -> Text:
-        key_style = self.get_component_rich_style("key-bar--key")
-        text_style = self.get_component_rich_style("key-bar--description")
-        line = Text(no_wrap=True, overflow="ellipsis", end="")
+        """The screen's keys from the left, the pinned ones (``PINNED``) at the right end; keys
+        that do not fit between them are cut whole, with ``…`` where they were."""
+        keys: list[Text] = []
+        pinned: list[Text] = []
         actions: set[str] = set()
         app = self.app
         for _node, binding, enabled, _tip in self.screen.active_bindings.values():
@@ -67,6 +72,25 @@ class KeyBar(Widget):
             if isinstance(app, KeyFilter) and not app.key_shown(binding):
                 continue
             actions.add(binding.action)
-            line.append(f" {self.app.get_key_display(binding)} ", key_style)
-            line.append(f"{binding.description} ", text_style if enabled else text_style + "dim")
+            (pinned if binding.id in PINNED else keys).append(self._key(binding, enabled))
+        tail = Text(end="").join(pinned)
+        room = self.size.width - tail.cell_len if self.size.width else None
+        line = Text(no_wrap=True, overflow="ellipsis", end="")
+        for i, key in enumerate(keys):
+            last = i == len(keys) - 1
+            if room is not None and line.cell_len + key.cell_len + (0 if last else 2) > room:
+                line.append(" …", self.get_component_rich_style("key-bar--description"))
+                break
+            line.append_text(key)
+        if room is not None:
+            line.pad_right(max(0, room - line.cell_len))
+        line.append_text(tail)
         return line
+
+    def _key(self, binding: Binding, enabled: bool) -> Text:
+        key_style = self.get_component_rich_style("key-bar--key")
+        text_style = self.get_component_rich_style("key-bar--description")
+        text = Text(end="")
+        text.append(f" {self.app.get_key_display(binding)} ", key_style)
+        text.append(f"{binding.description} ", text_style if enabled else text_style + "dim")
+        return text

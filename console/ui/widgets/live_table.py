@@ -113,6 +113,8 @@ class LiveTable(ScrollView, can_focus=True):
         self._refit: set[int] = set()
         self._widened = False
         """Widths changed since the last layout (wider or narrower)."""
+        self._visible = tuple(range(len(self._column_names)))
+        """The columns drawn (``show_columns``), by index."""
         self.cursor_row = 0
         self.virtual_size = Size(self._total_width(), 1)
 
@@ -197,8 +199,22 @@ class LiveTable(ScrollView, can_focus=True):
                 self._widened = True
         self._refit.clear()
 
+    def show_columns(self, columns: Sequence[str] | None) -> None:
+        """Draw only ``columns`` (in the table's order; None: all). The rest are still kept,
+        filtered on and read by ``cell``; a narrow terminal shows a chosen few."""
+        names = self._column_names
+        visible = tuple(i for i, name in enumerate(names) if columns is None or name in columns)
+        if visible != self._visible:
+            self._visible = visible
+            self.virtual_size = Size(self._total_width(), len(self._keys) + 1)
+            self.refresh()
+
+    @property
+    def columns_shown(self) -> tuple[str, ...]:
+        return tuple(self._column_names[i] for i in self._visible)
+
     def _total_width(self) -> int:
-        return sum(w + 2 * PAD for w in self._widths)
+        return sum(self._widths[i] + 2 * PAD for i in self._visible)
 
     def clear(self) -> None:
         self.sync({})
@@ -310,10 +326,8 @@ class LiveTable(ScrollView, can_focus=True):
 
     def _line(self, cells: Sequence[str], style: Style) -> Strip:
         pad = " " * PAD
+        widths = self._widths
         return Strip(
-            [
-                Segment(pad + set_cell_size(text, width) + pad, style)
-                for text, width in zip(cells, self._widths, strict=True)
-            ],
+            [Segment(pad + set_cell_size(cells[i], widths[i]) + pad, style) for i in self._visible],
             self._total_width(),
         )
