@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from console.fleet.health_rules import Severity
 from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
 from console.jobs.controller import Controller
 from console.states import HostState, JobState
@@ -207,14 +208,60 @@ def role(ctl: Controller, host: str, spare_for: Sequence[str] = ()) -> str:
     return "spare" if ctl.inv.hosts[host].role == "spare" else "idle"
 
 
-HOST_MARKS = {HostState.DOWN: "error", HostState.SUSPECT: "warning"}
-"""Host states whose Fleet row is coloured, and how (``LiveTable.MARKS``)."""
+HOST_MARKS = {
+    HostState.DOWN: "error",
+    HostState.SUSPECT: "warning",
+    HostState.DRAINING: "warning",
+    HostState.DRAINED: "muted",
+    HostState.CORDONED: "muted",
+}
+"""Host states whose Fleet row is coloured, and how (``LiveTable.MARKS``): lost in the error
+colour, on its way out in the warning colour, set aside by an operator (or a GPU FAIL's
+drain, once drained) muted."""
+
+
+def host_mark(rt: HostRuntime) -> str | None:
+    """A host's colour: a health rule's FAIL (GPU FAIL) as lost, a WARN as suspect, else its
+    state's (``HOST_MARKS``)."""
+    if rt.state is HostState.DOWN or any(f.severity is Severity.FAIL for f in rt.findings):
+        return "error"
+    mark = HOST_MARKS.get(rt.state)
+    if mark is None and rt.findings:
+        return "warning"
+    return mark
 
 
 def host_marks(ctl: Controller, keys: Iterable[str]) -> dict[str, str]:
-    """The Fleet rows (of ``keys``: hosts and region headers) to colour for their host's state."""
+    """The Fleet rows (of ``keys``: hosts and region headers) to colour for their host's state
+    and health."""
     hosts = ctl.fleet.hosts
-    return {k: m for k in keys if k in hosts and (m := HOST_MARKS.get(hosts[k].state))}
+    return {k: m for k in keys if k in hosts and (m := host_mark(hosts[k]))}
+
+
+JOB_MARKS = {
+    JobState.FAILED: "error",
+    JobState.UNREACHABLE: "warning",
+    JobState.FAILING_OVER: "warning",
+    JobState.RESTARTING: "warning",
+    JobState.STOPPED: "muted",
+    JobState.FINISHED: "success",
+}
+"""Job states whose Jobs row is coloured, and how (``LiveTable.MARKS``)."""
+
+
+def job_marks(ctl: Controller, keys: Iterable[str]) -> dict[str, str]:
+    """The Jobs rows to colour: a failover awaiting the operator's approval stands out
+    (``attention``), else the job's state's colour (``JOB_MARKS``)."""
+    out: dict[str, str] = {}
+    for key in keys:
+        sup = ctl.jobs.get(key)
+        if sup is None:
+            continue
+        if sup.approval is not None and not sup.approval.done():
+            out[key] = "attention"
+        elif mark := JOB_MARKS.get(sup.state):
+            out[key] = mark
+    return out
 
 
 def sample_old(rt: HostRuntime, now: float) -> str | None:

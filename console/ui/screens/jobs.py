@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from textual.binding import Binding
 
 from console.ui.screens.base import ViewScreen
 from console.ui.screens.job_actions import JOB_BINDINGS, JobActions
 from console.ui.screens.job_detail import JobDetailScreen
-from console.ui.view import JOB_COLUMNS, Row, job_rows
+from console.ui.view import JOB_COLUMNS, Row, job_marks, job_rows
 
 
 class JobsScreen(JobActions, ViewScreen):
@@ -19,6 +21,9 @@ class JobsScreen(JobActions, ViewScreen):
 
     def rows(self) -> dict[str, Row]:
         return job_rows(self.ctl)
+
+    def marks(self, keys: Iterable[str]) -> dict[str, str]:
+        return job_marks(self.ctl, keys)
 
     def jobs_for_action(self) -> list[str]:
         return self.selected()

@@ -46,6 +46,9 @@ class LiveTable(ScrollView, can_focus=True):
         "live-table--even-row",
         "live-table--error",
         "live-table--warning",
+        "live-table--attention",
+        "live-table--muted",
+        "live-table--success",
     }
     DEFAULT_CSS = """
     LiveTable {
@@ -83,10 +86,21 @@ class LiveTable(ScrollView, can_focus=True):
         & > .live-table--warning {
             color: $text-warning;
         }
+        & > .live-table--attention {
+            color: $text-primary;
+            text-style: bold;
+        }
+        & > .live-table--muted {
+            text-style: dim;
+        }
+        & > .live-table--success {
+            color: $text-success;
+        }
     }
     """
-    MARKS = ("error", "warning")
-    """What a row may be marked as (``sync``'s ``marks``): its text is coloured so."""
+    MARKS = ("error", "warning", "attention", "muted", "success")
+    """What a row may be marked as (``sync``'s ``marks``): its text is coloured so (attention:
+    bold too, the operator's turn)."""
 
     class RowSelected(Message):
         """Enter (or a click on the cursor row) on a row."""
