@@ -204,8 +204,8 @@ class Machine(Generic[S]):
     """One state, changed only along its table."""
 
     def __init__(self, initial: S, table: dict[S, frozenset[S]]) -> None:
-        self.state = initial
-        self._table = table
+        self.state: S = initial
+        self._table: dict[S, frozenset[S]] = table
 
     def can(self, new: S) -> bool:
         return new == self.state or new in self._table[self.state]

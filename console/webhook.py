@@ -24,7 +24,11 @@ class WebhookError(Exception):
 
 class Webhook:
     def __init__(
-        self, url: str, *, on_failure: Callable[[str], None] | None = None, wait_max_s: float = 8.0
+        self,
+        url: str,
+        *,
+        on_failure: Callable[[str], object] | None = None,
+        wait_max_s: float = 8.0,
     ) -> None:
         self._url = url
         self._queue: asyncio.Queue[str] = asyncio.Queue(QUEUE_MAX)

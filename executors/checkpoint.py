@@ -19,7 +19,7 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import torch
 
@@ -162,7 +162,7 @@ class CheckpointManager:
         try:
             with open(tmp, "wb") as f:
                 writer = _HashingWriter(f, self._delay)
-                torch.save(snap, writer)
+                torch.save(snap, cast(IO[bytes], writer))  # it has write(), all save uses
                 f.flush()
                 os.fsync(f.fileno())
             manifest = CheckpointManifest(

@@ -161,7 +161,9 @@ def signal_group(proc: FencedRun | ForkedRun, sig: int) -> None:
         pass
 
 
-def describe_exit(code: int) -> str:
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"

@@ -75,7 +75,8 @@ def ensure(
         done.unlink(missing_ok=True)
         emit(Log(level="info", text=f"setup: running {shlex.join(argv)} (in {cwd})"))
         t0 = time.monotonic()
-        how = _run(argv, env, cwd, timeout_s, emit, stopped, tail := deque(maxlen=TAIL_LINES))
+        tail: deque[str] = deque(maxlen=TAIL_LINES)
+        how = _run(argv, env, cwd, timeout_s, emit, stopped, tail)
         took = time.monotonic() - t0
         if how is not None:
             last = " | ".join(tail) or "(no output)"

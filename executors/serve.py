@@ -247,7 +247,12 @@ class Server:
     def _finish_idle(self, reason: str, code: int) -> None:
         self.emit(Stopped(step=0, reason=reason, exit_code=code))
         self.state = ExecutorState.STOPPED
-        self._loop.call_soon(lambda: self._done.done() or self._done.set_result(code))
+        self._loop.call_soon(self._resolve, code)
+
+    def _resolve(self, code: int) -> None:
+        """The process's exit status, once (the first end said wins)."""
+        if not self._done.done():
+            self._done.set_result(code)
 
     def _end_faulted(self, reason: str, code: int) -> None:
         """A faulted executor told to stop (or whose lease ended): nothing runs; end the process."""
@@ -257,7 +262,7 @@ class Server:
             )
         )
         self.state = ExecutorState.STOPPED
-        self._loop.call_soon(lambda: self._done.done() or self._done.set_result(code))
+        self._loop.call_soon(self._resolve, code)
 
     # -------------------------------------------------------------- training
 

@@ -179,7 +179,7 @@ def convert(data: Any, tp: type[T], *, file: Path, text: str, prefix: list[str] 
         if unknown:
             field = unknown.group("field")
             keys.append(field)
-            owner = tp
+            owner: Any = tp
             for k in keys[len(prefix) : -1]:
                 hints = (
                     {f.encode_name: f.type for f in msgspec.structs.fields(owner)}

@@ -18,7 +18,7 @@ async def approved(
     policy: Policy,
     states: Transitions,
     alert: Alert,
-    save: Callable[[], None],
+    save: Callable[[], object],
     release: Callable[[], None],
     why: str,
     asks: str,

@@ -21,7 +21,7 @@ def finish(
     states: Transitions,
     journal: Journal,
     alert: Alert,
-    save: Callable[[], None],
+    save: Callable[[], object],
 ) -> None:
     """``members``: a group's hosts (None for a single-host job)."""
     job.sha256, job.step = sha256, step

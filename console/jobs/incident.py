@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from console import clock
 from console.jobs.live import LiveJob
@@ -53,7 +54,7 @@ class OpenIncident:
                 **data,
             )
 
-    def phase(self, phase: str, **data: object) -> None:
+    def phase(self, phase: str, **data: Any) -> None:
         """Record a phase of the open incident; phases seen before it opens (a failover being
         prepared while the lease runs out) are kept with their times until it does."""
         job = self._live

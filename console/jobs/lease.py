@@ -54,7 +54,7 @@ class JobLease:
     def __init__(
         self,
         rec: JobRecord,
-        save: Callable[[], None],
+        save: Callable[[], object],
         *,
         ttl_s: float,
         skew_s: float,

@@ -45,7 +45,7 @@ class Recovery:
         fleet: Fleet,
         journal: Journal,
         alert: Alert,
-        save: Callable[[], None],
+        save: Callable[[], object],
         policy: Callable[[], Policy],
         restart_limit: int,
         wait_for_hosts: Callable[[], Awaitable[None]],

@@ -47,7 +47,7 @@ class SpareKeeper:
         replicator: Replicator,
         reserved: Callable[[], dict[str, str]],
         priorities: Callable[[], dict[str, int]],
-        save: Callable[[], None],
+        save: Callable[[], object],
     ) -> None:
         self._live = live
         self._inv = inv

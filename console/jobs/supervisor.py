@@ -380,8 +380,10 @@ class JobSupervisor:
                 reserved=self._reserved(),
                 priority=self._priorities(),
             )
-            if host is not None or self.live.stop_requested:
-                return host, False  # a stop is honoured before the launch
+            if host is not None:
+                return host, False
+            if self.live.stop_requested:  # honoured by the caller before any launch: no host
+                return "", False
             self._states.wait_note(f"no usable host for {self.name}")
             await self._wait_for_hosts()
 

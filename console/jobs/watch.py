@@ -72,7 +72,7 @@ class Watch:
         detection: DetectionSettings,
         policy: Callable[[], Policy],
         lease: JobLease,
-        save: Callable[[], None],
+        save: Callable[[], object],
         replicator: Replicator,
         incident: OpenIncident,
         standby: Standby,

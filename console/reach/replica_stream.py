@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from console.reach.transport.base import PermanentTransportError, Transport
 
@@ -24,7 +24,7 @@ class SourceStream:
         self._chunks = self._read(files)
         self._first = asyncio.create_task(self._next(), name=f"read {src.name}:{path}")
 
-    async def _read(self, files: list[tuple[str, int]]) -> AsyncIterator[bytes]:
+    async def _read(self, files: list[tuple[str, int]]) -> AsyncGenerator[bytes, None]:
         at = 0
         for path, size in files:
             got, at = max(self.offset - at, 0), at + size
@@ -48,7 +48,7 @@ class SourceStream:
         except StopAsyncIteration:
             return None
 
-    async def blocks(self) -> AsyncIterator[bytes]:
+    async def blocks(self) -> AsyncGenerator[bytes, None]:
         first = await self._first
         if first is None:
             return

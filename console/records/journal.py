@@ -73,7 +73,7 @@ left out (a line says how many once it can be written again)."""
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder(Event)
 
-Listener = Callable[[Event], None]
+Listener = Callable[[Event], object]
 
 
 class Journal:

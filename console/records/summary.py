@@ -122,11 +122,11 @@ def summarise(events: Iterable[Event]) -> list[JobSummary]:
         if e.job is None:
             continue
         if e.kind is Kind.JOB_STATE:
-            life = lives.setdefault(e.job, _Life())
+            begun = lives.setdefault(e.job, _Life())
             if e.data.get("to") in ENDS:
-                life.end(e.t)
+                begun.end(e.t)
             else:
-                life.start(e.t)
+                begun.start(e.t)
         elif (life := lives.get(e.job)) is None:
             continue
         elif e.kind is Kind.PROGRESS:
@@ -141,8 +141,8 @@ def summarise(events: Iterable[Event]) -> list[JobSummary]:
             life.end(e.t)
         elif e.kind is Kind.CHECKPOINT and isinstance(e.data.get("stall_s"), int | float):
             at = (int(e.data.get("epoch") or 0), int(e.data.get("step") or 0))
-            job = stalls.setdefault(e.job, {})
-            job[at] = max(job.get(at, 0.0), float(e.data["stall_s"]))
+            per_step = stalls.setdefault(e.job, {})
+            per_step[at] = max(per_step.get(at, 0.0), float(e.data["stall_s"]))
     out = {}
     for job, life in lives.items():
         life.end(last_t)

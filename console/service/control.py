@@ -59,7 +59,7 @@ class Standing:
 
 
 class ControlServer:
-    def __init__(self, state_dir: Path, ctl: Controlled, *, stop: Callable[[], None]) -> None:
+    def __init__(self, state_dir: Path, ctl: Controlled, *, stop: Callable[[], object]) -> None:
         self.path = state_dir / SOCKET_NAME
         self._ctl = ctl
         self._stop = stop

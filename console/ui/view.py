@@ -298,14 +298,28 @@ def host_row(
     )
 
 
-def replica_cell(ctl: Controller, job: str, spare: str, step: int, shards: int = 1) -> str:
-    """The spare's newest replica and its lag; DISK FULL while copies to it fail for space. A
-    multi-host job's spare is as current as its oldest shard (``shards``: members)."""
+def replica_cell(
+    ctl: Controller,
+    job: str,
+    spare: str,
+    newest: int | None,
+    shards: int = 1,
+    now: float | None = None,
+) -> str:
+    """The spare's newest replica, its age and its lag: the steps from it to the job's newest
+    checkpoint ``newest`` (a replica of that checkpoint is ``lag 0``, however far training has
+    gone on since; no lag where no checkpoint is known). DISK FULL while copies to it fail
+    for space. A multi-host job's spare is as current as its oldest shard (``shards``)."""
+    now = time.time() if now is None else now
     states = [ctl.replicator.replica(job, spare, s if shards > 1 else None) for s in range(shards)]
     st = min(states, key=lambda x: -1 if x.manifest is None else x.manifest.step)
     text = "-" if st.manifest is None else f"{spare} @{st.manifest.step}"
     if st.manifest is not None:
-        text += f" (lag {max(step - st.manifest.step, 0)})"
+        said = [] if newest is None else [f"lag {max(newest - st.manifest.step, 0)}"]
+        if st.at:
+            said.append(f"{age(now - st.at)} old")
+        if said:
+            text += f" ({', '.join(said)})"
     if any(x.full for x in states):
         return f"{spare} DISK FULL" if st.manifest is None else f"{text} DISK FULL"
     return text
@@ -332,8 +346,11 @@ def job_rows(
         route = f"{'+'.join(hosts) or '-'}{resized} -> {', '.join(sup.spares) or '-'}"
         ckpt = sup.checkpoint
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
+        newest = ckpt.step if ckpt else None
         replica = (
-            "-" if spare is None else replica_cell(ctl, name, spare, sup.step, max(1, len(hosts)))
+            "-"
+            if spare is None
+            else replica_cell(ctl, name, spare, newest, max(1, len(hosts)), now)
         )
         state = sup.state.value
         if sup.state is JobState.UNREACHABLE:  # counted down live, not the moment it was noted

@@ -14,7 +14,7 @@ KEPT = 16
 
 
 class Commits:
-    def __init__(self, rec: JobRecord, save: Callable[[], None], nnodes: int) -> None:
+    def __init__(self, rec: JobRecord, save: Callable[[], object], nnodes: int) -> None:
         self._rec = rec
         self._save = save
         self.nnodes = nnodes

@@ -45,7 +45,7 @@ class Growth:
         members: Callable[[], list[str]],
         reserved: Callable[[], dict[str, str]],
         move: Callable[[str, str], None],
-        save: Callable[[], None],
+        save: Callable[[], object],
     ) -> None:
         self._live = live
         self._name = live.name

@@ -67,7 +67,7 @@ class MemberMessages:
         incident: OpenIncident,
         replicator: Replicator,
         commits: Commits,
-        save: Callable[[], None],
+        save: Callable[[], object],
         progress: Callable[[Progress], None],
         members: Callable[[], list[str]],
         refused: Callable[[str, int], None],

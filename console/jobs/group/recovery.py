@@ -44,7 +44,7 @@ class GroupRecovery:
         fleet: Fleet,
         journal: Journal,
         alert: Alert,
-        save: Callable[[], None],
+        save: Callable[[], object],
         policy: Callable[[], Policy],
         restart_limit: int,
         reserved: Callable[[], dict[str, str]],
@@ -103,7 +103,8 @@ class GroupRecovery:
         exits = [m.exit.exit for m in members if m.exit is not None]
         job.link = None
         if all(e is Exit.FINISHED for e in exits):
-            return self._finished(members)
+            self._finished(members)
+            return None
         config = next((m for m in members if m.exit and m.exit.exit is Exit.CONFIG), None)
         if config is not None:
             assert config.exit is not None

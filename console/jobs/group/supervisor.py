@@ -144,7 +144,7 @@ class GroupSupervisor(JobSupervisor):
             executors=self._executors,
             resume=self._resume,
             members=members,
-            assign=self._assign,
+            assign=self._assign_members,
             growth=self.growth,
             reap=self._probe.reap,
         )
@@ -174,7 +174,7 @@ class GroupSupervisor(JobSupervisor):
                 if run is None:
                     if self._stop_before_start():
                         return
-                    run = await self._launch(resume)
+                    run = await self._launch_epoch(resume)
                 grow = asyncio.create_task(self.growth.watch(), name=f"grow {self.name}")
                 try:
                     await run.watch()
@@ -193,7 +193,7 @@ class GroupSupervisor(JobSupervisor):
 
     # --------------------------------------------------------------- launch
 
-    def _assign(self, plan: list[str]) -> None:
+    def _assign_members(self, plan: list[str]) -> None:
         job, fleet = self.live, self._fleet
         for h, rt in fleet.hosts.items():
             if rt.job == self.name and h not in plan:
@@ -232,11 +232,11 @@ class GroupSupervisor(JobSupervisor):
             )
             self._need_host(f"job {self.name} has no spare")
 
-    async def _launch(self, resume: int | None) -> GroupEpoch:
+    async def _launch_epoch(self, resume: int | None) -> GroupEpoch:
         job = self.live
         plan = list(self.members)
         self._states.move(JobState.DEPLOYING, f"on {', '.join(plan)}")
-        self._assign(plan)
+        self._assign_members(plan)
         await self._executors.stop_keeping()
         await self._executors.drop_readied(plan)
         got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
@@ -345,7 +345,7 @@ class GroupSupervisor(JobSupervisor):
             return None
         self.lease.restore()
         plan = list(job.rec.members)
-        self._assign(plan)
+        self._assign_members(plan)
         members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
         run = self._epoch(members, job.epoch)
         self.commits.new_epoch(job.epoch, len(plan))

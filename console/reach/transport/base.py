@@ -13,7 +13,7 @@ import asyncio
 import errno as errno_
 import os
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -202,7 +202,7 @@ class Transport(ABC):
     @abstractmethod
     def read_chunks(
         self, path: str, *, offset: int = 0, chunk: int = CHUNK
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """Stream a file from ``offset`` in chunks; never the whole file in memory."""
 
     @abstractmethod

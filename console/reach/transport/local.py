@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from console.reach.transport import local_host
@@ -38,7 +38,7 @@ class LocalTransport(Transport):
         self.default_timeout = default_timeout
         self._cut = False
         """Unreachable from this console only (``set_down``: a test's cut link)."""
-        self._streams: list[StreamWriterLike] = []
+        self._streams: list[asyncio.StreamWriter] = []
 
     @property
     def _killed_mark(self) -> Path | None:
@@ -269,7 +269,7 @@ class LocalTransport(Transport):
 
     async def read_chunks(
         self, path: str, *, offset: int = 0, chunk: int = CHUNK
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         self._guard()
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed in finally across awaits

@@ -16,7 +16,7 @@ import contextlib
 import math
 import re
 import shlex
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import asyncssh
@@ -285,7 +285,7 @@ class SshTransport(Transport):
 
     async def read_chunks(
         self, path: str, *, offset: int = 0, chunk: int = CHUNK
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         argv = ["tail", "-c", f"+{offset + 1}", "--", path] if offset else ["cat", "--", path]
         what = f"read {path}"
         limit = self.target.command_timeout
