@@ -54,13 +54,14 @@ def test_the_jobs_row_shows_every_member_and_the_spares_oldest_shard(tmp_path: P
     try:
         sup = ctl.jobs["j"]
         sup.live.host, sup.spares, sup.live.step = "a", ["d"], 45
+        sup.checkpoint = manifest(40, 0)  # the newest committed step: the lag counts from it
         for shard, step in ((0, 40), (1, 20), (2, 40)):
             ctl.replicator.state[(f"j/node-{shard}", "d")] = ReplicaState(manifest(step, shard))
         row = job_rows(ctl)["j"]
         assert row[1] == "a+b+c -> d"
-        assert row[-1] == "d @20 (lag 25)", "as current as its oldest shard"
+        assert row[-1] == "d @20 (lag 20)", "as current as its oldest shard"
         ctl.replicator.state[("j/node-2", "d")].full = True
-        assert job_rows(ctl)["j"][-1] == "d @20 (lag 25) DISK FULL"
+        assert job_rows(ctl)["j"][-1] == "d @20 (lag 20) DISK FULL"
     finally:
         ctl.lock.release()
 
