@@ -73,13 +73,13 @@ def _controller(inv: Inventory, policy: Policy, *, read_only: bool) -> dict[str,
                 file=sys.stderr,
             )
             return hello
-    hello = _answer(inv)
-    if hello is None and not read_only:
+    answered = _answer(inv)
+    if answered is None and not read_only:
         raise ConfigError(
             f"{inv.state_dir}: a console holds this state dir but does not answer on its "
             "control socket (an older release?); `hotspare --read-only` can watch beside it"
         )
-    return hello
+    return answered
 
 
 def _answer(inv: Inventory) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol, runtime_checkable
 
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.screen import Screen
@@ -18,6 +19,8 @@ from textual.widget import Widget
 PINNED = frozenset({"app.help", "app.quit"})
 """Keys shown however narrow the terminal (at the bar's right end): what the keys are, and
 how to leave."""
+DIM = Style(dim=True)
+"""A key the screen has but may not take now (its check_action says no): drawn dim."""
 
 
 @runtime_checkable
@@ -92,5 +95,5 @@ class KeyBar(Widget):
         text_style = self.get_component_rich_style("key-bar--description")
         text = Text(end="")
         text.append(f" {self.app.get_key_display(binding)} ", key_style)
-        text.append(f"{binding.description} ", text_style if enabled else text_style + "dim")
+        text.append(f"{binding.description} ", text_style if enabled else text_style + DIM)
         return text
