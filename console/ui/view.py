@@ -6,6 +6,7 @@ Kept free of Textual so the same rows can be printed or tested without a termina
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -44,6 +45,10 @@ JOB_COLUMNS = (
     "checkpoint",
     "replica",
 )
+FLEET_WIDTHS = {"GPU": 7, "GPU mem": 9, "temp/power": 9, "CPU/mem": 9, "disk": 8, "seen": 4}
+JOB_WIDTHS = {"epoch": 5, "loss": 7, "checkpoint": 14}
+"""Room kept from the start for a column's usual values (``LiveTable``'s ``min_widths``): a
+number growing a digit does not shift the columns to its right."""
 REGION_PREFIX = "region:"
 BAR_WIDTH = 12
 SPARK_WIDTH = 10
@@ -79,7 +84,8 @@ def seen(ago: float, every_s: float) -> str:
 def progress_bar(step: int, steps: int, width: int = BAR_WIDTH) -> str:
     frac = min(max(step / steps, 0.0), 1.0) if steps else 0.0
     full = round(frac * width)
-    return f"{'█' * full}{'░' * (width - full)} {step}/{steps} {frac:4.0%}"
+    digits = len(str(steps))  # as wide at step 5 as at the last step: no shifting
+    return f"{'█' * full}{'░' * (width - full)} {step:>{digits}}/{steps} {frac:4.0%}"
 
 
 def _short(text: str, width: int) -> str:
@@ -117,6 +123,50 @@ def filtered(rows: Mapping[str, Row], text: str, is_item: Callable[[str], bool])
             if header is not None:
                 out.setdefault(header[0], header[1])
             out[key] = row
+    return out
+
+
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)\s*(kib|mib|gib|tib|pib|s|m|h)?(?![a-z])|[a-z_]+")
+_SCALE = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+_SCALE |= {"s": 1, "m": 60, "h": 3600}
+_NO_VALUE = frozenset({"", "-"})
+
+
+def sort_key(cell: str) -> tuple[tuple[int, float, str], ...]:
+    """A cell as it sorts: numbers as numbers (with their unit: ``3m`` after ``12s``,
+    ``980 KiB`` before ``7.5 GiB``), words as words, in the order they come."""
+    key: list[tuple[int, float, str]] = []
+    for m in _NUMBER.finditer(cell.lower()):
+        number, unit = m.group(1), m.group(2)
+        if number is None:
+            key.append((1, 0.0, m.group(0)))
+        else:
+            key.append((0, float(number) * _SCALE.get(unit or "", 1), ""))
+    return tuple(key)
+
+
+def sorted_rows(
+    rows: Mapping[str, Row], column: int, reverse: bool, is_item: Callable[[str], bool]
+) -> dict[str, Row]:
+    """Rows sorted by one column within their group (a header row and its items stay
+    together); a cell with no value (``-``) last either way."""
+    out: dict[str, Row] = {}
+    group: list[tuple[str, Row]] = []
+
+    def flush() -> None:
+        known = [kr for kr in group if kr[1][column].strip() not in _NO_VALUE]
+        unknown = [kr for kr in group if kr[1][column].strip() in _NO_VALUE]
+        known.sort(key=lambda kr: sort_key(kr[1][column]), reverse=reverse)
+        out.update(known + unknown)
+        group.clear()
+
+    for key, row in rows.items():
+        if is_item(key):
+            group.append((key, row))
+        else:
+            flush()
+            out[key] = row
+    flush()
     return out
 
 

@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Static
 
 from console.ui.actions import Action
-from console.ui.view import TAG_MARK, Row, filtered, tagged
+from console.ui.view import TAG_MARK, Row, filtered, sorted_rows, tagged
 from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
@@ -85,6 +85,8 @@ class ViewScreen(LiveScreen):
     NOTE = ""
     """Said after the view bar: how the rows are ordered, say."""
     COLUMNS: tuple[str, ...] = ()
+    WIDTHS: ClassVar[dict[str, int]] = {}
+    """Room kept for a column's usual values (``LiveTable``'s ``min_widths``)."""
     NARROW_COLUMNS: tuple[str, ...] = ()
     """The columns shown below ``NARROW_BELOW`` terminal columns (empty: all of them)."""
     NARROW_BELOW = 100
@@ -92,12 +94,30 @@ class ViewScreen(LiveScreen):
         Binding("slash", "filter", "filter", id="view.filter"),
         Binding("space", "tag", "tag row", id="view.tag", show=False),
         Binding("escape", "clear", "clear filter/tags", id="view.clear", show=False),
+        Binding(
+            "greater_than_sign",
+            "sort(1)",
+            "sort",
+            tooltip="sort by the next column",
+            id="view.sort",
+        ),
+        Binding(
+            "less_than_sign",
+            "sort(-1)",
+            "sort by the column before",
+            id="view.sort_back",
+            show=False,
+        ),
+        Binding("I", "sort_reverse", "reverse the sort", id="view.sort_reverse", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.filter_text = ""
         self.tags: set[str] = set()
+        self.sort_by: str | None = None
+        """The column the rows are sorted by (within their group); None: the view's order."""
+        self.sort_reverse = False
         self._cursor_placed = False
         """The cursor has been put on the first item (not a group header) once."""
 
@@ -109,7 +129,7 @@ class ViewScreen(LiveScreen):
         yield Header()
         yield Static(self.view_bar(), classes="view-title", markup=False)
         yield Static("", classes="hint", markup=False)
-        yield LiveTable(self.COLUMNS)
+        yield LiveTable(self.COLUMNS, min_widths=self.WIDTHS)
         yield Input(
             placeholder="filter: any text in a row; Enter keeps it, Esc clears", id="filter"
         )
@@ -133,9 +153,13 @@ class ViewScreen(LiveScreen):
 
     def redraw(self) -> None:
         rows = filtered(self.rows(), self.filter_text, self.is_item)
+        if self.sort_by is not None:
+            column = self.COLUMNS.index(self.sort_by)
+            rows = sorted_rows(rows, column, self.sort_reverse, self.is_item)
         self.tags &= set(rows)
         table = self.table
         table.show_columns(self.columns_for(self.size.width))
+        table.show_sort(self.sort_by, self.sort_reverse)
         table.sync(tagged(rows, self.tags), self.marks(rows))
         if not self._cursor_placed and (first := next(filter(self.is_item, rows), None)):
             self._cursor_placed = True  # opened on the first host, not its region's header
@@ -168,9 +192,29 @@ class ViewScreen(LiveScreen):
             notes.append(f"/{self.filter_text}")
         if self.tags:
             notes.append(f"{TAG_MARK} {len(self.tags)} tagged (Esc clears)")
+        if self.sort_by is not None:
+            notes.append(f"sorted by {self.sort_by} {'▼' if self.sort_reverse else '▲'}")
         if notes:
             bar.append("   " + "   ".join(notes))
         return bar
+
+    # ---------------------------------------------------------------- sorting
+
+    def action_sort(self, step: int) -> None:
+        """``>``: sort by the next column shown (``<``: the one before); past the last, back to
+        the view's own order. The cursor stays on its row."""
+        order: list[str | None] = [None, *self.table.columns_shown]
+        at = order.index(self.sort_by) if self.sort_by in order else 0
+        self.sort_by = order[(at + step) % len(order)]
+        self.redraw()
+
+    def action_sort_reverse(self) -> None:
+        """``I`` (as in htop): the other way round, sorting by the first column if none."""
+        if self.sort_by is None:
+            self.sort_by = self.table.columns_shown[0]
+        else:
+            self.sort_reverse = not self.sort_reverse
+        self.redraw()
 
     # ---------------------------------------------------------------- selection
 

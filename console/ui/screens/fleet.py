@@ -14,6 +14,7 @@ from console.ui.screens.host_actions import HOST_BINDINGS, HostActions
 from console.ui.screens.host_detail import HostDetailScreen
 from console.ui.view import (
     FLEET_COLUMNS,
+    FLEET_WIDTHS,
     REGION_PREFIX,
     Row,
     RowCache,
@@ -26,6 +27,7 @@ class FleetScreen(HostActions, ViewScreen):
     TITLE_TEXT = "Fleet"
     LABEL = "Fleet"
     COLUMNS = FLEET_COLUMNS
+    WIDTHS = FLEET_WIDTHS
     NARROW_COLUMNS = ("host", "state", "role", "GPU", "seen", "alerts")
     BINDINGS = [
         Binding("enter", "open", "details", id="fleet.open", show=False),

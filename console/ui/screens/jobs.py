@@ -9,13 +9,14 @@ from textual.binding import Binding
 from console.ui.screens.base import ViewScreen
 from console.ui.screens.job_actions import JOB_BINDINGS, JobActions
 from console.ui.screens.job_detail import JobDetailScreen
-from console.ui.view import JOB_COLUMNS, Row, job_marks, job_rows
+from console.ui.view import JOB_COLUMNS, JOB_WIDTHS, Row, job_marks, job_rows
 
 
 class JobsScreen(JobActions, ViewScreen):
     TITLE_TEXT = "Jobs"
     LABEL = "Jobs"
     COLUMNS = JOB_COLUMNS
+    WIDTHS = JOB_WIDTHS
     NARROW_COLUMNS = ("job", "host -> spare", "state", "progress", "loss", "steps/s")
     BINDINGS = [Binding("enter", "open", "details", id="jobs.open", show=False), *JOB_BINDINGS]
 

@@ -6,6 +6,9 @@ or a view switch re-rendered every visible cell through Rich. This table is a li
 ``ScrollView``: cells are plain strings (no markup, so a host called ``[red]x`` shows as
 written), a line is a handful of segments built on demand, and a sync refreshes only the
 lines whose text changed. The header stays on the first line while the rows scroll.
+
+A column widens as its cells do and narrows only as rows go, never as a value shrinks back
+(``9.5s``, ``12s``, ``9.8s``): the columns to its right do not shift with every redraw.
 """
 
 from __future__ import annotations
@@ -114,14 +117,26 @@ class LiveTable(ScrollView, can_focus=True):
         def control(self) -> LiveTable:
             return self.table
 
-    def __init__(self, columns: Sequence[str], **kwargs: object) -> None:
+    def __init__(
+        self,
+        columns: Sequence[str],
+        *,
+        min_widths: Mapping[str, int] | None = None,
+        **kwargs: object,
+    ) -> None:
+        """``min_widths``: room kept from the start for a column's usual values, so the
+        table does not shift right as a number grows a digit."""
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._column_names = tuple(columns)
+        self._header = self._column_names
+        """The names as drawn: the sorted column's carries an arrow (``show_sort``)."""
+        self._base_min = [max(cell_len(n), (min_widths or {}).get(n, 0)) for n in columns]
+        self._min = list(self._base_min)
         self._shown: dict[str, tuple[str, ...]] = {}
         self._marks: dict[str, str] = {}
         self._keys: list[str] = []
         self._index: dict[str, int] = {}
-        self._widths = [cell_len(name) for name in columns]
+        self._widths = list(self._min)
         self._cell_widths: dict[str, list[int]] = {}
         """Each row's cell widths, so a column is measured again only where it may narrow."""
         self._refit: set[int] = set()
@@ -165,10 +180,8 @@ class LiveTable(ScrollView, can_focus=True):
             else:
                 changed.append(index)
                 for i, (old, new) in enumerate(zip(before, row, strict=True)):
-                    if old != new:
+                    if old != new:  # a column narrows only as rows go: no shifting back
                         written += 1
-                        if cells[i] == widths[i]:
-                            self._refit.add(i)  # it may have been the widest
                         cells[i] = cell_len(new)
             for i, width in enumerate(cells):
                 if width > widths[i]:
@@ -178,11 +191,11 @@ class LiveTable(ScrollView, can_focus=True):
             self._cell_widths[key] = cells
         if reordered:
             selected = self.selected
-            for key in [k for k in self._shown if k not in rows]:
-                for i, width in enumerate(self._cell_widths.pop(key)):
-                    if width == widths[i]:
-                        self._refit.add(i)
-                del self._shown[key]
+            gone = [k for k in self._shown if k not in rows]
+            for key in gone:
+                del self._cell_widths[key], self._shown[key]
+            if gone:  # every column: one may be wider than any cell left, its value shrunk
+                self._refit.update(range(len(widths)))
             self._keys = keys
             self._index = {key: i for i, key in enumerate(keys)}
             if selected in self._index:
@@ -206,12 +219,26 @@ class LiveTable(ScrollView, can_focus=True):
         for i in self._refit:
             width = max(
                 max((cells[i] for cells in self._cell_widths.values()), default=0),
-                cell_len(self._column_names[i]),
+                self._min[i],
             )
             if width != self._widths[i]:
                 self._widths[i] = width
                 self._widened = True
         self._refit.clear()
+
+    def show_sort(self, column: str | None, reverse: bool = False) -> None:
+        """Mark the column the rows are sorted by in the header (``▲`` ascending, ``▼``)."""
+        arrow = " ▼" if reverse else " ▲"
+        header = tuple(n + arrow if n == column else n for n in self._column_names)
+        if header == self._header:
+            return
+        self._header = header
+        self._min = [max(m, cell_len(h)) for m, h in zip(self._base_min, header, strict=True)]
+        self._refit.update(range(len(header)))
+        self._widths = [max(w, m) for w, m in zip(self._widths, self._min, strict=True)]
+        self._fit_columns()
+        self.virtual_size = Size(self._total_width(), len(self._keys) + 1)
+        self.refresh()
 
     def show_columns(self, columns: Sequence[str] | None) -> None:
         """Draw only ``columns`` (in the table's order; None: all). The rest are still kept,
@@ -318,7 +345,7 @@ class LiveTable(ScrollView, can_focus=True):
         width = self.size.width
         base = self.rich_style
         if y == 0:
-            line = self._line(self._column_names, base + self._style("live-table--header"))
+            line = self._line(self._header, base + self._style("live-table--header"))
         else:
             index = y - 1 + int(self.scroll_y)
             if index >= len(self._keys):
