@@ -28,12 +28,14 @@ def failover_targets(ctl: Controller, job: str) -> list[tuple[str, str]]:
     out = []
     for name in sorted(usable, key=rank):
         h = ctl.inv.hosts[name]
-        what = [h.region, h.role]
+        what = [h.region]
         if name in sup.spares:
             rep = ctl.replicator.replica(job, name).manifest
-            what.append(f"spare, replica @{rep.step}" if rep else "spare, no replica yet")
+            what.append(f"its spare, replica @{rep.step}" if rep else "its spare, no replica yet")
         elif name in reserved:
             what.append(f"spare of {reserved[name]}")
+        else:
+            what.append(h.role)  # the inventory's: a free spare of no job, or a primary
         out.append((name, ", ".join(what)))
     return out
 
