@@ -257,7 +257,15 @@ def _detail(i: Incident, e: Event) -> str:
         for k in FACTS
         if (v := e.data.get(k)) is not None and not (k == "last_step" and v < i.last_step)
     ]  # a lower last step is a console's that had not seen the run (a start, a restart)
-    return "; ".join(x for x in (text, ", ".join(facts)) if x)
+    detected = i.times.get("detected")
+    early = _phase(e) != "detected" and detected is not None and e.t < detected
+    mark = EARLY if early else ""
+    return "; ".join(x for x in (text, ", ".join(facts), mark) if x)
+
+
+EARLY = "readied before the fault was declared, while the console waited on the host"
+"""What a phase timed before ``detected`` says: the failover target was readied while the
+console still waited on the host, so its line comes first in the timeline."""
 
 
 def write_report(state_dir: Path | list[Path], out: TextIO, *, as_json: bool = False) -> int:

@@ -23,7 +23,7 @@ from console.jobs.incident import OpenIncident
 from console.jobs.live import LiveJob
 from console.records.incidents import Incident, IncidentLog, incidents
 from console.records.journal import Journal, Kind, read
-from console.records.report import render, render_incident
+from console.records.report import EARLY, render, render_incident
 from console.records.state_store import JobRecord, StateStore
 from console.ui.screens.incidents import IncidentReportScreen
 from protocol.spec import JobSpec
@@ -87,7 +87,8 @@ def test_the_timeline_is_in_time_order_and_names_each_phase_once(
     for line, phase in zip(lines, ("decided", "transfer_done", "detected"), strict=False):
         assert line.count(phase) == 1, line
         assert "incident 1" not in line, line
-    assert lines[0].endswith("decided        action failover, host b"), lines[0]
+    assert lines[0].endswith(f"decided        action failover, host b; {EARLY}"), lines[0]
+    assert [EARLY in line for line in lines] == [True, True, False, False, False, False]
     assert lines[4].endswith("step 200, load s 0.50 s"), lines[4]
     assert HOSTILE in lines[2], "the host's words as written"
 
