@@ -96,15 +96,21 @@ def file_ids(path: Path, also: tuple[Path, ...] = ()) -> set[FileId]:
     return ids
 
 
+PF_EXITING = 0x4
+"""/proc/PID/stat flags: the process has begun to exit. The kernel sets it before it closes the
+process's files, so a process seen with its files gone but not yet a zombie is seen ending."""
+
+
 def _proc(pid: int) -> Proc | None:
-    """(pid, start time) of a live process; None once it has ended (a zombie has)."""
+    """(pid, start time) of a live process; None once it has begun to end (a zombie, or one
+    exiting, whose open files may already be gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+    if len(fields) < 20 or fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING:
         return None
     return pid, int(fields[19])
 
@@ -197,6 +203,8 @@ class Writers:
             got = _holding(pid, wanted, deadline)
             if got is None:
                 return None
+            if _proc(pid) != proc:  # it ended while its files were read: they said nothing
+                continue  # (a writer killed mid-write had its file closed by its end: torn)
             live.add(proc)
             held.update(dict.fromkeys(got - held.keys(), proc))
         return Scan(frozenset(live), held)

@@ -257,3 +257,34 @@ def test_a_command_killed_mid_write_never_has_its_checkpoint_published(tmp_path:
         thread.join(60)
     assert outcome and outcome[0].reason == "crash"
     assert not list(published.glob("step-*")), "a torn write was published"
+
+
+def test_a_writer_that_ends_while_its_files_are_read_is_not_counted_alive(
+    tmp_path: Path, start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a fresh-clone run (test_command_kind, the settle rule): a script died holding
+    ckpt-30.pt half written, between the scan's "is it alive" and its read of the process's
+    open files. Its files were gone, so it held nothing, and it counted alive: the torn file
+    was published. Here its end is made to fall exactly there."""
+    from executors import command_writers
+
+    folder, gate = gated(tmp_path)
+    rest = start("sleep", "300")
+    p = start(sys.executable, WRITER, "torn", folder / "ckpt-10.pt", "--gate", gate, "--wait-start")
+    w = Watcher(folder, spec(settle_s=30), writers=Writers(lambda: [rest.pid, p.pid]))
+    assert [steps(w), steps(w)] == [[], []], "no file yet; the run's processes read"
+    (gate / "start").touch()
+    wait_for(lambda: (gate / "holding").exists(), 30, "the writer holding its file open")
+    assert steps(w) == [], "held open: not taken"
+    real = command_writers._holding
+
+    def ended_first(pid: int, wanted: set, deadline: float) -> set | None:  # type: ignore[type-arg]
+        if pid == p.pid:  # SIGKILL, and wait until its end has closed its files
+            p.kill()
+            wait_for(lambda: not os.listdir(f"/proc/{pid}/fd"), 10, "its files closed by its end")
+        return real(pid, wanted, deadline)
+
+    monkeypatch.setattr(command_writers, "_holding", ended_first)
+    assert steps(w) == [], "its writer ended mid-write: torn, not closed"
+    monkeypatch.setattr(command_writers, "_holding", real)
+    assert steps(w) == [], "and never taken after"
