@@ -423,7 +423,7 @@ class Controller:
             name: {
                 "state": sup.state.value,
                 "why": sup.why,
-                "awaiting": sup.approval is not None and not sup.approval.done(),
+                "awaiting": sup.awaiting_approval,
                 "hosts": sup.hosts_in_use(),
                 "epoch": sup.epoch,
                 "step": sup.step,

@@ -91,6 +91,11 @@ class LiveJob:
         return self.machine.state
 
     @property
+    def awaiting_approval(self) -> bool:
+        """A failover waits for an operator's answer (manual policy)."""
+        return self.approval is not None and not self.approval.done()
+
+    @property
     def epoch(self) -> int:
         return self.rec.epoch
 

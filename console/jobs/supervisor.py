@@ -94,6 +94,10 @@ class JobSupervisor:
     approval: _Live[asyncio.Future[bool] | None] = _Live()
     stop_requested: _Live[bool] = _Live()
 
+    @property
+    def awaiting_approval(self) -> bool:
+        return self.live.awaiting_approval
+
     def __init__(self, ctl: Controller, name: str) -> None:
         inv, fleet, journal, store = ctl.inv, ctl.fleet, ctl.journal, ctl.store
         self.name = name

@@ -35,8 +35,7 @@ def _startable(ctl: Controller, job: str) -> bool:
 
 
 def _awaiting(ctl: Controller, job: str) -> bool:
-    approval = ctl.jobs[job].approval
-    return approval is not None and not approval.done()
+    return ctl.jobs[job].awaiting_approval
 
 
 def _may(order: str) -> Callable[[Controller, str], bool]:

@@ -307,7 +307,7 @@ def job_marks(ctl: Controller, keys: Iterable[str]) -> dict[str, str]:
         sup = ctl.jobs.get(key)
         if sup is None:
             continue
-        if sup.approval is not None and not sup.approval.done():
+        if sup.awaiting_approval:
             out[key] = "attention"
         elif mark := JOB_MARKS.get(sup.state):
             out[key] = mark
@@ -407,7 +407,7 @@ def job_rows(
             state = f"waiting out lease on {sup.host}: {max(0.0, sup.lease.left()):.0f} s left"
         if sup.failure is not None:
             state += f" ({sup.failure.value})"
-        elif sup.approval is not None and not sup.approval.done():
+        elif sup.awaiting_approval:
             state += " (awaiting approval)"
         rows[name] = (
             name,
