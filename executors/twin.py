@@ -34,21 +34,25 @@ class TwinBusy(WorkdirBusy):
 
 def listen(path: Path) -> socket.socket:
     """A listening Unix socket at ``path``, mode 0600 from its first moment (any file there is
-    stale: the caller holds the lock that goes with it)."""
-    if len(str(path)) > MAX_SOCKET_PATH:
+    stale: the caller holds the lock that goes with it). It is bound under a hidden name and
+    renamed into place once listening, so a client that sees ``path`` is never refused (a
+    fresh-clone run connected between bind and listen: ``ConnectionRefusedError``)."""
+    staged = path.with_name("." + path.name)
+    if len(str(staged)) > MAX_SOCKET_PATH:
         raise ConfigError(
-            f"{path}: socket path longer than {MAX_SOCKET_PATH} bytes; use a shorter workdir"
+            f"{path}: socket path longer than {MAX_SOCKET_PATH - 1} bytes; use a shorter workdir"
         )
-    path.unlink(missing_ok=True)
+    staged.unlink(missing_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        sock.bind(str(path))
+        sock.bind(str(staged))
     finally:
         os.umask(old)
-    os.chmod(path, 0o600)
+    os.chmod(staged, 0o600)
     sock.listen(64)
     sock.setblocking(False)
+    os.replace(staged, path)
     return sock
 
 
