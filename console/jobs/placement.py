@@ -23,6 +23,33 @@ def rank(inv: Inventory, home_region: str, hosts: Iterable[str]) -> list[str]:
     return sorted(hosts, key=key)
 
 
+def failover_order(
+    inv: Inventory,
+    home_region: str,
+    *,
+    spares: list[str],
+    usable: set[str],
+    reserved: dict[str, str],
+) -> list[str]:
+    """Every usable host a job from ``home_region`` could move to, best first: its own spares
+    (in their order), then free hosts ranked, then hosts other jobs hold as spares, ranked.
+    A failover the console decides takes the first that is not another job's spare
+    (``automatic``); an operator may pick any (the pick dialog lists them all)."""
+    own = [s for s in spares if s in usable]
+    rest = [h for h in usable if h not in own]
+    return (
+        own
+        + rank(inv, home_region, [h for h in rest if h not in reserved])
+        + rank(inv, home_region, [h for h in rest if h in reserved])
+    )
+
+
+def automatic(order: list[str], *, spares: list[str], reserved: dict[str, str]) -> str | None:
+    """The host a failover the console decides goes to: the first of ``order`` that is the
+    job's own spare or no other job's."""
+    return next((h for h in order if h in spares or h not in reserved), None)
+
+
 @dataclass(frozen=True)
 class Choice:
     spares: list[str]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.jobs.live import LiveJob
-from console.jobs.placement import rank
+from console.jobs.placement import automatic, failover_order
 from console.jobs.replicator import Replicator, Source
 from console.reach.deploy import replica_dir, replica_file
 from console.reach.remote import list_manifests
@@ -49,14 +49,9 @@ class Targets:
         if job.target is not None:
             return job.target if job.target in usable else None
         home = self._inv.hosts[old].region if old else ""
-        spares = [s for s in job.spares if s in usable]
-        others = rank(
-            self._inv,
-            home,
-            [h for h in usable if h not in spares and self._reserved().get(h) is None],
-        )
-        ordered = spares + others
-        return ordered[0] if ordered else None
+        reserved = self._reserved()
+        order = failover_order(self._inv, home, spares=job.spares, usable=usable, reserved=reserved)
+        return automatic(order, spares=job.spares, reserved=reserved)
 
     async def ensure_replica(self, target: str) -> bool:
         """If ``target`` lacks the newest checkpoint another reachable host holds (the job's

@@ -10,6 +10,7 @@ from console.jobs.controller import Controller
 from console.reach.transport.local import LocalTransport
 from console.service.client import Remote
 from console.states import HOST_ORDERS, JobState
+from console.ui.targets import failover_confirm
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class Action:
     """The question asked first, ``{}`` being the target(s); None for a harmless action."""
     applies: Callable[[Controller, str], bool] = lambda ctl, key: True
     """Whether the palette offers it for this target now."""
+    ask_one: Callable[[Controller, str], str] | None = None
+    """The question for one target where it says more than ``confirm`` can (the host a
+    failover goes to)."""
 
 
 def _live(ctl: Controller, job: str) -> bool:
@@ -54,8 +58,9 @@ JOB_ACTIONS = {
         "fail over",
         lambda ctl, job: ctl.fail_over(job),
         "move it to its best spare now",
-        "Fail {} over to the best spare now?",
+        "Fail {} over, each to its best host now?",
         _live,
+        ask_one=failover_confirm,
     ),
     "approve": Action(
         "approve failover of", lambda ctl, job: ctl.approve(job), "manual policy", None, _awaiting
@@ -110,14 +115,14 @@ HOST_ACTIONS = {
     "kill": Action(
         "kill",
         lambda ctl, host: ctl.kill_host(host),
-        "demo: SIGKILL its executors, unreachable",
-        "Kill demo host {}? Its executors get SIGKILL.",
+        "simulate a host loss: SIGKILL its executors, unreachable",
+        "Kill local host {}? Its executors get SIGKILL and it stops answering.",
         lambda ctl, host: _killed(ctl, host) is False,
     ),
     "revive": Action(
         "revive",
         lambda ctl, host: ctl.revive_host(host),
-        "demo: back",
+        "end a simulated host loss: reachable again",
         None,
         lambda ctl, host: _killed(ctl, host) is True,
     ),

@@ -243,7 +243,10 @@ class HotspareApp(App[int]):
             if refused:
                 self.notify(f"{action.verb}: refused ({'; '.join(refused)})", markup=False)
 
-        confirm = action.confirm.format(label) if action.confirm else None
+        if action.ask_one is not None and len(keys) == 1:
+            confirm: str | None = action.ask_one(self.ctl, keys[0])
+        else:
+            confirm = action.confirm.format(label) if action.confirm else None
         self.act(f"{action.verb} {label}", each, confirm=confirm)
 
     def stop_controller(self) -> None:

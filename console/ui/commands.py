@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from console.ui.actions import HOST_ACTIONS, JOB_ACTIONS
-from console.ui.screens.choose import failover_targets
+from console.ui.targets import failover_targets
 
 if TYPE_CHECKING:
     from console.ui.app import HotspareApp

@@ -243,6 +243,7 @@ async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> No
         await wait_for(pilot, lambda: replica_on_b(ctl), 90, "step 40 and a replica on b")
         await pilot.press("f")
         assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Fail j over to b (r1, its spare, replica @")
         await pilot.press("y")
         await wait_for(pilot, lambda: running_on_b(app), 60, "the job running on b")
         await pilot.press("s", "y")

@@ -85,6 +85,7 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
         assert ": now 87%" in text(app, "#util-label")
         await pilot.press("K")
         assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Kill local host a?"), app.screen.question
         await pilot.press("y")
         await wait_for(pilot, lambda: "down" in text(app, "#host-summary"), 30, "a down")
         await wait_for(

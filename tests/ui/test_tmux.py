@@ -139,7 +139,7 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     tmux("send-keys", "-t", SESSION, "-l", "kill a")
     until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
     tmux("send-keys", "-t", SESSION, "Enter")
-    until(lambda s: "kill demo host a?" in s.lower(), 10, "the confirm")
+    until(lambda s: "kill local host a?" in s.lower(), 10, "the confirm")
     tmux("send-keys", "-t", SESSION, "y")
     tmux("send-keys", "-t", SESSION, "2")
     until(lambda s: "waiting out lease on a" in s, 20, "the lease wait in the Jobs view")

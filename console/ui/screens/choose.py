@@ -9,36 +9,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
-from console.jobs.controller import Controller
-
-
-def failover_targets(ctl: Controller, job: str) -> list[tuple[str, str]]:
-    """Hosts ``job`` could move to now, best first: its spares (with their replica), then the
-    same region, then the others; each with a one-line description."""
-    sup = ctl.jobs[job]
-    usable = ctl.fleet.usable(exclude={sup.host} if sup.host else None)
-    reserved = ctl.reserved(job)
-    region = ctl.inv.hosts[sup.host].region if sup.host else None
-
-    def rank(name: str) -> tuple[int, int, str]:
-        h = ctl.inv.hosts[name]
-        spare = sup.spares.index(name) if name in sup.spares else len(sup.spares)
-        return (spare, 0 if h.region == region else 1, name)
-
-    out = []
-    for name in sorted(usable, key=rank):
-        h = ctl.inv.hosts[name]
-        what = [h.region]
-        if name in sup.spares:
-            rep = ctl.replicator.replica(job, name).manifest
-            what.append(f"its spare, replica @{rep.step}" if rep else "its spare, no replica yet")
-        elif name in reserved:
-            what.append(f"spare of {reserved[name]}")
-        else:
-            what.append(h.role)  # the inventory's: a free spare of no job, or a primary
-        out.append((name, ", ".join(what)))
-    return out
-
 
 class ChooseHostScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "cancel", id="choose.cancel")]

@@ -6,7 +6,8 @@ from textual.binding import Binding
 
 from console.ui.actions import JOB_ACTIONS
 from console.ui.screens.base import LiveScreen
-from console.ui.screens.choose import ChooseHostScreen, failover_targets
+from console.ui.screens.choose import ChooseHostScreen
+from console.ui.targets import failover_targets
 
 JOB_BINDINGS = [
     Binding("f", "job('fail_over')", "fail over", id="jobs.fail_over"),
