@@ -74,6 +74,7 @@ class HostMonitor:
         executor_env: Mapping[str, Mapping[str, str]],
         may_deploy: bool = True,
         need_host: Callable[[str], None] = lambda _why: None,
+        replaced_within_s: float = 0.0,
     ) -> None:
         self._fleet = fleet
         self._inv = inv
@@ -95,6 +96,12 @@ class HostMonitor:
         self._slots = asyncio.Semaphore(PROBES_AT_ONCE)
         self._short: set[str] = set()
         """Jobs alerted for having no healthy spare, until one is healthy again."""
+        self._replaced_within_s = replaced_within_s
+        """How long the job's spare keeper may take to replace an unfit spare with a free
+        usable host: while it may, a job without a healthy spare is no alert (it fired 4 s
+        before the replacement was chosen)."""
+        self._unfit_since: dict[str, float] = {}
+        """Since when each job has had no healthy spare."""
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -209,12 +216,17 @@ class HostMonitor:
         fleet = self._fleet
         live = self._spares()
         self._short &= set(live)
+        self._unfit_since = {j: t for j, t in self._unfit_since.items() if j in live}
         for job, spares in live.items():
             spares = [s for s in spares if s in fleet.hosts]
             if not spares:  # wanted at each check while it has none: the provisioner retries
                 self._need_host(f"job {job} has no spare")
                 continue
             healthy = [s for s in spares if not self._why_unfit(s)]
+            if healthy:
+                self._unfit_since.pop(job, None)
+            elif self._being_replaced(job, live):
+                continue
             if not healthy:  # wanted at each check while it lasts: the provisioner retries
                 self._need_host(f"job {job} has no healthy spare left")
             if not healthy and job not in self._short:
@@ -230,6 +242,14 @@ class HostMonitor:
                     host=healthy[0],
                     data={"healthy_spares": healthy},
                 )
+
+    def _being_replaced(self, job: str, live: Mapping[str, list[str]]) -> bool:
+        """``job`` has had no healthy spare for less than ``replaced_within_s`` and a usable
+        host no live job holds is there to replace one: its spare keeper does that."""
+        now = time.monotonic()
+        since = self._unfit_since.setdefault(job, now)
+        held = {s for spares in live.values() for s in spares}
+        return now - since < self._replaced_within_s and bool(self._fleet.usable(exclude=held))
 
     def _why_unfit(self, host: str) -> str:
         """Why ``host`` cannot take a failover now ("" when it can)."""

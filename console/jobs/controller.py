@@ -27,6 +27,7 @@ from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.refusal import Refused
 from console.jobs.replicator import Replicator
+from console.jobs.spare_keeper import REPLACED_WITHIN_S
 from console.jobs.supervisor import JobSupervisor
 from console.reach.transport.local import LocalTransport
 from console.records.console_lock import ConsoleLock
@@ -130,6 +131,7 @@ class Controller:
             executor_env=self.executor_env,
             may_deploy=not read_only,
             need_host=self.need_host,
+            replaced_within_s=REPLACED_WITHIN_S,
         )
         """Up or down, and fit or not, for every host no job runs on."""
         self._state_alert: str | None = None

@@ -28,6 +28,9 @@ KEEP_EVERY_S = 2.0
 GRACE_S = 2 * KEEP_EVERY_S
 """A spare is replaced once it has been unfit this long: one missed probe (a flap) is not
 enough to move a job's replicas elsewhere."""
+REPLACED_WITHIN_S = GRACE_S + 2 * KEEP_EVERY_S
+"""An unfit spare that a usable host can replace is replaced within this: the grace, then a
+round of the keeper, and one more for a round that came just before it was due."""
 UNFIT_STATES = {
     HostState.DOWN: "down",
     HostState.DRAINING: "draining",

@@ -67,6 +67,8 @@ async def test_an_unfit_spare_is_replaced_and_the_new_one_holds_a_replica_for_th
         replaced = [e for e in events if e.kind is Kind.PLACEMENT and "replaced by c" in e.msg]
         assert replaced and "spare b is unfit (cordoned)" in replaced[0].msg, replaced
         assert replaced[0].data["change"] == "spare", "a reader can tell it from a placement"
+        # c was there to replace b all along: no alert that the job has no healthy spare
+        assert not [e for e in events if e.kind is Kind.ALERT and "healthy spare" in e.msg]
         await until(
             lambda: verified_replicas(tmp_path / "c", "j") or task.done(), 30, "a replica on c"
         )
