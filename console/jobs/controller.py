@@ -513,6 +513,7 @@ class Controller:
         sup.rec.stopped = False
         self.store.save()
         self.jobs[job] = self._supervisor(job)
+        self.jobs[job].live.carry_from(sup.live)
         self.jobs[job].starting_again = True
         # started again after an incident ended it: the resume is that fault's (no second one)
         n = carry_on(self.timeline.incidents(job), self.incidents, job)

@@ -99,6 +99,16 @@ class LiveJob:
     def epoch(self) -> int:
         return self.rec.epoch
 
+    def carry_from(self, before: LiveJob) -> None:
+        """A job started again (``g``) under a new supervisor shows what it last did (its
+        step, loss, checkpoints, curve and log) until its new executor says where it resumes;
+        it read ``0/600`` meanwhile. Its rate is not carried: nothing trains yet."""
+        self.step, self.loss = before.step, before.loss
+        self.checkpoint, self.checkpoint_path = before.checkpoint, before.checkpoint_path
+        self.history.extend(before.history)
+        self.checkpoints.extend(before.checkpoints)
+        self.log_tail.extend(before.log_tail)
+
 
 class Transitions:
     """The job's state moves, each journalled; a failure, or a wait, is also an alert. A job

@@ -72,8 +72,16 @@ async def test_s_stops_the_job_as_stopped_with_no_failure_alert(
         states = [e.data["to"] for e in events if e.kind is Kind.JOB_STATE and e.job == "j"]
         assert states[-1] == "stopped" and "failed" not in states, states
 
+        stopped_at = ctl.jobs["j"].step
+        assert f" {stopped_at}/5000 " in table(app).cell("j", "progress")
         await pilot.press("g")
-        await wait_for(pilot, lambda: table(app).cell("j", "state") == "running", 60, "again")
+        # started again, before its executor says where it resumes: the job's last step, not 0
+        shown = []
+        while table(app).cell("j", "state") != "running":
+            shown.append(table(app).cell("j", "progress"))
+            await pilot.pause(0.1)
+            assert len(shown) < 600, "running again within a minute"
+        assert shown and all(f" {stopped_at}/5000 " in p for p in shown), shown
 
 
 async def test_a_denied_failover_stops_the_job_with_no_failure_alert(
