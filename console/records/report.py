@@ -1,12 +1,12 @@
 """``hotspare report``: a post-mortem of the journal, as markdown.
 
 For each incident: its timeline, fault class, time to detect, the MTTR breakdown (detect,
-decide, transfer, start, load, first step) and the steps lost; for an elastic job that
+decide, transfer, start, setup, load, first step) and the steps lost; for an elastic job that
 trained at several sizes, its throughput at each; every host provisioned or released, with
 its cost in seconds; and per job, its goodput, the steps each class of incident lost and its
 checkpoint overhead (``console/records/summary.py`` defines them). ``--json``: the same as one
 JSON object, every key of ours snake_case (``breakdown_s``: ``detect``, ``until_stopped``,
-``stopped``, ``decide``, ``transfer``, ``start``, ``load``, ``first_step``).
+``stopped``, ``decide``, ``transfer``, ``start``, ``setup``, ``load``, ``first_step``).
 
 What an incident's figures mean, so that they add up:
 
