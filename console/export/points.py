@@ -46,15 +46,15 @@ class Translate:
     step each job reported, the step each open incident stood at)."""
 
     def __init__(self) -> None:
-        self._step: dict[str, int] = {}
-        """Job -> its newest step reported (for a replica's lag in steps)."""
+        self._newest: dict[str, int] = {}
+        """Job -> its newest checkpoint's step (a replica's lag in steps is counted from it,
+        as the Jobs view counts it: a replica of the newest checkpoint lags 0 steps)."""
         self._incident_step: dict[int, int] = {}
         """Incident -> the step its job had reached when it was detected (where it is drawn)."""
         self._last_step: dict[int, int] = {}
         """Incident -> the last step trained before it, as its phases learn it."""
 
     def progress(self, job: str, msg: Progress, wall: float) -> Point:
-        self._step[job] = msg.step
         return progress_point(job, msg, wall)
 
     def event(self, e: Event) -> list[Point]:
@@ -70,6 +70,7 @@ class Translate:
         return []
 
     def _checkpoint(self, job: str, e: Event) -> Point:
+        self._newest[job] = max(self._newest.get(job, 0), e.data["step"])
         scalars = {
             f"checkpoint/{name}": float(e.data[key])
             for key, name in (("stall_s", "stall_s"), ("write_s", "write_s"), ("bytes", "bytes"))
@@ -82,8 +83,8 @@ class Translate:
         scalars: dict[str, float] = {}
         if isinstance(e.data.get("lag_s"), int | float):
             scalars[f"replica/{spare}/lag_s"] = float(e.data["lag_s"])
-        if job in self._step:
-            scalars[f"replica/{spare}/lag_steps"] = float(max(0, self._step[job] - step))
+        if job in self._newest:
+            scalars[f"replica/{spare}/lag_steps"] = float(max(0, self._newest[job] - step))
         return Point(job, f"replica/{spare}", step, e.t, scalars)
 
     def _incident(self, job: str, e: Event, n: int) -> list[Point]:
