@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from console.fleet.health_rules import Severity
 from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
 from console.jobs.controller import Controller
+from console.jobs.supervisor import JobSupervisor
 from console.states import HostState, JobState
 from protocol.messages import Health
 from protocol.units import MIB, size_mb, used_of
@@ -375,9 +376,16 @@ def replica_cell(
     return text
 
 
-def rate_current(ctl: Controller, last_seen: float, now: float) -> bool:
-    """Is a running job's steps/s current: its executor heard from within two heartbeats?"""
-    return bool(last_seen) and now - last_seen <= STALE_AFTER_SAMPLES * ctl.detection.heartbeat_s
+def rate_current(ctl: Controller, sup: JobSupervisor, now: float, mono: float) -> bool:
+    """Is a running job's steps/s current: its executor heard from within two heartbeats, and
+    its newest step reported within two heartbeats plus three of its steps? An executor just
+    started after a move is heard from before it trains: the rate then is the old run's, and
+    showed for the 12-15 s the new one took to start."""
+    beat = STALE_AFTER_SAMPLES * ctl.detection.heartbeat_s
+    if not sup.last_seen or mono - sup.last_seen > beat or not sup.history:
+        return False
+    at, _, _, rate = sup.history[-1]
+    return now - at <= beat + (3.0 / rate if rate > 0 else 0.0)
 
 
 def job_rows(
@@ -418,7 +426,7 @@ def job_rows(
             progress_bar(sup.step, sup.spec.steps),
             "-" if math.isnan(sup.loss) else f"{sup.loss:.4f}",
             f"{sup.steps_per_s:.1f}"
-            if sup.state is JobState.RUNNING and rate_current(ctl, sup.last_seen, mono)
+            if sup.state is JobState.RUNNING and rate_current(ctl, sup, now, mono)
             else "-",
             ckpt_s,
             replica,

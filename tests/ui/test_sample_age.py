@@ -18,6 +18,7 @@ from console.fleet.monitor import REACH_EVERY_S
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
+from console.states import JOB_TRANSITIONS, JobState, Machine
 from console.ui.view import FLEET_COLUMNS, JOB_COLUMNS, fleet_rows, job_rows
 from console.ui.view_detail import sample_label
 from protocol.messages import GpuHealth, Health
@@ -129,4 +130,29 @@ async def test_a_spare_heard_only_by_the_monitor_stays_ok_in_the_seen_column(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+
+
+async def test_steps_per_s_is_shown_only_while_the_newest_step_is_recent(tmp_path: Path) -> None:
+    """An executor heard from but not training yet (just started after a move) shows no rate:
+    the one it had was the old run's, and read as current for the 12-15 s the new one took to
+    start. A step reported within two heartbeats plus three step times is current."""
+    ctl = controller(inventory(tmp_path))
+    try:
+        sup = ctl.jobs["j"]
+        live = sup.live
+        live.machine = Machine(JobState.RUNNING, JOB_TRANSITIONS)
+        mono, now = time.monotonic(), time.time()
+        live.last_seen = mono  # the new executor's hello, just now
+        beat = STALE_AFTER_SAMPLES * ctl.inv.console.heartbeat_s
+        live.steps_per_s = 41.0  # as the watch sets it with each Progress
+        live.history.append((now - beat - 1.0, 200, 2.5, 41.0))  # the old run's last step
+        assert job_rows(ctl, now=now, mono=mono)["j"][RATE] == "-"
+        live.history.append((now - 0.1, 201, 2.5, 41.0))
+        assert job_rows(ctl, now=now, mono=mono)["j"][RATE] == "41.0"
+        # a slow job (0.1 steps/s): its newest step 20 s ago is still current
+        live.steps_per_s = 0.1
+        live.history.append((now - 20.0, 202, 2.5, 0.1))
+        assert job_rows(ctl, now=now, mono=mono)["j"][RATE] == "0.1"
+    finally:
         await ctl.close()

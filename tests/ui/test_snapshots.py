@@ -128,6 +128,8 @@ def hold_current(ctl: Controller, *, except_host: str | None = None) -> None:
             rt.sampled_at = later
     for sup in ctl.jobs.values():
         sup.last_seen = later
+        if sup.steps_per_s and not sup.history:  # its newest step, as recent as its heartbeat
+            sup.live.history.append((time.time() + HELD_S, sup.step, sup.loss, sup.steps_per_s))
 
 
 def failed_over_app(tmp_path: Path) -> HotspareApp:
@@ -147,6 +149,8 @@ def failed_over_app(tmp_path: Path) -> HotspareApp:
     sup.rec.epoch, sup.rec.restarts = 2, 1
     for state in (JobState.FAILING_OVER, JobState.DEPLOYING, JobState.RUNNING):
         sup.live.machine.move(state)
+    sup.live.history.clear()  # gpu-b's run: its newest step, as recent as its heartbeat
+    sup.live.history.append((time.time() + HELD_S, 260, sup.loss, 39.0))
     return app
 
 
