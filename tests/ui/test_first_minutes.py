@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from fleetbed import job_table, local_host, write_inventory
-from textual.widgets import Input, Static
+from textual.widgets import Input, Label, Select, Static
 
-from console.inventory import load
+from console.inventory import Host, load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.states import HostState
 from console.ui.app import HotspareApp
-from console.ui.screens.add_host import AddHostScreen
+from console.ui.screens.add_host import FIELDS, AddHostScreen
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.jobs import JobsScreen
 from console.ui.widgets.live_table import LiveTable
@@ -108,3 +109,30 @@ async def test_tab_moves_between_the_fields_of_an_open_form(
         assert isinstance(app.screen, FleetScreen)
         await pilot.press("tab")
         assert isinstance(app.screen, JobsScreen), "with no form open, Tab still switches views"
+
+
+def test_the_form_marks_required_what_the_inventory_s_loader_requires() -> None:
+    """The ssh host's root read ``(optional)``, yet an inventory without it does not load."""
+    hints = dict(FIELDS)
+    required = {f.name for f in msgspec.structs.fields(Host) if f.required}
+    assert "root" in required
+    for key in ("address", "user", "root"):
+        marked = "(required" in hints[key]
+        assert marked == (key in required or key == "address"), (key, hints[key])
+    assert "(required)" in hints["name"]
+
+
+async def test_an_ssh_host_without_a_root_is_refused_by_the_form(tmp_path: Path) -> None:
+    app = demo_app(tmp_path)
+    inventory = app.ctl.inv.path
+    before = inventory.read_bytes()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        form = app.screen
+        assert isinstance(form, AddHostScreen)
+        form.query_one("#host-transport", Select).value = "ssh"
+        await pilot.press(*"gpu-9", "tab", *"10.0.0.9", "enter")
+        assert app.screen is form, "the form stays open"
+        error = str(form.query_one("#add-host-error", Label).render())
+        assert error == "a host needs a root folder (on the host)", error
+    assert inventory.read_bytes() == before

@@ -11,11 +11,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
 FIELDS = (
-    ("name", "host name, e.g. gpu-9"),
-    ("address", "ssh: address (or name in ~/.ssh/config)"),
+    ("name", "host name, e.g. gpu-9 (required)"),
+    ("address", "ssh: address, or name in ~/.ssh/config (required for ssh)"),
     ("user", "ssh: user (optional)"),
-    ("root", "local: folder; ssh: root on the host (optional)"),
+    ("root", "root folder for its jobs: local path, or a path on the ssh host (required)"),
 )
+"""Each field and its placeholder, which says whether the inventory's loader requires it."""
 
 
 def host_table(values: dict[str, str], region: str, transport: str, role: str) -> dict[str, Any]:
@@ -74,8 +75,10 @@ class AddHostScreen(ModalScreen[tuple[str, dict[str, Any]] | None]):
             error = "a host needs a name"
         elif transport == "ssh" and not values["address"]:
             error = "an ssh host needs an address"
-        elif transport == "local" and not values["root"]:
-            error = "a local host needs a root folder"
+        elif not values["root"]:
+            error = (
+                f"a host needs a root folder ({'on the host' if transport == 'ssh' else 'here'})"
+            )
         if error:
             self.query_one("#add-host-error", Label).update(error)
             return
