@@ -238,7 +238,7 @@ async def test_the_console_journals_a_kill_and_alerts_when_it_did_not_happen(
 
 
 def kill_running(work: Path) -> bool:
-    """Is a kill program (``console.reach.remote._KILL``) for ``work`` running? (/proc)"""
+    """Is a kill program (``console/reach/host/kill.py``) for ``work`` running? (/proc)"""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             args = cmdline.read_bytes().split(b"\0")
