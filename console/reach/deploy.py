@@ -21,25 +21,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from console.reach.host import extract, source
 from console.reach.transport.base import PermanentTransportError, Transport, TransportError
 from protocol.version import bundle_files, source_hash
 
-_EXTRACT = r"""
-import os, sys, tarfile
-with tarfile.open(sys.argv[1]) as t:
-    if hasattr(tarfile, "data_filter"):
-        t.extractall(sys.argv[2], filter="data")
-    else:  # Python < 3.11.4: allow only plain files with safe relative names
-        for m in t.getmembers():
-            if not m.isfile() or m.name.startswith("/") or ".." in m.name.split("/"):
-                sys.exit("unsafe member in bundle: %r" % m.name)
-        t.extractall(sys.argv[2])
-for folder, _, names in os.walk(sys.argv[2]):  # whole on disk before it is renamed into place
-    for name in [*names, "."]:
-        fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-"""
+EXTRACT = source(extract)
 
 
 MARKER = ".complete"
@@ -138,7 +124,7 @@ async def _unpack(t: Transport, python: str, bundle: Bundle, folder: str) -> Non
     tar_path = f"{folder}.tar.gz"
     await t.write_chunks(tar_path, _once(bundle.tarball))
     try:
-        result = await t.run([python, "-c", _EXTRACT, tar_path, folder])
+        result = await t.run([python, "-c", EXTRACT, tar_path, folder])
     finally:
         await t.remove(tar_path)
     if result.returncode != 0:

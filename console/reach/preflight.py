@@ -12,62 +12,13 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from console.reach.deploy import Bundle, bundle_dir
+from console.reach.host import preflight_probe, source
 from console.reach.transport.base import Transport, TransportError
 from protocol.units import size_mb
 
 MIN_PYTHON = (3, 11)
 
-_PROBE = r"""
-import json, os, shutil, sys
-out = {"python": "%d.%d.%d" % sys.version_info[:3], "torch": None, "torch_error": None,
-       "cuda": False, "cuda_devices": 0, "nvml": None, "disk_free_mb": None,
-       "bundle": os.path.exists(os.path.join(sys.argv[2], ".complete"))}
-try:  # creates nothing: a root not made yet is judged by the folder it will be made in
-    here = os.path.abspath(sys.argv[1])
-    while not os.path.isdir(here):
-        if os.path.lexists(here):
-            raise NotADirectoryError("%s is not a folder" % here)
-        here = os.path.dirname(here)
-    if not os.access(here, os.W_OK | os.X_OK):
-        raise PermissionError("%s is not writable" % here)
-    out["disk_free_mb"] = shutil.disk_usage(here).free / 2**20
-except OSError as e:
-    out["disk_error"] = str(e)
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = bool(torch.cuda.is_available())
-    out["cuda_devices"] = torch.cuda.device_count() if out["cuda"] else 0
-except Exception as e:
-    out["torch_error"] = "%s: %s" % (type(e).__name__, e)
-try:  # where runs get a cgroup of their own (executors/fencing/cgroup.py: keep in step)
-    mount = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            if right.split()[:1] == ["cgroup2"]:
-                mount = left.split()[4]
-    if mount is None:
-        raise OSError("no cgroup v2 hierarchy is mounted")
-    with open("/proc/self/cgroup") as f:
-        own = [l[3:].strip() for l in f if l.startswith("0::")]
-    here = os.path.normpath(os.path.join(mount, own[0].lstrip("/"))) if own else mount
-    if not os.access(here, os.W_OK):
-        raise OSError("%s is not writable by this user (no delegated cgroup)" % here)
-    if here != mount and not os.path.exists(os.path.join(here, "cgroup.kill")):
-        raise OSError("the kernel has no cgroup.kill (Linux 5.14 or later)")
-    out["containment"] = "cgroup"
-except OSError as e:
-    out["containment"] = "fence"
-    out["containment_why"] = str(e)
-try:
-    import pynvml
-    pynvml.nvmlInit()
-    out["nvml"] = "ok: %d GPUs" % pynvml.nvmlDeviceGetCount()
-except Exception as e:
-    out["nvml"] = "no GPU (%s)" % (str(e) or type(e).__name__)
-print(json.dumps(out))
-"""
+PROBE = source(preflight_probe)
 
 
 @dataclass
@@ -105,9 +56,7 @@ async def preflight(
     pf = Preflight(host=t.name)
     try:
         await t.connect()
-        result = await t.run(
-            [python, "-c", _PROBE, root, bundle_dir(root, bundle)], timeout=timeout
-        )
+        result = await t.run([python, "-c", PROBE, root, bundle_dir(root, bundle)], timeout=timeout)
     except TransportError as e:
         pf.problems.append(str(e))
         return pf

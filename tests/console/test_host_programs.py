@@ -10,9 +10,10 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
-from console.reach import remote
+from console.reach import deploy, preflight, remote
 from console.reach.host import kill, locked
 from executors import workdir
 from executors.fencing import cgroup
@@ -96,3 +97,27 @@ def test_promote_refuses_a_replica_that_lists_a_path_outside_it_and_writes_nothi
     assert r.returncode == 1 and r.stderr.startswith(f"{stem}: "), r.stderr
     assert (dst / "keep").read_text() == "the executor's own", "nothing written"
     assert not (tmp_path.parent / "escape").exists()
+
+
+def test_the_preflight_probe_answers_from_its_source_alone(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / ".complete").write_text("")
+    r = run(preflight.PROBE, str(tmp_path / "root" / "not-made"), str(bundle), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert facts["bundle"] is True
+    assert facts["disk_free_mb"] > 0, "judged by the folder it will be made in"
+    assert not (tmp_path / "root").exists(), "it creates nothing"
+    assert facts["containment"] in ("cgroup", "fence")
+
+
+def test_extract_unpacks_a_bundle_whole(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    with tarfile.open(tmp_path / "b.tar", "w") as t:
+        t.add(tmp_path / "src" / "a.py", arcname="pkg/a.py")
+    r = run(deploy.EXTRACT, str(tmp_path / "b.tar"), str(tmp_path / "out"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "pkg" / "a.py").read_text() == "x = 1\n"
