@@ -13,7 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from console.reach import deploy, preflight, remote
+from console.reach import deploy, job_ready, preflight, remote
 from console.reach.host import kill, locked
 from executors import workdir
 from executors.fencing import cgroup
@@ -121,3 +121,34 @@ def test_extract_unpacks_a_bundle_whole(tmp_path: Path) -> None:
     r = run(deploy.EXTRACT, str(tmp_path / "b.tar"), str(tmp_path / "out"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "pkg" / "a.py").read_text() == "x = 1\n"
+
+
+def test_the_job_probe_answers_from_its_source_alone(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("")
+    order = {
+        "timeout": 30,
+        "jobs": [
+            {
+                "job": "j",
+                "cwd": str(tmp_path / "code"),
+                "check_cwd": True,
+                "argv": [sys.executable, "train.py", "--out", "{checkpoint_dir}"],
+                "env": {},
+                "needs": ["data/shard-0.bin"],
+                "imports": ["json", "no_such_module_x1"],
+            }
+        ],
+    }
+    r = run(job_ready.PROBE, json.dumps(order), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    problems = json.loads(r.stdout)["problems"]
+    code = tmp_path / "code"
+    assert problems == [
+        ["j", "command.needs[0]", f"{code}/data/shard-0.bin does not exist (cwd {code})"],
+        [
+            "j",
+            "command.imports[1]",
+            f"module no_such_module_x1 is not found by {sys.executable} (cwd {code})",
+        ],
+    ]
