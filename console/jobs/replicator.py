@@ -33,7 +33,7 @@ from console.inventory import Inventory
 from console.reach.deploy import replica_dir
 from console.reach.direct import DirectReplication
 from console.reach.remote import list_manifests
-from console.reach.replica import Received, ReplicaPlan, UnsafeManifest, folder_files
+from console.reach.replica import Received, ReplicaPlan, UnsafeManifest, folder_files, receive
 from console.reach.transport.base import DiskUsage, Transport, TransportError
 from console.records.incidents import IncidentLog
 from console.records.journal import Journal, Kind
@@ -260,8 +260,8 @@ class Replicator:
         got = await self._direct.copy(job, spare, src.host, src.path, src.manifest, plan, measured)
         if got is not None:
             return got, "direct"
-        relayed = await self._transport(spare).receive_replica(
-            plan, self._transport(src.host), src.path, measured
+        relayed = await receive(
+            self._transport(spare), plan, self._transport(src.host), src.path, measured
         )
         return relayed, "relay"
 

@@ -28,7 +28,7 @@ import posixpath
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -43,11 +43,9 @@ from console.reach.transport.base import (
     TransportError,
 )
 from console.reach.transport.files import TransferCorrupt, transfer
+from console.reach.transport.ssh import SshTransport
 from protocol.spec import CheckpointManifest
 from protocol.units import size
-
-if TYPE_CHECKING:
-    from console.reach.transport.ssh import SshTransport
 
 ATTEMPTS = 4
 """Tries of one copy whose stream drops; each later one resumes from the part on the spare."""
@@ -140,6 +138,16 @@ async def _remove_steps(t: Transport, folder: str, steps: list[int]) -> None:
         stem = posixpath.join(folder, rules.step_stem(old))
         await t.remove(stem + ".json")  # the manifest first: never a manifest without data
         await t.remove(stem + ".pt")
+
+
+async def receive(
+    t: Transport, plan: ReplicaPlan, src: Transport, src_path: str, measured: Measured
+) -> Received:
+    """Copy a checkpoint from ``src`` into ``t``'s replica folder: in one program where ``t``
+    is reached over SSH (each call a round trip), else one transport call at a time."""
+    if isinstance(t, SshTransport):
+        return await receive_in_one(t, plan, src, src_path, measured)
+    return await receive_stepwise(t, plan, src, src_path, measured)
 
 
 async def receive_stepwise(

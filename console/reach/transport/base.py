@@ -15,10 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from console.reach.replica import Received, ReplicaPlan
+from typing import Protocol
 
 Progress = Callable[[int, int], None]
 """Called with (bytes done, bytes total) as a transfer goes."""
@@ -222,20 +219,6 @@ class Transport(ABC):
         from console.reach.transport.files import get_file
 
         await get_file(self, remote, local, progress=progress)
-
-    async def receive_replica(
-        self,
-        plan: ReplicaPlan,
-        src: Transport,
-        src_path: str,
-        measured: Callable[[DiskUsage], None],
-    ) -> Received:
-        """Copy a checkpoint from ``src`` into this host's replica folder: prune, check the
-        room, receive, verify, publish, prune (``console/reach/replica.py``). Here one call
-        at a time; a transport whose calls cost a round trip each does it in one."""
-        from console.reach.replica import receive_stepwise
-
-        return await receive_stepwise(self, plan, src, src_path, measured)
 
     async def __aenter__(self) -> Transport:
         await self.connect()

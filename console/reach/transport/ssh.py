@@ -16,14 +16,12 @@ import contextlib
 import math
 import re
 import shlex
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 
 import asyncssh
 
 from console.reach.transport.base import (
     CHUNK,
-    DiskUsage,
     FileStat,
     PermanentTransportError,
     RunResult,
@@ -37,9 +35,6 @@ from console.reach.transport.base import (
 from console.reach.transport.detach import detach_argv
 from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
 from console.reach.transport.tcp_stall import stalled
-
-if TYPE_CHECKING:
-    from console.reach.replica import Received, ReplicaPlan
 
 __all__ = ["SshTarget", "SshTransport", "SshTuning"]
 
@@ -150,18 +145,6 @@ class SshTransport(Transport):
                 yield proc
             finally:
                 proc.close()
-
-    async def receive_replica(
-        self,
-        plan: ReplicaPlan,
-        src: Transport,
-        src_path: str,
-        measured: Callable[[DiskUsage], None],
-    ) -> Received:
-        """The whole copy in one program on this host, fed over one channel."""
-        from console.reach.replica import receive_in_one
-
-        return await receive_in_one(self, plan, src, src_path, measured)
 
     async def run(
         self,
