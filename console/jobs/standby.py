@@ -307,11 +307,17 @@ class Standby:
                 data={"standby": True},
             )
 
-    async def drop_warm(self) -> None:
+    async def cancel_warm(self) -> None:
+        """The readying of a standby is called off (its supervision ends): a task of this job
+        never outlives it (one did, and wrote to the journal its console had closed). A
+        standby already ready is left to its idle exit, as every executor is left running."""
         task, self._warm_task = self._warm_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    async def drop_warm(self) -> None:
+        await self.cancel_warm()
         warm, self.warm = self.warm, None
         if warm is not None:
             await self.discard(warm)

@@ -279,14 +279,17 @@ class JobSupervisor:
         if job.rec.stopped:
             self._states.stopped("stopped by an operator before this console started")
             return
-        nxt = await self._first_launch()
-        while not job.state.is_terminal():
-            if isinstance(nxt, tuple) and self._stop_before_start():
-                return
-            outcome = await self._launch(*nxt) if isinstance(nxt, tuple) else nxt
-            if outcome is None:
-                outcome = await self._watch.watch()
-            nxt = await self._recovery.recover(outcome)
+        try:
+            nxt = await self._first_launch()
+            while not job.state.is_terminal():
+                if isinstance(nxt, tuple) and self._stop_before_start():
+                    return
+                outcome = await self._launch(*nxt) if isinstance(nxt, tuple) else nxt
+                if outcome is None:
+                    outcome = await self._watch.watch()
+                nxt = await self._recovery.recover(outcome)
+        finally:
+            await self._standby.cancel_warm()
 
     async def _first_launch(self) -> tuple[str, bool] | Outcome | None:
         """Reattach to a live executor from an earlier console, or say where to start.

@@ -93,3 +93,40 @@ async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_sta
     started = [e.data["pid"] for e in events if e.kind is Kind.EXECUTOR and "started on b" in e.msg]
     assert len(started) == 1, started
     assert not [e.msg for e in events if "not needed" in e.msg]
+
+
+async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
+    tmp_path: Path,
+) -> None:
+    """The console is closed (its run cancelled, then closed) while b's standby still starts:
+    the readying is called off with the job's supervision. It ran on and wrote 'warm standby
+    ready' into the journal the console had closed ('I/O operation on closed file', a task
+    exception nobody retrieved)."""
+    python, slow = slow_python(tmp_path / "bin", delay_s=3.0)
+    slow.touch()
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare", python=str(python)),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    ctl = controller(inv, ("a", "b"))
+    sup = ctl.jobs["j"]
+    journal = inv.parent / "state" / "journal.jsonl"
+    task = asyncio.create_task(ctl.run())
+    await until(
+        lambda: task.done() or any("started on b" in e.msg for e in read(journal)),
+        60,
+        "b's standby starting",
+    )
+    assert not task.done(), task
+    readying = sup._standby._warm_task  # the readying under way (no other handle on it)
+    assert readying is not None and not readying.done(), "b starts 3 s late: still readying"
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    assert readying.done() and readying.cancelled(), "it ended with the supervision"
+    events = list(read(journal))
+    assert events[-1].msg == "console stopped", events[-1]
