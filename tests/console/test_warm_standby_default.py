@@ -22,6 +22,21 @@ def controller(inventory: Path, hosts: tuple[str, ...]) -> Controller:
     return Controller(load(inventory), Policy.AUTO, executor_env=env)
 
 
+def slow_spare_fleet(tmp_path: Path) -> Path:
+    """j on a with spare b, whose python starts 3 s late: b's standby is still starting for
+    a while after the job trains."""
+    python, slow = slow_python(tmp_path / "bin", delay_s=3.0)
+    slow.touch()
+    return write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            "a": local_host(tmp_path / "a"),
+            "b": local_host(tmp_path / "b", role="spare", python=str(python)),
+        },
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+
+
 async def test_warm_standby_false_starts_nothing_on_the_spare(tmp_path: Path) -> None:
     inv = write_inventory(
         tmp_path / "inventory.toml",
@@ -49,16 +64,7 @@ async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_sta
     that standby and starts the job in it; it is never stopped as 'not needed' once it runs
     the job (found by the suite: the readying adopted the standby's process a second time,
     and the next standby round stopped it under the job)."""
-    python, slow = slow_python(tmp_path / "bin", delay_s=3.0)
-    slow.touch()
-    inv = write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={
-            "a": local_host(tmp_path / "a"),
-            "b": local_host(tmp_path / "b", role="spare", python=str(python)),
-        },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
-    )
+    inv = slow_spare_fleet(tmp_path)
     ctl = controller(inv, ("a", "b"))
     sup = ctl.jobs["j"]
     journal = inv.parent / "state" / "journal.jsonl"
@@ -102,16 +108,7 @@ async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
     the readying is called off with the job's supervision. It ran on and wrote 'warm standby
     ready' into the journal the console had closed ('I/O operation on closed file', a task
     exception nobody retrieved)."""
-    python, slow = slow_python(tmp_path / "bin", delay_s=3.0)
-    slow.touch()
-    inv = write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={
-            "a": local_host(tmp_path / "a"),
-            "b": local_host(tmp_path / "b", role="spare", python=str(python)),
-        },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
-    )
+    inv = slow_spare_fleet(tmp_path)
     ctl = controller(inv, ("a", "b"))
     sup = ctl.jobs["j"]
     journal = inv.parent / "state" / "journal.jsonl"
