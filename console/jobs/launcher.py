@@ -79,13 +79,20 @@ class Launcher:
     # ------------------------------------------------------------ starting
 
     async def start(
-        self, host: str, *, promote_upto: int | None, released: Callable[[str], None]
+        self,
+        host: str,
+        *,
+        promote_upto: int | None,
+        released: Callable[[str], None],
+        standby: bool = False,
     ) -> ExecutorLink | Outcome:
         """An idle executor on ``host`` (warmed up for the job's kind, waiting for Start), linked; or why not.
 
         ``promote_upto``: put the newest replica of at most that epoch in place first.
         ``released``: called with the host once an executor started for a start that was
         cancelled has been stopped (the host is free again).
+        ``standby``: a warm standby, started for no fault: its coming up is no incident's phase,
+        even when a failover prepared meanwhile waits for it and takes it.
         """
         t = self._transport(host)
         root, python = self._inv.host_root(host), self._inv.python(host)
@@ -96,7 +103,7 @@ class Launcher:
             await t.makedirs(workdir)
             if promote_upto is not None:
                 await self.promote(host, promote_upto)
-            left = await self._left_behind(host)
+            left = await self._left_behind(host, standby=standby)
             if left is not None:
                 return left
             pid = await self._detached(host, bundle.path, twin=False)
@@ -110,7 +117,7 @@ class Launcher:
             data={"pid": pid},
         )
         try:
-            return await self._link_started(host, pid)
+            return await self._link_started(host, pid, standby=standby)
         except asyncio.CancelledError:
             # A preparation cancelled (a blip ended the lease wait): the executor started for
             # it must not sit on the host holding the job's workdir.
@@ -170,7 +177,7 @@ class Launcher:
             raise
         return started if isinstance(started, ExecutorLink) else started.why
 
-    async def _left_behind(self, host: str) -> ExecutorLink | None:
+    async def _left_behind(self, host: str, *, standby: bool) -> ExecutorLink | None:
         """An executor an earlier console left on this workdir (a failover target it readied,
         a standby): an idle one is taken as this start's (it has loaded nothing yet, and holds
         the workdir a new one would need); one that trains under some epoch is told to stop
@@ -189,7 +196,8 @@ class Launcher:
                 host=host,
                 data={"pid": hello.pid, "adopted": True},
             )
-            self._phase("executor_up", pid=hello.pid, host=host)
+            if not standby:
+                self._phase("executor_up", pid=hello.pid, host=host)
             return link
         self.dismissed.add((host, hello.pid))
         with contextlib.suppress(LinkError):
@@ -204,7 +212,7 @@ class Launcher:
         return None
 
     async def _link_started(
-        self, host: str, pid: int, *, twin: bool = False
+        self, host: str, pid: int, *, twin: bool = False, standby: bool = False
     ) -> ExecutorLink | Outcome:
         """A link to the executor just started as ``pid``, and to no other: one this console
         told to stop may still serve the socket on its way out, and its messages, its
@@ -229,7 +237,7 @@ class Launcher:
                     return Outcome(Exit.CRASHED, f"the twin (pid {pid}) exited: see twin.log")
                 return await self._ended(host)
             await asyncio.sleep(POLL_S)
-        if not twin:
+        if not twin and not standby:
             self._phase("executor_up", pid=hello.pid, host=host)
         with contextlib.suppress(LinkError):  # an optimisation: a broken link is found when used
             await link.send(Prepare(spec=self._inv.jobs[self.job].spec))

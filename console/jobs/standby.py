@@ -70,10 +70,16 @@ class Standby:
 
     # ------------------------------------------------------------- starting
 
-    async def start(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
-        """An idle executor on ``host``, linked and pumped; or why not."""
+    async def start(
+        self, host: str, promote_replica: bool, *, standby: bool = False
+    ) -> ExecutorLink | Outcome:
+        """An idle executor on ``host``, linked and pumped; or why not (``standby``: the warm
+        standby's, whose coming up is no incident's phase)."""
         started = await self._launcher.start(
-            host, promote_upto=self._live.epoch if promote_replica else None, released=self._freed
+            host,
+            promote_upto=self._live.epoch if promote_replica else None,
+            released=self._freed,
+            standby=standby,
         )
         if isinstance(started, ExecutorLink):
             self.pump(started)
@@ -296,7 +302,7 @@ class Standby:
         if spare is None:
             return
         self._warm_on = spare
-        started = await self.start(spare, promote_replica=False)
+        started = await self.start(spare, promote_replica=False, standby=True)
         if isinstance(started, ExecutorLink):
             self.warm = Prepared(spare, started)
             self._journal.record(
