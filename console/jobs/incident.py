@@ -14,6 +14,9 @@ from console.jobs.live import LiveJob
 from console.records.incidents import Incident, IncidentLog, Resolution
 from protocol.messages import Progress
 
+PREEMPTED_WHY = "SIGTERM: checkpoint now, then migrate"
+"""A preemption's incident, whether its Fault was read or only its Stopped."""
+
 
 class OpenIncident:
     def __init__(self, live: LiveJob, *, log: IncidentLog, preparing: Callable[[], bool]) -> None:

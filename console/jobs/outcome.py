@@ -45,6 +45,14 @@ class Outcome:
     checkpoint_step: int | None = None
     warnings: tuple[str, ...] = ()
     """A finish that is not clean says why (``Finished.warnings``)."""
+    reason: str = ""
+    """An executor that stopped: the reason it gave (``Stopped.reason``), whether it was told
+    over the link or read back from its events.jsonl."""
+
+    @property
+    def preempted(self) -> bool:
+        """Stopped because its host is going away (SIGTERM): a move that must not come back."""
+        return self.exit is Exit.PLANNED and self.reason == "preempted"
 
     def said(self) -> str:
         """The exit class and why, each word once: ``finished``, ``stopped: operator``,
@@ -60,9 +68,21 @@ def from_finished(step: int, sha256: str, warnings: list[str]) -> Outcome:
 
 def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
     if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted", "grown"):
-        return Outcome(Exit.PLANNED, f"stopped for {reason}", step, checkpoint_step=checkpoint_step)
+        return Outcome(
+            Exit.PLANNED,
+            f"stopped for {reason}",
+            step,
+            checkpoint_step=checkpoint_step,
+            reason=reason,
+        )
     if reason in ("lease_lost", "stale_epoch"):
-        return Outcome(Exit.LEASE_LOST, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
+        return Outcome(
+            Exit.LEASE_LOST,
+            f"stopped: {reason}",
+            step,
+            checkpoint_step=checkpoint_step,
+            reason=reason,
+        )
     if reason == "workdir_busy":  # a warm twin refused a Start: the job's executor still ran
         return Outcome(
             Exit.CRASHED,
@@ -77,7 +97,9 @@ def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome
             step,
             checkpoint_step=checkpoint_step,
         )
-    return Outcome(Exit.STOPPED, f"stopped: {reason}", step, checkpoint_step=checkpoint_step)
+    return Outcome(
+        Exit.STOPPED, f"stopped: {reason}", step, checkpoint_step=checkpoint_step, reason=reason
+    )
 
 
 def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:

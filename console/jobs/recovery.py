@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from console.fleet.hosts import Fleet
 from console.jobs.approval import approved
 from console.jobs.finish import finish
-from console.jobs.incident import OpenIncident
+from console.jobs.incident import PREEMPTED_WHY, OpenIncident
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
 from console.jobs.policy import Policy
@@ -150,7 +150,9 @@ class Recovery:
         if outcome.exit is Exit.HOST_LOST:
             self._incident.open("host_lost", outcome.why)
             fleet.set_state(host, HostState.DOWN, outcome.why)
-        if outcome.exit is Exit.PLANNED:
+        if outcome.preempted:  # its Fault not read before the link closed: the same incident
+            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
+        elif outcome.exit is Exit.PLANNED:
             self._incident.open("planned", outcome.why, planned=True)
             if fleet.hosts[host].state is HostState.DRAINING:
                 fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")

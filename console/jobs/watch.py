@@ -17,7 +17,7 @@ from console.fleet.detect import ClockPace, DetectionSettings, is_suspect, renew
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
-from console.jobs.incident import OpenIncident, trained_past
+from console.jobs.incident import PREEMPTED_WHY, OpenIncident, trained_past
 from console.jobs.lease import JobLease, NoAnchor, lapse_note, renew_on_readings
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
@@ -332,7 +332,7 @@ class Watch:
         if not self._acts:
             return
         if msg.fault == "preempted" and job.incident is None:
-            self._incident.open("preemption", "SIGTERM: checkpoint now, then migrate", planned=True)
+            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
         if msg.fault in ("nan", "oom") and job.incident is None:
             self._incident.in_executor(msg.fault, msg.step, msg.message)
         if msg.fault == "config":

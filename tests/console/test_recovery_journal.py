@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from console.jobs.live import LiveJob
-from console.jobs.outcome import Exit, Outcome, from_run_ended, from_stopped
+from console.jobs.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
 from console.jobs.policy import Policy
 from console.jobs.recovery import Recovery
 from console.records.journal import Journal, Kind, read
@@ -109,3 +110,33 @@ async def test_a_finish_seen_while_reattaching_is_a_finish_not_an_illegal_transi
     assert job.state is JobState.FINISHED and job.rec.finished_step == 100
     moves = [e.msg for e in read(journal.path) if e.kind is Kind.JOB_STATE]
     assert moves[-1] == "j: deploying -> finished (step 100)", moves
+
+
+@pytest.mark.parametrize(
+    ("reason", "fault_class"), [("preempted", "preemption"), ("drain", "planned")]
+)
+async def test_a_stop_read_from_events_jsonl_opens_the_incident_its_reason_names(
+    tmp_path: Path, reason: str, fault_class: str
+) -> None:
+    """A SIGTERMed executor whose link closed before its Fault was read: its Stopped, read back
+    from events.jsonl, still opens a preemption, not a planned move (a loaded run at 40f5ea5:
+    test_sigterm_to_the_executor_migrates_with_zero_lost_steps saw 'planned')."""
+    tail = json.dumps({"kind": "stopped", "reason": reason, "step": 40, "checkpoint_step": 40})
+    outcome = from_events_tail(tail + "\n")
+    opened: list[tuple[str, bool]] = []
+
+    class Opened(Exception):
+        pass
+
+    def open_(fault_class: str, why: str, *, planned: bool = False) -> None:
+        opened.append((fault_class, planned))
+        raise Opened  # what follows (the failover) is not this test's
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
+    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
+    recovery = recovery_of(job, journal, quiet)
+    recovery._incident = SimpleNamespace(open=open_, phase=lambda *a, **k: None)  # type: ignore[assignment]
+    with pytest.raises(Opened):
+        await recovery.recover(outcome)
+    assert opened == [(fault_class, True)]

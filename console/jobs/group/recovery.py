@@ -230,7 +230,7 @@ class GroupRecovery:
         rt = self._fleet.hosts[m.host]
         if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host) or rt.leaving:
             return False
-        if m.exit.exit is Exit.PLANNED and m.exit.why == "stopped for preempted":
+        if m.exit.preempted:
             return False
         return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
 
