@@ -85,6 +85,9 @@ class LiveJob:
     """An operator's chosen failover host."""
     stop_requested: bool = False
     """An operator asked this job to stop (remembered across consoles once it has)."""
+    move_kept: tuple[str, str, str | None] | None = None
+    """(reason, why, target) of a move asked for while the job was on its way to training
+    (deploying, restarting, failing over): made once it trains (``Orders.trains``)."""
 
     @property
     def state(self) -> JobState:

@@ -14,6 +14,14 @@ from console.records.journal import Journal, Kind
 from console.states import JobState
 from protocol.messages import CheckpointNow, ConsoleMessage, Drain, Stop
 
+ON_ITS_WAY = frozenset(
+    {JobState.PENDING, JobState.DEPLOYING, JobState.RESTARTING, JobState.FAILING_OVER}
+)
+"""States a job leaves for training by a launch (or for an end): a move asked for in one is
+kept until it trains, not dropped. Not kept: one checkpointing is moving already, one
+unreachable either answers again or fails over (the move would be its failover's), and one
+that ended trains no more."""
+
 
 class Orders:
     def __init__(
@@ -37,17 +45,53 @@ class Orders:
     def request_move(self, reason: str, why: str, target: str | None = None) -> None:
         """Planned migration: checkpoint at the current step, stop, then move (0 lost steps).
 
-        Only a job that trains can be moved so; one being deployed, restarted or failed over
-        has no step to checkpoint, and the order is reported as not delivered (never raised)."""
+        Only a job that trains can be moved so. One on its way to training (being deployed,
+        restarted or failed over) has no step to checkpoint yet: the move is kept, journalled
+        as such, and made once it trains (``trains``); one that cannot train (checkpointing
+        already, ended) is reported as not delivered (never raised)."""
         job = self._live
         if job.link is None or not job.machine.can(JobState.CHECKPOINTING):
+            if job.state in ON_ITS_WAY and not job.stop_requested:
+                job.move_kept = (reason, why, target)
+                self._journal.record(
+                    Kind.ACTION,
+                    f"{job.name}: move kept: it is {job.state.value}; it moves "
+                    + (f"to {target} " if target else "")
+                    + "once it trains",
+                    job=job.name,
+                    host=job.host,
+                    data={"order": "drain", "delivered": False, "kept": True, "target": target},
+                )
+                return
             self._undelivered("drain", f"{job.name} is {job.state.value}, not training")
             return
+        job.move_kept = None
         if target is not None:
             self._live.target = target
         self._incident.open(reason, why, planned=True)
         self._states.move(JobState.CHECKPOINTING, why)
         self._send(Drain(reason=reason), "drain")
+
+    def trains(self) -> None:
+        """The job trains (again): a move kept meanwhile is made now, unless it stopped or
+        already trains where the move would take it."""
+        job = self._live
+        kept, job.move_kept = job.move_kept, None
+        if kept is None:
+            return
+        reason, why, target = kept
+        if job.stop_requested:
+            return
+        if target is not None and job.host == target:
+            self._journal.record(
+                Kind.ACTION,
+                f"{job.name}: move kept is moot: it trains on {target} already",
+                job=job.name,
+                host=job.host,
+                data={"order": "drain", "delivered": False, "moot": True, "target": target},
+            )
+            return
+        self.request_move(reason, why, target)
 
     def request_checkpoint(self) -> None:
         self._send(CheckpointNow(reason="operator"), "checkpoint now")

@@ -369,6 +369,7 @@ class JobSupervisor:
         )
         self._states.move(JobState.RUNNING, "reattached")
         self._keep_twin()
+        self._orders.trains()
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
@@ -461,6 +462,7 @@ class JobSupervisor:
         if self._inv.jobs[self.name].placement.standby:
             self._standby.keep_warm()
         self._keep_twin()
+        self._orders.trains()
         return None
 
     async def _until_saved(self, why: str) -> None:

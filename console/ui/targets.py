@@ -4,6 +4,7 @@ list, the palette's ``fail over JOB to HOST`` entries, and the question ``f`` as
 from __future__ import annotations
 
 from console.jobs.controller import Controller
+from console.jobs.orders import ON_ITS_WAY
 from console.jobs.placement import automatic, failover_order
 
 
@@ -39,4 +40,6 @@ def failover_confirm(ctl: Controller, job: str) -> str:
     if best is None:
         return f"Fail {job} over? No host can take it now: it waits for one."
     what = dict(targets)[best]
+    if sup.state in ON_ITS_WAY:  # kept by the controller until the job trains (Orders)
+        return f"Fail {job} over to {best} ({what}) once it trains? It is {sup.state.value}."
     return f"Fail {job} over to {best} ({what}) now?"

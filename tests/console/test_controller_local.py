@@ -182,6 +182,37 @@ async def test_draining_a_host_migrates_with_zero_lost_steps(
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
+async def test_a_fail_over_ordered_while_the_job_restarts_is_made_once_it_trains(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    """'f' pressed while the job restarts after its executor died (a loaded run pressed it
+    then, and the move was dropped as not delivered): kept, and made once the job trains
+    again, with no step lost to the move."""
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGKILL)
+    await until(
+        lambda: sup.state in (JobState.RESTARTING, JobState.DEPLOYING) or task.done(),
+        30,
+        "the restart",
+    )
+    assert sup.state in (JobState.RESTARTING, JobState.DEPLOYING), sup.state
+    ctl.fail_over("j", "b")
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    events = journal(fleet)
+    (kept,) = [e for e in events if e.kind is Kind.ACTION and e.data.get("kept")]
+    assert kept.data["target"] == "b"
+    crash, move = incidents(events)
+    assert crash.fault_class == "executor_crash" and crash.resolved
+    assert move.planned and move.lost_steps == 0
+    assert move.fault_at > kept.t, "the move came after it was kept"
+
+
 async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:

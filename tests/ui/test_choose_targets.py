@@ -12,7 +12,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.jobs.targets import Targets
-from console.states import HostState
+from console.states import HostState, JobState
 from console.ui.targets import failover_confirm, failover_targets
 
 
@@ -66,6 +66,8 @@ async def test_f_asks_about_the_host_the_console_s_own_failover_would_choose(
         for name, host, spares in (("j", "a", ["b"]), ("other", "k", ["z"])):
             live = ctl.jobs[name].live
             live.host, live.spares = host, spares  # as a running console has them
+            live.machine.move(JobState.DEPLOYING)
+            live.machine.move(JobState.RUNNING)
             ctl.fleet.hosts[host].job = name
         targets = Targets(
             ctl.jobs["j"].live,
@@ -76,6 +78,11 @@ async def test_f_asks_about_the_host_the_console_s_own_failover_would_choose(
         )
         asked = [failover_confirm(ctl, "j")]
         picked = [await targets.pick("a")]
+        j = ctl.jobs["j"].live.machine
+        j.move(JobState.RESTARTING)  # the move is kept until the job trains: the question says so
+        restarting = failover_confirm(ctl, "j")
+        j.move(JobState.DEPLOYING)
+        j.move(JobState.RUNNING)
         ctl.fleet.set_state("b", HostState.DOWN, "lost, for the test")
         asked.append(failover_confirm(ctl, "j"))
         picked.append(await targets.pick("a"))
@@ -90,3 +97,6 @@ async def test_f_asks_about_the_host_the_console_s_own_failover_would_choose(
         "Fail j over? No host can take it now: it waits for one.",
     ]
     assert picked == ["b", "c", None]
+    assert restarting == (
+        "Fail j over to b (r1, its spare, no replica yet) once it trains? It is restarting."
+    )
