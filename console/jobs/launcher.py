@@ -62,6 +62,10 @@ class Launcher:
         self.dismissed: set[tuple[str, int]] = set()
         """(host, pid) of executors told they are not needed: one may still answer on the
         socket a new executor on that host is about to serve."""
+        self.standbys: set[tuple[str, int]] = set()
+        """(host, pid) of the warm standbys this console started: one found idle on the
+        workdir by a later start (a failover that found no standby ready when it chose its
+        target) is the standby, readied before the fault, not an earlier console's."""
         self._cleanups: set[asyncio.Task[None]] = set()
 
     def socket(self, host: str) -> str:
@@ -109,6 +113,8 @@ class Launcher:
             pid = await self._detached(host, bundle.path, twin=False)
         except TransportError as e:
             return Outcome(Exit.HOST_LOST, f"cannot start on {host}: {e}")
+        if standby:
+            self.standbys.add((host, pid))
         self._journal.record(
             Kind.EXECUTOR,
             f"{self.job}: executor pid {pid} started on {host}",
@@ -188,15 +194,18 @@ class Launcher:
         except LinkError:
             return None
         if hello.state == "idle" and (host, hello.pid) not in self.dismissed:
+            ours = (host, hello.pid) in self.standbys
             self._journal.record(
                 Kind.EXECUTOR,
-                f"{self.job}: idle executor pid {hello.pid} on {host}, left by an earlier "
-                "console, taken",
+                f"{self.job}: idle executor pid {hello.pid} on {host}, "
+                + ("its warm standby, taken" if ours else "left by an earlier console, taken"),
                 job=self.job,
                 host=host,
-                data={"pid": hello.pid, "adopted": True},
+                data={"pid": hello.pid, "adopted": True, "standby": ours},
             )
-            if not standby:
+            if standby:
+                self.standbys.add((host, hello.pid))
+            elif not ours:  # a standby's coming up is no incident's phase
                 self._phase("executor_up", pid=hello.pid, host=host)
             return link
         self.dismissed.add((host, hello.pid))

@@ -47,7 +47,7 @@ class Orders:
 
         Only a job that trains can be moved so. One on its way to training (being deployed,
         restarted or failed over) has no step to checkpoint yet: the move is kept, journalled
-        as such, and made once it trains (``trains``); one that cannot train (checkpointing
+        as such, and made once it trains a step (``trains``); one that cannot train (checkpointing
         already, ended) is reported as not delivered (never raised)."""
         job = self._live
         if job.link is None or not job.machine.can(JobState.CHECKPOINTING):
@@ -73,12 +73,14 @@ class Orders:
         self._send(Drain(reason=reason), "drain")
 
     def trains(self) -> None:
-        """The job trains (again): a move kept meanwhile is made now, unless it stopped or
-        already trains where the move would take it."""
+        """The job trained a step: a move kept meanwhile is made now, once the job runs and
+        its recovery (if any) is over, unless it was told to stop or trains where the move
+        would take it. (Made at the restart's Start, the move joined the crash's incident and
+        its checkpoint was of no step trained since.)"""
         job = self._live
-        kept, job.move_kept = job.move_kept, None
-        if kept is None:
+        if job.move_kept is None or job.state is not JobState.RUNNING or job.incident is not None:
             return
+        kept, job.move_kept = job.move_kept, None
         reason, why, target = kept
         if job.stop_requested:
             return

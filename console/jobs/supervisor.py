@@ -42,7 +42,7 @@ from console.reach.transport.base import Transport
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.states import FailureKind, JobState
-from protocol.messages import Start, Stop
+from protocol.messages import Progress, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class JobSupervisor:
             standby=self._standby,
             probe=self._probe,
             link=self.launcher.link,
-            progress=lambda msg: ctl.on_progress(self, msg),
+            progress=lambda msg: self._trained(ctl, msg),
             move=self._orders.request_move,
             keep_spares=keeper.keep,
             acts=not ctl.read_only,
@@ -250,6 +250,11 @@ class JobSupervisor:
         return [self.live.host] if self.live.host else []
 
     # ------------------------------------------------------------- requests
+
+    def _trained(self, ctl: Controller, msg: Progress) -> None:
+        """A step trained: the controller is told, and a move kept meanwhile is made."""
+        ctl.on_progress(self, msg)
+        self._orders.trains()
 
     def request_move(self, reason: str, why: str, target: str | None = None) -> None:
         """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
@@ -369,7 +374,6 @@ class JobSupervisor:
         )
         self._states.move(JobState.RUNNING, "reattached")
         self._keep_twin()
-        self._orders.trains()
 
     async def _retire(self, link: ExecutorLink, host: str) -> None:
         """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
@@ -462,7 +466,6 @@ class JobSupervisor:
         if self._inv.jobs[self.name].placement.standby:
             self._standby.keep_warm()
         self._keep_twin()
-        self._orders.trains()
         return None
 
     async def _until_saved(self, why: str) -> None:

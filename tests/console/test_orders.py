@@ -11,7 +11,7 @@ from typing import Any
 from console.jobs.incident import OpenIncident
 from console.jobs.live import LiveJob, Transitions
 from console.jobs.orders import Orders
-from console.records.incidents import IncidentLog
+from console.records.incidents import IncidentLog, incidents
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import JobRecord, StateStore
 from console.states import JobState
@@ -59,7 +59,8 @@ class Bed:
         self.alerts.append(msg)
 
     def trains_on(self, host: str) -> Link:
-        """The launch's end: linked, Started, running (as ``JobSupervisor._launch`` does)."""
+        """Launched (linked, Started, running, as ``JobSupervisor._launch`` does), then a step
+        trained (``Orders.trains``, from each Progress)."""
         link = Link()
         self.live.host = host
         self.live.link = link  # type: ignore[assignment]
@@ -91,6 +92,24 @@ async def test_a_move_ordered_while_the_job_deploys_is_kept_and_made_once_it_tra
     assert bed.live.move_kept is None
     kept, *_ = bed.actions()
     assert kept == {"order": "drain", "delivered": False, "kept": True, "target": "c"}
+
+
+async def test_a_kept_move_waits_for_the_recovery_to_end(tmp_path: Path) -> None:
+    """A move kept during a restart is made after the restart's incident resolved (its first
+    step), not at the restart's Start, where it joined the crash's incident."""
+    bed = Bed(tmp_path, JobState.RESTARTING)
+    bed.live.incident = 1
+    bed.orders.request_move("migrate", "operator: fail over j", "c")
+    link = bed.trains_on("a")
+    await asyncio.sleep(0)
+    assert link.sent == [] and bed.live.move_kept is not None, "the recovery goes on"
+    bed.live.incident = None  # its first step trained (Watch)
+    bed.orders.trains()
+    await asyncio.sleep(0)
+    assert [type(m) for m in link.sent] == [Drain]
+    bed.journal.close()
+    (move,) = incidents(read(bed.path))  # 1 was the test's word only: none was opened for it
+    assert move.planned and move.fault_class == "migrate", "an incident of its own"
 
 
 async def test_a_kept_move_to_the_host_the_job_came_up_on_is_moot(tmp_path: Path) -> None:
