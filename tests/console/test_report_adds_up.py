@@ -312,3 +312,32 @@ async def test_a_console_restart_during_an_incident_carries_it_on(tmp_path: Path
     assert_lost_from_a(tmp_path, inc, b_resumed)
     phases = [e.data["phase"] for e in journal(tmp_path) if e.kind is Kind.INCIDENT]
     assert "console_restart" in phases, phases
+
+
+async def test_a_host_lost_while_its_job_stood_stopped_is_recovered_from_the_stop(
+    tmp_path: Path,
+) -> None:
+    """``s``, then a dies while the job stands stopped, then ``g``: the job cannot go back
+    to a. It starts on b from the replica of the stop's checkpoint (the stop's checkpoint
+    reached b before the start, or it resumes from the newest one that did), and the report
+    counts what it lost from the step it stopped at, not from a step trained after."""
+    ctl, task = controller(fleet(tmp_path), Policy.AUTO)
+    await until(lambda: ctl.replicator.replica("j", "b").manifest, 90, "a replica on b")
+    ctl.stop_job("j")
+    await until(lambda: ctl.jobs["j"].state is JobState.STOPPED, 30, "j stopped")
+    (stop,) = executor_events(tmp_path, "a", "stopped")
+    await until(
+        lambda: stop["checkpoint_step"] in replicas(tmp_path, "b"), 30, "the stop's replica on b"
+    )
+    ctl.kill_host("a")
+    ctl.start_job("j")
+    await trained_on_b(ctl)
+    await close(ctl, task)
+    (b_resumed,) = resumes(tmp_path, "b")
+    assert b_resumed == stop["checkpoint_step"], (b_resumed, stop)
+    text, doc = report(tmp_path)
+    assert len(doc["incidents"]) <= 1, doc["incidents"]
+    for inc in doc["incidents"]:  # a's loss found at the start: nothing trained was lost
+        assert inc["outcome"] == "recovered" and inc["lost_steps"] == 0, inc
+        assert inc["last_step"] == stop["step"], (inc, stop)
+    assert doc["jobs"][0]["lost"].get("host_lost", {"steps": 0})["steps"] == 0
