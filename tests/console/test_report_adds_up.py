@@ -335,7 +335,7 @@ async def test_a_host_lost_while_its_job_stood_stopped_is_recovered_from_the_sto
     await close(ctl, task)
     (b_resumed,) = resumes(tmp_path, "b")
     assert b_resumed == stop["checkpoint_step"], (b_resumed, stop)
-    text, doc = report(tmp_path)
+    _, doc = report(tmp_path)
     assert len(doc["incidents"]) <= 1, doc["incidents"]
     for inc in doc["incidents"]:  # a's loss found at the start: nothing trained was lost
         assert inc["outcome"] == "recovered" and inc["lost_steps"] == 0, inc
