@@ -213,6 +213,22 @@ def lapse_note(e: dict[str, float | None]) -> str:
     )
 
 
+FRESH_BEATS = 2
+"""A Start is anchored to a clock reading that arrived within this many heartbeats."""
+
+
+async def fresh_anchor(link: ExecutorLink, max_age_s: float, timeout_s: float) -> None:
+    """Wait (up to ``timeout_s``) until the newest clock reading on ``link`` arrived within
+    ``max_age_s``. A Start anchored to an older one starts a lease already partly spent, or
+    wholly: a console loop that stalled with the pump's readings still queued sent a Start on
+    a reading 3 s old, and the executor's lease of 3 s had ended at its first step (a
+    fresh-clone run: test_state_disk_full). Past the timeout it grants on what it has."""
+    anchor = link.anchor
+    if anchor is not None and clock.mono() - anchor[1] <= max_age_s:
+        return
+    await link.reading_after(anchor[0] if anchor is not None else float("-inf"), timeout_s)
+
+
 async def renew_on_readings(
     current: Callable[[], ExecutorLink | None],
     renew: Callable[[ExecutorLink], Awaitable[None]],

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar, overload
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
-from console.jobs.lease import JobLease, NoAnchor, Unpersisted
+from console.jobs.lease import FRESH_BEATS, JobLease, NoAnchor, Unpersisted, fresh_anchor
 from console.jobs.live import LiveJob, Transitions
 from console.jobs.observe import Observe
 from console.jobs.orders import Orders
@@ -480,7 +480,9 @@ class JobSupervisor:
         cannot be written the job waits, its executor idle: nothing trains under an epoch and
         a lease a console started later could not see (an executor gone meanwhile is found
         when the Start is sent)."""
+        beat = self._inv.console.heartbeat_s
         while True:
+            await fresh_anchor(link, FRESH_BEATS * beat, self.lease.ttl_s)
             try:
                 return self.lease.start(link, host, self.spec, self.live.epoch)
             except Unpersisted:
