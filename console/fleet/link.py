@@ -110,6 +110,11 @@ class ExecutorLink:
         return self._frames is not None and self._newer(executor_clock)
 
     @property
+    def pumped(self) -> bool:
+        """Its messages are being read (``pump``): a newer clock reading may come."""
+        return self._pumping is not None and not self._pumping.done()
+
+    @property
     def closed(self) -> bool:
         """Not open (yet, or any more)."""
         return self._frames is None

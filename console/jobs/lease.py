@@ -222,10 +222,14 @@ async def fresh_anchor(link: ExecutorLink, max_age_s: float, timeout_s: float) -
     ``max_age_s``. A Start anchored to an older one starts a lease already partly spent, or
     wholly: a console loop that stalled with the pump's readings still queued sent a Start on
     a reading 3 s old, and the executor's lease of 3 s had ended at its first step (a
-    fresh-clone run: test_state_disk_full). Past the timeout it grants on what it has."""
+    fresh-clone run: test_state_disk_full). Past the timeout it grants on what it has.
+
+    The group's Starts do not wait so: their members' links are not read before the Start,
+    and a wait there held every member's Start up a lease long (3 group tests failed)."""
+    await asyncio.sleep(0)  # a pump just created for the link starts reading
     anchor = link.anchor
-    if anchor is not None and clock.mono() - anchor[1] <= max_age_s:
-        return
+    if not link.pumped or (anchor is not None and clock.mono() - anchor[1] <= max_age_s):
+        return  # fresh, or nothing reads a newer one (a link read only once it trains)
     await link.reading_after(anchor[0] if anchor is not None else float("-inf"), timeout_s)
 
 

@@ -35,7 +35,7 @@ from console.jobs.group.messages import MemberMessages
 from console.jobs.group.recovery import GroupRecovery
 from console.jobs.group.resume import ResumeStep
 from console.jobs.group.warm import WarmExecutors
-from console.jobs.lease import FRESH_BEATS, NoAnchor, fresh_anchor
+from console.jobs.lease import NoAnchor
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_spares
 from console.jobs.supervisor import JobSupervisor
@@ -294,8 +294,6 @@ class GroupSupervisor(JobSupervisor):
         for m, link in zip(members, got, strict=True):
             assert isinstance(link, ExecutorLink)
             m.link = link
-            beat = self._inv.console.heartbeat_s
-            await fresh_anchor(link, FRESH_BEATS * beat, self.lease.ttl_s)
             try:
                 start = run.start(m, self.spec, msgspec.structs.replace(rdv, node_rank=m.node_rank))
                 await link.send(start)
