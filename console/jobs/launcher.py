@@ -123,7 +123,7 @@ class Launcher:
             data={"pid": pid},
         )
         try:
-            return await self._link_started(host, pid, standby=standby)
+            return await self._link_started(host, pid)
         except asyncio.CancelledError:
             # A preparation cancelled (a blip ended the lease wait): the executor started for
             # it must not sit on the host holding the job's workdir.
@@ -221,7 +221,7 @@ class Launcher:
         return None
 
     async def _link_started(
-        self, host: str, pid: int, *, twin: bool = False, standby: bool = False
+        self, host: str, pid: int, *, twin: bool = False
     ) -> ExecutorLink | Outcome:
         """A link to the executor just started as ``pid``, and to no other: one this console
         told to stop may still serve the socket on its way out, and its messages, its
@@ -246,7 +246,7 @@ class Launcher:
                     return Outcome(Exit.CRASHED, f"the twin (pid {pid}) exited: see twin.log")
                 return await self._ended(host)
             await asyncio.sleep(POLL_S)
-        if not twin and not standby:
+        if not twin and (host, pid) not in self.standbys:  # a standby's is no incident's phase
             self._phase("executor_up", pid=hello.pid, host=host)
         with contextlib.suppress(LinkError):  # an optimisation: a broken link is found when used
             await link.send(Prepare(spec=self._inv.jobs[self.job].spec))

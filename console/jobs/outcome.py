@@ -67,39 +67,24 @@ def from_finished(step: int, sha256: str, warnings: list[str]) -> Outcome:
 
 
 def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome:
+    exit, why = _stop_class(reason)
+    return Outcome(exit, why, step, checkpoint_step=checkpoint_step, reason=reason)
+
+
+def _stop_class(reason: str) -> tuple[Exit, str]:
+    """A Stopped reason's exit class and what it says."""
     if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted", "grown"):
-        return Outcome(
-            Exit.PLANNED,
-            f"stopped for {reason}",
-            step,
-            checkpoint_step=checkpoint_step,
-            reason=reason,
-        )
+        return Exit.PLANNED, f"stopped for {reason}"
     if reason in ("lease_lost", "stale_epoch"):
-        return Outcome(
-            Exit.LEASE_LOST,
-            f"stopped: {reason}",
-            step,
-            checkpoint_step=checkpoint_step,
-            reason=reason,
-        )
+        return Exit.LEASE_LOST, f"stopped: {reason}"
     if reason == "workdir_busy":  # a warm twin refused a Start: the job's executor still ran
-        return Outcome(
+        return (
             Exit.CRASHED,
             "the warm twin refused the restart: the job's executor still held the workdir",
-            step,
-            checkpoint_step=checkpoint_step,
         )
     if reason == "disk_full":
-        return Outcome(
-            Exit.CRASHED,
-            "checkpoints keep failing: disk full",
-            step,
-            checkpoint_step=checkpoint_step,
-        )
-    return Outcome(
-        Exit.STOPPED, f"stopped: {reason}", step, checkpoint_step=checkpoint_step, reason=reason
-    )
+        return Exit.CRASHED, "checkpoints keep failing: disk full"
+    return Exit.STOPPED, f"stopped: {reason}"
 
 
 def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
