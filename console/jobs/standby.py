@@ -179,6 +179,16 @@ class Standby:
         given up, not waited for (a frozen host would hold it up for its timeouts)."""
         task, self._preparing = self._preparing, None
         prepared: object = None
+        starting = self._warm_task
+        if task is None and starting is not None and not starting.done():
+            # a standby still starting is this failover's to take: a second executor started
+            # beside it on its workdir ended the job (one was told 'not needed' under it)
+            with contextlib.suppress(HostLost):
+                await unless_down(
+                    self._fleet,
+                    lambda: self._warm_on,
+                    asyncio.gather(starting, return_exceptions=True),
+                )
         if task is not None:
             try:
                 on = lambda: self._preparing_on  # noqa: E731

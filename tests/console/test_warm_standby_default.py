@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
 
 from console.inventory import load
 from console.jobs.controller import Controller
+from console.jobs.launcher import Launcher
 from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
@@ -106,6 +108,59 @@ async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_sta
     (inc,) = incidents(events)
     assert inc.fault_class == "host_lost"
     assert "executor_up" not in inc.times, inc.times
+
+
+async def test_a_drain_while_the_standby_still_starts_moves_the_job_into_that_standby(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planned move (a drain) to b while b's standby is still being started (its process
+    not yet spawned: a slow connection): the move waits for that standby and starts the job
+    in it. It started a second executor on b's workdir instead, one of the two was told 'not
+    needed' under the job, and the job failed (the suite: test_a_fail_over_ordered_while_the_
+    job_restarts..., at d31866b)."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    held: list[str] = []
+    detached = Launcher._detached
+
+    async def slow_first_on_b(self: Launcher, host: str, bundle: str, *, twin: bool) -> int:
+        if host == "b" and not twin and not held:  # the standby's spawn, held up 3 s
+            held.append(host)
+            await asyncio.sleep(3.0)
+        return await detached(self, host, bundle, twin=twin)
+
+    monkeypatch.setattr(Launcher, "_detached", slow_first_on_b)
+    ctl = controller(inv, ("a", "b"))
+    sup = ctl.jobs["j"]
+    journal = inv.parent / "state" / "journal.jsonl"
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: task.done() or (held and sup.step >= 20), 60, "b's standby held up")
+    assert not task.done(), task
+    readying = sup._standby._warm_task
+    assert readying is not None and not readying.done(), "the standby is still being started"
+    ctl.drain_host("a")
+    try:
+        await until(
+            lambda: (
+                (sup.host == "b" and sup.state is JobState.RUNNING and sup.step > 0) or task.done()
+            ),
+            120,
+            "the job training on b",
+        )
+        on_b = sup.step
+        await until(lambda: sup.step > on_b + 50 or task.done(), 60, "50 steps on b")
+        assert not task.done(), task
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    events = list(read(journal))
+    started = [e.data["pid"] for e in events if e.kind is Kind.EXECUTOR and "started on b" in e.msg]
+    assert len(started) == 1, started
+    assert not [e.msg for e in events if "not needed" in e.msg]
 
 
 async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
