@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from enum import StrEnum
 
+import msgspec
+
 from protocol.faults import FaultKind
+from protocol.messages import CheckpointSaved
 
 
 class Exit(StrEnum):
@@ -48,6 +52,10 @@ class Outcome:
     reason: str = ""
     """An executor that stopped: the reason it gave (``Stopped.reason``), whether it was told
     over the link or read back from its events.jsonl."""
+    saved: CheckpointSaved | None = None
+    """The run's last checkpoint, read back from its events.jsonl: the link may have closed
+    before its CheckpointSaved was read (a preemption's checkpoint at the stop, say), and a
+    failover that did not know of it resumed from an older one and lost steps."""
 
     @property
     def preempted(self) -> bool:
@@ -98,8 +106,27 @@ def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
 
 
 def from_events_tail(text: str) -> Outcome:
-    """Classify an executor that is gone from the end of its events.jsonl."""
-    for line in reversed(text.splitlines()):
+    """Classify an executor that is gone from the end of its events.jsonl; with the run's last
+    checkpoint in that tail (``Outcome.saved``)."""
+    lines = text.splitlines()
+    outcome = _ending(lines)
+    saved = _last_saved(lines)
+    return outcome if saved is None else dataclasses.replace(outcome, saved=saved)
+
+
+def _last_saved(lines: list[str]) -> CheckpointSaved | None:
+    for line in reversed(lines):
+        if '"checkpoint"' not in line:
+            continue
+        try:
+            return msgspec.json.decode(line, type=CheckpointSaved)
+        except msgspec.DecodeError:  # a torn or foreign line: an older one may still do
+            continue
+    return None
+
+
+def _ending(lines: list[str]) -> Outcome:
+    for line in reversed(lines):
         try:
             e = json.loads(line)
         except ValueError:

@@ -51,6 +51,7 @@ class SpareKeeper:
         reserved: Callable[[], dict[str, str]],
         priorities: Callable[[], dict[str, int]],
         save: Callable[[], object],
+        after: Callable[[], None] = lambda: None,
     ) -> None:
         self._live = live
         self._inv = inv
@@ -62,6 +63,8 @@ class SpareKeeper:
         self._priorities = priorities
         self._save = save
         """Persist the job's record."""
+        self._after = after
+        """Run after each round (the warm standby follows the spares)."""
         self._unfit_since: dict[str, float] = {}
         """When each spare was first seen unfit (monotonic), until it is fit again."""
 
@@ -70,6 +73,7 @@ class SpareKeeper:
         while True:
             await asyncio.sleep(KEEP_EVERY_S)
             self.check()
+            self._after()
 
     def unfit(self, spare: str) -> str | None:
         """Why ``spare`` cannot take the job now, or None if it can."""

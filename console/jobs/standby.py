@@ -21,6 +21,7 @@ from console.jobs.targets import Targets
 from console.jobs.unless_down import HostLost, unless_down
 from console.reach.transport.base import TransportError
 from console.records.journal import Journal, Kind
+from console.states import JobState
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
 
@@ -67,6 +68,8 @@ class Standby:
         self._warm_on: str | None = None
         """The host the newest warm standby was started on."""
         self._pumps: dict[int, asyncio.Task[str]] = {}
+        self._keeping = False
+        """The job keeps a warm standby (``keep_warm`` was called): it follows the spares."""
 
     # ------------------------------------------------------------- starting
 
@@ -292,26 +295,31 @@ class Standby:
 
     def keep_warm(self) -> None:
         """Ready the warm standby in the background (see ``_keep_warm``)."""
+        self._keeping = True
         self._warm_task = asyncio.create_task(self._keep_warm(), name=f"{self._live.name} standby")
 
     async def _keep_warm(self) -> None:
         """An idle executor on the first free, fit spare, readied for the job (``Prepare``: torch
         imported and warmed up, a command's zygote importing), waiting for Start. It does not
         take the spare (``HostRuntime.job``): another job that names it may still go there."""
-        job, fleet = self._live, self._fleet
-        spare = next(
-            (s for s in job.spares if fleet.fit(s) and fleet.hosts[s].job in (None, job.name)),
-            None,
-        )
+        job = self._live
+        spare = self._first_fit_spare()
         current = self.warm
         if current is not None and current.host == spare and self.pumping(current.link):
             return
         if current is not None:
             self.warm = None
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{job.name}: warm standby on {current.host} stopped: {self._unfit(current)}",
+                job=job.name,
+                host=current.host,
+                data={"standby": True},
+            )
             await self.discard(current)
+        self._warm_on = spare
         if spare is None:
             return
-        self._warm_on = spare
         started = await self.start(spare, promote_replica=False, standby=True)
         if isinstance(started, ExecutorLink):
             self.warm = Prepared(spare, started)
@@ -322,6 +330,51 @@ class Standby:
                 host=spare,
                 data={"standby": True},
             )
+
+    def _first_fit_spare(self) -> str | None:
+        job, fleet = self._live, self._fleet
+        return next(
+            (s for s in job.spares if fleet.fit(s) and fleet.hosts[s].job in (None, job.name)),
+            None,
+        )
+
+    def _unfit(self, warm: Prepared) -> str:
+        """Why the standby ``warm`` is given up (for the journal)."""
+        host = warm.host
+        if not self.pumping(warm.link):
+            return "its executor is gone"
+        if host not in self._live.spares:
+            return f"{host} is no longer a spare of the job"
+        failing = self._fleet.failing(host)
+        if failing:
+            return "; ".join(f.message for f in failing)
+        if not self._fleet.fit(host):
+            return f"{host} is {self._fleet.hosts[host].state.value}"
+        return f"the first fit spare is {self._first_fit_spare()}"
+
+    def follow_spares(self) -> None:
+        """Each round of the spare keeper while the job trains: a standby whose host became
+        unfit (a GPU fell off, drained, down, taken) or that is no spare any more is stopped
+        and one is readied on the first fit spare; a job without one gets one once a spare is
+        fit (healthy again, or a new spare). A standby that is fine stays where it is (no move
+        back when a spare ahead of it is healthy again), and a spare the last try failed on is
+        not tried every round. Nothing is done while a failover readies or a standby starts."""
+        job = self._live
+        if not self._keeping or self.preparing or job.incident is not None:
+            return
+        if job.state is not JobState.RUNNING:
+            return
+        if self._warm_task is not None and not self._warm_task.done():
+            return
+        current = self.warm
+        if current is not None:
+            if current.host in job.spares and self._usable(current):
+                return
+        else:
+            spare = self._first_fit_spare()
+            if spare is None or spare == self._warm_on:
+                return
+        self.keep_warm()
 
     async def cancel_warm(self) -> None:
         """The readying of a standby is called off (its supervision ends): a task of this job

@@ -184,6 +184,7 @@ class JobSupervisor:
             reserved=self._reserved,
             priorities=self._priorities,
             save=store.save,
+            after=self._standby.follow_spares,
         )
         self._watch = Watch(
             self.live,

@@ -47,6 +47,8 @@ from protocol.messages import (
 POLL_S = 0.2
 PROBE_MIN_S = 2.0
 LEAVE_TIMEOUT_S = 2.0
+READ_BACK_TIMEOUT_S = 30.0
+"""Reading an ended run's events.jsonl for a checkpoint its link did not deliver."""
 
 
 def _clock() -> str:
@@ -140,10 +142,12 @@ class Watch:
                 finally:
                     ended.cancel()
                 if job.exit is not None:
+                    await self._read_back(job.exit)
                     return job.exit
                 why = await pump
                 outcome = await self.after_link_loss(why)
                 if outcome is not None:
+                    await self._read_back(outcome)
                     return outcome
         except asyncio.CancelledError:
             await self._leave()  # the console quits: the job trains on without it
@@ -152,6 +156,36 @@ class Watch:
             for task in tasks:
                 task.cancel()
             job.link = None
+
+    async def _read_back(self, outcome: Outcome) -> None:
+        """A run that says it checkpointed at a step the console never heard of (its link
+        closed, or was relinked, before that CheckpointSaved was read): the checkpoint is taken
+        from the executor's events.jsonl as if it had come over the link, so the failover copies
+        it and resumes there, not from the one before (a preemption's checkpoint at the stop
+        lost 11 steps so). Only a checkpoint of this epoch is taken."""
+        job = self._live
+        if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
+            return  # the job goes nowhere
+        known = job.checkpoint.step if job.checkpoint is not None else -1
+        said = outcome.checkpoint_step if outcome.checkpoint_step is not None else -1
+        saved = outcome.saved
+        if job.host is None or max(said, saved.manifest.step if saved else -1) <= known:
+            return
+        if saved is None or saved.manifest.step < said:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(READ_BACK_TIMEOUT_S):
+                    saved = (await self._probe.ended(job.host)).saved
+        if saved is None or saved.manifest.epoch != job.epoch or saved.manifest.step <= known:
+            return
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{job.name}: checkpoint step {saved.manifest.step} read back from the events of "
+            f"the executor on {job.host} (its link closed before it said so)",
+            job=job.name,
+            host=job.host,
+            data={"step": saved.manifest.step, "read_back": True},
+        )
+        self.on_message(saved)
 
     async def _leave(self) -> None:
         """The console quits cleanly: a last lease of ``unattended_s`` (persisted like any), so

@@ -26,12 +26,15 @@ from fleetbed import (
 from helpers import PLAIN_SCRIPT, plain_command
 from lease_bounds import LeaseBounds
 
+from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
+from console.jobs.standby import Standby
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 
 
 @pytest.fixture
@@ -229,6 +232,53 @@ async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     assert inc.lost_steps == 0
     stopped, resumed = moved_without_loss(tmp_path)
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
+
+
+@pytest.mark.parametrize("lost", ["checkpoint_dropped", "nothing_read_after_the_fault"])
+async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_loses_no_step(
+    fleet: Path, baseline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    """The checkpoint at the stop is read back from a's events.jsonl when its CheckpointSaved
+    never came over the link: that message lost on its own (the Stopped still read), or the
+    link closed by the console as the preemption's Fault was read and nothing read after it
+    (CI at 059ac18: b resumed from step 80, 11 steps lost, as the link closed before the last
+    messages were read)."""
+    real = Standby._route
+    terminated = asyncio.Event()
+    dropped: list[str] = []
+
+    def route(self: Standby, link: ExecutorLink, msg: ExecutorMessage) -> None:
+        if link is not self._live.link or link.transport.name != "a" or not terminated.is_set():
+            return real(self, link, msg)
+        if lost == "checkpoint_dropped":
+            if isinstance(msg, CheckpointSaved) and not dropped:
+                dropped.append(type(msg).__name__)
+                return None
+        elif dropped:
+            dropped.append(type(msg).__name__)
+            return None
+        elif isinstance(msg, Fault):
+            dropped.append("the link")
+            real(self, link, msg)
+            link.close()
+            return None
+        return real(self, link, msg)
+
+    monkeypatch.setattr(Standby, "_route", route)
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
+    terminated.set()
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGTERM)
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert dropped, "nothing was lost: the test did not test"
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    stopped, resumed = moved_without_loss(tmp_path)
+    assert stopped == resumed > 0, "b resumed at the very step a stopped at"
+    (inc,) = incidents(journal(fleet))
+    assert inc.fault_class == "preemption" and inc.lost_steps == 0
 
 
 async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(

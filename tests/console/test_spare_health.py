@@ -116,13 +116,15 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
                 or (
                     sup.step >= 20
                     and all(hosts[s].samples and hosts[s].health[-1].gpus for s in "bc")
+                    and any(e.msg == "j: warm standby ready on b" for e in journal(ctl))
                 )
             ),
             90,
-            "the job training and both spares probed",
+            "the job training, both spares probed and the standby on b",
         )
         assert not task.done(), task
         assert sup.spares == ["b", "c"]
+        assert (tmp_path / "b" / "jobs" / "j" / "executor.pid").exists()
         for spare in "bc":  # the Fleet view shows a spare's numbers, from its probe
             assert fleet_rows(ctl)[spare][GPU].startswith("0%"), fleet_rows(ctl)[spare]
 
@@ -137,6 +139,14 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
         assert "c: GPU 0: 2 uncorrectable ECC errors" in alert[0].msg
         assert {e.data["rule"] for e in health_events(ctl, "b", "fail")} == {"gpu_lost"}
         assert ctl.fleet.usable() == set()
+        # the warm standby readied on b at the start is stopped: b can take no job
+        await until(
+            lambda: not (tmp_path / "b" / "jobs" / "j" / "executor.pid").exists(),
+            30,
+            "the standby on b stopped",
+        )
+        (stopped,) = [e for e in journal(ctl) if "warm standby on b stopped" in e.msg]
+        assert stopped.msg.endswith("GPU 0 fell off the bus"), stopped.msg
 
         write_state(nvml["c"], HEALTHY)
         await until(
@@ -146,6 +156,11 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
         )
         assert health_events(ctl, "c", "ok"), "the host's recovery is journalled"
         assert ctl.fleet.failing("b"), "b's GPU is still gone"
+        await until(  # the standby follows the spares: to c, healthy again
+            lambda: any(e.msg == "j: warm standby ready on c" for e in journal(ctl)),
+            60,
+            "a warm standby on c",
+        )
 
         ctl.kill_host("a")
         await until(
@@ -154,7 +169,7 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
             "the job running on c",
         )
         assert not task.done(), task
-        assert not (tmp_path / "b" / "jobs" / "j" / "executor.pid").exists(), "b never started"
+        assert not (tmp_path / "b" / "jobs" / "j" / "executor.pid").exists(), "b runs an executor"
         assert (tmp_path / "c" / "jobs" / "j" / "executor.pid").exists()
     decided = [
         e for e in journal(ctl) if e.kind is Kind.INCIDENT and e.data.get("phase") == "decided"
