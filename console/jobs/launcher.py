@@ -117,10 +117,11 @@ class Launcher:
             self.standbys.add((host, pid))
         self._journal.record(
             Kind.EXECUTOR,
-            f"{self.job}: executor pid {pid} started on {host}",
+            f"{self.job}: executor pid {pid} started on {host}"
+            + (" as its warm standby" if standby else ""),
             job=self.job,
             host=host,
-            data={"pid": pid},
+            data={"pid": pid, "standby": standby},
         )
         try:
             return await self._link_started(host, pid)
