@@ -72,8 +72,11 @@ from protocol.spec import JobSpec
 
 HELLO_TIMEOUT_S = 10.0
 MAX_CLIENT_BUFFER = 1 << 20
-WARMUP_JOIN_S = 30.0
-"""How long an ending executor waits for its warm-up step to return (one step: well under)."""
+WARMUP_JOIN_S = 2.0
+"""How long an ending executor waits for its warm-up to return. Short: the process ends with
+``os._exit`` (no interpreter teardown for torch on that thread to abort), and an idle twin
+told to stop while importing torch under load sat a minute in two 30 s joins (test_warm_twin:
+'no twin left on b once finished')."""
 RESTARTABLE = {FaultKind.CRASH.value, FaultKind.HANG.value}
 """How a run may end and leave its executor waiting for a restart in place."""
 _FINAL = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable
 
@@ -24,6 +25,7 @@ from protocol.messages import (
     ExecutorHello,
     ExecutorMessage,
     Heartbeat,
+    Ping,
 )
 
 HELLO_TIMEOUT_S = 10.0
@@ -63,6 +65,8 @@ class ExecutorLink:
         self._closed_here = False
         self._fresh = asyncio.Event()
         """Set, and replaced by a new one, at each clock reading and when the link closes."""
+        self._answered: int | None = None
+        """The nonce of the newest Ping the executor answered (its Heartbeat names it)."""
         self.lease_lows: deque[tuple[float, float]] = deque(maxlen=LOWS_KEPT)
         """(``clock.mono()`` at arrival, ``lease_low_s``) of the newest heartbeats that had one:
         how much lease was left when renewals reached the executor."""
@@ -109,6 +113,19 @@ class ExecutorLink:
                     await self._fresh.wait()
         return self._frames is not None and self._newer(executor_clock)
 
+    async def fresh_reading(self, timeout: float) -> bool:
+        """Ask the executor for a clock reading now (a Ping) and wait up to ``timeout`` for its
+        answer to be read: then ``anchor`` is a reading taken after the Ping was sent, however
+        many older readings were queued unread (a stalled loop reads those first, each as if it
+        had just arrived). Whether it came (False too once the link is closed)."""
+        nonce = secrets.randbits(62) + 1
+        await self.send(Ping(nonce=nonce))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._frames is not None and self._answered != nonce:
+                    await self._fresh.wait()
+        return self._frames is not None and self._answered == nonce
+
     @property
     def pumped(self) -> bool:
         """Its messages are being read (``pump``): a newer clock reading may come."""
@@ -151,6 +168,8 @@ class ExecutorLink:
                     return "the executor closed the connection"
                 for msg in batch:
                     if isinstance(msg, Heartbeat):
+                        if msg.nonce is not None:
+                            self._answered = msg.nonce
                         self._reading(msg.clock)
                         if msg.lease_low_s is not None:
                             self.lease_lows.append((clock.mono(), msg.lease_low_s))

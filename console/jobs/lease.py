@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from itertools import pairwise
 
 from console import clock, loop_watch
-from console.fleet.link import ExecutorLink
+from console.fleet.link import ExecutorLink, LinkError
 from console.records.state_store import JobRecord, LeaseRecord, Unsaved
 from protocol.messages import Lease, Start
 from protocol.spec import JobSpec
@@ -213,24 +213,22 @@ def lapse_note(e: dict[str, float | None]) -> str:
     )
 
 
-FRESH_BEATS = 2
-"""A Start is anchored to a clock reading that arrived within this many heartbeats."""
-
-
-async def fresh_anchor(link: ExecutorLink, max_age_s: float, timeout_s: float) -> None:
-    """Wait (up to ``timeout_s``) until the newest clock reading on ``link`` arrived within
-    ``max_age_s``. A Start anchored to an older one starts a lease already partly spent, or
-    wholly: a console loop that stalled with the pump's readings still queued sent a Start on
-    a reading 3 s old, and the executor's lease of 3 s had ended at its first step (a
-    fresh-clone run: test_state_disk_full). Past the timeout it grants on what it has.
+async def fresh_anchor(link: ExecutorLink, timeout_s: float) -> None:
+    """Before a Start: a clock reading taken now (``ExecutorLink.fresh_reading``, a Ping
+    answered), waited for up to ``timeout_s``. A Start anchored to an older reading starts a
+    lease already partly spent, or wholly: a console loop that stalled with the executor's
+    heartbeats queued unread reads them all at once afterwards, each as if just arrived, and a
+    Start on one of those found its 3 s lease over at once (fresh-clone runs, twice:
+    test_state_disk_full; an arrival-age check did not see it). Past the timeout, or with the
+    link gone, it grants on what it has (a Start on a closed link fails where it is sent).
 
     The group's Starts do not wait so: their members' links are not read before the Start,
     and a wait there held every member's Start up a lease long (3 group tests failed)."""
     await asyncio.sleep(0)  # a pump just created for the link starts reading
-    anchor = link.anchor
-    if not link.pumped or (anchor is not None and clock.mono() - anchor[1] <= max_age_s):
-        return  # fresh, or nothing reads a newer one (a link read only once it trains)
-    await link.reading_after(anchor[0] if anchor is not None else float("-inf"), timeout_s)
+    if not link.pumped:
+        return  # nothing reads the answer (a link read only once it trains)
+    with contextlib.suppress(LinkError):
+        await link.fresh_reading(timeout_s)
 
 
 async def renew_on_readings(

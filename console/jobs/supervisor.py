@@ -22,10 +22,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
+from console import clock
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
-from console.jobs.lease import FRESH_BEATS, JobLease, NoAnchor, Unpersisted, fresh_anchor
+from console.jobs.lease import JobLease, NoAnchor, Unpersisted, fresh_anchor
 from console.jobs.live import LiveJob, Transitions
 from console.jobs.observe import Observe
 from console.jobs.orders import Orders
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["JobSupervisor", "Prepared"]
 
 UNSAVED_RETRY_S = 0.5
+REGRANTS = 3
+"""How many times a Start's lease found half spent by its own grant is granted afresh."""
 """How often a Start held back by a state that cannot be saved is tried again."""
 
 T = TypeVar("T")
@@ -480,17 +483,33 @@ class JobSupervisor:
         """The Start, once its lease's bound (with the new epoch) is on disk. While the state
         cannot be written the job waits, its executor idle: nothing trains under an epoch and
         a lease a console started later could not see (an executor gone meanwhile is found
-        when the Start is sent)."""
-        beat = self._inv.console.heartbeat_s
+        when the Start is sent). A grant that took half a lease itself (the state's write on
+        a slow disk: its reading was fresh, the lease it bounds is then half spent) is made
+        again on a new reading, up to ``REGRANTS`` times, then sent as it is."""
+        regrants = 0
         while True:
-            await fresh_anchor(link, FRESH_BEATS * beat, self.lease.ttl_s)
+            await fresh_anchor(link, self.lease.ttl_s)
+            used = link.anchor
             try:
-                return self.lease.start(link, host, self.spec, self.live.epoch)
+                start = self.lease.start(link, host, self.spec, self.live.epoch)
             except Unpersisted:
                 self._states.wait_note(
                     f"{self.name} waits to start on {host}: its lease cannot be persisted"
                 )
                 await asyncio.sleep(UNSAVED_RETRY_S)
+                continue
+            spent = clock.mono() - used[1] if used is not None else 0.0
+            if spent <= self.lease.ttl_s / 2 or regrants >= REGRANTS:
+                return start
+            regrants += 1
+            self._journal.record(
+                Kind.ACTION,
+                f"{self.name}: the Start's lease on {host} was {spent:.2f} s spent when granted "
+                f"(of {self.lease.ttl_s:g} s): granted again on a new reading",
+                job=self.name,
+                host=host,
+                data={"spent_s": round(spent, 3), "regrant": regrants},
+            )
 
     def _keep_twin(self) -> None:
         if self._inv.jobs[self.name].placement.warm_twin:

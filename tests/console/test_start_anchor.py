@@ -8,18 +8,25 @@ still running; exiting at once'), a restart nobody asked for. Real executor, rea
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
 
+from console import clock
+from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.jobs.controller import Controller
+from console.jobs.lease import JobLease
 from console.jobs.policy import Policy
 from console.jobs.watch import Watch
+from console.reach.deploy import job_dir
 from console.records.journal import read
 from console.states import JobState
+from protocol.messages import Heartbeat, Start
 
 
 async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
@@ -58,3 +65,90 @@ async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
     assert not lapsed, lapsed
     workdir_events = (tmp_path / "a" / "jobs" / "j" / "events.jsonl").read_text()
     assert "lease_lost" not in workdir_events, "the executor lost its lease"
+
+
+async def test_a_start_whose_own_grant_took_a_lease_is_granted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reading was fresh, but granting took longer than the lease (the state's write on a
+    slow disk, once): the Start is granted again on a new reading, not sent half spent (a
+    fresh-clone run at 8127e2c: test_state_disk_full's Start at epoch 2 lost its lease 0.08 s
+    after it was sent, and the job restarted at epoch 3)."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+    )
+    slow: list[float] = []
+    start = JobLease.start
+
+    def slow_start(self: JobLease, *args: Any, **kw: Any) -> Start:
+        granted = start(self, *args, **kw)
+        if not slow:  # the first grant takes a lease and a second, once
+            began = time.monotonic()
+            time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
+            slow.append(time.monotonic() - began)
+        return granted
+
+    monkeypatch.setattr(JobLease, "start", slow_start)
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 50 or task.done(), 90, "50 steps")
+        assert not task.done(), task
+        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
+        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    events = list(read(inv.parent / "state" / "journal.jsonl"))
+    (again,) = [e for e in events if "granted again on a new reading" in e.msg]
+    assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
+    workdir_events = (tmp_path / "a" / "jobs" / "j" / "events.jsonl").read_text()
+    assert "lease_lost" not in workdir_events, "the executor lost its lease"
+
+
+async def test_a_fresh_reading_is_taken_after_the_readings_a_stalled_loop_left_queued(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats queued unread while the loop stalled are read afterwards as if just
+    arrived; ``fresh_reading`` (a Ping answered) gives a reading the executor took after the
+    stall, which no arrival time can tell (the executor's clock is this machine's
+    CLOCK_BOOTTIME, as ``clock.mono``)."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 20 or task.done(), 90, "20 steps")
+        assert not task.done(), task
+        sock = posixpath.join(job_dir(str(tmp_path / "a"), "j"), "executor.sock")
+        link = ExecutorLink(ctl.fleet.hosts["a"].transport, sock, "test")
+        await link.open(timeout=10)
+        readings: list[float] = []
+        pump = asyncio.create_task(
+            link.pump(lambda m: readings.append(m.clock) if isinstance(m, Heartbeat) else None)
+        )
+        try:
+            await until(lambda: len(readings) >= 2, 30, "two readings")
+            time.sleep(4 * FAST_CONSOLE["heartbeat_s"])  # noqa: ASYNC251 - the loop stalls: beats queue
+            stalled_to = clock.mono()
+            seen = len(readings)
+            assert await link.fresh_reading(10), "the Ping was answered"
+            assert link.anchor is not None
+            assert link.anchor[0] >= stalled_to, "the anchor is a reading taken after the stall"
+            queued = readings[seen:-1]
+            assert queued and min(queued) < stalled_to, "readings from the stall were queued"
+        finally:
+            link.close()
+            await asyncio.gather(pump, return_exceptions=True)
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
