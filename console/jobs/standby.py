@@ -261,8 +261,17 @@ class Standby:
         with contextlib.suppress(LinkError):
             await prepared.link.send(Stop(reason="not needed", checkpoint=False))
         prepared.link.close()
-        if prepared.host != self._live.host:
-            await self._probe.wait_gone(prepared.host)
+        if prepared.host != self._live.host and await self._probe.wait_gone(prepared.host) is False:
+            # it never heard the Stop (a fresh-clone run: the standby on a spare whose GPU fell
+            # off sat there until its idle exit): ended by the pid that holds its lock
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._live.name}: the idle executor on {prepared.host} did not stop when "
+                "told it is not needed; killing it",
+                job=self._live.name,
+                host=prepared.host,
+            )
+            await self._probe.kill(prepared.host, self._probe.workdir(prepared.host))
         rt = self._fleet.hosts[prepared.host]
         if rt.job == self._live.name and prepared.host != self._live.host:
             rt.job = None

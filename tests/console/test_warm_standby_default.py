@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
 
+from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.launcher import Launcher
@@ -18,6 +19,7 @@ from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from protocol.messages import ConsoleMessage, Stop
 
 
 def controller(inventory: Path, hosts: tuple[str, ...]) -> Controller:
@@ -189,3 +191,59 @@ async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
     assert readying.done() and readying.cancelled(), "it ended with the supervision"
     events = list(read(journal))
     assert events[-1].msg == "console stopped", events[-1]
+
+
+async def test_a_standby_that_never_hears_its_stop_is_killed_not_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standby on b is stopped once b is cordoned; its 'not needed' Stop is lost on the
+    way (a fresh-clone run: a standby on a spare whose GPU fell off sat there to its idle
+    exit). It is ended by the pid holding its lock, and the journal says why."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+    )
+    send = ExecutorLink.send
+    lost: list[str] = []
+
+    async def losing(self: ExecutorLink, msg: ConsoleMessage) -> None:
+        if isinstance(msg, Stop) and msg.reason == "not needed" and not lost:
+            lost.append(self.transport.name)
+            return
+        await send(self, msg)
+
+    monkeypatch.setattr(ExecutorLink, "send", losing)
+    ctl = controller(inv, ("a", "b"))
+    journal = inv.parent / "state" / "journal.jsonl"
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(
+            lambda: (
+                task.done() or any(e.msg == "j: warm standby ready on b" for e in read(journal))
+            ),
+            90,
+            "the standby on b",
+        )
+        assert not task.done(), task
+        pid = int((tmp_path / "b" / "jobs" / "j" / "executor.pid").read_text())
+        ctl.cordon("b")
+        await until(lambda: not alive(pid), 45, "the standby on b ended")
+        assert lost == ["b"], "the Stop was lost: the test tested"
+        said = [e.msg for e in read(journal) if e.host == "b" and e.kind is Kind.EXECUTOR]
+        assert (
+            "j: the idle executor on b did not stop when told it is not needed; killing it" in said
+        )
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+
+
+def alive(pid: int) -> bool:
+    """A live process (not a zombie), from /proc."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
