@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
+from helpers import alive
 
 from console.fleet.link import ExecutorLink
 from console.inventory import load
@@ -238,12 +239,3 @@ async def test_a_standby_that_never_hears_its_stop_is_killed_not_left(
         ctl.stop_job("j")
         await asyncio.wait_for(task, 60)
         await ctl.close()
-
-
-def alive(pid: int) -> bool:
-    """A live process (not a zombie), from /proc."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
