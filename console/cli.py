@@ -1,6 +1,8 @@
 """``hotspare``: the operator console.
 
     hotspare [--inventory F] [--policy manual|auto|observe] [--read-only]   the terminal UI
+    hotspare --attach [USER@]HOST:/STATE_DIR [--identity K] [--known-hosts F]
+                                                 the terminal UI on another machine's controller
     hotspare run [--inventory F] [--policy P] [--json]                      headless, to completion
     hotspare serve [--inventory F] [--policy P] [--json]                    the controller, until stopped
     hotspare stop [--inventory F]                                           end the running controller
@@ -10,6 +12,8 @@
 
 The terminal UI is a view: it attaches to the controller that holds the state dir (``serve``,
 ``run``, or one it started detached when none ran), and quitting it leaves training alone.
+With ``--attach`` it attaches over SSH to a controller on another machine (its control socket
+forwarded, its state files mirrored), and watches the hosts from here with this inventory.
 
 ``--policy`` may come before or after ``run`` or ``serve`` (two that differ are refused); none
 given, ``run`` acts (auto) and the terminal UI and ``serve`` ask (manual).
@@ -29,7 +33,9 @@ from protocol.errors import ConfigError
 from protocol.version import VersionAction
 
 if TYPE_CHECKING:
+    from console.inventory import Inventory
     from console.jobs.policy import Policy
+    from console.ui import Attach
 
 PROG = "hotspare"
 POLICIES = ("manual", "auto", "observe")
@@ -73,6 +79,19 @@ def _parser() -> argparse.ArgumentParser:
         help="who acts on a failure (default: manual: failovers wait for an operator; `run`: auto)",
     )
     p.add_argument("--read-only", action="store_true", help="turn every action off")
+    p.add_argument(
+        "--attach",
+        metavar="[USER@]HOST:/STATE_DIR",
+        help="open the view on the controller running on another machine, over SSH "
+        "(also ssh://[USER@]HOST[:PORT]/STATE_DIR)",
+    )
+    p.add_argument("--identity", metavar="FILE", help="--attach: the SSH key (default: agent)")
+    p.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="--attach: the known_hosts that lists the controller's machine "
+        "(default ~/.ssh/known_hosts; host keys are always checked)",
+    )
     p.add_argument("--version", action=VersionAction, line=_version_line)
     sub = p.add_subparsers(dest="command")
     inv = _inventory_option(argparse.SUPPRESS)  # given before or after the subcommand
@@ -152,6 +171,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return write_lineage(_state_dir(args), args.job, sys.stdout, to_json=args.json)
     policy = _policy(args)
+    if args.command is not None and (args.attach or args.identity or args.known_hosts):
+        raise ConfigError(
+            f"--attach, --identity and --known-hosts are for the view, not `{args.command}`"
+        )
+    if args.attach is None and (args.identity or args.known_hosts):
+        raise ConfigError("--identity and --known-hosts go with --attach")
     inv = load(args.inventory)
     if args.command == "check":
         from console.reach.check import run_check
@@ -172,7 +197,32 @@ def _dispatch(args: argparse.Namespace) -> int:
     from console.ui import run_tui
 
     given = args.policy is not None or getattr(args, "run_policy", None) is not None
-    return run_tui(inv, policy, read_only=args.read_only, policy_given=given)
+    attach = None if args.attach is None else _attach(args, inv)
+    return run_tui(inv, policy, read_only=args.read_only, policy_given=given, attach=attach)
+
+
+def _attach(args: argparse.Namespace, inv: Inventory) -> Attach:
+    """``--attach``: where the controller runs, and the SSH target that reaches it."""
+    from console.reach.transport.ssh_dial import SshTarget
+    from console.service.tunnel import ControllerAt
+    from console.ui import Attach
+
+    at = ControllerAt.parse(args.attach)
+    for what, path in (("--identity", args.identity), ("--known-hosts", args.known_hosts)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{what} {path}: no such file")
+    target = SshTarget(
+        name=f"controller {at.host}",
+        addresses=[at.host],
+        port=at.port,
+        user=at.user,
+        identity=args.identity,
+        known_hosts=args.known_hosts,
+        connect_timeout=inv.console.connect_timeout_s,
+        keepalive_s=inv.console.keepalive_s,
+        command_timeout=inv.console.command_timeout_s,
+    )
+    return Attach(at, target)
 
 
 def _policy(args: argparse.Namespace) -> Policy:

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from console.service.client import ControllerGone, Remote
 from console.service.follow import HasLive, HoldsJob, tell, untell
@@ -18,9 +18,21 @@ from console.service.follow import HasLive, HoldsJob, tell, untell
 ASK_EVERY_S = 1.0
 
 
+class Link(Protocol):
+    """How a view on another machine reaches the controller (``tunnel.ControllerTunnel``)."""
+
+    lost_since: float | None
+
+    def line(self) -> str: ...
+
+
 class Attachment:
-    def __init__(self, state_dir: Path, hello: Mapping[str, Any], *, acting: bool) -> None:
+    def __init__(
+        self, state_dir: Path, hello: Mapping[str, Any], *, acting: bool, via: Link | None = None
+    ) -> None:
         self.state_dir = state_dir
+        self.via = via
+        """The SSH link of a view on another machine; None for a view on the controller's."""
         self.hello = dict(hello)
         self.actions: Remote | None = Remote(state_dir) if acting else None
         """The controller's operator actions; None for a read-only view."""
@@ -42,6 +54,10 @@ class Attachment:
     def line(self) -> str:
         """The title's words: which controller, how the view acts, and whether it answers."""
         who = f"controller pid {self.pid} on {self.hello.get('host', '?')}"
+        if self.via is not None and self.via.lost_since is not None:
+            return f"policy {self.policy} · {who}: {self.via.line()}"
+        if self.via is not None:
+            who = f"{who} {self.via.line()}"
         if self.silent_since is not None:
             since = time.strftime("%H:%M:%S", time.localtime(self.silent_since))
             return f"policy {self.policy} · {who} NOT ANSWERING since {since}"

@@ -8,26 +8,66 @@ controller; ``hotspare stop`` ends it.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from console.inventory import Inventory
 from console.jobs.policy import Policy
 from protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from console.reach.transport.ssh_dial import SshTarget
+    from console.service.tunnel import ControllerAt, ControllerTunnel
+
+
+@dataclass(frozen=True)
+class Attach:
+    """A controller on another machine (``--attach``) and how to dial it."""
+
+    at: ControllerAt
+    target: SshTarget
+
 
 ANSWER_S = 10.0
 """How long a view waits for a controller that holds the state dir to answer on its socket
 (one that is starting binds it a moment after it takes the lock)."""
 
 
-def run_tui(inv: Inventory, policy: Policy, *, read_only: bool, policy_given: bool) -> int:
-    """Open a view on ``inv``'s controller (started detached if none runs and the view acts)."""
+def run_tui(
+    inv: Inventory,
+    policy: Policy,
+    *,
+    read_only: bool,
+    policy_given: bool,
+    attach: Attach | None = None,
+) -> int:
+    """Open a view on ``inv``'s controller (started detached if none runs and the view acts),
+    or on the controller ``attach`` names on another machine."""
+    if attach is not None:
+        return _remote(inv, policy, attach, read_only=read_only, policy_given=policy_given)
+    hello = _controller(inv, policy, read_only=read_only)
+    return _view(inv, policy, hello, read_only=read_only, policy_given=policy_given)
+
+
+def _view(
+    inv: Inventory,
+    policy: Policy,
+    hello: dict[str, Any] | None,
+    *,
+    read_only: bool,
+    policy_given: bool,
+    via: ControllerTunnel | None = None,
+) -> int:
     from console.jobs.controller import Controller
     from console.service.attach import Attachment
     from console.ui.app import HotspareApp
 
-    hello = _controller(inv, policy, read_only=read_only)
     if hello is not None and hello.get("standby"):
         print(
             f"hotspare: this machine's controller (pid {hello.get('pid')}) is "
@@ -43,7 +83,8 @@ def run_tui(inv: Inventory, policy: Policy, *, read_only: bool, policy_given: bo
         )
     attached = None
     if hello is not None:
-        attached = Attachment(inv.state_dir, hello, acting=not read_only)
+        at = inv.state_dir if via is None else via.local
+        attached = Attachment(at, hello, acting=not read_only, via=via)
         policy = Policy.parse(str(hello.get("policy", policy.value)))
     ctl = Controller(inv, policy, read_only=True)
     app = HotspareApp(ctl, freeze_startup=True, attached=attached)
@@ -82,10 +123,41 @@ def _controller(inv: Inventory, policy: Policy, *, read_only: bool) -> dict[str,
     return answered
 
 
-def _answer(inv: Inventory) -> dict[str, Any] | None:
+def _remote(
+    inv: Inventory, policy: Policy, attach: Attach, *, read_only: bool, policy_given: bool
+) -> int:
+    """A view on another machine's controller: its socket and state files over SSH; the hosts
+    watched from here, with this inventory's transports, as any view watches them."""
+    from console.service.tunnel import ControllerTunnel, TunnelError
+
+    tunnel = ControllerTunnel(attach.at, attach.target)
+    try:
+        try:
+            tunnel.open(attach.target.connect_timeout * 3)
+        except TunnelError as e:
+            print(f"hotspare: --attach {attach.at}: {e}", file=sys.stderr)
+            return 1
+        hello = _answer(tunnel.local)
+        if hello is None:
+            print(
+                f"hotspare: --attach {attach.at}: no controller answers on "
+                f"{attach.at.state_dir}/control.sock (is `hotspare serve` running there?)",
+                file=sys.stderr,
+            )
+            return 1
+        console = msgspec.structs.replace(inv.console, state_dir=str(tunnel.state_dir))
+        mirrored = dataclasses.replace(inv, console=console)
+        return _view(
+            mirrored, policy, hello, read_only=read_only, policy_given=policy_given, via=tunnel
+        )
+    finally:
+        tunnel.close()
+
+
+def _answer(at: Inventory | Path) -> dict[str, Any] | None:
     from console.service.client import ControllerGone, Remote
 
-    remote = Remote(inv.state_dir)
+    remote = Remote(at.state_dir if isinstance(at, Inventory) else at)
     deadline = time.monotonic() + ANSWER_S
     try:
         while True:
