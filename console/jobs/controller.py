@@ -227,12 +227,12 @@ class Controller:
         death is recorded as a phase) rather than leaving it open forever. Nothing is counted
         as loaded until this console sees where the job resumes.
         """
-        open_ = {i.job: i for i in self.timeline.incidents() if i.resolution is Resolution.OPEN}
         for name, sup in self.jobs.items():
             if sup.rec.finished or sup.rec.stopped or not sup.rec.host:
                 continue  # a stopped job was left running by no console
-            if name in open_:
-                n = open_[name].id
+            carried = self._open_incident(name)
+            if carried is not None:
+                n = carried
                 self.incidents.phase(
                     n, name, fault_class, msg=f"incident {n}: {name}: {fault_class}"
                 )
@@ -251,6 +251,16 @@ class Controller:
                 )
             self.incidents.phase(n, name, "decided", action="reattach")
             sup.incident, sup.resumed_step = n, None
+
+    def _open_incident(self, job: str) -> int | None:
+        """The job's newest incident still open when the console before this one ended: as
+        this journal has it, or, for one this journal never saw (opened by the leader before
+        this standby, on its machine), as the state it left says."""
+        known = self.timeline.incidents()
+        ids = {i.id for i in known}
+        found = [i.id for i in known if i.job == job and i.resolution is Resolution.OPEN]
+        found += [n for n in self.store.job(job).open_incidents if n not in ids]
+        return max(found, default=None)
 
     def _spawn(self, name: str) -> None:
         self._job_tasks[name] = asyncio.create_task(self._run_job(name), name=f"job {name}")

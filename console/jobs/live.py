@@ -162,7 +162,8 @@ class Transitions:
         job = self._live
         if job.incident is not None and job.state is state:
             end_phase(self._journal, job.incident, job.name, state.value, why)
-            job.incident = None
+            n, job.incident = job.incident, None
+            job.rec.open_incidents = [i for i in job.rec.open_incidents if i != n]  # next save
 
     def wait_note(self, why: str) -> None:
         """The job waits (for a host, a spare): pending, with an alert not repeated too often."""

@@ -102,7 +102,7 @@ class IncidentLog:
         msg: str,
         planned: bool = False,
     ) -> int:
-        n = self.store.new_incident()
+        n = self.store.new_incident(job)
         self.journal.record(
             Kind.INCIDENT,
             f"incident {n}: {job} on {host}: {fault_class}: {msg}",
@@ -123,6 +123,10 @@ class IncidentLog:
         self, n: int, job: str, phase: str, msg: str = "", *, at: float | None = None, **data: Any
     ) -> None:
         record_phase(self.journal, n, job, phase, msg, at=at, **data)
+        if phase == "first_step" or (phase == "ended" and data.get("state") in ENDINGS):
+            self.store.incident_open(job, n, False)
+        elif phase == "started":
+            self.store.incident_open(job, n, True)
 
 
 RESIZES = ("shrunk", "grown")

@@ -55,6 +55,10 @@ class JobRecord(msgspec.Struct, kw_only=True):
     run_id: str = ""
     """The job's one training run (``HOTSPARE_RUN_ID``): made at its first start, then kept
     across restarts, failovers and consoles, and the same for every member of a group."""
+    open_incidents: list[int] = []
+    """The job's incidents not yet resolved or ended, oldest first. A standby that takes over
+    carries the newest on: its detection is in the journal of the leader before it, on another
+    machine, not in its own."""
 
     @property
     def finished(self) -> bool:
@@ -138,11 +142,24 @@ class StateStore:
     def host(self, name: str) -> HostRecord:
         return self.state.hosts.setdefault(name, HostRecord())
 
-    def new_incident(self) -> int:
+    def new_incident(self, job: str) -> int:
+        """The next incident's number, open for ``job`` (saved)."""
         n = self.state.next_incident
         self.state.next_incident += 1
+        self.job(job).open_incidents.append(n)
         self.save()
         return n
+
+    def incident_open(self, job: str, n: int, is_open: bool) -> None:
+        """Incident ``n`` of ``job`` open again (carried on), or closed (resolved, ended);
+        saved when that changes anything."""
+        rec = self.job(job)
+        if is_open == (n in rec.open_incidents):
+            return
+        rec.open_incidents = (
+            [*rec.open_incidents, n] if is_open else [i for i in rec.open_incidents if i != n]
+        )
+        self.save()
 
     def save(self) -> bool:
         """Write the state; True once it is on disk. A failure raises nothing (see the module):

@@ -32,7 +32,8 @@ from fleetbed import EXECUTOR_ENV, POLL_S, baseline_sha, job_table, local_host, 
 
 from console.jobs.refusal import Refused
 from console.records.console_lock import held
-from console.records.journal import Kind, read
+from console.records.incidents import Resolution, incidents
+from console.records.journal import Kind, read, read_all
 from console.service.client import Remote
 from console.service.etcd import Etcd
 from console.service.standby import DEPOSED
@@ -364,3 +365,12 @@ def test_the_leader_killed_mid_failover_the_standby_finishes_it_with_one_trainer
     assert finished[0].data["params_sha256"] == reference  # type: ignore[attr-defined]
     epochs = {e.get("epoch") for e in executor_events(spare) if e.get("kind") == "resumed"}
     assert epochs and min(epochs) > 1, epochs  # type: ignore[operator]
+    # one incident in the two journals: the loss the leader detected, carried on by the
+    # standby (its detection is in the dead leader's journal alone) and resolved on b
+    timeline = read_all([inv.parent / "state" / "journal.jsonl" for inv in invs])
+    found = [i for i in incidents(timeline) if i.job == "j"]
+    assert [(i.fault_class, i.resolution) for i in found] == [
+        ("host_lost", Resolution.RECOVERED)
+    ], [(i.id, i.fault_class, i.resolution, sorted(i.times)) for i in found]
+    phases = [e.data.get("phase") for e in found[0].lines]
+    assert "console_failover" in phases, phases
