@@ -42,37 +42,54 @@ class EtcdCluster:
         return [f"127.0.0.1:{self.client[n]}" for n in self.names]
 
     def start(self) -> None:
-        cluster = ",".join(f"{n}=http://127.0.0.1:{self.peer[n]}" for n in self.names)
         for n in self.names:
-            log = (self.root / f"{n}.log").open("wb")
-            flags = {
-                "--name": n,
-                "--data-dir": str(self.root / n),
-                "--listen-peer-urls": f"http://127.0.0.1:{self.peer[n]}",
-                "--initial-advertise-peer-urls": f"http://127.0.0.1:{self.peer[n]}",
-                "--listen-client-urls": f"http://127.0.0.1:{self.client[n]}",
-                "--advertise-client-urls": f"http://127.0.0.1:{self.client[n]}",
-                "--initial-cluster": cluster,
-                "--initial-cluster-state": "new",
-                "--initial-cluster-token": f"hotspare-test-{id(self)}",
-                "--heartbeat-interval": "50",
-                "--election-timeout": "500",
-            }
-            self.procs[n] = subprocess.Popen(
-                ["etcd", *(x for pair in flags.items() for x in pair)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            self._launch(n, "new")
+        self.wait_writable(60)
+
+    def _launch(self, n: str, state: str) -> None:
+        cluster = ",".join(f"{m}=http://127.0.0.1:{self.peer[m]}" for m in self.names)
+        log = (self.root / f"{n}.log").open("ab")
+        flags = {
+            "--name": n,
+            "--data-dir": str(self.root / n),
+            "--listen-peer-urls": f"http://127.0.0.1:{self.peer[n]}",
+            "--initial-advertise-peer-urls": f"http://127.0.0.1:{self.peer[n]}",
+            "--listen-client-urls": f"http://127.0.0.1:{self.client[n]}",
+            "--advertise-client-urls": f"http://127.0.0.1:{self.client[n]}",
+            "--initial-cluster": cluster,
+            "--initial-cluster-state": state,
+            "--initial-cluster-token": f"hotspare-test-{id(self)}",
+            "--heartbeat-interval": "50",
+            "--election-timeout": "500",
+        }
+        self.procs[n] = subprocess.Popen(
+            ["etcd", *(x for pair in flags.items() for x in pair)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+
+    def wait_writable(self, timeout: float) -> None:
+        """Until a write lands: the cluster has a leader and a quorum."""
         client = Etcd(self.endpoints)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                client.txn([], [])  # a write: the cluster has a leader and a quorum
+                client.txn([], [])
                 return
             except EtcdError as e:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"etcd cluster never came up: {e}") from None
             time.sleep(POLL_S)  # polling, bounded by the deadline above
+
+    def alive(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def restart(self, name: str) -> None:
+        """A killed member back, with its data dir: it rejoins the cluster it was in."""
+        assert not self.alive(name), f"etcd member {name} is running"
+        self._launch(name, "existing")
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]

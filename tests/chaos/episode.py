@@ -46,6 +46,8 @@ class Config:
     overlap: float = 0.0
     """The chance that the next fault comes before the last recovery (chaos.schedule)."""
     gap_steps: tuple[int, int] = (100, 400)
+    standby: bool = False
+    """Two controllers on a 3-member etcd cluster (chaos.faults_standby)."""
     keep: bool = False
     log: Any = None
 
@@ -148,7 +150,7 @@ class Episode:
     def run(self) -> Result:
         t0 = time.monotonic()
         with ending.held():  # what a half-built fleet made, its close would not find
-            fleet = Fleet.build(self.cfg.seed)
+            fleet = Fleet.build(self.cfg.seed, standby=self.cfg.standby)
         sampler: Sampler | None = None
         disk: DiskWatch | None = None
         epochs = EpochSampler(jobs=set())

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from etcdbed import EtcdCluster
 from fleetbed import EXECUTOR_ENV, write_inventory
 from helpers import REPO, TINY_CONFIG, env_with
 from netbed import NsSshHost
@@ -25,6 +26,8 @@ from sshbed import SshBed, SshHost
 from chaos import torchrun
 from chaos.observe import journal
 from console.records.journal import Event
+from console.service.client import ControllerGone, Remote
+from console.service.standby import DEPOSED
 from executors.gpu_fake import write_state
 
 DISK_MB = 48
@@ -38,6 +41,12 @@ CONSOLE = [sys.executable, "-m", "console.cli"]
 # d, the one loopback host, is a job's last choice, so a partition most often finds a target
 LAYOUT = (("a", True, "r1", "primary"), ("b", True, "r1", "spare"), ("c", True, "r2", "spare"))
 LAYOUT += (("d", False, "r2", "primary"),)
+STANDBY_LEASE_S = 8.0
+STANDBY_TTL_S = 2.0
+"""Standby controllers (``--standby``): the settings tests/console/test_standby.py proves, a
+lease long enough for a standby on this machine to take over and renew inside it."""
+SLOTS = ("state", "state-2")
+"""Each controller's state dir (its own machine's, in a real fleet); one slot without etcd."""
 
 
 @dataclass
@@ -63,17 +72,28 @@ class Fleet:
     """Torchrun jobs renamed for their uninterrupted runs (``write_inventory``)."""
     inject: str = ""
     console: subprocess.Popen[bytes] | None = None
+    """The controller of the first slot: the fleet's only one, or one of two with etcd."""
+    etcd: EtcdCluster | None = None
+    """Standby mode: a 3-member etcd cluster on loopback and a controller per slot."""
+    standby: subprocess.Popen[bytes] | None = None
+    """The controller of the second slot (standby mode)."""
     console_starts: int = 0
+    deposed: list[float] = field(default_factory=list)
+    """When a controller that had lost its lead ended (standby mode; started again)."""
     clock_shifts: list[float] = field(default_factory=list)
     """Every wall-clock step the console was given (chaos.faults_fencing.wall_clock_step)."""
 
     # ------------------------------------------------------------ building
 
     @classmethod
-    def build(cls, seed: int) -> Fleet:
+    def build(cls, seed: int, standby: bool = False) -> Fleet:
         folder = Path(tempfile.mkdtemp(prefix="cz-", dir="/tmp"))
         fleet = cls(folder, SshBed(folder / "bed"))
         try:
+            if standby:
+                (folder / "etcd").mkdir()
+                fleet.etcd = EtcdCluster(folder / "etcd")
+                fleet.etcd.start()
             base = 60 + (os.getpid() % 60) * 3  # a /24 of our own per namespace (10.213.N)
             for i, (name, namespaced, _, _) in enumerate(LAYOUT):
                 host = fleet._host(name, base + i if namespaced else None)
@@ -121,6 +141,8 @@ class Fleet:
         under other names, for their uninterrupted runs (see chaos.torchrun)."""
         self.jobs = jobs
         self.inventory = self._inventory("inventory.toml", jobs, checkpoint_every, "")
+        if self.etcd is not None:
+            self._inventory("inventory-2.toml", jobs, checkpoint_every, "", SLOTS[1])
         if any(j.kind == torchrun.KIND for j in jobs):
             torchruns = [j for j in jobs if j.kind == torchrun.KIND]
             self.baseline_inventory = self._inventory(
@@ -128,7 +150,9 @@ class Fleet:
             )
         return self.inventory
 
-    def _inventory(self, name: str, jobs: list[JobPlan], every: int, prefix: str) -> Path:
+    def _inventory(
+        self, name: str, jobs: list[JobPlan], every: int, prefix: str, slot: str = SLOTS[0]
+    ) -> Path:
         hosts = {
             name: self.hosts[name].inventory_table(region, role=role)
             for name, _, region, role in LAYOUT
@@ -151,12 +175,22 @@ class Fleet:
                     config=dict(TINY_CONFIG, micro_batch=4),
                 )
             table[prefix + j.name] = job
+        standby: dict[str, Any] = {}
+        if self.etcd is not None:
+            standby = {
+                "etcd": self.etcd.endpoints,
+                "etcd_ttl_s": STANDBY_TTL_S,
+                "lease_s": STANDBY_LEASE_S,
+                "etcd_prefix": "/chaos",
+            }
         return write_inventory(
             self.folder / name,
             hosts=hosts,
             jobs=table,
             min_free_disk_gb=0.0,
             health={"disk_free_warn_gb": 0.001},
+            state_dir=str(self.folder / slot),
+            **standby,
         )
 
     def executor_env(self) -> dict[str, dict[str, str]]:
@@ -177,18 +211,29 @@ class Fleet:
         """The console's wall-clock test hook (console/clock.py): seconds added to its clock."""
         return self.folder / "clock-offset"
 
+    @property
+    def state_dirs(self) -> list[Path]:
+        """Every controller's state dir (two in standby mode)."""
+        return [self.folder / s for s in SLOTS] if self.etcd is not None else [self.state_dir]
+
     def journal(self) -> list[Event]:
-        """The console's journal on the real clock (see observe.unshift)."""
-        return journal(self.state_dir, self.clock_shifts)
+        """The controllers' journals as one timeline, on the real clock (see observe.unshift)."""
+        return journal(self.state_dirs, self.clock_shifts)
 
     def lease_record(self, job: str) -> dict[str, Any] | None:
-        """The bound on the job's newest lease as the console persisted it (state.json)."""
-        try:
-            state = json.loads((self.state_dir / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        rec = state.get("jobs", {}).get(job, {})
-        return rec.get("lease") if isinstance(rec, dict) else None
+        """The bound on the job's newest lease as a controller persisted it (state.json; the
+        latest of the two in standby mode)."""
+        found = []
+        for d in self.state_dirs:
+            try:
+                state = json.loads((d / "state.json").read_text())
+            except (OSError, ValueError):
+                continue
+            rec = state.get("jobs", {}).get(job, {})
+            lease = rec.get("lease") if isinstance(rec, dict) else None
+            if isinstance(lease, dict):
+                found.append(lease)
+        return max(found, key=lambda x: float(x.get("until", 0) or 0), default=None)
 
     def workdir(self, host: str, job: str) -> Path:
         return self.hosts[host].root / "jobs" / job
@@ -200,16 +245,19 @@ class Fleet:
 
     def start_console(self) -> None:
         self.console = self.spawn_console()
+        if self.etcd is not None and self.standby is None:
+            self.standby = self.spawn_console(SLOTS[1])
 
-    def spawn_console(self) -> subprocess.Popen[bytes]:
-        """``hotspare run --policy auto`` on this fleet's state dir, its output in files."""
+    def spawn_console(self, slot: str = SLOTS[0]) -> subprocess.Popen[bytes]:
+        """``hotspare run --policy auto`` on a slot's state dir, its output in files."""
         assert self.inventory is not None
+        inventory = self.inventory if slot == SLOTS[0] else self.folder / "inventory-2.toml"
         self.console_starts += 1
         n = self.console_starts
         out, err = self.console_output(n)
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
             return subprocess.Popen(
-                [*CONSOLE, "--inventory", str(self.inventory), "run", "--policy", "auto", "--json"],
+                [*CONSOLE, "--inventory", str(inventory), "run", "--policy", "auto", "--json"],
                 stdout=stdout,
                 stderr=stderr,
                 stdin=subprocess.DEVNULL,
@@ -227,20 +275,67 @@ class Fleet:
     def kill_console(self) -> None:
         """The console dies at once (SIGKILL): nothing tells the executors."""
         proc, self.console = self.console, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+        _kill(proc)
+
+    def leading_slot(self) -> str | None:
+        """Standby mode: the slot whose controller leads (its hello names no standby)."""
+        for slot, proc in zip(SLOTS, (self.console, self.standby), strict=True):
+            if proc is None or proc.poll() is not None:
+                continue
+            remote = Remote(self.folder / slot, timeout=5.0)
+            try:
+                hello = remote.hello()
+            except ControllerGone:
+                continue
+            finally:
+                remote.close()
+            if hello.get("pid") == proc.pid and not hello.get("standby"):
+                return slot
+        return None
+
+    def kill_leader(self, slot: str) -> None:
+        """Standby mode: the leading controller SIGKILLed, and one started in its place (as
+        its supervisor would), which stands by."""
+        if slot == SLOTS[0]:
+            self.kill_console()
+            self.console = self.spawn_console(slot)
+        else:
+            proc, self.standby = self.standby, None
+            _kill(proc)
+            self.standby = self.spawn_console(slot)
 
     def check_console(self) -> None:
-        """Raise if the console has ended (with its last words)."""
-        if self.console is not None and self.console.poll() not in (None, 0):
-            raise AssertionError(
-                f"hotspare run exited {self.console.returncode}: {self.console_stderr()[-1500:]}"
-            )
+        """Raise if a controller has ended (with its last words). In standby mode a controller
+        that lost its lead (exit ``DEPOSED``) is started again, as its supervisor would: the
+        times are kept (``deposed``), and the incidents it leaves are the checks' to judge."""
+        if self.etcd is not None:
+            for slot, proc in zip(SLOTS, (self.console, self.standby), strict=True):
+                if proc is not None and proc.poll() == DEPOSED:
+                    self.deposed.append(time.time())
+                    if slot == SLOTS[0]:
+                        self.console = self.spawn_console(slot)
+                    else:
+                        self.standby = self.spawn_console(slot)
+        for proc in (self.console, self.standby):
+            if proc is not None and proc.poll() not in (None, 0):
+                raise AssertionError(
+                    f"hotspare run exited {proc.returncode}: {self.console_stderr()[-1500:]}"
+                )
 
     def console_exit(self, timeout: float) -> int:
+        """The run's exit status; in standby mode the first controller to end (the leader, once
+        every job is done) and then the other, which leads to find nothing left to do."""
         assert self.console is not None
-        return self.console.wait(timeout=timeout)
+        if self.standby is None:
+            return self.console.wait(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        procs = [self.console, self.standby]
+        while all(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("hotspare run", timeout)
+            time.sleep(0.2)  # polling, bounded by the deadline above
+        codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+        return next((c for c in codes if c != 0), 0)
 
     def console_stderr(self) -> str:
         return "".join(
@@ -249,7 +344,13 @@ class Fleet:
 
     def report(self) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "console.cli", "report", "--state-dir", str(self.state_dir)],
+            [
+                sys.executable,
+                "-m",
+                "console.cli",
+                "report",
+                *(x for d in self.state_dirs if d.exists() for x in ("--state-dir", str(d))),
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -266,6 +367,12 @@ class Fleet:
         """Every process, namespace and mount made here goes, even after a failure."""
         with contextlib.suppress(Exception):
             self.kill_console()
+        with contextlib.suppress(Exception):
+            proc, self.standby = self.standby, None
+            _kill(proc)
+        if self.etcd is not None:
+            with contextlib.suppress(Exception):
+                self.etcd.stop()
         for host in self.hosts.values():
             if isinstance(host, NsSshHost):
                 with contextlib.suppress(Exception):
@@ -288,6 +395,12 @@ class Fleet:
         self.mounts.clear()
         if not keep:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _kill(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

@@ -270,7 +270,8 @@ def match_incidents(
     its grows (``grown``, planned) explain no fault and are left out of the leftovers.
 
     A console restart (either kind) opens a console_restart incident for every job the
-    console left running: those of other jobs are its too. An armed NaN/OOM fires at its
+    console left running, a leader's kill a console_failover one (``FLEET_WIDE``): those of
+    other jobs are its too. An armed NaN/OOM fires at its
     step in every process that trains that step: once more after a recovery that resumed
     from before it; those later incidents of its class on its job are its too.
     """
@@ -339,7 +340,7 @@ def match_incidents(
             detected = i.times.get("detected", 0)
             if not f.t - MATCH_SLACK_S <= detected <= end:
                 continue
-            if f.kind in CONSOLE_RESTARTS and i.fault_class == "console_restart":
+            if FLEET_WIDE.get(f.kind) == i.fault_class:
                 free.remove(i)  # the same restart, seen by another job
                 continue
             elif f.overlapped and i.job == f.job:
@@ -361,7 +362,7 @@ def _end(f: Injected, i: Incident, end: float, starts: list[float]) -> float:
     opened by the console that started after the fault, so it records a console restart only
     if opened by then (chaos seed 90 at 3a10194: an earlier overlapped restart's long window
     took the incident of a later one, which was then found without one)."""
-    if f.kind not in CONSOLE_RESTARTS or i.fault_class != "console_restart":
+    if FLEET_WIDE.get(f.kind) != i.fault_class:
         return end
     after = [t for t in starts if t >= f.t - MATCH_SLACK_S]
     return min(end, after[0] + MATCH_SLACK_S) if after else end
@@ -384,7 +385,13 @@ def explains(i: Incident, f: Injected) -> bool:
     return i.fault_class in f.expect or (i.fault_class == SHRUNK and i.cause in f.expect)
 
 
-CONSOLE_RESTARTS = ("console_restart", "console_restart_partitioned")
+FLEET_WIDE = {
+    "console_restart": "console_restart",
+    "console_restart_partitioned": "console_restart",
+    "leader_kill": "console_failover",
+}
+"""Faults of the controller, not of a job, and the class of the incident each opens for
+every job it left running (by the controller that starts or takes over after it)."""
 
 
 def armed_again(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from console.records.incidents import Incident, incidents
-from console.records.journal import Event, Kind, read
+from console.records.journal import Event, Kind, read_all
 
 TRAIN_THREAD = "hotspare-train"
 """The OS name of an executor's training thread (executors/serve.py); idle executors have none."""
@@ -25,10 +25,12 @@ CLOCK_STEP_MIN_S = 3600.0
 """The wall_clock_step fault steps the console's wall clock by at least this much."""
 
 
-def journal(state_dir: Path, shifts: Sequence[float] = ()) -> list[Event]:
-    """The console's journal; with ``shifts`` (the wall-clock steps the console was given),
-    the events it stamped while stepped are put back on the real clock (``unshift``)."""
-    events = list(read(state_dir / "journal.jsonl"))
+def journal(state_dir: Path | Sequence[Path], shifts: Sequence[float] = ()) -> list[Event]:
+    """The console's journal (several controllers' as one timeline); with ``shifts`` (the
+    wall-clock steps the console was given), the events it stamped while stepped are put back
+    on the real clock (``unshift``)."""
+    dirs = [state_dir] if isinstance(state_dir, Path) else list(state_dir)
+    events = read_all([d / "journal.jsonl" for d in dirs])
     return unshift(events, shifts) if shifts else events
 
 

@@ -14,6 +14,7 @@ inconclusive is never a pass. MTTR targets missed are counted and listed, and fa
     scripts/chaos --faults 60 --seed 5 --jobs 2 --torchrun 1   (j torchrun beside k torch)
     scripts/chaos --group --faults 20 --seed 1     (a three-member job: chaos.group)
     scripts/chaos --group --elastic --faults 12 --seed 1   (min_hosts 2, no spare: shrink, grow)
+    scripts/chaos --standby --faults 12 --seed 1   (two controllers on etcd: chaos.faults_standby)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from chaos import invariants as inv
 from chaos.episode import Config, Episode, Result
 from chaos.faults import ARMED
 from chaos.faults_fencing import LEASE_S, SKEW_S
-from chaos.schedule import INJECTORS
+from chaos.schedule import CONSOLE_KINDS, INJECTORS, STANDBY_KINDS
 from chaos.torchrun import KIND as TORCHRUN
 from chaos.torchrun import WORKERS
 
@@ -41,10 +42,16 @@ ONCE_PER_EPISODE = {"gpu_fail", *ARMED}
 """A GPU FAIL drains its host for good; NaN and OOM are armed once per host environment."""
 
 
-def draw(rng: random.Random, n: int, armed: bool = True) -> list[str]:
+def draw(rng: random.Random, n: int, armed: bool = True, standby: bool = False) -> list[str]:
     """``n`` fault kinds for one episode, each kind at most once where it must be; ``armed``:
-    NaN and OOM among them (only a torch-kind job can be armed)."""
-    pool = list(INJECTORS) + (list(ARMED) if armed else [])
+    NaN and OOM among them (only a torch-kind job can be armed). ``standby``: the faults of
+    standby controllers and etcd (twice as likely as each other kind) instead of those of one
+    controller and its clock."""
+    single = [k for k in INJECTORS if k not in STANDBY_KINDS]
+    if standby:
+        single = [k for k in single if k not in CONSOLE_KINDS and k != "wall_clock_step"]
+    pool = single + (sorted(STANDBY_KINDS) * 2 if standby else [])
+    pool += list(ARMED) if armed else []
     kinds: list[str] = []
     while len(kinds) < n:
         k = rng.choice(pool)
@@ -266,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --group: min_hosts 2, deterministic_reduce, no spare and no other host (a "
         "lost member shrinks the group, healed it grows back)",
     )
+    p.add_argument(
+        "--standby",
+        action="store_true",
+        help="two controllers on a 3-member etcd cluster; the leader SIGKILLed and etcd members "
+        "SIGKILLed among the faults (chaos.faults_standby)",
+    )
     p.add_argument("--keep", action="store_true", help="keep every episode's folder")
     args = p.parse_args(argv)
     if args.per_episode is None:
@@ -274,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         args.overlap = 0.0 if args.group else 0.3
     if args.torchrun > args.jobs or (args.torchrun and args.group):
         print("scripts/chaos: --torchrun N takes N of the --jobs, not --group", file=sys.stderr)
+        return 2
+    if args.standby and args.group:
+        print("scripts/chaos: --standby is for the single-host jobs, not --group", file=sys.stderr)
         return 2
     if args.elastic and not args.group:
         print("scripts/chaos: --elastic goes with --group", file=sys.stderr)
@@ -291,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     while injected < args.faults:
         rng = random.Random(seed)
         n = min(args.per_episode, args.faults - injected)
-        kinds = group.draw(rng, n) if args.group else draw(rng, n, args.torchrun < args.jobs)
+        armed = args.torchrun < args.jobs
+        kinds = group.draw(rng, n) if args.group else draw(rng, n, armed, args.standby)
         cfg = Config(
             seed=seed,
             kinds=kinds,
@@ -299,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             torchrun=args.torchrun,
             overlap=args.overlap,
+            standby=args.standby,
             keep=args.keep,
             log=lambda m: print(m, flush=True),
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from chaos import faults as fz
 from chaos import faults_fencing as ff
+from chaos import faults_standby as fs
 from chaos.fleet import Fleet, wait_until
 from chaos.observe import job_view, last_step
 from chaos.torchrun import KIND as KIND_TORCHRUN
@@ -44,15 +45,23 @@ cause (a failover) would have come by then, before the next fault."""
 OVERLAP_DELAY_S = (0.2, ff.LEASE_S)
 """From one fault to an overlapping one: during detection, the lease wait, or the restart."""
 
-INJECTORS: dict[str, Callable[[fz.Target], fz.Injected]] = {**fz.INJECTORS, **ff.INJECTORS}
+INJECTORS: dict[str, Callable[[fz.Target], fz.Injected]] = {
+    **fz.INJECTORS,
+    **ff.INJECTORS,
+    **fs.INJECTORS,
+}
 KINDS = (*INJECTORS, *fz.ARMED)
 NEEDS_NAMESPACE = fz.NEEDS_NAMESPACE | ff.NEEDS_NAMESPACE
 NEEDS_EXECUTOR = {"sigkill", "sigstop", "corrupt_checkpoint", "sigstop_past_lease"}
 HOLDS_HOST = {"host_kill", "partition", "corrupt_replica", "gpu_fail", "sigstop_past_lease"}
 HOLDS_HOST |= {"console_restart_partitioned"}
 CONSOLE_KINDS = {"console_restart", "console_restart_partitioned", "second_console"}
+"""Faults of the one controller of a fleet without etcd."""
+STANDBY_KINDS = set(fs.KINDS)
+"""Faults of standby controllers and their etcd (a fleet built with etcd)."""
 SOLO = {"flap", "wall_clock_step"}
 IN_PLACE = {"flap", "disk_full", "nan", "oom", "second_console", "wall_clock_step"}
+IN_PLACE |= {"etcd_member_kill"}
 """Faults after which the same executor goes on (no new start)."""
 
 
@@ -168,6 +177,10 @@ class Scheduler:
             return False
         if kind in CONSOLE_KINDS and (fleet.console is None or fleet.console.poll() is not None):
             return False
+        if kind in CONSOLE_KINDS and fleet.etcd is not None:
+            return False  # one controller's faults: in standby mode a leader_kill is the kill
+        if kind in STANDBY_KINDS:
+            return self._standby_fits(kind)
         if kind in ("console_restart", "second_console"):
             return True
         if host in self._held():
@@ -184,6 +197,14 @@ class Scheduler:
                 and fz.newest_complete(fleet.replicas(spare, job)) is not None
             )
         return True
+
+    def _standby_fits(self, kind: str) -> bool:
+        etcd = self.fleet.etcd
+        if etcd is None:
+            return False
+        if kind == "etcd_member_kill":  # one member down at a time: never a loss of quorum
+            return all(etcd.alive(n) for n in etcd.names)
+        return self.fleet.leading_slot() is not None
 
     def _overlapping(self, todo: list[str]) -> tuple[str, str] | None:
         """A fault (job, kind) to inject while the ones open are still being recovered from."""
