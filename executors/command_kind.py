@@ -277,6 +277,14 @@ class CommandRunner:
         if self.control.stop is not None:  # asked to stop while restoring: do not start at all
             stop = self.control.stop
             return self._stopped(stop.reason, stop.exit_code)
+        if self.lease.verdict(0.0, ended_within_s=LEASE_MARGIN_S) is Verdict.ENDED:
+            # set-up outlasted the lease (a loaded host, a slow import): a command started now
+            # would train outside it, beside the next epoch, until it was killed
+            self._lease_fault(
+                f"lease of epoch {self.control.epoch} ended during the set-up "
+                f"({time.perf_counter() - t0:.1f}s); the command is not started"
+            )
+            return self._stopped("lease_lost", exitcodes.LEASE_LOST)
         if self.cs.metrics_file:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
         self.proc = self.warm.launch(argv, env, warm) if self.warm is not None else None

@@ -40,6 +40,8 @@ from executors.fencing import cgroup
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.5
+FIRST_LEASE_S = 10.0
+"""How long the fence waits for the executor's first lease line (written as it starts it)."""
 _CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 """The executor's lease clock (``executors.clock``): the deadline means the same here."""
 
@@ -83,6 +85,8 @@ class Fence:
         self.status: int | None = None
         """The command's wait status once it has ended."""
         self.deadline: float | None = None
+        self.leased = False
+        """A lease line (a deadline, or ``none``) has been read."""
         self._buf = b""
 
     # -------------------------------------------------------------- the run
@@ -202,9 +206,35 @@ class Fence:
                     self.deadline = None if arg == "none" else float(arg)
                 except ValueError:
                     pass
+                else:
+                    self.leased = True
             elif word == "kill":
                 return "the executor ended the run"
         return None
+
+    def first_lease(self) -> None:
+        """The lease the executor sends at once, read before the command is started: a run
+        whose lease has already ended (or that its executor ended meanwhile) never starts."""
+        end = time.monotonic() + FIRST_LEASE_S
+        while not self.leased:
+            left = end - time.monotonic()
+            ready = select.select([0], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                self._exit_unstarted("no lease from the executor before the command's start")
+            data = os.read(0, 4096)
+            if not data:
+                self._exit_unstarted("the executor is gone (its pipe closed without an order)")
+            why = self.take(data)
+            if why is not None:
+                self._exit_unstarted(why)
+        if self.deadline is not None and time.clock_gettime(_CLOCK) >= self.deadline:
+            self._exit_unstarted("the lease ended before the command started")
+
+    def _exit_unstarted(self, why: str) -> None:
+        self.note(why, killed=0, started=False)
+        if self.cg is not None:
+            cgroup.remove(self.cg)
+        os._exit(137)
 
     def serve(self, wake: int) -> None:
         while True:
@@ -260,6 +290,7 @@ def main(args: list[str]) -> None:
     signal.set_wakeup_fd(wake_w)
     fence = Fence(cg, report)
     if not watch:
+        fence.first_lease()
         fence.start(argv)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)  # the command's output pipes end when the command's processes do

@@ -396,13 +396,23 @@ def test_a_lease_that_is_not_renewed_stops_the_command_before_it_ends(tmp_path: 
                     seen_alive.append(t)
             time.sleep(0.01)
 
+    def renew_until_started() -> None:
+        """As a console does while the command is set up; then it is gone (no renewal). A
+        set-up that outlasts an unrenewed lease starts no command at all (the test below)."""
+        while runner.proc is None and not done.is_set():
+            assert control.renew(1, 5.0), "renewed while the set-up runs"
+            done.wait(0.25)  # the renewal period, as a console's heartbeat is
+
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    renewer = threading.Thread(target=renew_until_started, daemon=True)
+    renewer.start()
     try:
         outcome = runner.run()
     finally:
         done.set()
         watcher.join(10)
+        renewer.join(10)
     deadline = control.lease_deadline
     assert deadline is not None and seen_alive, "the watcher saw the command run"
     assert max(seen_alive) < deadline, (
@@ -413,6 +423,31 @@ def test_a_lease_that_is_not_renewed_stops_the_command_before_it_ends(tmp_path: 
     assert (stopped.reason, stopped.exit_code) == ("lease_lost", exitcodes.LEASE_LOST)
     assert any(getattr(e, "fault", None) == "lease_lost" for e in events)
     assert runner.proc is not None and not alive(runner.proc.pid)
+
+
+def test_a_lease_that_ends_during_the_set_up_starts_no_command(tmp_path: Path) -> None:
+    """A set-up that outlasts the lease (a loaded host; here a setup that sleeps past it): the
+    command is never started, rather than started and killed at once (a fresh-clone run with
+    two CPU burners saw the command alive 3.9 s past its lease: its zygote was slow to
+    import, and the command was started after the lease had ended)."""
+    events: list[ExecutorMessage] = []
+    control = Control(epoch=1, lease_s=1.0)
+    sleep = [sys.executable, "-c", "import time; time.sleep(2)"]
+    spec = _job_spec(extra=["--step-s", "0.05"], setup=sleep)
+    work = tmp_path / "w"
+    runner = CommandKind().runner(
+        spec, work, events.append, control=control, device=None, injections=Injections()
+    )
+    outcome = runner.run()
+    assert (outcome.exit_code, outcome.reason) == (exitcodes.LEASE_LOST, "lease_lost")
+    assert runner.proc is None, "no command process was made"
+    assert not any(isinstance(e, Log) and "command started" in e.text for e in events)
+    assert not list((work / "ckpt").glob("*")), "the script never ran: no checkpoint"
+    assert not (work / "fence.jsonl").exists(), "no fence was started"
+    faults = [e for e in events if getattr(e, "fault", None) == "lease_lost"]
+    assert len(faults) == 1 and "not started" in faults[0].message, faults  # type: ignore[attr-defined]
+    (stopped,) = [e for e in events if isinstance(e, Stopped)]
+    assert (stopped.reason, stopped.exit_code) == ("lease_lost", exitcodes.LEASE_LOST)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from helpers import ExecutorProcess, alive, wait_for
 
 from executors import clock
 from executors.fencing import cgroup
+from executors.fencing.run import launch
 from protocol.messages import Heartbeat, Lease, Start
 from protocol.spec import CommandSpec, JobSpec
 from tests.executors.test_fencing import start_serving
@@ -146,3 +147,25 @@ def test_the_cgroup_a_run_is_in_is_its_own_and_gone_after_it(tmp_path: Path) -> 
     ex.proc.send_signal(signal.SIGTERM)
     ex.finish(30)
     assert not alive(pid) and not mine.exists(), f"{time.monotonic() - t0:.1f}s"
+
+
+@pytest.mark.parametrize("deadline", ["ended", "open"])
+def test_a_fence_given_a_lease_that_has_ended_never_starts_its_command(
+    tmp_path: Path, deadline: str
+) -> None:
+    """The fence reads the executor's first lease before it forks the command: one already
+    over starts nothing (what the executor checks as well, just before; this is the last
+    word). An open lease starts it as ever."""
+    work, mark = tmp_path / "w", tmp_path / "ran"
+    work.mkdir()
+    argv = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('x')", str(mark)]
+    until = clock.now() - 1.0 if deadline == "ended" else clock.now() + 30.0
+    run = launch(argv, cwd=tmp_path, env={}, workdir=work, cg=None, deadline=until)
+    code = run.wait(timeout=30)
+    if deadline == "open":
+        assert code == 0 and mark.exists(), "an open lease: the command ran to its end"
+        return
+    assert code == 137 and not mark.exists(), "the command never ran"
+    (report,) = reports(work)
+    assert report["why"] == "the lease ended before the command started"
+    assert report["started"] is False
