@@ -65,8 +65,18 @@ def inventory(folder: Path) -> Path:
     )
 
 
+MARK = "HOTSPARE_TEST_FOLDER"
+"""Every process of a test's run carries its folder in the environment: the /proc evidence
+is of this test's run alone (the baseline fixture runs a job t too, on another worker)."""
+
+
 def controller(inv: Path) -> Controller:
-    return Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
+    env = {**EXECUTOR_ENV, MARK: str(inv.parent)}
+    return Controller(load(inv), Policy.AUTO, executor_env={h: dict(env) for h in "ab"})
+
+
+def mark(folder: Path) -> bytes:
+    return f"{MARK}={folder}".encode()
 
 
 def final_params(root: Path) -> str:
@@ -100,7 +110,7 @@ async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_nex
     inv = inventory(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["t"]
-    with EpochSampler(jobs={"t"}) as sampler:
+    with EpochSampler(jobs={"t"}, mark=mark(tmp_path)) as sampler:
         task = asyncio.create_task(ctl.run())
         await until(
             lambda: (
@@ -136,7 +146,10 @@ async def test_a_killed_local_host_leaves_nothing_of_the_run_alive(
     await until(
         lambda: (
             task.done()
-            or (ctl.replicator.replica("t", "b").manifest and len(run_processes_of("t")) >= 3)
+            or (
+                ctl.replicator.replica("t", "b").manifest
+                and len(run_processes_of("t", tmp_path)) >= 3
+            )
         ),
         180,
         "a replica on b and torchrun's agent and both workers in /proc",
@@ -148,15 +161,15 @@ async def test_a_killed_local_host_leaves_nothing_of_the_run_alive(
     ctl.kill_host("a")
     left = [p for p in before if alive(p)]
     assert left == [], f"alive after the host's power cut: {left}"
-    assert run_processes_of("t") == {}, "no process of the run, whatever session it is in"
+    assert run_processes_of("t", tmp_path) == {}, "no process of the run, whatever its session"
     await asyncio.wait_for(task, 240)
     await ctl.close()
     assert sup.state is JobState.FINISHED, sup.live.why
     assert final_params(tmp_path / "b") == baseline
 
 
-def run_processes_of(job: str) -> dict[int, tuple[str, int]]:
-    return {pid: je for pid, je in run_processes().items() if je[0] == job}
+def run_processes_of(job: str, folder: Path) -> dict[int, tuple[str, int]]:
+    return {pid: je for pid, je in run_processes(mark(folder)).items() if je[0] == job}
 
 
 def host_processes(root: str) -> list[int]:
