@@ -258,16 +258,24 @@ class Standby:
             return  # taken for the job (by another link to it): never told to stop
         if prepared.link.hello is not None:
             self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
-        with contextlib.suppress(LinkError):
+        told = ""
+        try:
             await prepared.link.send(Stop(reason="not needed", checkpoint=False))
+        except LinkError as e:
+            told = f" (the Stop was not sent: {e})"
         prepared.link.close()
-        if prepared.host != self._live.host and await self._probe.wait_gone(prepared.host) is False:
-            # it never heard the Stop (a fresh-clone run: the standby on a spare whose GPU fell
-            # off sat there until its idle exit): ended by the pid that holds its lock
+        if prepared.host == self._live.host:
+            return
+        gone = await self._probe.wait_gone(prepared.host)
+        if gone is not True:
+            # it never heard the Stop (fresh-clone runs: the standby on a spare whose GPU fell
+            # off sat there until its idle exit), or a loaded machine could not tell (the probe
+            # unanswered: a second such run): ended by the pid that holds its lock, if any
+            seen = "did not stop" if gone is False else "could not be seen to stop"
             self._journal.record(
                 Kind.EXECUTOR,
-                f"{self._live.name}: the idle executor on {prepared.host} did not stop when "
-                "told it is not needed; killing it",
+                f"{self._live.name}: the idle executor on {prepared.host} {seen} when told it "
+                f"is not needed{told}; killing it",
                 job=self._live.name,
                 host=prepared.host,
             )
