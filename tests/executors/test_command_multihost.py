@@ -28,7 +28,8 @@ from executors.command_files import Candidate, NotCommitted, Publisher
 from executors.command_io import build_argv, command_env, group_values
 from executors.command_kind import CommandRunner
 from executors.control import Control
-from executors.workdir import kill_command
+from executors.fencing import cgroup
+from executors.workdir import kill_command, read_command, recorded_cgroup
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (
     CheckpointSaved,
@@ -167,10 +168,11 @@ class Member:
         """The host dies: SIGKILL to the executor, then to its command's recorded process group
         and the processes that carry its run token (torchrun starts its workers in sessions of
         their own)."""
+        pids = run_processes(self.work)  # read before the host dies: its fence may end them
+        assert pids, "the command was recorded"  # before kill_command below finds them
         self.executor.proc.kill()
         self.executor.finish(30)
-        pids = kill_command(self.work)
-        assert pids, "the command was recorded"
+        kill_command(self.work)
         wait_for(lambda: not any(alive(p) for p in pids), 10, "the command's processes to die")
 
     def close(self) -> None:
@@ -179,6 +181,25 @@ class Member:
             self.executor.proc.kill()
             self.executor.finish(30)
         kill_command(self.work)
+
+
+def run_processes(work: Path) -> set[int]:
+    """The recorded run's processes: its cgroup's, else its recorded process group's (/proc).
+    (A loaded run: read after the executor's SIGKILL, its fence had already ended them all.)"""
+    cg = recorded_cgroup(work)
+    if cg is not None:
+        return set(cgroup.procs(cg))
+    rec = read_command(work)
+    if rec is None or rec[0] is None:
+        return set()
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == rec[0]:
+                found.add(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def alive(pid: int) -> bool:
