@@ -157,7 +157,6 @@ class ControllerTunnel:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = stop = asyncio.Event()
-        first = True
         while not stop.is_set():
             try:
                 conn = await Dialer(self.target, SshTuning()).dial()
@@ -170,12 +169,11 @@ class ControllerTunnel:
                             await conn.wait_closed()
             except (TransportError, asyncssh.Error, OSError, TimeoutError) as e:
                 why = one_line(str(e) or type(e).__name__)
-                if first and not self._ready.is_set():
+                if not self._ready.is_set():  # never connected: the view is told, and ends
                     self._error = why if isinstance(e, TransportError) else f"{self.at}: {why}"
                     self._ready.set()
                     return
                 self.why_lost = why
-            first = False
             if self.lost_since is None:
                 self.lost_since = time.time()
             with contextlib.suppress(TimeoutError):

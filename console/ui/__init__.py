@@ -114,7 +114,7 @@ def _controller(inv: Inventory, policy: Policy, *, read_only: bool) -> dict[str,
                 file=sys.stderr,
             )
             return hello
-    answered = _answer(inv)
+    answered = _answer(inv.state_dir)
     if answered is None and not read_only:
         raise ConfigError(
             f"{inv.state_dir}: a console holds this state dir but does not answer on its "
@@ -154,10 +154,10 @@ def _remote(
         tunnel.close()
 
 
-def _answer(at: Inventory | Path) -> dict[str, Any] | None:
+def _answer(state_dir: Path) -> dict[str, Any] | None:
     from console.service.client import ControllerGone, Remote
 
-    remote = Remote(at.state_dir if isinstance(at, Inventory) else at)
+    remote = Remote(state_dir)
     deadline = time.monotonic() + ANSWER_S
     try:
         while True:
