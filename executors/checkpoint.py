@@ -17,12 +17,14 @@ import hashlib
 import io
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 import torch
 
+from executors.command_tree import tree_digest
 from executors.durable import fsync_dir
 from executors.lineage import bare, descend
 from executors.publish import (
@@ -34,13 +36,14 @@ from executors.publish import (
     Loaded,
     always_valid,
     checkpoint_name,
+    discard,
     publish,
     read_manifest,
     verified_bytes,
 )
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault
-from protocol.spec import CheckpointManifest, Lineage
+from protocol.spec import CheckpointManifest, FolderFile, Lineage
 
 __all__ = [
     "PUBLISH_MARGIN_S",
@@ -145,6 +148,31 @@ class CheckpointManager:
         self._pending = self._pool.submit(self._write, step, snap, stall)
         return stall
 
+    def save_part(
+        self, step: int, state: dict[str, Any], trainer: dict[str, Any], group: Any
+    ) -> float:
+        """A sharded job's part of ``step`` (``executors.sharded``): ``state`` (DTensors) and
+        ``trainer`` snapshotted, then written by DCP in the writer thread, its collectives over
+        ``group`` (every rank saves the same steps, in order). Returns the step-loop stall."""
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        from executors import sharded  # torch.distributed's checkpointing: only sharded jobs
+
+        t0 = time.perf_counter()
+        self.wait()
+        snap, plain = sharded.snapshot(state), snapshot(trainer)
+        stall = time.perf_counter() - t0
+
+        def write(tmp: Path) -> tuple[int, str, list[FolderFile] | None]:
+            try:
+                files = sharded.save_part(tmp, snap, plain, group=group)
+            except CheckpointException as e:  # DCP's: a BaseException; any rank's failure
+                raise RuntimeError(f"DCP: {' '.join(str(e).split())[:500]}") from None
+            return sum(f.size for f in files), tree_digest(files), files
+
+        self._pending = self._pool.submit(self._write_with, step, write, stall)
+        return stall
+
     def wait(self) -> CheckpointSaved | None:
         """Block until the write in flight (if any) is done; its result, None if it failed."""
         fut, self._pending = self._pending, None
@@ -155,22 +183,37 @@ class CheckpointManager:
         self._pool.shutdown(wait=True)
 
     def _write(self, step: int, snap: dict[str, Any], stall: float) -> CheckpointSaved | None:
-        t0 = time.perf_counter()
-        name = checkpoint_name(step)
-        data_path = self.folder / f"{name}.pt"
-        tmp = self.folder / f".{name}.pt.tmp"
-        try:
+        def write(tmp: Path) -> tuple[int, str, list[FolderFile] | None]:
             with open(tmp, "wb") as f:
                 writer = _HashingWriter(f, self._delay)
                 torch.save(snap, cast(IO[bytes], writer))  # it has write(), all save uses
                 f.flush()
                 os.fsync(f.fileno())
+            return writer.size, writer.sha.hexdigest(), None
+
+        return self._write_with(step, write, stall)
+
+    def _write_with(
+        self,
+        step: int,
+        write: Callable[[Path], tuple[int, str, list[FolderFile] | None]],
+        stall: float,
+    ) -> CheckpointSaved | None:
+        """Write a checkpoint with ``write`` (into the temp path it is given: a file, or a
+        folder with its files), then publish it inside the lease, emit it and prune."""
+        t0 = time.perf_counter()
+        name = checkpoint_name(step)
+        data_path = self.folder / f"{name}.pt"
+        tmp = self.folder / f".{name}.pt.tmp"
+        try:
+            size, sha, files = write(tmp)
             manifest = CheckpointManifest(
                 job=self.job,
                 step=step,
                 file=data_path.name,
-                size=writer.size,
-                sha256=writer.sha.hexdigest(),
+                size=size,
+                sha256=sha,
+                files=files,
                 epoch=self.epoch,
                 spec_hash=self.spec_hash,
                 code_version=self.code_version,
@@ -184,7 +227,7 @@ class CheckpointManager:
             self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=str(e)))
             return None
         except (OSError, RuntimeError) as e:  # torch's writer wraps an OSError in a RuntimeError
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
             self.consecutive_failures += 1
             self._write_failed(step, e)
             return None
@@ -232,10 +275,12 @@ class CheckpointManager:
     def _remove_incomplete(self) -> None:
         """Temp files and data files without a manifest are the remains of a killed write."""
         for tmp in self.folder.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
         for data in self.folder.glob("step-*.pt"):
             if not data.with_suffix(".json").exists():
-                data.unlink(missing_ok=True)
+                discard(data)
+        for loading in self.folder.glob(".load-*"):
+            discard(loading)
 
     def drop_above(self, step: int | None) -> list[int]:
         """Remove the checkpoints newer than ``step`` (all of them for None): a multi-host job's
@@ -250,7 +295,7 @@ class CheckpointManager:
             if step is not None and found <= step:
                 break
             manifest_path.unlink(missing_ok=True)
-            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            discard(manifest_path.with_suffix(".pt"))
             dropped.append(found)
         if dropped:
             fsync_dir(self.folder)
@@ -259,7 +304,7 @@ class CheckpointManager:
     def _purge(self, keep: int) -> None:
         for manifest_path in self.manifests()[keep:]:
             manifest_path.unlink(missing_ok=True)
-            manifest_path.with_suffix(".pt").unlink(missing_ok=True)
+            discard(manifest_path.with_suffix(".pt"))
         try:
             fsync_dir(self.folder)
         except OSError:
@@ -303,6 +348,70 @@ class CheckpointManager:
         self, manifest_path: Path, map_location: torch.device | str
     ) -> tuple[CheckpointManifest, dict[str, Any]]:
         manifest = read_manifest(manifest_path)
+        self._belongs(manifest)
+        if manifest.files is not None:
+            raise CorruptCheckpoint("a sharded job's part, not a whole checkpoint")
+        data = verified_bytes(manifest_path.with_suffix(".pt"), manifest)
+        try:
+            buf = io.BytesIO(data)
+            state = torch.load(buf, map_location=map_location, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any unpickling failure means "do not use this one"
+            text = " ".join(str(e).split())  # torch's errors span lines; an event is one
+            text = text if len(text) <= 500 else f"{text[:497]}..."
+            raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {text}") from None
+        return manifest, state
+
+    def load_part(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        group: Any,
+        map_location: torch.device | str = "cpu",
+    ) -> Loaded:
+        """A sharded job's committed ``step``, loaded into its sharded model and optimizer (a
+        collective: every rank of ``group`` calls it). This rank's part is verified against its
+        manifest; the ranks then send each other what each lacks (``sharded.exchange``), so a
+        rank whose part is missing or bad still loads where the others make the step whole (an
+        elastic job's member; a fixed-size group needs each rank's own part, for its RNG).
+        Returns the trainer state; CorruptCheckpoint on every rank alike when it cannot."""
+        from executors import sharded
+
+        manifest_path = self.folder / f"{checkpoint_name(step)}.json"
+        data_path = manifest_path.with_suffix(".pt")
+        manifest: CheckpointManifest | None = None
+        try:
+            if not manifest_path.exists():
+                raise CorruptCheckpoint(f"no checkpoint of step {step} in {self.folder}")
+            manifest = read_manifest(manifest_path)
+            self._belongs(manifest)
+            if manifest.files is None or manifest.step != step:
+                raise CorruptCheckpoint(
+                    f"{manifest_path.name} is not a sharded part of step {step}"
+                )
+            mine = sharded.verify_part(data_path, manifest.files, manifest.size, manifest.sha256)
+        except CorruptCheckpoint as e:
+            mine = sharded.Inventory({}, str(e))
+        whole = self.folder / f".load-{checkpoint_name(step)}"
+        try:
+            sharded.exchange(
+                mine,
+                data_path if mine.files else None,
+                whole,
+                group=group,
+                own_trainer=not self.any_shard,
+            )
+            trainer = sharded.load_part(
+                model, optimizer, whole, group=group, map_location=map_location
+            )
+        finally:
+            discard(whole)
+        if mine.files and manifest is not None:
+            self._parent = manifest
+        return Loaded(manifest, data_path, trainer)
+
+    def _belongs(self, manifest: CheckpointManifest) -> None:
+        """This job's spec, this epoch or older, this member's own shard (any, elastic)."""
         if (
             self.node_rank is not None
             and not self.any_shard
@@ -320,15 +429,6 @@ class CheckpointManager:
             raise CorruptCheckpoint(
                 f"written under epoch {manifest.epoch}, newer than this executor's {self.epoch}"
             )
-        data = verified_bytes(manifest_path.with_suffix(".pt"), manifest)
-        try:
-            buf = io.BytesIO(data)
-            state = torch.load(buf, map_location=map_location, weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any unpickling failure means "do not use this one"
-            text = " ".join(str(e).split())  # torch's errors span lines; an event is one
-            text = text if len(text) <= 500 else f"{text[:497]}..."
-            raise CorruptCheckpoint(f"does not load: {type(e).__name__}: {text}") from None
-        return manifest, state
 
 
 def _root_errno(e: BaseException | None) -> int | None:

@@ -65,6 +65,13 @@ class Group:
         flat /= over or self.world_size
         return params, unflatten(params, flat)
 
+    def mean_loss(self, loss: torch.Tensor, over: int | None = None) -> float:
+        """Every rank's loss summed, divided by ``over`` (the world size, or the logical ranks):
+        the same on every rank (a sharded job's step, whose gradients FSDP reduces)."""
+        total = loss.detach().reshape(1).float().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return float(total[0]) / (over or self.world_size)
+
     def average_in_order(
         self, model: torch.nn.Module, vectors: list[torch.Tensor], layout: Layout
     ) -> tuple[list[torch.nn.Parameter], float]:

@@ -118,7 +118,8 @@ class CorruptCheckpoint(Exception):
 
 @dataclass(frozen=True)
 class Loaded:
-    manifest: CheckpointManifest
+    manifest: CheckpointManifest | None
+    """None only for a sharded job's member that had no part of the step (sent the others')."""
     path: Path
     state: dict[str, Any]
 

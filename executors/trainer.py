@@ -17,6 +17,11 @@ run's at any world size, and any member's checkpoint loads on any other. With
 ``deterministic_reduce`` each logical rank's gradients are gathered and summed in logical
 order (bit-exact across world sizes); without it, one all-reduce of each rank's sum.
 A fixed-size group is the same loop with one logical rank per rank (and no reseeding).
+
+With ``parallel = "fsdp"`` (``executors.sharded``) the model and optimizer are sharded over the
+ranks (FSDP2): the gradients are reduce-scattered in the last backward of a step (divided by
+the logical ranks), only the loss is all-reduced here, and each rank checkpoints its part
+through torch.distributed.checkpoint over a gloo group of its own (the writer thread's).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from executors.lineage import at_start
 from executors.progress import ProgressMeter
 from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
+from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import Fault, Finished, Log, Resumed, Stopped
 from protocol.spec import JobSpec
@@ -116,6 +122,10 @@ class Trainer:
         """An elastic job's logical ranks (None: one per rank)."""
         self._in_order = rv is not None and rv.logical_ranks is not None and rv.deterministic_reduce
         """The deterministic reduce: each logical rank's gradients apart, summed in order."""
+        self._fsdp = spec.parallel == "fsdp"
+        """The model and optimizer sharded over the group (``executors.sharded``)."""
+        self._ckpt_group: Any = None
+        """A sharded job's gloo group for its checkpoints' collectives (the writer thread's)."""
         self.layout: logical.Layout
         """This rank's logical ranks and their rows of each global batch."""
         self.state = TrainState()
@@ -144,6 +154,8 @@ class Trainer:
 
     def _run(self) -> Outcome:
         make_deterministic(self.device)
+        if self._fsdp:
+            self._ckpt_group = _sharding_group(self.group, self._in_order)
         self._build()
         if self._logical_ranks is not None:
             self.emit(Log(level="info", text=self.layout.describe()))
@@ -165,7 +177,7 @@ class Trainer:
         if self.lease.ended():  # the final checkpoint was not published
             return self._halt(self.boundary.lease_ended(self.state.step))
         self._progress(force=True)
-        digest = rng.params_sha256(self.workload.model)
+        digest = self._digest()
         self.emit(Finished(step=self.state.step, params_sha256=digest))
         return Outcome(exitcodes.OK, self.state.step, "finished", digest)
 
@@ -188,6 +200,11 @@ class Trainer:
                 elastic=self._logical_ranks is not None,
             )
             rng.seed_all(self.spec.seed + g.rank)  # the same model on every rank, its own dropout
+            if self._fsdp:
+                from executors import sharded
+
+                sharded.shard(w)
+                sharded.divide_gradients_by(w.model, float(self.layout.logical_ranks))
         self.meter.global_batch, self.meter.world_size = w.global_batch, self.layout.world_size
         self.state = TrainState(micro_batch=self.layout.micro_batch)
 
@@ -223,10 +240,22 @@ class Trainer:
         if dropped := self.ckpt.drop_above(step):
             text = f"removed uncommitted checkpoints of steps {dropped} (committed: {step})"
             self.emit(Log(level="info", text=text))
-        return None if step is None else self.ckpt.load_step(step, self.device)
+        return None if step is None else self._load_step(step)
+
+    def _load_step(self, step: int) -> Loaded:
+        """A member's checkpoint of ``step``: its own copy, or a sharded job's part (with the
+        model and optimizer loaded into the sharded workload already, a collective)."""
+        if not self._fsdp:
+            return self.ckpt.load_step(step, self.device)
+        w = self.workload
+        return self.ckpt.load_part(step, w.model, w.optimizer, self._ckpt_group, self.device)
 
     def _restore(self, loaded: Loaded) -> None:
-        self.workload.load_state_dict(loaded.state["workload"])
+        if self._fsdp:  # the model and optimizer were loaded in place; the scheduler is here
+            if self.workload.scheduler is not None:
+                self.workload.scheduler.load_state_dict(loaded.state["lr_scheduler"])
+        else:
+            self.workload.load_state_dict(loaded.state["workload"])
         self.state.load_state_dict(loaded.state["train"])
         rng.restore(loaded.state["rng"])
         self.saved_step = self.state.step
@@ -273,14 +302,35 @@ class Trainer:
             self._save(reason)
 
     def _save(self, reason: str) -> None:
-        state = {
-            "workload": self.workload.state_dict(),
-            "train": self.state.state_dict(),
-            "rng": rng.capture(),
-        }
-        self.stall_s += self.ckpt.save(self.state.step, state)
+        if self._fsdp:
+            self.stall_s += self._save_part()
+        else:
+            state = {
+                "workload": self.workload.state_dict(),
+                "train": self.state.state_dict(),
+                "rng": rng.capture(),
+            }
+            self.stall_s += self.ckpt.save(self.state.step, state)
         self.saved_step = self.state.step
         self._last_ckpt_t = time.monotonic()
+
+    def _save_part(self) -> float:
+        from executors import sharded
+
+        w = self.workload
+        trainer: dict[str, Any] = {"train": self.state.state_dict(), "rng": rng.capture()}
+        if w.scheduler is not None:
+            trainer["lr_scheduler"] = w.scheduler.state_dict()
+        state = sharded.sharded_state(w.model, w.optimizer)
+        return self.ckpt.save_part(self.state.step, state, trainer, self._ckpt_group)
+
+    def _digest(self) -> str:
+        """sha256 of the whole parameters (a sharded job's gathered: a collective)."""
+        if not self._fsdp:
+            return rng.params_sha256(self.workload.model)
+        from executors import sharded
+
+        return sharded.full_digest(self.workload.model)
 
     def _after_step(self, loss: float) -> None:
         self.state.step += 1
@@ -321,6 +371,10 @@ class Trainer:
                 rng.restore(before)
         params, loss = self._reduced(shares)
         norm = torch.nn.utils.clip_grad_norm_(params, self.workload.grad_clip or math.inf)
+        if self._fsdp:
+            from executors import sharded
+
+            norm = sharded.full(norm)
         if not (math.isfinite(loss) and math.isfinite(float(norm))):
             self._rollback(step, loss)
             return None
@@ -343,6 +397,8 @@ class Trainer:
         total = shares[0]
         for mean in shares[1:]:
             total = total + mean
+        if self._fsdp:  # the gradients were reduce-scattered in the backward: only the loss
+            return trained(model), self.group.mean_loss(total, over=self.layout.logical_ranks)
         return self.group.average(model, total, over=self.layout.logical_ranks)
 
     def _forward_backward(self, batch: Any, step: int) -> list[torch.Tensor]:
@@ -357,11 +413,12 @@ class Trainer:
             if self._in_order:
                 model.zero_grad(set_to_none=True)  # so a -0.0 or +0.0 cannot differ either
             rows = self.layout.rows(rank)
-            mean = self._micro_batches([t[rows] for t in batch], step, first=n == 0)
+            last = n == len(self.layout.ranks) - 1
+            mean = self._micro_batches([t[rows] for t in batch], step, first=n == 0, last=last)
             shares.append(flatten(trained(model), mean) if self._in_order else mean)
         return shares
 
-    def _micro_batches(self, rows: Any, step: int, *, first: bool) -> torch.Tensor:
+    def _micro_batches(self, rows: Any, step: int, *, first: bool, last: bool) -> torch.Tensor:
         """Forward and backward over one logical rank's rows in micro-batches (the gradients
         accumulate); the mean loss. Injections fire in the first micro-batch of the first (a late
         out-of-memory in its last)."""
@@ -383,6 +440,10 @@ class Trainer:
             loss = self.workload.loss(micro)
             if inject and self.inj.take("nan", step):
                 loss = loss * math.nan
+            if self._fsdp:  # reduce-scatter once a step, in its last backward
+                from executors import sharded
+
+                sharded.sync_gradients(self.workload.model, last and i == accumulation - 1)
             (loss / accumulation).backward()
             total += loss.detach()
         return total / accumulation
@@ -453,7 +514,7 @@ class Trainer:
         if self.saved_step is None:
             return None
         try:
-            return self.ckpt.load_step(self.saved_step, self.device)
+            return self._load_step(self.saved_step)
         except CorruptCheckpoint as e:
             raise RuntimeError(f"rolling back to step {self.saved_step}: {e}") from None
 
@@ -464,3 +525,21 @@ class Trainer:
 
     def _progress(self, force: bool = False) -> None:
         self.meter.report(self.state.step, self.state.micro_batch, self.layout.local_rows, force)
+
+
+def _sharding_group(group: Group | None, in_order: bool) -> Any:
+    """A sharded job's checkpoint group (gloo, whatever the training backend: DCP's planning and
+    the writer thread's collectives run beside the step's); ConfigError where FSDP cannot run."""
+    if group is None:
+        raise ConfigError(
+            "parallel: fsdp shards the model over a multi-host job's members; this job has one "
+            'host (give it hosts = [...], or parallel = "ddp")'
+        )
+    if in_order:
+        raise ConfigError(
+            "parallel: fsdp reduce-scatters the gradients, in an order that cannot be fixed: "
+            'deterministic_reduce needs parallel = "ddp"'
+        )
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -241,6 +241,10 @@ class JobSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Workload settings (model size, global batch, micro-batch, learning rate, data)."""
     command: CommandSpec | None = None
     """For ``executor = "command"``: the command to run (other kinds ignore it)."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """The torch kind's multi-host jobs: ``ddp``, the whole trainer state on every member (its
+    gradients averaged); ``fsdp``, the model and optimizer sharded over the members (FSDP2) and
+    checkpointed by torch.distributed.checkpoint, each member writing only its part."""
 
     def state_hash(self) -> str:
         """Hash of what decides the training state; a checkpoint from another hash is not loaded.
@@ -252,6 +256,8 @@ class JobSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         key: dict[str, Any] = {"workload": self.workload, "seed": self.seed, "config": self.config}
         if self.executor != "torch":
             key["executor"] = self.executor
+        if self.parallel != "ddp":  # a sharded part never loads as a whole copy, nor one as it
+            key["parallel"] = self.parallel
         return hashlib.sha256(msgspec.json.encode(key, order="sorted")).hexdigest()[:16]
 
 

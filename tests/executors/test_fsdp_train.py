@@ -1,0 +1,152 @@
+"""``parallel = "fsdp"`` (issue 31): the torch kind shards the model over a group's members and
+each member checkpoints its part through torch.distributed.checkpoint.
+
+Real ``serve`` executors and real gloo on loopback, as in ``test_dist_train`` (whose helpers
+these are). The checks read the parts on disk (their files and sizes), the events and the
+final parameters' digest, not the executors' account of themselves.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import pytest
+from helpers import TINY_CONFIG
+from test_dist_train import Member, finished, kill_all, manifests, serve, start
+
+from executors import exitcodes
+from executors.publish import CorruptCheckpoint, checkpoint_name
+from executors.sharded import METADATA, TRAINER, read_metadata
+from protocol.messages import CheckpointSaved, Fault, Resumed, RunEnded
+from protocol.spec import JobSpec
+
+SPEC = JobSpec(
+    name="fs",
+    steps=30,
+    seed=5,
+    checkpoint_every_steps=10,
+    keep_checkpoints=5,
+    parallel="fsdp",
+    config={**TINY_CONFIG, "n_layer": 2},
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    digest: str
+    works: list[Path]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
+    """One uninterrupted 2-rank FSDP run of SPEC."""
+    root = tmp_path_factory.mktemp("ref")
+    members = serve([root / "r0", root / "r1"])
+    try:
+        start(members, SPEC)
+        digests = [finished(m).params_sha256 for m in members]
+        assert digests[0] == digests[1], "the ranks gathered different parameters"
+        for m in members:
+            rc, err = m.proc.finish(30)
+            assert rc == exitcodes.OK, err
+        yield Reference(digests[0], [m.work for m in members])
+    finally:
+        kill_all(members)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Member]]:
+    members: list[Member] = []
+    yield members
+    kill_all(members)
+
+
+def part(work: Path, step: int) -> Path:
+    return work / "checkpoints" / f"{checkpoint_name(step)}.pt"
+
+
+def test_each_member_writes_only_its_part_of_each_step(reference: Reference) -> None:
+    for rank, work in enumerate(reference.works):
+        saved = manifests(work)
+        assert [m.step for m in saved] == [10, 20, 30]
+        for m in saved:
+            assert (m.node_rank, m.nnodes) == (rank, 2)
+            assert m.files is not None
+            names = sorted(f.path for f in m.files)
+            assert names == sorted([METADATA, f"__{rank}_0.distcp", TRAINER]), names
+            on_disk = {p.name: p.stat().st_size for p in part(work, m.step).iterdir()}
+            assert on_disk == {f.path: f.size for f in m.files}
+    # the two ranks' data files hold different shares of the state, neither most of it
+    a, b = (part(w, 30) / f"__{r}_0.distcp" for r, w in enumerate(reference.works))
+    assert a.read_bytes() != b.read_bytes()
+    total = a.stat().st_size + b.stat().st_size
+    assert max(a.stat().st_size, b.stat().st_size) < 0.6 * total
+    meta = [(part(w, 30) / METADATA).read_bytes() for w in reference.works]
+    assert meta[0] == meta[1], "every member holds the same index of the step"
+
+
+def test_a_rank_0_replaced_with_its_part_resumes_bit_exact(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    victim, survivor = members = serve([tmp_path / "r0", tmp_path / "r1"])
+    cleanup += members
+    start(members, SPEC)
+    for m in members:
+        m.client.until(lambda x: isinstance(x, CheckpointSaved) and x.manifest.step == 10, 60)
+    victim.proc.proc.send_signal(signal.SIGKILL)
+    survivor.client.until(lambda x: isinstance(x, RunEnded), 30)
+    victim.proc.finish(30)
+    # the console promotes rank 0's replica on a spare: its part of step 10, and nothing else
+    spare = tmp_path / "spare"
+    (spare / "checkpoints").mkdir(parents=True)
+    name = checkpoint_name(10)
+    shutil.copytree(part(victim.work, 10), spare / "checkpoints" / f"{name}.pt")
+    shutil.copy(victim.work / "checkpoints" / f"{name}.json", spare / "checkpoints")
+    (fresh,) = serve([spare])
+    cleanup.append(fresh)
+    group = [fresh, survivor]
+    start(group, SPEC, epoch=2, resume_step=10)
+    for m in group:
+        resumed = m.client.until(lambda x: isinstance(x, Resumed) and x.epoch == 2, 60)
+        assert isinstance(resumed, Resumed) and resumed.step == 10
+    assert [finished(m).params_sha256 for m in group] == [reference.digest] * 2
+
+
+def test_a_torn_part_is_never_loaded(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    works = [tmp_path / "r0", tmp_path / "r1"]
+    for src, dst in zip(reference.works, works, strict=True):
+        (dst / "checkpoints").mkdir(parents=True)
+        for p in (src / "checkpoints").glob(f"{checkpoint_name(10)}*"):
+            (shutil.copytree if p.is_dir() else shutil.copy)(p, dst / "checkpoints" / p.name)
+    data = part(works[1], 10) / "__1_0.distcp"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    members = serve(works)
+    cleanup += members
+    start(members, SPEC, epoch=2, resume_step=10)
+    for m in members:
+        fault = m.client.until(lambda x: isinstance(x, Fault) and x.fatal, 60)
+        assert isinstance(fault, Fault) and fault.fault == "resume_failed", fault
+        assert "rank 1" in fault.message and "__1_0.distcp" in fault.message, fault.message
+        assert not any(isinstance(x, Resumed) for x in m.client.seen)
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("pwned",))
+
+
+def test_dcp_metadata_that_would_run_code_is_refused(reference: Reference) -> None:
+    good = (part(reference.works[0], 10) / METADATA).read_bytes()
+    assert read_metadata(good).storage_data
+    for bad in (pickle.dumps(_Boom()), pickle.dumps({"a": 1}), b"not a pickle"):
+        with pytest.raises(CorruptCheckpoint):
+            read_metadata(bad)
+    assert msgspec  # used by the helpers' manifests
