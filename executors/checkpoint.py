@@ -392,6 +392,14 @@ class CheckpointManager:
             mine = sharded.verify_part(data_path, manifest.files, manifest.size, manifest.sha256)
         except CorruptCheckpoint as e:
             mine = sharded.Inventory({}, str(e))
+        if mine.why and mine.files:  # some of its files stand in from the others' copies
+            self._emit(
+                Fault(
+                    fault=FaultKind.CHECKPOINT_CORRUPT.value,
+                    step=step,
+                    message=f"in {data_path}: {mine.why}; a member's copy is used instead",
+                )
+            )
         whole = self.folder / f".load-{checkpoint_name(step)}"
         try:
             sharded.exchange(

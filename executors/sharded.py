@@ -6,6 +6,9 @@ optimizer at the sharded parameters. A checkpoint of a sharded job is a folder p
 command kind's folders are, ``CheckpointManifest.files``), one member's part of the step:
 
 - ``__R_0.distcp``: rank R's shards of the model and the optimizer (DCP's own file);
+- ``__Q_0.distcp``, Q = R - 1 (mod the group's size): a copy of the previous rank's, sent to
+  it at each save (``ring_copy``), so the members that are left after any one is lost still
+  hold every shard of a committed step, and a shrunk group can load it resharded;
 - ``.metadata``: DCP's index of every rank's shards, copied to every member so that any
   member's part names the whole step;
 - ``trainer.pt``: what is not sharded (the step, the data position, the scheduler, this rank's
@@ -28,6 +31,7 @@ import hashlib
 import io
 import os
 import pickle
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,12 +254,39 @@ def save_part(
     dist.broadcast_object_list(index, group_src=0, group=group)
     if dist.get_rank(group) != 0:
         _write(tmp / METADATA, cast(bytes, index[0]))
+    ring_copy(tmp, group)
     buf = io.BytesIO()
     torch.save(trainer, buf)
     _write(tmp / TRAINER, buf.getvalue())
     files = [FolderFile(path=p.name, size=size, sha256=sha) for p, (size, sha) in _hashed(tmp)]
     fsync_dir(tmp)
     return files
+
+
+_DATA_FILE = re.compile(r"__[0-9]+_[0-9]+\.distcp")
+
+
+def ring_copy(tmp: Path, group: dist.ProcessGroup) -> None:
+    """Send this rank's DCP data file to the next rank, and keep the previous rank's here (a
+    collective). Each step is then held whole by the members left after any one is lost."""
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    if world < 2:
+        return
+    (own,) = sorted(tmp.glob(f"__{me}_*.distcp"))  # DCP writes one file per rank
+    data = torch.frombuffer(bytearray(own.read_bytes()), dtype=torch.uint8)
+    said: list[Any] = [None] * world
+    dist.all_gather_object(said, (own.name, data.numel()), group=group)
+    prv, nxt = (me - 1) % world, (me + 1) % world
+    name, size = said[prv]
+    if not isinstance(name, str) or not _DATA_FILE.fullmatch(name) or name == own.name:
+        raise RuntimeError(f"rank {prv} named its data file {name!r}")
+    got = torch.empty(int(size), dtype=torch.uint8)
+    sent = dist.isend(data, group=group, group_dst=nxt)
+    received = dist.irecv(got, group=group, group_src=prv)
+    for work in (sent, received):
+        if work is not None:
+            work.wait()
+    _write(tmp / name, got.numpy().tobytes())
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -287,26 +318,30 @@ class Inventory:
 
 
 def verify_part(folder: Path, files: list[FolderFile], size: int, sha256: str) -> Inventory:
-    """This rank's part against its manifest: every file's size and sha256 (an empty
-    Inventory with the reason when any differs)."""
+    """This rank's part against its manifest: the files whose size and sha256 match (one that
+    does not is left out, and said in ``why``: a peer's copy may stand in for it); none when
+    the list itself does not match the manifest's digest."""
     if tree_digest(files) != sha256 or sum(f.size for f in files) != size:
         return Inventory({}, "its list of files does not match its size and sha256")
     got: dict[str, tuple[int, str]] = {}
+    bad: list[str] = []
     for f in files:
         if not safe_relpath(f.path) or "/" in f.path:
-            return Inventory({}, f"{f.path!r} is not a file name in the part")
+            bad.append(f"{f.path!r} is not a file name in the part")
+            continue
         try:
             found = _hash_one(folder / f.path)
         except OSError as e:
-            return Inventory({}, f"{f.path}: cannot read: {e}")
+            bad.append(f"{f.path}: cannot read: {e.strerror or e}")
+            continue
         if found != (f.size, f.sha256):
-            return Inventory(
-                {},
+            bad.append(
                 f"{f.path}: size {found[0]} and sha256 {found[1][:12]}… do not match the "
-                f"manifest's {f.size} and {f.sha256[:12]}…",
+                f"manifest's {f.size} and {f.sha256[:12]}…"
             )
+            continue
         got[f.path] = found
-    return Inventory(got)
+    return Inventory(got, "; ".join(bad))
 
 
 def _hash_one(path: Path) -> tuple[int, str]:
@@ -367,7 +402,7 @@ def exchange(
         try:
             meta = read_metadata((into / METADATA).read_bytes())
             if lacking := sorted(data_files(meta) - set(owners)):
-                err = f"no rank holds {', '.join(lacking)} of this step"
+                err = f"no rank holds {', '.join(lacking)} of this step{_said(gathered)}"
         except CorruptCheckpoint as e:
             err = str(e)
     errors: list[Any] = [None] * dist.get_world_size(group)
@@ -376,6 +411,12 @@ def exchange(
         rank, text = failed[0]
         raise CorruptCheckpoint(f"rank {rank}: {text}")
     return into
+
+
+def _said(gathered: list[Any]) -> str:
+    """What the ranks found wrong with their parts, for an error that says why."""
+    said = [f"rank {r}: {why}" for r, (_, why) in enumerate(gathered) if why]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _whole(gathered: list[Any], own_trainer: bool) -> None:
@@ -388,10 +429,11 @@ def _whole(gathered: list[Any], own_trainer: bool) -> None:
                 raise CorruptCheckpoint(
                     f"rank {r} has no usable part of this step: {why or 'none'}"
                 )
+    owned = {n for files in held for n in files}
     for name in (METADATA, TRAINER):
-        if not any(name in files for files in held):
-            raise CorruptCheckpoint(f"no rank holds the step's {name}")
-    for name in {n for files in held for n in files} - {TRAINER}:
+        if name not in owned:
+            raise CorruptCheckpoint(f"no rank holds the step's {name}{_said(gathered)}")
+    for name in owned - {TRAINER}:
         if len({files[name][1] for files in held if name in files}) > 1:
             raise CorruptCheckpoint(f"the ranks hold different files named {name}")
 

@@ -23,7 +23,7 @@ from test_dist_train import Member, finished, kill_all, manifests, serve, start
 from executors import exitcodes
 from executors.publish import CorruptCheckpoint, checkpoint_name
 from executors.sharded import METADATA, TRAINER, read_metadata
-from protocol.messages import CheckpointSaved, Fault, Resumed, RunEnded
+from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded
 from protocol.spec import JobSpec
 
 SPEC = JobSpec(
@@ -71,7 +71,9 @@ def part(work: Path, step: int) -> Path:
     return work / "checkpoints" / f"{checkpoint_name(step)}.pt"
 
 
-def test_each_member_writes_only_its_part_of_each_step(reference: Reference) -> None:
+def test_each_member_writes_its_part_and_a_copy_of_the_previous_members(
+    reference: Reference,
+) -> None:
     for rank, work in enumerate(reference.works):
         saved = manifests(work)
         assert [m.step for m in saved] == [10, 20, 30]
@@ -79,7 +81,8 @@ def test_each_member_writes_only_its_part_of_each_step(reference: Reference) -> 
             assert (m.node_rank, m.nnodes) == (rank, 2)
             assert m.files is not None
             names = sorted(f.path for f in m.files)
-            assert names == sorted([METADATA, f"__{rank}_0.distcp", TRAINER]), names
+            own, previous = f"__{rank}_0.distcp", f"__{1 - rank}_0.distcp"
+            assert names == sorted([METADATA, own, previous, TRAINER]), names
             on_disk = {p.name: p.stat().st_size for p in part(work, m.step).iterdir()}
             assert on_disk == {f.path: f.size for f in m.files}
     # the two ranks' data files hold different shares of the state, neither most of it
@@ -87,6 +90,8 @@ def test_each_member_writes_only_its_part_of_each_step(reference: Reference) -> 
     assert a.read_bytes() != b.read_bytes()
     total = a.stat().st_size + b.stat().st_size
     assert max(a.stat().st_size, b.stat().st_size) < 0.6 * total
+    copies = (part(w, 30) / f"__{1 - r}_0.distcp" for r, w in enumerate(reference.works))
+    assert [c.read_bytes() for c in copies] == [b.read_bytes(), a.read_bytes()]
     meta = [(part(w, 30) / METADATA).read_bytes() for w in reference.works]
     assert meta[0] == meta[1], "every member holds the same index of the step"
 
@@ -118,24 +123,50 @@ def test_a_rank_0_replaced_with_its_part_resumes_bit_exact(
     assert [finished(m).params_sha256 for m in group] == [reference.digest] * 2
 
 
-def test_a_torn_part_is_never_loaded(
+def copy_step(reference: Reference, works: list[Path], step: int) -> None:
+    for src, dst in zip(reference.works, works, strict=True):
+        (dst / "checkpoints").mkdir(parents=True)
+        for p in (src / "checkpoints").glob(f"{checkpoint_name(step)}*"):
+            (shutil.copytree if p.is_dir() else shutil.copy)(p, dst / "checkpoints" / p.name)
+
+
+def tear(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_a_torn_shard_file_is_never_loaded_its_copy_on_the_next_member_is(
     tmp_path: Path, reference: Reference, cleanup: list[Member]
 ) -> None:
     works = [tmp_path / "r0", tmp_path / "r1"]
-    for src, dst in zip(reference.works, works, strict=True):
-        (dst / "checkpoints").mkdir(parents=True)
-        for p in (src / "checkpoints").glob(f"{checkpoint_name(10)}*"):
-            (shutil.copytree if p.is_dir() else shutil.copy)(p, dst / "checkpoints" / p.name)
-    data = part(works[1], 10) / "__1_0.distcp"
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    copy_step(reference, works, 10)
+    tear(part(works[1], 10) / "__1_0.distcp")
+    members = serve(works)
+    cleanup += members
+    start(members, SPEC, epoch=2, resume_step=10)
+    fault = members[1].client.until(lambda x: isinstance(x, Fault), 60)
+    assert isinstance(fault, Fault) and fault.fault == "checkpoint_corrupt" and not fault.fatal
+    assert "__1_0.distcp: size" in fault.message, fault.message
+    for m in members:
+        resumed = m.client.until(lambda x: isinstance(x, Resumed) and x.epoch == 2, 60)
+        assert isinstance(resumed, Resumed) and resumed.step == 10
+    assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+
+
+def test_a_shard_torn_on_every_member_that_holds_it_is_never_loaded(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    works = [tmp_path / "r0", tmp_path / "r1"]
+    copy_step(reference, works, 10)
+    tear(part(works[1], 10) / "__1_0.distcp")
+    tear(part(works[0], 10) / "__1_0.distcp")  # rank 0's copy of it
     members = serve(works)
     cleanup += members
     start(members, SPEC, epoch=2, resume_step=10)
     for m in members:
         fault = m.client.until(lambda x: isinstance(x, Fault) and x.fatal, 60)
         assert isinstance(fault, Fault) and fault.fault == "resume_failed", fault
-        assert "rank 1" in fault.message and "__1_0.distcp" in fault.message, fault.message
-        assert not any(isinstance(x, Resumed) for x in m.client.seen)
+        assert "no rank holds __1_0.distcp" in fault.message, fault.message
+        assert not any(isinstance(x, (Resumed, Progress)) for x in m.client.seen)
 
 
 class _Boom:
