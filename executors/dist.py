@@ -72,6 +72,12 @@ class Group:
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         return float(total[0]) / (over or self.world_size)
 
+    def most(self, count: int) -> int:
+        """The largest ``count`` of any rank (one tiny all-reduce)."""
+        t = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t[0])
+
     def average_in_order(
         self, model: torch.nn.Module, vectors: list[torch.Tensor], layout: Layout
     ) -> tuple[list[torch.nn.Parameter], float]:

@@ -116,13 +116,6 @@ def sync_gradients(model: torch.nn.Module, sync: bool) -> None:
         model.set_requires_gradient_sync(sync)
 
 
-def divide_gradients_by(model: torch.nn.Module, factor: float) -> None:
-    """The reduce-scatter's sum is divided by ``factor`` (the logical ranks: each rank's
-    gradients are the sum of its logical ranks' means)."""
-    if isinstance(model, FSDPModule):
-        model.set_gradient_divide_factor(factor)
-
-
 def full(t: torch.Tensor) -> torch.Tensor:
     """A tensor whole on every rank (a collective for a DTensor)."""
     return t.full_tensor() if isinstance(t, DTensor) else t

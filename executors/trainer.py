@@ -19,8 +19,9 @@ order (bit-exact across world sizes); without it, one all-reduce of each rank's 
 A fixed-size group is the same loop with one logical rank per rank (and no reseeding).
 
 With ``parallel = "fsdp"`` (``executors.sharded``) the model and optimizer are sharded over the
-ranks (FSDP2): the gradients are reduce-scattered in the last backward of a step (divided by
-the logical ranks), only the loss is all-reduced here, and each rank checkpoints its part
+ranks (FSDP2): the gradients are reduce-scattered in the last backward of a step (each loss
+scaled so that they come out divided by the logical ranks), only the loss is all-reduced here,
+every rank makes as many passes as the busiest (``_pad``), and each rank checkpoints its part
 through torch.distributed.checkpoint over a gloo group of its own (the writer thread's).
 """
 
@@ -126,6 +127,11 @@ class Trainer:
         """The model and optimizer sharded over the group (``executors.sharded``)."""
         self._ckpt_group: Any = None
         """A sharded job's gloo group for its checkpoints' collectives (the writer thread's)."""
+        self._passes = _Passes(0, None)
+        """A sharded job's forward and backward passes this step (``_pad``)."""
+        self._last_micro: Any = None
+        self._grad_scale = 1.0
+        """What each backward's loss is multiplied by (a sharded elastic job's: ``_build``)."""
         self.layout: logical.Layout
         """This rank's logical ranks and their rows of each global batch."""
         self.state = TrainState()
@@ -204,7 +210,10 @@ class Trainer:
                 from executors import sharded
 
                 sharded.shard(w)
-                sharded.divide_gradients_by(w.model, float(self.layout.logical_ranks))
+                # FSDP divides the reduce-scatter's sum by the world size; the step's gradient
+                # is the sum of the logical ranks' over their count (gloo has no other divisor)
+                if self.layout.logical_ranks != g.world_size:
+                    self._grad_scale = g.world_size / self.layout.logical_ranks
         self.meter.global_batch, self.meter.world_size = w.global_batch, self.layout.world_size
         self.state = TrainState(micro_batch=self.layout.micro_batch)
 
@@ -364,8 +373,8 @@ class Trainer:
                 shares = self._forward_backward(batch, step)
                 break
             except Exception as e:
-                if not is_oom(e):
-                    raise
+                if not is_oom(e) or self._fsdp:  # a sharded step's peers are mid-collective:
+                    raise  # the group restarts from its committed step instead
                 self.workload.optimizer.zero_grad(set_to_none=True)
                 self._degrade(step, e)
                 rng.restore(before)
@@ -407,18 +416,37 @@ class Trainer:
         reduce its own gradients and loss as one vector (their gradients kept apart)."""
         model = self.workload.model
         shares = []
+        if self._fsdp:
+            self._passes = _Passes(self._passes_needed(), self.group)
         for n, rank in enumerate(self.layout.ranks):
             if self._logical_ranks is not None:
                 rng.seed_all(rng.derived_seed(self.spec.seed, rank, self.state.data_index))
             if self._in_order:
                 model.zero_grad(set_to_none=True)  # so a -0.0 or +0.0 cannot differ either
             rows = self.layout.rows(rank)
-            last = n == len(self.layout.ranks) - 1
-            mean = self._micro_batches([t[rows] for t in batch], step, first=n == 0, last=last)
+            mean = self._micro_batches([t[rows] for t in batch], step, first=n == 0)
             shares.append(flatten(trained(model), mean) if self._in_order else mean)
+        if self._fsdp:
+            self._pad()
         return shares
 
-    def _micro_batches(self, rows: Any, step: int, *, first: bool, last: bool) -> torch.Tensor:
+    def _passes_needed(self) -> int:
+        """This rank's forward and backward passes this step: its logical ranks' micro-batches."""
+        return len(self.layout.ranks) * (self.layout.rows_per_logical // self.state.micro_batch)
+
+    def _pad(self) -> None:
+        """A sharded model's every forward and backward is a collective, so every rank makes as
+        many as the busiest: a rank with fewer logical ranks (an elastic job's uneven blocks)
+        adds passes of its last micro-batch at zero weight, while it would wait anyway."""
+        from executors import sharded
+
+        passes, micro = self._passes, self._last_micro
+        while passes.done < passes.most:
+            loss = self.workload.loss(micro) * 0.0
+            sharded.sync_gradients(self.workload.model, passes.next_is_last())
+            loss.backward()
+
+    def _micro_batches(self, rows: Any, step: int, *, first: bool) -> torch.Tensor:
         """Forward and backward over one logical rank's rows in micro-batches (the gradients
         accumulate); the mean loss. Injections fire in the first micro-batch of the first (a late
         out-of-memory in its last)."""
@@ -443,8 +471,10 @@ class Trainer:
             if self._fsdp:  # reduce-scatter once a step, in its last backward
                 from executors import sharded
 
-                sharded.sync_gradients(self.workload.model, last and i == accumulation - 1)
-            (loss / accumulation).backward()
+                self._last_micro = micro
+                sharded.sync_gradients(self.workload.model, self._passes.next_is_last())
+            scaled = loss * self._grad_scale if self._grad_scale != 1.0 else loss
+            (scaled / accumulation).backward()
             total += loss.detach()
         return total / accumulation
 
@@ -525,6 +555,20 @@ class Trainer:
 
     def _progress(self, force: bool = False) -> None:
         self.meter.report(self.state.step, self.state.micro_batch, self.layout.local_rows, force)
+
+
+class _Passes:
+    """A step's passes on a sharded model: how many every rank makes (the most any needs,
+    agreed by one tiny all-reduce), and how many this rank has begun."""
+
+    def __init__(self, needed: int, group: Group | None) -> None:
+        self.most = group.most(needed) if group is not None else needed
+        self.done = 0
+
+    def next_is_last(self) -> bool:
+        """Count the pass about to run; True for the step's last (its gradients reduced)."""
+        self.done += 1
+        return self.done == self.most
 
 
 def _sharding_group(group: Group | None, in_order: bool) -> Any:
