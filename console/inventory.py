@@ -428,6 +428,7 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 "the torch kind trains one rank per host for now (the command kind takes more)",
             )
         _check_elastic(inv, text, keys, job)
+        _check_parallel(inv, text, keys, job)
         if p.hosts and job.spec.executor not in ("torch", "command"):
             _fail(inv, text, [*keys, "hosts"], "only the torch and command kinds span hosts")
         if p.region is not None and p.region not in inv.regions:
@@ -437,6 +438,25 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 _fail(inv, text, [*keys, "spares"], _known("host", spare, inv.hosts))
             if spare == p.host or spare in p.hosts:
                 _fail(inv, text, [*keys, "spares"], f"{spare!r} is one of the job's own hosts")
+
+
+def _check_parallel(inv: Inventory, text: str, keys: list[str], job: Job) -> None:
+    """``parallel = "fsdp"``: the torch kind's, over several hosts, with the plain reduce."""
+    if job.spec.parallel == "ddp":
+        return
+    where = [*keys, "parallel"]
+    if job.spec.executor != "torch":
+        _fail(inv, text, where, "fsdp is the torch kind's (a command shards its model itself)")
+    if not job.placement.hosts:
+        _fail(inv, text, where, "fsdp shards the model over a job's `hosts` (two or more)")
+    if job.placement.deterministic_reduce:
+        _fail(
+            inv,
+            text,
+            where,
+            "fsdp reduce-scatters in an order that cannot be fixed: deterministic_reduce needs "
+            'parallel = "ddp"',
+        )
 
 
 def _check_elastic(inv: Inventory, text: str, keys: list[str], job: Job) -> None:

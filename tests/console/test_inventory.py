@@ -376,6 +376,30 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         ["{p}:16: jobs.j.deterministic_reduce: elastic jobs are the torch kind's for now"],
     ),
     (
+        "job-parallel-unknown",
+        H3 + '[jobs.j]\nhosts = ["h", "g"]\nparallel = "tp"\nsteps = 1\n',
+        ["{p}:16: jobs.j.parallel: Invalid enum value 'tp' (expected 'ddp' or 'fsdp')"],
+    ),
+    (
+        "job-fsdp-on-one-host",
+        H + '[jobs.j]\nparallel = "fsdp"\nsteps = 1\n',
+        ["{p}:7: jobs.j.parallel: fsdp shards the model over a job's `hosts` (two or more)"],
+    ),
+    (
+        "job-fsdp-deterministic",
+        H3
+        + '[jobs.j]\nhosts = ["h", "g"]\nparallel = "fsdp"\ndeterministic_reduce = true\n'
+        + "steps = 1\n",
+        ["{p}:16: jobs.j.parallel: fsdp reduce-scatters in an order that cannot be fixed"],
+    ),
+    (
+        "job-fsdp-command-kind",
+        H3
+        + '[jobs.j]\nhosts = ["h", "g"]\nparallel = "fsdp"\nsteps = 1\n'
+        + 'executor = "command"\n[jobs.j.command]\nargv = ["true"]\n',
+        ["{p}:16: jobs.j.parallel: fsdp is the torch kind's"],
+    ),
+    (
         "provisioner-empty-command",
         H + "[provisioner]\ncommand = []\n",
         ["{p}:7: provisioner.command: Expected `array` of length >= 1"],
