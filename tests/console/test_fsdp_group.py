@@ -1,0 +1,80 @@
+"""A sharded job (``parallel = "fsdp"``, issue 31) under the console: three members on local
+demo hosts and two spares, gloo over loopback, real executors, real kills. Each member writes
+only its part of each step (a DCP folder); every part reaches the spares; a non-zero rank's
+host killed and then rank 0's are each replaced by a spare holding that rank's part, and the
+run ends with the uninterrupted run's parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fleetbed import local_host, run_until, until, write_inventory
+from groupbed import controller, group_baseline, group_job, shards
+
+from console.records.incidents import incidents
+from console.records.journal import read
+from console.states import JobState
+
+FSDP = {"parallel": "fsdp", "steps": 240}
+
+
+@pytest.fixture(scope="module")
+def baseline() -> str:
+    return group_baseline(**FSDP)
+
+
+def fleet(folder: Path) -> Path:
+    hosts = {h: local_host(folder / h) for h in "abc"}
+    hosts |= {h: local_host(folder / h, role="spare") for h in "de"}
+    job = {**group_job(**FSDP), "spares": ["d", "e"]}
+    return write_inventory(folder / "inventory.toml", hosts=hosts, jobs={"j": job})
+
+
+async def test_ranks_2_then_0_lost_are_each_replaced_with_their_part_bit_exact(
+    tmp_path: Path, baseline: str
+) -> None:
+    inv = fleet(tmp_path)
+    ctl = controller(inv, hosts=("a", "b", "c", "d", "e"))
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 60 and ctl.replicator.replica("j", "d", 2).manifest,
+        120,
+        "step 60 and rank 2's part on d",
+    )
+    ctl.kill_host("c")
+    await until(
+        lambda: (
+            task.done()
+            or (
+                ctl.store.job("j").members == ["a", "b", "d"]
+                and sup.state is JobState.RUNNING
+                and sup.step >= 120
+                and ctl.replicator.replica("j", "e", 0).manifest
+            )
+        ),
+        180,
+        "d in rank 2's place, step 120 and rank 0's part on e",
+    )
+    assert not task.done(), sup.live.why
+    ctl.kill_host("a")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["e", "b", "d"]
+    for rank, host in ((0, "e"), (1, "b"), (2, "d")):
+        parts = shards(tmp_path / host)
+        assert parts and parts[-1].node_rank == rank and parts[-1].files is not None
+        names = {f.path for f in parts[-1].files}
+        assert {f"__{rank}_0.distcp", f"__{(rank - 1) % 3}_0.distcp"} <= names, names
+    # each spare resumed from a step its rank's part held, not from 0 (which would end equal too)
+    for host, after in (("d", 60), ("e", 120)):
+        events = (tmp_path / host / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+        resumed = [json.loads(x) for x in events if json.loads(x).get("kind") == "resumed"]
+        assert resumed and resumed[0]["step"] >= after, (host, resumed[:1])
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    assert [i.fault_class for i in incidents(journal)] == ["host_lost", "host_lost"]
