@@ -253,6 +253,26 @@ def alive(pid: int) -> bool:
     return raw[raw.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
+def serving(workdir: Path) -> list[int]:
+    """The live executor processes serving ``workdir`` (``serve --workdir WORKDIR`` in their
+    argv), from /proc: a pid file outlives a SIGKILLed executor, so it is no evidence."""
+    where = os.path.normpath(workdir)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        argv = args.split("\0")
+        if "serve" in argv and "--workdir" in argv:
+            i = argv.index("--workdir")
+            if i + 1 < len(argv) and os.path.normpath(argv[i + 1]) == where and alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
 def cgroup_here() -> str | None:
     """Whether a run started by this process could get a cgroup with ``cgroup.kill``, found by
     trying (a child cgroup made and removed beside this process's own): None if so, else why."""
