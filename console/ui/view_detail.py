@@ -42,6 +42,13 @@ GPU_COLUMNS = (
 HEALTH_KINDS = frozenset({Kind.HEALTH, Kind.HOST_STATE, Kind.ALERT})
 
 
+PARALLEL = {
+    "ddp": "ddp: a whole copy on each member",
+    "fsdp": "fsdp: model and optimizer sharded, each member holds its part",
+}
+"""What a multi-host torch job's ``parallel`` means, as its detail says it."""
+
+
 def clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
@@ -85,7 +92,8 @@ def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
             for shard in range(shards):
                 st = ctl.replicator.replica(job, spare, shard)
                 parts.append(
-                    f"shard {shard} step {st.manifest.step} ({age(now - st.at)} ago)"
+                    f"shard {shard} step {st.manifest.step} {size(st.manifest.size)} "
+                    f"({age(now - st.at)} ago)"
                     if st.manifest is not None
                     else f"shard {shard} none yet"
                 )
@@ -201,10 +209,17 @@ def job_summary(ctl: Controller, job: str) -> str:
     if len(hosts) < 2:
         return line
     committed = sup.rec.committed[-1] if sup.rec.committed else None
+    newest = {h: m for h, m in sup.checkpoints}  # each member's newest checkpoint it said
     members = ", ".join(
-        f"{h} (rank {r}, {ctl.fleet.hosts[h].state.value})" for r, h in enumerate(hosts)
+        f"{h} (rank {r}, {ctl.fleet.hosts[h].state.value}"
+        + (f", part {size(newest[h].size)} @{newest[h].step}" if h in newest else "")
+        + ")"
+        for r, h in enumerate(hosts)
     )
-    text = f"{line}   committed step {committed if committed is not None else '-'}\n{members}"
+    text = (
+        f"{line}   committed step {committed if committed is not None else '-'}   "
+        f"{PARALLEL[sup.spec.parallel]}\n{members}"
+    )
     planned, least = len(ctl.inv.members(job)), ctl.inv.min_hosts(job)
     if least < planned:
         now = time.time()

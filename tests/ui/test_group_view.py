@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 from groupbed import controller, local_group
 
 from console.jobs.replicator import ReplicaState
@@ -41,8 +42,9 @@ def test_the_job_detail_names_each_member_and_each_shards_replica(tmp_path: Path
         assert "on a, b, c -> d" in summary
         assert "committed step 40" in summary
         assert "b (rank 1, suspect)" in summary
+        assert "ddp: a whole copy on each member" in summary
         lines = replica_lines(ctl, "j", now=103.0)
-        assert lines == "d: shard 0 none yet; shard 1 step 40 (3.0s ago); shard 2 none yet"
+        assert lines == "d: shard 0 none yet; shard 1 step 40 1 B (3.0s ago); shard 2 none yet"
     finally:
         ctl.lock.release()
 
@@ -93,5 +95,20 @@ def test_a_fixed_size_job_s_detail_says_nothing_of_sizes(tmp_path: Path) -> None
     ctl = controller(local_group(tmp_path))
     try:
         assert "planned" not in job_summary(ctl, "j")
+    finally:
+        ctl.lock.release()
+
+
+def test_a_sharded_jobs_detail_says_so_with_each_members_part(tmp_path: Path) -> None:
+    ctl = controller(local_group(tmp_path, parallel="fsdp"))
+    try:
+        sup = ctl.jobs["j"]
+        for shard, host in enumerate("abc"):
+            m = msgspec.structs.replace(manifest(40, shard), size=13_300_000 + shard)
+            sup.checkpoints.append((host, m))
+        summary = job_summary(ctl, "j")
+        assert "fsdp: model and optimizer sharded, each member holds its part" in summary
+        assert "a (rank 0, up, part 13 MiB @40)" in summary, summary
+        assert "c (rank 2, up, part 13 MiB @40)" in summary, summary
     finally:
         ctl.lock.release()
