@@ -402,15 +402,17 @@ class CheckpointManager:
             )
         whole = self.folder / f".load-{checkpoint_name(step)}"
         try:
+            state = sharded.sharded_state(model, optimizer)
             sharded.exchange(
                 mine,
                 data_path if mine.files else None,
                 whole,
                 group=group,
                 own_trainer=not self.any_shard,
+                state=state,
             )
             trainer = sharded.load_part(
-                model, optimizer, whole, group=group, map_location=map_location
+                model, optimizer, state, whole, group=group, map_location=map_location
             )
         finally:
             discard(whole)

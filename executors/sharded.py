@@ -62,12 +62,17 @@ __all__ = [
     "TRAINER",
     "Inventory",
     "SafeFileSystemReader",
+    "exchange",
     "full_digest",
     "load_part",
+    "planned_files",
+    "ring_copy",
     "save_part",
     "shard",
     "sharded_state",
+    "snapshot",
     "sync_gradients",
+    "verify_part",
 ]
 
 
@@ -218,12 +223,6 @@ class SafeFileSystemReader(FileSystemReader):
         return meta
 
 
-def data_files(meta: Metadata) -> set[str]:
-    """The data files DCP's index points into."""
-    storage = meta.storage_data or {}
-    return {str(getattr(info, "relative_path", "")) for info in storage.values()}
-
-
 # ----------------------------------------------------------------------------- writing
 
 
@@ -353,17 +352,18 @@ def exchange(
     *,
     group: dist.ProcessGroup,
     own_trainer: bool,
+    state: dict[str, Any],
 ) -> Path:
-    """Every rank ends with every data file of the step and DCP's index in ``into`` (its own
-    linked, the rest received from the lowest rank that holds each, checked against that rank's
-    sha256), and a ``TRAINER``: its own where ``own_trainer`` (a fixed-size group: each rank's
-    RNG), else the lowest rank's when it has none. A collective: every rank calls it, each with
-    what it holds, and every rank raises CorruptCheckpoint alike when the ranks' parts do not
-    make a whole step."""
-    gathered: list[Any] = [None] * dist.get_world_size(group)
+    """Put in ``into`` what this rank's load of ``state`` reads: its own verified files
+    (linked), DCP's index, a ``TRAINER`` (its own where ``own_trainer``: a fixed-size group's
+    RNG states; else the lowest rank's when it has none), and each data file its load plan
+    reads that it lacks, sent by the lowest rank that holds it (point to point) and checked
+    against that rank's sha256. A collective: every rank calls it, each with what it holds, and
+    every rank raises CorruptCheckpoint alike when the ranks' parts do not make a whole step."""
+    world, me = dist.get_world_size(group), dist.get_rank(group)
+    gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, (mine.files, mine.why), group=group)
     held: list[dict[str, tuple[int, str]]] = [g[0] for g in gathered]
-    me = dist.get_rank(group)
     _whole(gathered, own_trainer)
     owners: dict[str, int] = {}
     for r, files in enumerate(held):
@@ -375,35 +375,87 @@ def exchange(
         assert folder is not None
         os.link(folder / name, into / name)
     err = ""
-    for name in sorted(owners):
+    for name in (METADATA, TRAINER):  # small: sent to every rank that lacks one
         if all(name in files for files in held):
-            continue  # every rank has it (its own TRAINER, where each has one): nothing to send
+            continue
         src = owners[name]
         payload: list[bytes | None] = [None]
         if me == src and folder is not None:
             with contextlib.suppress(OSError):
                 payload = [(folder / name).read_bytes()]
         dist.broadcast_object_list(payload, group_src=src, group=group)
-        if name in held[me] or err:
-            continue
-        data, (size, sha) = payload[0], held[src][name]
-        if data is None or (len(data), hashlib.sha256(data).hexdigest()) != (size, sha):
-            err = f"{name} from rank {src} does not match the sha256 in its manifest"
-            continue
-        _write(into / name, data)
+        if name not in held[me]:
+            err = err or _take(payload[0], held[src][name], into / name, f"{name} from rank {src}")
+    wants: list[str] = []
     if not err:
         try:
-            meta = read_metadata((into / METADATA).read_bytes())
-            if lacking := sorted(data_files(meta) - set(owners)):
-                err = f"no rank holds {', '.join(lacking)} of this step{_said(gathered)}"
+            planned = planned_files(state, read_metadata((into / METADATA).read_bytes()))
+            if lacking := sorted(planned - set(owners)):
+                raise CorruptCheckpoint(f"no rank holds {', '.join(lacking)} of this step")
+            wants = sorted(planned - set(held[me]))
         except CorruptCheckpoint as e:
-            err = str(e)
-    errors: list[Any] = [None] * dist.get_world_size(group)
+            err = f"{e}{_said(gathered)}"
+    asked: list[Any] = [None] * world
+    dist.all_gather_object(asked, (wants, err), group=group)
+    _raise_any([e for _, e in asked])
+    for name, dst in sorted((n, r) for r, (w, _) in enumerate(asked) for n in w):
+        src, (size, sha) = owners[name], held[owners[name]][name]
+        if me == src:
+            dist.send(_file_tensor(folder, name, size), group=group, group_dst=dst)
+        elif me == dst:
+            got = torch.empty(size, dtype=torch.uint8)
+            dist.recv(got, group=group, group_src=src)
+            data = got.numpy().tobytes()
+            err = err or _take(data, (size, sha), into / name, f"{name} from rank {src}")
+    errors: list[Any] = [None] * world
     dist.all_gather_object(errors, err, group=group)
+    _raise_any(errors)
+    return into
+
+
+def planned_files(state: dict[str, Any], meta: Metadata) -> set[str]:
+    """The data files a load of ``state`` (this rank's shards) reads, by DCP's own plan."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    planner = DefaultLoadPlanner()
+    try:
+        planner.set_up_planner(state, meta, is_coordinator=False)
+        plan = planner.create_local_plan()
+    except Exception as e:  # noqa: BLE001 - DCP's: the index does not fit this model
+        text = " ".join(str(e).split())[:300]
+        raise CorruptCheckpoint(f"{METADATA} does not fit this model: {text}") from None
+    storage = meta.storage_data or {}
+    try:
+        return {str(storage[item.storage_index].relative_path) for item in plan.items}
+    except KeyError as e:
+        raise CorruptCheckpoint(f"{METADATA} names no file for {e}") from None
+
+
+def _take(data: bytes | None, want: tuple[int, str], path: Path, what: str) -> str:
+    """Write ``data`` at ``path`` if it is what the sender's manifest says; else why not."""
+    if data is None or (len(data), hashlib.sha256(data).hexdigest()) != want:
+        return f"{what} does not match the sha256 in its manifest"
+    _write(path, data)
+    return ""
+
+
+def _file_tensor(folder: Path | None, name: str, size: int) -> torch.Tensor:
+    """A file's bytes to send (zeros of its size when it cannot be read: the receiver's check
+    fails, and nobody waits on a send that never comes)."""
+    try:
+        assert folder is not None
+        data = bytearray((folder / name).read_bytes())
+    except (OSError, AssertionError):
+        data = bytearray(size)
+    if len(data) != size:
+        data = bytearray(size)
+    return torch.frombuffer(data, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+
+
+def _raise_any(errors: list[Any]) -> None:
     if failed := [(r, text) for r, text in enumerate(errors) if text]:
         rank, text = failed[0]
         raise CorruptCheckpoint(f"rank {rank}: {text}")
-    return into
 
 
 def _said(gathered: list[Any]) -> str:
@@ -434,14 +486,15 @@ def _whole(gathered: list[Any], own_trainer: bool) -> None:
 def load_part(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
     whole: Path,
     *,
     group: dist.ProcessGroup,
     map_location: torch.device | str,
 ) -> dict[str, Any]:
-    """Load the step in ``whole`` (``exchange``'s folder) into the sharded model and optimizer
-    (resharded to this group); returns the trainer state (``weights_only``). A collective."""
-    state = sharded_state(model, optimizer)
+    """Load the step in ``whole`` (``exchange``'s folder) into ``state`` (``sharded_state`` of
+    the model and optimizer), then into them, resharded to this group; returns the trainer
+    state (``weights_only``). A collective."""
     try:
         dcp.load(state, storage_reader=SafeFileSystemReader(whole), process_group=group)
     except CorruptCheckpoint:
