@@ -76,16 +76,17 @@ class _HashingWriter:
         self._f.flush()
 
 
-def snapshot(obj: Any) -> Any:
-    """A CPU copy of a state tree, so training can go on while it is written."""
+def snapshot(obj: Any, leaf: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Any:
+    """A CPU copy of a state tree, so training can go on while it is written; ``leaf`` copies
+    each tensor (a sharded state's: each DTensor's own shard)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        return leaf(obj) if leaf is not None else obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return {k: snapshot(v) for k, v in obj.items()}
+        return {k: snapshot(v, leaf) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [snapshot(v) for v in obj]
+        return [snapshot(v, leaf) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(snapshot(v) for v in obj)
+        return tuple(snapshot(v, leaf) for v in obj)
     return obj
 
 
@@ -160,7 +161,7 @@ class CheckpointManager:
 
         t0 = time.perf_counter()
         self.wait()
-        snap, plain = sharded.snapshot(state), snapshot(trainer)
+        snap, plain = snapshot(state, sharded.copy_shard), snapshot(trainer)
         stall = time.perf_counter() - t0
 
         def write(tmp: Path) -> tuple[int, str, list[FolderFile] | None]:

@@ -62,6 +62,7 @@ __all__ = [
     "TRAINER",
     "Inventory",
     "SafeFileSystemReader",
+    "copy_shard",
     "exchange",
     "full_digest",
     "load_part",
@@ -70,7 +71,6 @@ __all__ = [
     "save_part",
     "shard",
     "sharded_state",
-    "snapshot",
     "sync_gradients",
     "verify_part",
 ]
@@ -143,28 +143,19 @@ def sharded_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> d
     return {"model": msd, "optimizer": osd}
 
 
-def snapshot(obj: Any) -> Any:
-    """A CPU copy of a sharded state tree (each DTensor's own shard copied), so training goes on
-    while it is written."""
-    if isinstance(obj, DTensor):
-        local = obj.to_local().detach().to("cpu", copy=True)
-        return DTensor.from_local(
-            local,
-            obj.device_mesh,
-            obj.placements,
-            run_check=False,
-            shape=obj.shape,
-            stride=obj.stride(),
-        )
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: snapshot(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [snapshot(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(snapshot(v) for v in obj)
-    return obj
+def copy_shard(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of a tensor of a sharded state (a DTensor: its own shard, still a DTensor),
+    for ``checkpoint.snapshot``: training goes on while the copy is written."""
+    if not isinstance(t, DTensor):
+        return t.detach().to("cpu", copy=True)
+    return DTensor.from_local(
+        t.to_local().detach().to("cpu", copy=True),
+        t.device_mesh,
+        t.placements,
+        run_check=False,
+        shape=t.shape,
+        stride=t.stride(),
+    )
 
 
 # ----------------------------------------------------------------------------- reading

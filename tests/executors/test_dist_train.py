@@ -188,21 +188,24 @@ class Reference:
     works: list[Path]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
-    """One uninterrupted 2-rank run of SPEC: what every interrupted run must end equal to."""
-    root = tmp_path_factory.mktemp("ref")
+def uninterrupted(root: Path, spec: JobSpec) -> Reference:
+    """One uninterrupted 2-rank run of ``spec``: what every interrupted run must end equal to."""
     members = serve([root / "r0", root / "r1"])
     try:
-        start(members, SPEC)
+        start(members, spec)
         digests = [finished(m).params_sha256 for m in members]
         assert digests[0] == digests[1], "the ranks ended with different parameters"
         for m in members:
             rc, err = m.proc.finish(30)
             assert rc == exitcodes.OK, err
-        yield Reference(digests[0], [m.work for m in members])
+        return Reference(digests[0], [m.work for m in members])
     finally:
         kill_all(members)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    return uninterrupted(tmp_path_factory.mktemp("ref"), SPEC)
 
 
 def test_two_ranks_finish_equal_and_each_writes_its_own_shards(reference: Reference) -> None:

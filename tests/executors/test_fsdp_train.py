@@ -12,13 +12,21 @@ import pickle
 import shutil
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import pytest
 from helpers import TINY_CONFIG, env_with
-from test_dist_train import Member, finished, kill_all, manifests, serve, start
+from test_dist_train import (
+    Member,
+    Reference,
+    finished,
+    kill_all,
+    manifests,
+    serve,
+    start,
+    uninterrupted,
+)
 
 from executors import exitcodes
 from executors.publish import CorruptCheckpoint, checkpoint_name
@@ -41,34 +49,17 @@ SPEC = JobSpec(
 EVERY_STEP = env_with(**{PROGRESS_ENV: "0"})
 
 
-@dataclass(frozen=True)
-class Reference:
-    digest: str
-    works: list[Path]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
-    """One uninterrupted 2-rank FSDP run of SPEC."""
-    root = tmp_path_factory.mktemp("ref")
-    members = serve([root / "r0", root / "r1"])
-    try:
-        start(members, SPEC)
-        digests = [finished(m).params_sha256 for m in members]
-        assert digests[0] == digests[1], "the ranks gathered different parameters"
-        for m in members:
-            rc, err = m.proc.finish(30)
-            assert rc == exitcodes.OK, err
-        yield Reference(digests[0], [m.work for m in members])
-    finally:
-        kill_all(members)
-
-
 @pytest.fixture
 def cleanup() -> Iterator[list[Member]]:
     members: list[Member] = []
     yield members
     kill_all(members)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One uninterrupted 2-rank FSDP run of SPEC."""
+    return uninterrupted(tmp_path_factory.mktemp("ref"), SPEC)
 
 
 def part(work: Path, step: int) -> Path:
