@@ -44,7 +44,11 @@ class Agreed:
 class Group:
     """This host's rank in the epoch's group, and the collectives of a step."""
 
-    def __init__(self, rv: Rendezvous, device: torch.device) -> None:
+    def __init__(
+        self, rv: Rendezvous, device: torch.device, side: dist.ProcessGroup | None = None
+    ) -> None:
+        self.side = side
+        """A gloo group beside the default one (a sharded job's checkpoints), if asked for."""
         self.node_rank = rv.node_rank
         self.nnodes = rv.nnodes
         self.rank = rv.node_rank * rv.procs_per_host
@@ -156,12 +160,15 @@ def check(rv: Rendezvous, device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
-    """Join this epoch's group (waits for every member up to ``rv.timeout_s``); always leave it."""
+def joined(
+    rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False
+) -> Iterator[Group]:
+    """Join this epoch's group (waits for every member up to ``rv.timeout_s``), with ``side`` a
+    gloo group beside it (``Group.side``); always leave them."""
     check(rv, device)
     timeout = timedelta(seconds=rv.timeout_s)
     _name_the_group_as_a_fresh_process_would()
-    with _gloo_bound_to(rv, warn):
+    with _gloo_bound_to(rv, warn, gloo=side):
         dist.init_process_group(
             rv.backend,
             init_method=f"tcp://{_host(rv.master_addr)}:{rv.master_port}",
@@ -169,8 +176,11 @@ def joined(rv: Rendezvous, device: torch.device, warn: Warn) -> Iterator[Group]:
             world_size=rv.world_size,
             timeout=timeout,
         )
+        # made here, bound as the default group is: made after, in a network namespace gloo
+        # bound it to loopback and its peers were refused (test_fsdp_ssh)
+        side_group = dist.new_group(backend="gloo", timeout=timeout) if side else None
     try:
-        yield Group(rv, device)
+        yield Group(rv, device, side_group)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -194,11 +204,13 @@ def _host(address: str) -> str:
 
 
 @contextlib.contextmanager
-def _gloo_bound_to(rv: Rendezvous, warn: Warn) -> Iterator[None]:
+def _gloo_bound_to(rv: Rendezvous, warn: Warn, *, gloo: bool = False) -> Iterator[None]:
     """Gloo binds to wherever this machine's hostname resolves, and to loopback when that address
     is not here (a network namespace): bind it to the interface holding this member's own data
-    address instead, for the group's creation only (gloo reads the variable then)."""
-    if rv.backend != "gloo" or GLOO_IFNAME in os.environ or _is_loopback(rv.address):
+    address instead, for the groups' creation only (gloo reads the variable then). ``gloo``: a
+    gloo group is made whatever the backend."""
+    uses_gloo = rv.backend == "gloo" or gloo
+    if not uses_gloo or GLOO_IFNAME in os.environ or _is_loopback(rv.address):
         yield
         return
     name = interface_of(rv.address)

@@ -153,7 +153,7 @@ class Trainer:
             rv = self.control.rendezvous
             if rv is None:
                 return self._run()
-            with joined(rv, self.device, self._warn) as self.group:
+            with joined(rv, self.device, self._warn, side=self._fsdp) as self.group:
                 return self._run()
         finally:
             self.ckpt.close()
@@ -584,6 +584,4 @@ def _sharding_group(group: Group | None, in_order: bool) -> Any:
             "parallel: fsdp reduce-scatters the gradients, in an order that cannot be fixed: "
             'deterministic_reduce needs parallel = "ddp"'
         )
-    import torch.distributed as dist
-
-    return dist.new_group(backend="gloo")
+    return group.side

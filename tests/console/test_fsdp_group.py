@@ -35,6 +35,8 @@ def fleet(folder: Path) -> Path:
     return write_inventory(folder / "inventory.toml", hosts=hosts, jobs={"j": job})
 
 
+@pytest.mark.long  # the suite proves rank 0's part bit-exact at the executor level
+# (test_fsdp_train) and a member's replacement by the console over sshd (test_fsdp_ssh)
 async def test_ranks_2_then_0_lost_are_each_replaced_with_their_part_bit_exact(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -115,6 +117,7 @@ def last_loss(root: Path, step: int) -> float:
     return float(loss)
 
 
+@pytest.mark.long  # the suite proves the reshard at the executor level (test_fsdp_train)
 async def test_a_sharded_job_shrinks_when_a_host_is_lost_and_grows_back_resharded(
     tmp_path: Path,
 ) -> None:

@@ -32,7 +32,7 @@ from executors import exitcodes
 from executors.publish import CorruptCheckpoint, checkpoint_name
 from executors.sharded import METADATA, TRAINER, read_metadata
 from executors.torch_kind import PROGRESS_ENV
-from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded
+from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded, Start
 from protocol.spec import JobSpec
 
 SPEC = JobSpec(
@@ -246,3 +246,15 @@ def test_a_shrink_and_a_grow_reshard_the_committed_step_and_follow_the_reference
     assert worst <= LOSS_RTOL, f"worst relative loss difference {worst:.2e}"
     resumed = next(x for x in grown[1].client.seen if isinstance(x, Resumed))
     assert resumed.step == 16
+
+
+def test_fsdp_on_one_host_is_a_config_fault_naming_the_key(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    (alone,) = serve([tmp_path / "r0"])
+    cleanup.append(alone)
+    alone.client.send(Start(spec=SPEC, epoch=1))
+    fault = alone.client.until(lambda x: isinstance(x, Fault) and x.fatal, 60)
+    assert isinstance(fault, Fault) and fault.fault == "config", fault
+    assert fault.message.startswith("parallel: fsdp shards the model over a multi-host job's")
+    assert not any(isinstance(x, (Resumed, Progress)) for x in alone.client.seen)
