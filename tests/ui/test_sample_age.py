@@ -32,7 +32,11 @@ def inventory(tmp_path: Path) -> Path:
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        # no warm standby: b runs no executor, so only the reachability probe hears it (with
+        # one, b's seen cell follows its heartbeats, and a loaded run saw one 0.5 s late)
+        jobs={
+            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
+        },
     )
 
 

@@ -10,6 +10,7 @@ from helpers import cgroup_here
 from test_app import console_app, fleet, notified, reap_executors, table, wait_for  # noqa: F401
 from textual.widgets import Input, Markdown, OptionList, Sparkline, Static
 
+from console.states import JobState
 from console.ui.screens.add_host import AddHostScreen
 from console.ui.screens.choose import ChooseHostScreen
 from console.ui.screens.confirm import ConfirmScreen
@@ -36,7 +37,9 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
 
     nvml = tmp_path / "nvml.json"
     write_state(nvml, {"devices": [{"name": "Fake H100", "util_pct": 87, "temp_c": 61}] * 2})
-    app, _ = console_app(fleet(tmp_path, steps=1500))
+    # a run far longer than the test: on a loaded run at 47f87b7, 1500 steps had finished
+    # before the kill, and no incident came
+    app, _ = console_app(fleet(tmp_path, steps=1_000_000))
     ctl = app.ctl
     ctl.executor_env["a"]["HOTSPARE_FAKE_NVML"] = str(nvml)
     async with app.run_test(size=SIZE) as pilot:
@@ -83,6 +86,7 @@ async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Pa
             assert contained.startswith("runs contained by: its fence only ("), contained
         assert app.screen.query_one("#host-summary").size.height == 2, "both lines shown"
         assert ": now 87%" in text(app, "#util-label")
+        assert ctl.jobs["j"].state is JobState.RUNNING, "j still trains on a when a is killed"
         await pilot.press("K")
         assert isinstance(app.screen, ConfirmScreen)
         assert app.screen.question.startswith("Kill local host a?"), app.screen.question
