@@ -409,7 +409,7 @@ class Watch:
         host = job.host
         assert host is not None
         workdir = self._probe.workdir(host)
-        suspect_noted = offline_noted = known = opened = False
+        suspect_noted = offline_noted = known = False
         asking = Asking(PROBE_MIN_S)
         alive: bool | None = None
         before = job.state
@@ -418,9 +418,11 @@ class Watch:
             silent = is_suspect(time.monotonic(), job.last_seen, self._detection)
             if known and silent and lease.ended():
                 if alive:
+                    self._lost(alive, why, seen_silent)
                     return await self._probe.hung(host, workdir)
                 if await self._fleet.console_online(excluding=host):
                     if not offline_noted:
+                        self._lost(alive, why, seen_silent)
                         return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
                     # Online again after reaching no host: what was said of this host was said
                     # while the console itself was cut off. Ask it again before calling it lost.
@@ -457,9 +459,6 @@ class Watch:
                         JobState.UNREACHABLE,
                         f"waiting out the lease on {host}: {max(0.0, lease.left()):.0f} s left",
                     )
-            if silent and known and seen_silent and not opened:
-                opened = True
-                self._incident.open("host_lost" if alive is None else "executor_hang", why)
             if (
                 known
                 and alive is None
@@ -470,6 +469,13 @@ class Watch:
                 self._standby.begin_preparation(host)
             if not (known and silent and lease.ended()):  # ended: decide now, not a poll later
                 await asyncio.sleep(min(POLL_S, max(lease.left(), 0.0)) if silent else POLL_S)
+
+    def _lost(self, alive: bool | None, why: str, seen_silent: bool) -> None:
+        """The silence is decided a loss (its lease ran out): its incident opens now, dated
+        from the last heartbeat. Not before: a silence that ends in a relink is a blip, no
+        incident (a loaded machine's late heartbeats opened one that "recovered" at once)."""
+        if seen_silent:
+            self._incident.open("host_lost" if alive is None else "executor_hang", why)
 
     async def _relink(self, host: str, budget: float) -> bool:
         """Reconnect to the same executor (same epoch, still training): the loss was a blip."""

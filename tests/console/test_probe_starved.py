@@ -98,7 +98,14 @@ async def test_a_probe_starved_of_cpu_is_an_unknown_and_the_next_one_answers(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         async with busy_loops():
-            first = await probe.ask("a", workdir, 0.2)
+            # The scheduler may still run a new process at once (a fresh clone's suite beside
+            # it once did): a probe that ran in time answers truly and is asked again, until
+            # one the machine was too busy to run.
+            for _ in range(5):
+                first = await probe.ask("a", workdir, 0.2)
+                if not first.known:
+                    break
+                assert first.alive is True, f"a probe that ran tells the truth: {first}"
             assert first.alive is None and not first.known, (
                 f"a probe the machine was too busy to run is not an unreachable host: {first}"
             )

@@ -87,7 +87,7 @@ class GroupEpoch:
         on_message: Callable[[Member, ExecutorMessage], None],
         collective_timeout_s: float,
         heartbeat_s: float,
-        noted: Callable[[Member, str, str], None],
+        noted: Callable[[Member, str, str, bool], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
     ) -> None:
         self.members = members
@@ -101,7 +101,8 @@ class GroupEpoch:
         self._collective_s = collective_timeout_s
         self._heartbeat_s = heartbeat_s
         self._noted = noted
-        """Tells the supervisor of a member that went silent (state and incident)."""
+        """Tells the supervisor of a member that went silent (its state), and of one whose
+        silence is decided a loss (its lease ran out: the incident opens then, not before)."""
         self._unreachable = unreachable
         """Tells the supervisor of a member whose host cannot be asked (it may ready a
         replacement while the lease runs out; an idle executor trains nothing)."""
@@ -267,15 +268,18 @@ class GroupEpoch:
             if silent and not suspect:
                 suspect = True
                 self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
+            # classed once a probe could tell: a host that answers holds a hung executor
+            cls = "host_lost" if alive is None else "executor_hang"
             if silent and answer.known and not noted:
-                # classed once a probe could tell: a host that answers holds a hung executor
                 noted = True
-                self._noted(m, why, "host_lost" if alive is None else "executor_hang")
+                self._noted(m, why, cls, False)
             if silent and self.left(m) <= 0 and answer.known:  # a starved probe decides nothing
                 if alive:
+                    self._noted(m, why, cls, True)
                     return await self._probe.hung(host, workdir)
                 if await self._fleet.console_online(excluding=host):
                     if not offline:
+                        self._noted(m, why, cls, True)
                         return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
                     # Online again after reaching no host: this host's silence was heard while
                     # the console itself was cut off. Ask it again before calling it lost.

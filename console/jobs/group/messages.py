@@ -199,14 +199,16 @@ class MemberMessages:
             link = m.link
             asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason="gpu_fail")))
 
-    def silent(self, m: Member, why: str, fault_class: str) -> None:
+    def silent(self, m: Member, why: str, fault_class: str, decided: bool) -> None:
         """``m`` went silent and a probe told why (``host_lost``: its host cannot be reached;
-        ``executor_hang``: it can, the executor is frozen): the job waits out its lease, under
-        an incident naming it."""
+        ``executor_hang``: it can, the executor is frozen): the job waits out its lease. Once
+        the lease ran out (``decided``), an incident names it, dated from its last heartbeat;
+        a silence that ends in a relink is a blip and opens none."""
         job = self._live
         if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
             self._states.move(JobState.UNREACHABLE, f"{m.host} silent: waiting out its lease")
-        self.open_incident(m, fault_class, f"{m.host}: {why}")
+        if decided:
+            self.open_incident(m, fault_class, f"{m.host}: {why}")
 
     def open_incident(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None:
         job = self._live
