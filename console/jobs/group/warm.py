@@ -128,6 +128,9 @@ class WarmExecutors:
             try:
                 got = await readied
             except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this launch is cancelled (the console quits), not the readied start
                 got = None
             if isinstance(got, ExecutorLink):
                 # a fresh link: its Hello is a current clock reading to anchor the first lease
