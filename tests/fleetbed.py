@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import subprocess
 import sys
@@ -185,3 +186,18 @@ async def run_until(
         f"the run ended before {what}: {task.result() if not task.exception() else task.exception()}"
     )
     return task
+
+
+async def cancelled(task: asyncio.Task[Any], timeout: float = 60.0) -> None:
+    """Cancel a console's run and wait for it to end, within a deadline. Past it, the stacks of
+    every task still running are the failure's message: a console that does not quit is a bug
+    to find, not a wait for the test's timeout to end."""
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if done:
+        return
+    stacks = io.StringIO()
+    for t in asyncio.all_tasks():
+        if t is not asyncio.current_task():
+            t.print_stack(file=stacks)
+    raise AssertionError(f"the run did not end {timeout} s after its cancel:\n{stacks.getvalue()}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from chaos.observe import executor_events
-from fleetbed import local_host, run_until, until, write_inventory
+from fleetbed import cancelled, local_host, run_until, until, write_inventory
 from groupbed import controller, group_baseline, group_job, shards
 
 from console.records.incidents import incidents
@@ -151,9 +151,8 @@ async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
     ctl.add_host("d", local_host(tmp_path / "d"))
     await until(lambda: ctl.store.job("j").members == ["a", "c", "d"], 30, "the grown group")
     stopped_at = max(m.step for m in shards(tmp_path / "a"))
-    task.cancel()  # the console dies mid-grow
-    await asyncio.gather(task, return_exceptions=True)
-    await ctl.close()
+    await cancelled(task)  # the console dies mid-grow
+    await asyncio.wait_for(ctl.close(), 30)
     again = controller(inv, hosts=("a", "b", "c", "d"))
     await asyncio.wait_for(again.run(), 240)
     await again.close()
