@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 import tomli_w
 from helpers import REPO, TINY_CONFIG, env_with
 
@@ -201,3 +202,32 @@ async def cancelled(task: asyncio.Task[Any], timeout: float = 60.0) -> None:
         if t is not asyncio.current_task():
             t.print_stack(file=stacks)
     raise AssertionError(f"the run did not end {timeout} s after its cancel:\n{stacks.getvalue()}")
+
+
+def executor_proc(workdir: Path) -> psutil.Process:
+    """The executor that runs in ``workdir`` now (its pid file)."""
+    return psutil.Process(int((workdir / "executor.pid").read_text()))
+
+
+def gone(p: psutil.Process) -> bool:
+    """Ended: no longer running, or a zombie its parent has not reaped yet."""
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def mtimes(folder: Path) -> dict[Path, int]:
+    """Every file under ``folder`` and its modification time (what must not change again)."""
+    return {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+async def cut_until_fenced(
+    cut: Callable[[], None], workdir: Path, timeout: float = 60.0
+) -> dict[Path, int]:
+    """Cut a host off (``cut``) and wait until the executor that ran in ``workdir`` has ended by
+    itself (its lease ran out); the files there then, with their times (``mtimes``)."""
+    old = executor_proc(workdir)
+    cut()
+    await until(lambda: gone(old), timeout, f"the executor in {workdir} to stop (its lease ends)")
+    return mtimes(workdir)

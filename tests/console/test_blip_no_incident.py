@@ -19,12 +19,14 @@ import signal
 from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from groupbed import controller as group_controller
+from groupbed import local_group
 
 from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.incidents import incidents
-from console.records.journal import Kind, read
+from console.records.journal import Event, Kind, read
 from console.states import JobState
 
 
@@ -37,6 +39,40 @@ def executor_kinds(root: Path) -> list[str]:
     return [json.loads(line).get("kind", "") for line in path.read_text().splitlines() if line]
 
 
+async def blip(ctl: Controller, root: Path, budget_s: float) -> list[Event]:
+    """The executor in ``root`` frozen until its job reads unreachable (its host probed), then
+    continued; the run left to finish. The journal, with the checks every blip must pass: the
+    job was seen unreachable and finished, and no incident opened."""
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    pid = executor_pid(root)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await until(lambda: sup.state is JobState.UNREACHABLE, 30, "the silence seen and probed")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await asyncio.wait_for(task, budget_s)
+    await ctl.close()
+    journal = list(read(root.parent / "state" / "journal.jsonl"))
+    moves = [e.data["to"] for e in journal if e.kind is Kind.JOB_STATE]
+    assert "unreachable" in moves and moves[-1] == "finished", moves
+    found = incidents(journal)
+    assert found == [], [(i.fault_class, i.host, i.last_step) for i in found]
+    assert not [e for e in journal if e.kind is Kind.INCIDENT], "no incident line either"
+    # the same executor trained on: never told to stop, never replaced
+    started = [
+        e.data["pid"]
+        for e in journal
+        if e.kind is Kind.EXECUTOR
+        and e.host == root.name
+        and "pid" in e.data
+        and not (e.data.get("twin") or e.data.get("standby"))
+    ]
+    assert started == [pid], started
+    assert "stopped" not in executor_kinds(root)
+    return journal
+
+
 async def test_a_frozen_executor_continued_within_its_lease_is_no_incident(tmp_path: Path) -> None:
     inventory = write_inventory(
         tmp_path / "inventory.toml",
@@ -45,32 +81,8 @@ async def test_a_frozen_executor_continued_within_its_lease_is_no_incident(tmp_p
         lease_s=10.0,  # the blip ends well within it, however slow the machine
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
-    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
-    sup = ctl.jobs["j"]
-    task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
-    pid = executor_pid(tmp_path / "a")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        await until(lambda: sup.state is JobState.UNREACHABLE, 30, "the silence seen and probed")
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    await asyncio.wait_for(task, 180)
-    await ctl.close()
-    journal = list(read(tmp_path / "state" / "journal.jsonl"))
-    moves = [e.data["to"] for e in journal if e.kind is Kind.JOB_STATE]
-    assert "unreachable" in moves and moves[-1] == "finished", moves
-    found = incidents(journal)
-    assert found == [], [(i.fault_class, i.fault_at, i.last_step) for i in found]
-    assert not [e for e in journal if e.kind is Kind.INCIDENT], "no incident line either"
-    # the same executor trained on and finished: no restart, no failover
-    started = [
-        e.data["pid"]
-        for e in journal
-        if e.kind is Kind.EXECUTOR and e.host == "a" and "pid" in e.data and not e.data.get("twin")
-    ]
-    assert started == [pid], started
-    kinds = executor_kinds(tmp_path / "a")
-    assert "finished" in kinds and "stopped" not in kinds, kinds
+    await blip(Controller(load(inventory), Policy.AUTO, executor_env=env), tmp_path / "a", 180)
+    assert "finished" in executor_kinds(tmp_path / "a")
     spare = tmp_path / "b" / "jobs" / "j" / "events.jsonl"
     assert not spare.exists() or "progress" not in executor_kinds(tmp_path / "b"), "b trained"
 
@@ -80,29 +92,9 @@ async def test_a_frozen_group_member_continued_within_its_lease_is_no_incident(
 ) -> None:
     """The same for one member of a three-host job (the group's own path: its member's silence
     is probed and decided by the epoch, its incident opened by the job's supervisor)."""
-    from groupbed import controller as group_controller
-    from groupbed import local_group
-
     inventory = local_group(tmp_path, console={"lease_s": 10.0}, steps=400)
-    ctl = group_controller(inventory)
-    sup = ctl.jobs["j"]
-    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40 on three hosts")
-    pid = executor_pid(tmp_path / "b")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        await until(lambda: sup.state is JobState.UNREACHABLE, 30, "b's silence seen and probed")
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    await asyncio.wait_for(task, 240)
-    await ctl.close()
-    journal = list(read(tmp_path / "state" / "journal.jsonl"))
-    moves = [e.data["to"] for e in journal if e.kind is Kind.JOB_STATE]
-    assert "unreachable" in moves and moves[-1] == "finished", moves
-    found = incidents(journal)
-    assert found == [], [(i.fault_class, i.host, i.last_step) for i in found]
+    journal = await blip(group_controller(inventory), tmp_path / "b", 240)
     epochs = [
         e for e in journal if e.kind is Kind.EXECUTOR and "epoch" in e.data and "port" in e.data
     ]
     assert len(epochs) == 1, "one epoch: the group was never restarted"
-    assert executor_pid(tmp_path / "b") == pid
-    assert "stopped" not in executor_kinds(tmp_path / "b")

@@ -9,11 +9,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import sshbed
 from chaos.procs import Sampler, Window
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, until, write_inventory
+from fleetbed import EXECUTOR_ENV, baseline_sha, cut_until_fenced, job_table, until, write_inventory
 from lease_bounds import LeaseBounds
 from netbed import ns_host
 
@@ -68,10 +67,6 @@ def trained(sampler: Sampler, root: Path) -> list[Window]:
     return sampler.windows(root / "jobs" / "j")
 
 
-def executor_proc(root: Path) -> psutil.Process:
-    return psutil.Process(int((root / "jobs" / "j" / "executor.pid").read_text()))
-
-
 async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path) -> None:
     a, b = bed.host(name="a"), bed.host(name="b")
     inv = inventory(tmp_path, a, b)
@@ -119,19 +114,13 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
         "step 60 and a replica on b",
         stay=True,
     )
-    old = executor_proc(a.root)
     epoch = sup.epoch
     skew = load(inv).console.clock_skew_s
     sampler = Sampler({"j": [a.root / "jobs" / "j", b.root / "jobs" / "j"]}).start()
     with LeaseBounds(tmp_path / "state" / "state.json") as bounds:
         await until(lambda: bounds.until.get(("j", "a", epoch)), 10, "A's bound read from disk")
         lost_at = time.time()
-        a.netns.cut()
-        await until(
-            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-            30,
-            "A's executor to stop",
-        )
+        await cut_until_fenced(a.netns.cut, a.root / "jobs" / "j", 30)
         events_a = [
             json.loads(x) for x in (a.root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
         ]

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import netbed
-import psutil
 import pytest
 import sshbed
 from chaos.procs import Sampler
 from event_watch import EventWatch
-from fleetbed import EXECUTOR_ENV, until, write_inventory
+from fleetbed import EXECUTOR_ENV, cut_until_fenced, until, write_inventory
 from groupbed import group_baseline, group_job, shards
 from lease_bounds import LeaseBounds
 
@@ -68,17 +67,10 @@ async def test_a_cut_member_shrinks_the_group_and_an_added_host_grows_it_back(
     task = asyncio.create_task(ctl.run(stay=True))
     await until(lambda: task.done() or sup.step >= 60, 180, "step 60 on three hosts")
     assert not task.done()
-    old = psutil.Process(int((c.root / "jobs" / "j" / "executor.pid").read_text()))
     epoch = ctl.store.job("j").epoch
     with EventWatch([workdirs["a"], workdirs["b"]]) as watch:
         lost_at = time.time()
-        c.netns.cut()
-        await until(
-            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-            60,
-            "c's executor to stop (its lease runs out)",
-        )
-        frozen = {p: p.stat().st_mtime_ns for p in workdirs["c"].rglob("*") if p.is_file()}
+        frozen = await cut_until_fenced(c.netns.cut, workdirs["c"])
         await until(
             lambda: ctl.store.job("j").members == ["a", "b"] and sup.state is JobState.RUNNING,
             120,

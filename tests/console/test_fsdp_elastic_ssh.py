@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import netbed
-import psutil
 import pytest
 import sshbed
-from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from fleetbed import EXECUTOR_ENV, cut_until_fenced, local_host, mtimes, until, write_inventory
 from groupbed import controller, group_job
 
 from console.inventory import load
@@ -95,14 +94,7 @@ async def test_a_cut_member_shrinks_the_sharded_job_and_its_return_grows_it_back
     try:
         await until(lambda: task.done() or sup.step >= 60, 240, "step 60 on three hosts")
         assert not task.done(), sup.live.why
-        old = psutil.Process(int((c_dir / "executor.pid").read_text()))
-        c.netns.cut()
-        await until(
-            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-            60,
-            "c's executor to stop (its lease runs out)",
-        )
-        frozen = {p: p.stat().st_mtime_ns for p in c_dir.rglob("*") if p.is_file()}
+        frozen = await cut_until_fenced(c.netns.cut, c_dir)
         await until(
             lambda: (
                 task.done()
@@ -116,7 +108,7 @@ async def test_a_cut_member_shrinks_the_sharded_job_and_its_return_grows_it_back
             "training on a and b past step 160",
         )
         assert not task.done(), sup.live.why
-        cut_off = {p: p.stat().st_mtime_ns for p in c_dir.rglob("*") if p.is_file()}
+        cut_off = mtimes(c_dir)
         c.netns.heal()
         await until(lambda: sup.state.is_terminal(), 300, "the job to end")
         await until(lambda: ctl.fleet.hosts["c"].state is HostState.UP, 60, "c reachable")

@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import netbed
-import psutil
 import pytest
 import sshbed
 from chaos.procs import Sampler
-from fleetbed import EXECUTOR_ENV, until, write_inventory
+from fleetbed import EXECUTOR_ENV, cut_until_fenced, until, write_inventory
 from groupbed import group_baseline, group_job, shards
 
 from console.inventory import load
@@ -74,15 +73,7 @@ async def test_a_cut_off_member_of_a_sharded_job_is_replaced_by_its_part_on_the_
             "step 60 and rank 2's part on the spare",
         )
         assert not task.done()
-        pid = int((c.root / "jobs" / "j" / "executor.pid").read_text())
-        old = psutil.Process(pid)
-        c.netns.cut()
-        await until(
-            lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-            60,
-            "c's executor to stop (its lease runs out)",
-        )
-        frozen = {p: p.stat().st_mtime_ns for p in c_dir.rglob("*") if p.is_file()}
+        frozen = await cut_until_fenced(c.netns.cut, c_dir)
         await until(lambda: sup.state.is_terminal(), 300, "the job to end")
         c.netns.heal()
         await until(lambda: ctl.fleet.hosts["c"].state is HostState.UP, 60, "c reachable again")

@@ -11,11 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import netbed
-import psutil
 import pytest
 import sshbed
 from chaos.procs import Sampler
-from fleetbed import EXECUTOR_ENV, until, write_inventory
+from fleetbed import EXECUTOR_ENV, cut_until_fenced, executor_proc, gone, until, write_inventory
 from groupbed import group_baseline, group_job, shards
 from lease_bounds import LeaseBounds
 
@@ -43,10 +42,6 @@ def digest() -> str:
     return group_baseline()
 
 
-def executor_proc(root: Path) -> psutil.Process:
-    return psutil.Process(int((root / "jobs" / "j" / "executor.pid").read_text()))
-
-
 async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
@@ -72,16 +67,9 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
         "step 60 and shard 2 on the spare",
     )
     assert not task.done()
-    old = executor_proc(c.root)
     epoch = ctl.store.job("j").epoch
     lost_at = time.time()
-    c.netns.cut()
-    await until(
-        lambda: not old.is_running() or old.status() == psutil.STATUS_ZOMBIE,
-        60,
-        "c's executor to stop (its lease runs out)",
-    )
-    frozen = {p: p.stat().st_mtime_ns for p in c_dir.rglob("*") if p.is_file()}
+    frozen = await cut_until_fenced(c.netns.cut, c_dir)
     await until(lambda: sampler.windows(d_dir), 120, "d training (/proc)")
     bounds.stop()
     sampler.stop()
@@ -162,7 +150,7 @@ async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease
     )
     assert not task.done()
     b = hosts["b"]
-    old = executor_proc(b.root)
+    old = executor_proc(b.root / "jobs" / "j")
     b.netns.cut()
     task.cancel()  # the console dies right after the cut
     await asyncio.gather(task, return_exceptions=True)
@@ -178,10 +166,3 @@ async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease
     assert sup2.state is JobState.FINISHED, sup2.live.why
     assert sup2.sha256 == digest
     assert again.store.job("j").members == ["a", "d", "c"]
-
-
-def gone(p: psutil.Process) -> bool:
-    try:
-        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
