@@ -231,3 +231,11 @@ async def cut_until_fenced(
     cut()
     await until(lambda: gone(old), timeout, f"the executor in {workdir} to stop (its lease ends)")
     return mtimes(workdir)
+
+
+def caught_up(ctl: Any, interval: int, job: str = "j", spare: str = "b") -> bool:
+    """The spare's replica is within one checkpoint interval of the job's newest checkpoint:
+    the premise of a bound of "one interval, plus a checkpoint on its way" on a failover's lost
+    steps (on a loaded machine the first replica can land many intervals late)."""
+    replica, newest = ctl.replicator.replica(job, spare).manifest, ctl.jobs[job].checkpoint
+    return replica is not None and newest is not None and replica.step >= newest.step - interval

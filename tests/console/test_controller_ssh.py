@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import sshbed
 from chaos.procs import Sampler, Window
-from fleetbed import EXECUTOR_ENV, baseline_sha, cut_until_fenced, job_table, until, write_inventory
+from fleetbed import (
+    EXECUTOR_ENV,
+    baseline_sha,
+    caught_up,
+    cut_until_fenced,
+    job_table,
+    until,
+    write_inventory,
+)
 from lease_bounds import LeaseBounds
 from netbed import ns_host
 
@@ -65,11 +73,6 @@ async def start(
 def trained(sampler: Sampler, root: Path) -> list[Window]:
     """Every window in which an executor of ``root``'s workdir trained (/proc), oldest first."""
     return sampler.windows(root / "jobs" / "j")
-
-
-def caught_up(ctl: Controller, interval: int) -> bool:
-    replica, newest = ctl.replicator.replica("j", "b").manifest, ctl.jobs["j"].checkpoint
-    return replica is not None and newest is not None and replica.step >= newest.step - interval
 
 
 async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path) -> None:
