@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -209,6 +210,12 @@ def executor_proc(workdir: Path) -> psutil.Process:
     return psutil.Process(int((workdir / "executor.pid").read_text()))
 
 
+def executor_tree(workdir: Path) -> list[psutil.Process]:
+    """The executor that runs in ``workdir`` now and every process under it."""
+    top = executor_proc(workdir)
+    return [top, *top.children(recursive=True)]
+
+
 def gone(p: psutil.Process) -> bool:
     """Ended: no longer running, or a zombie its parent has not reaped yet."""
     try:
@@ -239,3 +246,52 @@ def caught_up(ctl: Any, interval: int, job: str = "j", spare: str = "b") -> bool
     steps (on a loaded machine the first replica can land many intervals late)."""
     replica, newest = ctl.replicator.replica(job, spare).manifest, ctl.jobs[job].checkpoint
     return replica is not None and newest is not None and replica.step >= newest.step - interval
+
+
+def newest_checkpoint(workdir: Path) -> int:
+    """The newest checkpoint published in ``workdir`` (its file on disk; 0 if none)."""
+    steps = [int(p.stem.removeprefix("step-")) for p in (workdir / "checkpoints").glob("step-*.pt")]
+    return max(steps, default=0)
+
+
+async def kill_caught_up(
+    ctl: Any,
+    processes: Callable[[], list[psutil.Process]],
+    kill: Callable[[], None],
+    workdir: Path,
+    interval: int,
+    job: str = "j",
+    spare: str = "b",
+    timeout: float = 120.0,
+) -> tuple[int, float]:
+    """Kill a job's host at a moment its spare has kept up, judged from evidence at that moment:
+    the host's ``processes`` stopped (SIGSTOP) so no step or checkpoint lands meanwhile, then the
+    newest checkpoint on its disk (``workdir``) set against the replica the console verified on
+    the spare. Within one ``interval``: ``kill`` (SIGKILL stops nothing stopped from dying).
+    Otherwise the host goes on (SIGCONT) and it is tried again. Returns the replica's step and
+    the time (``time.time()``) of the kill.
+
+    On a loaded machine a kill is not instant (finding every process of a host takes a while),
+    and a 20-step interval here is 70 ms of training: a bound of "one interval, plus one in
+    flight" on the steps a failover loses holds only when measured from the moment of the kill."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        await until(lambda: caught_up(ctl, interval, job, spare), left, f"{spare} to keep up")
+        frozen = await asyncio.to_thread(processes)
+        stopped = [p for p in frozen if _signal(p, signal.SIGSTOP)]
+        replica = ctl.replicator.replica(job, spare).manifest
+        if replica is not None and replica.step >= newest_checkpoint(workdir) - interval:
+            at = time.time()
+            kill()
+            return int(replica.step), at
+        for p in stopped:
+            _signal(p, signal.SIGCONT)
+
+
+def _signal(p: psutil.Process, sig: int) -> bool:
+    try:
+        p.send_signal(sig)
+    except psutil.Error:
+        return False
+    return True

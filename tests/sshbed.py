@@ -148,7 +148,7 @@ class SshHost:
                 )
             time.sleep(0.005)
 
-    def _doomed(self) -> list[psutil.Process]:
+    def processes(self) -> list[psutil.Process]:
         """sshd, its session children, and anything running under this host's root folder."""
         found: dict[int, psutil.Process] = {}
         if self.proc is not None and self.proc.poll() is None:
@@ -172,7 +172,7 @@ class SshHost:
 
     def kill_all(self) -> None:
         """The host dies: SIGKILL sshd, its sessions and every process started under its root."""
-        doomed = self._doomed()
+        doomed = self.processes()
         for p in doomed:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGKILL)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +15,10 @@ from fleetbed import (
     EXECUTOR_ENV,
     baseline_params,
     baseline_sha,
-    caught_up,
     checkpoint_params,
+    executor_tree,
     job_table,
+    kill_caught_up,
     local_host,
     run_until,
     set_console,
@@ -102,15 +103,13 @@ async def test_a_dead_host_fails_over_to_its_spare(
     a_dir, b_dir = (tmp_path / h / "jobs" / "j" for h in "ab")
     sampler = Sampler({"j": [a_dir, b_dir]}).start()
     bounds = LeaseBounds(fleet.parent / "state" / "state.json").start()
-    task = await run_until(
-        ctl,
-        lambda: sup.step >= 60 and caught_up(ctl, 20),
-        90,
-        "step 60 and the replica on b within one interval of a's newest checkpoint",
+    task = await run_until(ctl, lambda: sup.step >= 60, 90, "step 60")
+    epoch = sup.epoch
+    # a stopped at a moment b's replica is within one interval of a's newest checkpoint
+    kill = functools.partial(ctl.kill_host, "a")
+    replica_at_kill, lost_at = await kill_caught_up(
+        ctl, lambda: executor_tree(a_dir), kill, a_dir, 20
     )
-    replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
-    epoch, lost_at = sup.epoch, time.time()
-    ctl.kill_host("a")
     await until(lambda: sampler.windows(b_dir) or task.done(), 60, "b training (/proc)")
     bounds.stop()
     sampler.stop()
@@ -421,20 +420,16 @@ async def test_by_default_a_warm_standby_takes_over_without_a_new_executor(tmp_p
     baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
-    task = await run_until(
-        ctl,
-        lambda: sup.step >= 60 and sup.standby and caught_up(ctl, 20),
-        90,
-        "step 60, a standby and the replica on b within one interval of a's newest checkpoint",
-    )
+    task = await run_until(ctl, lambda: sup.step >= 60 and sup.standby, 90, "step 60, a standby")
     standby_pid = sup.standby.link.hello.pid
     await until(lambda: ctl.fleet.hosts["b"].health, 10, "the standby to report the spare's health")
     standby_events = tmp_path / "b" / "jobs" / "j" / "events.jsonl"
     kinds = [json.loads(x).get("kind") for x in standby_events.read_text().splitlines()]
     assert not {"progress", "resumed", "checkpoint"} & set(kinds), "the standby trained nothing"
     assert ctl.fleet.hosts["b"].job is None, "a standby does not make b the job's host"
-    replica_at_kill = ctl.replicator.replica("j", "b").manifest.step
-    ctl.kill_host("a")
+    # a stopped at a moment b's replica is within one interval of a's newest checkpoint
+    a_dir, kill = tmp_path / "a" / "jobs" / "j", functools.partial(ctl.kill_host, "a")
+    replica_at_kill, _ = await kill_caught_up(ctl, lambda: executor_tree(a_dir), kill, a_dir, 20)
     await asyncio.wait_for(task, 120)
     await ctl.close()
     assert sup.sha256 == baseline

@@ -93,7 +93,7 @@ async def _fault_with_b_frozen(
             "step 40 and replicas on b and c",
         )
         assert not task.done(), task
-        frozen = b._doomed()  # b's sshd and every session on it
+        frozen = b.processes()  # b's sshd and every session on it
         for p in frozen:
             with contextlib.suppress(psutil.NoSuchProcess):  # a session that just ended
                 p.suspend()
