@@ -248,10 +248,7 @@ async def hotspare_scenario(
     """``side``: ``hotspare`` (the command kind, torchrun) or ``hotspare-torch`` (torch kind)."""
     folder.mkdir(parents=True)
     with sshbed.ssh_bed(folder / "bed") as bed:
-        indices = netbed.free_indices(len(HOSTS))
-        hosts = {
-            n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip(HOSTS, indices, strict=True)
-        }
+        hosts = {n: netbed.ns_host(bed, n, routed=True) for n in HOSTS}
         env = {n: {"OMP_NUM_THREADS": "1"} for n in hosts}
         if side == "hotspare":
             job = command_job(settings)

@@ -18,9 +18,12 @@ fast instead of timing out. A routed namespace never reaches past this machine.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,26 +71,48 @@ def forward_blocked() -> str | None:
     return None
 
 
-def free_indices(count: int) -> list[int]:
-    """``count`` values of N whose 10.213.N.0/24 no interface here uses now, searched from a
-    point that depends on this process, so tests running side by side pick apart."""
-    done = subprocess.run(
-        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True, timeout=30
-    )
-    taken = {
-        int(word.split(".")[2])
-        for word in done.stdout.split()
-        if word.startswith("10.213.") and word.count(".") == 3
-    }
-    start = 100 + (os.getpid() * 7) % 150
-    found = [n for n in [*range(start, 250), *range(2, start)] if n not in taken]
-    if len(found) < count:
-        raise RuntimeError(f"only {len(found)} free 10.213.N.0/24 networks, {count} wanted")
-    return found[:count]
+LOCK = Path(tempfile.gettempdir()) / "hotspare-netbed.lock"
+"""Held while a namespace picks its /24 and takes it, by every process making one here: two
+tests side by side never pick the same (two veths with one address route to either sshd, and
+the client then meets a host key that "CHANGED": a chaos run at 982d54b hung that way)."""
+
+
+@contextlib.contextmanager
+def _claiming(timeout: float = 60.0) -> Iterator[set[int]]:
+    """The values of N whose 10.213.N.0/24 an interface here uses now, with the lock held."""
+    with open(LOCK, "a") as f:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{LOCK} held for over {timeout:.0f}s") from None
+                time.sleep(0.01)
+        argv = ["ip", "-4", "-o", "addr", "show"]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30)
+        yield {
+            int(word.split(".")[2])
+            for word in done.stdout.split()
+            if word.startswith("10.213.") and word.count(".") == 3
+        }
 
 
 class NetNs:
-    def __init__(self, index: int, routed: bool = False) -> None:
+    """A namespace on a 10.213.N.0/24 no interface here used when it was made (N picked from a
+    point that depends on this process, so tests side by side rarely wait on each other)."""
+
+    def __init__(self, routed: bool = False) -> None:
+        with _claiming() as taken:
+            start = 100 + (os.getpid() * 7) % 150
+            free = (n for n in [*range(start, 250), *range(2, start)] if n not in taken)
+            index = next(free, None)
+            if index is None:
+                raise RuntimeError("every 10.213.N.0/24 network here is in use")
+            self._make(index, routed)
+
+    def _make(self, index: int, routed: bool) -> None:
         tag = f"{os.getpid() % 10000}x{index}"
         self.name = f"hs{tag}"
         self.outside = f"hso{tag}"[:15]
@@ -146,8 +171,8 @@ def routed_namespaces(count: int) -> Iterator[list[NetNs]]:
     failure (a namespace's processes must be gone by then: the caller's job)."""
     made: list[NetNs] = []
     try:
-        for index in free_indices(count):
-            made.append(NetNs(index, routed=True))
+        for _ in range(count):
+            made.append(NetNs(routed=True))
         yield made
     finally:
         for ns in made:
@@ -157,9 +182,9 @@ def routed_namespaces(count: int) -> Iterator[list[NetNs]]:
 class NsSshHost(SshHost):
     """An sshd on port 22 of its own namespace, reached at 10.213.N.2."""
 
-    def __init__(self, bed: SshBed, n: int, name: str, index: int, routed: bool = False) -> None:
+    def __init__(self, bed: SshBed, n: int, name: str, routed: bool = False) -> None:
         super().__init__(bed, n, name)
-        self.netns = NetNs(index, routed)
+        self.netns = NetNs(routed)
         self.address = self.netns.address
         self.port = 22
         self._write_config()
@@ -176,12 +201,12 @@ class NsSshHost(SshHost):
         self.netns.delete()
 
 
-def ns_host(bed: SshBed, index: int, name: str, routed: bool = False) -> NsSshHost:
+def ns_host(bed: SshBed, name: str, routed: bool = False) -> NsSshHost:
     """A namespaced host added to the bed (and its known_hosts), started; ``routed``: it also
     reaches the bed's other routed hosts."""
     taken = {int(h.address.rsplit(".", 1)[1]) for h in bed.hosts if h.address.startswith("127.")}
     n = next(i for i in range(2, 250) if i not in taken)
-    host = NsSshHost(bed, n, name, index, routed)
+    host = NsSshHost(bed, n, name, routed)
     bed.hosts.append(host)
     with open(bed.known_hosts, "a") as f:
         f.write(host.known_hosts_line + "\n")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -94,9 +93,8 @@ class Fleet:
                 (folder / "etcd").mkdir()
                 fleet.etcd = EtcdCluster(folder / "etcd")
                 fleet.etcd.start()
-            base = 60 + (os.getpid() % 60) * 3  # a /24 of our own per namespace (10.213.N)
-            for i, (name, namespaced, _, _) in enumerate(LAYOUT):
-                host = fleet._host(name, base + i if namespaced else None)
+            for name, namespaced, _, _ in LAYOUT:
+                host = fleet._host(name, namespaced)
                 fleet.hosts[name] = host
                 fleet._mount(host.root)  # before sshd starts: a namespaced sshd copies the mounts
                 host.start()
@@ -106,14 +104,15 @@ class Fleet:
             raise
         return fleet
 
-    def _host(self, name: str, index: int | None) -> SshHost:
-        """A host in the bed (and its known_hosts), not started yet (netbed.ns_host starts)."""
-        if index is None:
+    def _host(self, name: str, namespaced: bool) -> SshHost:
+        """A host in the bed (and its known_hosts), not started yet (netbed.ns_host starts);
+        ``namespaced``: in a network namespace of its own, on a /24 no other test here uses."""
+        if not namespaced:
             return self.bed.host(name=name, start=False)
         taken = {
             int(h.address.rsplit(".", 1)[1]) for h in self.bed.hosts if h.address[:4] == "127."
         }
-        host = NsSshHost(self.bed, next(i for i in range(2, 250) if i not in taken), name, index)
+        host = NsSshHost(self.bed, next(i for i in range(2, 250) if i not in taken), name)
         self.bed.hosts.append(host)
         with open(self.bed.known_hosts, "a") as f:
             f.write(host.known_hosts_line + "\n")

@@ -84,8 +84,8 @@ class GroupFleet(Fleet):
         fleet.elastic = elastic
         try:
             names = MEMBERS if elastic else (*MEMBERS, *SPARES)
-            for name, index in zip(names, netbed.free_indices(len(names)), strict=True):
-                fleet.hosts[name] = netbed.ns_host(fleet.bed, index, name, routed=True)
+            for name in names:
+                fleet.hosts[name] = netbed.ns_host(fleet.bed, name, routed=True)
         except BaseException:
             fleet.close()
             raise

@@ -41,7 +41,7 @@ def bed() -> Iterator[sshbed.SshBed]:
 async def test_a_console_whose_links_are_all_cut_fails_nothing_over_and_trains_on_after(
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:
-    a, b = (netbed.ns_host(bed, i, n) for i, n in zip(netbed.free_indices(2), "ab", strict=True))
+    a, b = (netbed.ns_host(bed, n) for n in "ab")
     python, slow = slow_python(tmp_path / "bin")  # slow once ``slow`` exists
     inventory = write_inventory(
         tmp_path / "inventory.toml",

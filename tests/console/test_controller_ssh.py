@@ -108,7 +108,7 @@ async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path
 async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:
-    a, b = ns_host(bed, 41, "a"), bed.host(name="b")
+    a, b = ns_host(bed, "a"), bed.host(name="b")
     # the default lease, longer than detection plus b's cold start over ssh (~6 s here), so a
     # console that did not wait it out would be seen training b before the bound
     # (and steps enough that A, training on cut off until it stops at about half its lease,
@@ -186,7 +186,7 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
 
 
 async def test_a_short_network_blip_causes_no_failover(bed: sshbed.SshBed, tmp_path: Path) -> None:
-    a, b = ns_host(bed, 42, "a"), bed.host(name="b")
+    a, b = ns_host(bed, "a"), bed.host(name="b")
     inv = inventory(tmp_path, a, b, steps=800)
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
     ctl = controller(inv)

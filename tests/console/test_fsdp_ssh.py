@@ -48,8 +48,7 @@ def bed() -> Iterator[sshbed.SshBed]:
 async def test_a_cut_off_member_of_a_sharded_job_is_replaced_by_its_part_on_the_spare(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
-    idx = netbed.free_indices(4)
-    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    hosts = {n: netbed.ns_host(bed, n, routed=True) for n in "abcd"}
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={

@@ -45,8 +45,7 @@ def digest() -> str:
 async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
-    idx = netbed.free_indices(4)
-    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    hosts = {n: netbed.ns_host(bed, n, routed=True) for n in "abcd"}
     # the spare takes shards host to host (a per-job key, forced to its replica receiver)
     spare = {"role": "spare", "authorized_keys": str(bed.authorized_keys)}
     inv = write_inventory(
@@ -128,8 +127,7 @@ async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease
     """The fencing case of issue 12 for a group: the new console cannot see the lease the old
     one granted the cut-off member; it must wait out the persisted bound before any new epoch,
     so two trainers of one rank never run at once."""
-    idx = netbed.free_indices(4)
-    hosts = {n: netbed.ns_host(bed, i, n, routed=True) for n, i in zip("abcd", idx, strict=True)}
+    hosts = {n: netbed.ns_host(bed, n, routed=True) for n in "abcd"}
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={

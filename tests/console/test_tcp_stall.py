@@ -32,8 +32,7 @@ PEER = (
 
 @contextlib.contextmanager
 def peer_in_namespace() -> Iterator[tuple[netbed.NetNs, subprocess.Popen[bytes], socket.socket]]:
-    (index,) = netbed.free_indices(1)
-    ns = netbed.NetNs(index)
+    ns = netbed.NetNs()
     proc = subprocess.Popen(ns.argv(sys.executable, "-c", PEER), stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
