@@ -27,6 +27,7 @@ from console.jobs.observe import FOLLOW_EVERY_S
 from console.jobs.policy import Policy
 from console.jobs.refusal import Refused
 from console.jobs.replicator import Replicator
+from console.jobs.services import JobServices
 from console.jobs.spare_keeper import REPLACED_WITHIN_S
 from console.jobs.supervisor import JobSupervisor
 from console.reach.transport.local import LocalTransport
@@ -110,6 +111,29 @@ class Controller:
             )
         )
         """Hosts provisioned when a job needs one (``[provisioner]``), released when idle."""
+        self.services = JobServices(
+            inv=inv,
+            fleet=self.fleet,
+            journal=self.journal,
+            store=self.store,
+            incidents=self.incidents,
+            replicator=self.replicator,
+            detection=self.detection,
+            read_only=read_only,
+            console_id=self.console_id,
+            term=term,
+            executor_env=self.executor_env,
+            policy=lambda: self.policy,
+            alert=self.alert,
+            alerted=self.alerted,
+            reserved=self.reserved,
+            priorities=self.priorities,
+            take_spare=self.take_spare,
+            need_host=self.need_host,
+            wait_for_hosts=self.wait_for_hosts,
+            on_progress=self.on_progress,
+        )
+        """What each job's supervisor may use of this controller (``console/jobs/services``)."""
         self.jobs = {name: self._supervisor(name) for name in inv.jobs}
         self.alert_sinks: list[Callable[[str], None]] = []
         self.progress_sinks: list[Callable[[str, Progress], None]] = []
@@ -213,8 +237,8 @@ class Controller:
     def _supervisor(self, name: str) -> JobSupervisor:
         """A job on one host, or a multi-host job's group."""
         if self.inv.multi_host(name):
-            return GroupSupervisor(self, name)
-        return JobSupervisor(self, name)
+            return GroupSupervisor(self.services, name)
+        return JobSupervisor(self.services, name)
 
     def _console_died(
         self, at: float, steps: dict[str, int], fault_class: str = "console_restart"

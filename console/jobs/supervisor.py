@@ -6,8 +6,9 @@ Example sequences (as in the journal):
 - ``A running -> A unreachable -> suspect -> lease ended -> failover to B (epoch 3) -> running``
 - ``A running -> drain A -> checkpoint now -> replicate -> B (0 lost steps)``
 
-The supervisor places and launches the job; the rest is done by pieces it builds, each handed
-the shared ``LiveJob`` and only what else it needs (never the controller, never this):
+The supervisor places and launches the job, given ``JobServices`` (what it may use of the
+fleet-wide controller, ``console/jobs/services``); the rest is done by pieces it builds, each
+handed the shared ``LiveJob`` and only what else it needs (never the services, never this):
 ``Watch`` (messages, liveness, a lost link), ``Standby`` (executors readied on other hosts),
 ``Recovery`` (what to do once a run ended), ``Orders`` (an operator's requests), ``Observe``
 (a read-only console's view), with ``OpenIncident``, ``Targets`` and ``Probe`` under them.
@@ -47,7 +48,7 @@ from protocol.messages import Progress, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
-    from console.jobs.controller import Controller
+    from console.jobs.services import JobServices
 
 __all__ = ["JobSupervisor", "Prepared"]
 
@@ -101,15 +102,16 @@ class JobSupervisor:
     def awaiting_approval(self) -> bool:
         return self.live.awaiting_approval
 
-    def __init__(self, ctl: Controller, name: str) -> None:
-        inv, fleet, journal, store = ctl.inv, ctl.fleet, ctl.journal, ctl.store
+    def __init__(self, services: JobServices, name: str) -> None:
+        inv, fleet, journal, store = services.inv, services.fleet, services.journal, services.store
+        self._services = services
         self.name = name
         self.spec = inv.jobs[name].spec
         rec = store.job(name)
         self.live = LiveJob(
             name, self.spec, rec, spares=list(rec.spares), sha256=rec.finished_sha256
         )
-        self._read_only = ctl.read_only
+        self._read_only = services.read_only
         self.starting_again = False
         """Made by an operator's start of a stopped or failed job, not at console start (what
         its first launch finds is said as such)."""
@@ -117,41 +119,45 @@ class JobSupervisor:
         self._fleet = fleet
         self._journal = journal
         self._save = store.save
-        self._alert = ctl.alert
-        self._reserved = functools.partial(ctl.reserved, name)
-        self._priorities = ctl.priorities
-        self._take_spare = ctl.take_spare
-        self._wait_for_hosts = ctl.wait_for_hosts
-        self._need_host = ctl.need_host
+        self._alert = services.alert
+        self._reserved = functools.partial(services.reserved, name)
+        self._priorities = services.priorities
+        self._take_spare = services.take_spare
+        self._wait_for_hosts = services.wait_for_hosts
+        self._need_host = services.need_host
         c = inv.console
         self.lease = JobLease(
             rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
         )
 
-        self._states = Transitions(self.live, journal=journal, alert=ctl.alert, alerted=ctl.alerted)
+        self._states = Transitions(
+            self.live, journal=journal, alert=services.alert, alerted=services.alerted
+        )
         self._incident = OpenIncident(
-            self.live, log=ctl.incidents, preparing=lambda: self._standby.preparing
+            self.live, log=services.incidents, preparing=lambda: self._standby.preparing
         )
 
         def transport(host: str) -> Transport:
             return fleet.hosts[host].transport  # read when used: a host's transport may change
 
-        self._probe = Probe(name, inv=inv, transport=transport, journal=journal, alert=ctl.alert)
+        self._probe = Probe(
+            name, inv=inv, transport=transport, journal=journal, alert=services.alert
+        )
         self.launcher = Launcher(
             name,
             inv=inv,
             transport=transport,
             journal=journal,
             phase=self._incident.phase,
-            console_id=ctl.console_id,
-            term=ctl.term,
-            executor_env=ctl.executor_env,
+            console_id=services.console_id,
+            term=services.term,
+            executor_env=services.executor_env,
             ended=self._probe.ended,
         )
         self.dismissed = self.launcher.dismissed
         """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
         targets = Targets(
-            self.live, inv=inv, fleet=fleet, replicator=ctl.replicator, reserved=self._reserved
+            self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
         )
         self._standby = Standby(
             self.live,
@@ -175,7 +181,7 @@ class JobSupervisor:
             states=self._states,
             incident=self._incident,
             journal=journal,
-            alert=ctl.alert,
+            alert=services.alert,
             wake=fleet.changed.set,
         )
         keeper = SpareKeeper(
@@ -183,7 +189,7 @@ class JobSupervisor:
             inv=inv,
             fleet=fleet,
             journal=journal,
-            replicator=ctl.replicator,
+            replicator=services.replicator,
             reserved=self._reserved,
             priorities=self._priorities,
             save=store.save,
@@ -195,20 +201,20 @@ class JobSupervisor:
             inv=inv,
             fleet=fleet,
             journal=journal,
-            alert=ctl.alert,
-            detection=ctl.detection,
-            policy=lambda: ctl.policy,
+            alert=services.alert,
+            detection=services.detection,
+            policy=services.policy,
             lease=self.lease,
             save=store.save,
-            replicator=ctl.replicator,
+            replicator=services.replicator,
             incident=self._incident,
             standby=self._standby,
             probe=self._probe,
             link=self.launcher.link,
-            progress=lambda msg: self._trained(ctl, msg),
+            progress=self._trained,
             move=self._orders.request_move,
             keep_spares=keeper.keep,
-            acts=not ctl.read_only,
+            acts=not services.read_only,
         )
         self._recovery = Recovery(
             self.live,
@@ -219,11 +225,11 @@ class JobSupervisor:
             targets=targets,
             fleet=fleet,
             journal=journal,
-            alert=ctl.alert,
+            alert=services.alert,
             save=store.save,
-            policy=lambda: ctl.policy,
+            policy=services.policy,
             restart_limit=c.restart_limit,
-            wait_for_hosts=ctl.wait_for_hosts,
+            wait_for_hosts=services.wait_for_hosts,
             reap=self._probe.reap,
         )
         self._observe = Observe(
@@ -255,9 +261,9 @@ class JobSupervisor:
 
     # ------------------------------------------------------------- requests
 
-    def _trained(self, ctl: Controller, msg: Progress) -> None:
+    def _trained(self, msg: Progress) -> None:
         """A step trained: the controller is told, and a move kept meanwhile is made."""
-        ctl.on_progress(self, msg)
+        self._services.on_progress(self, msg)
         self._orders.trains()
 
     def request_move(self, reason: str, why: str, target: str | None = None) -> None:

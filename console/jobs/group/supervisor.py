@@ -44,7 +44,7 @@ from console.states import JobState
 from protocol.messages import Rendezvous
 
 if TYPE_CHECKING:
-    from console.jobs.controller import Controller
+    from console.jobs.services import JobServices
 
 PORTS = (20000, 30000)
 """The master port of each epoch is drawn from this range (a new one each epoch: a port left
@@ -60,17 +60,17 @@ def next_port(last: int | None, draw: Callable[[int, int], int] = random.randran
 class GroupSupervisor(JobSupervisor):
     """A job with ``hosts = [...]``: one executor per member host, the console the coordinator."""
 
-    def __init__(self, ctl: Controller, name: str) -> None:
-        super().__init__(ctl, name)
-        inv = ctl.inv
-        self._policy = lambda: ctl.policy
-        self._detection = ctl.detection
-        self._progress = lambda msg: ctl.on_progress(self, msg)
+    def __init__(self, services: JobServices, name: str) -> None:
+        super().__init__(services, name)
+        inv = services.inv
+        self._policy = services.policy
+        self._detection = services.detection
+        self._progress = lambda msg: services.on_progress(self, msg)
         self.placement = inv.jobs[name].placement
         rec = self.live.rec
         self.members: list[str] = list(rec.members) or inv.members(name)
         """The job's hosts now, by node rank."""
-        self.commits = Commits(rec, ctl.store.save, len(self.members))
+        self.commits = Commits(rec, services.store.save, len(self.members))
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
         self._last_port: int | None = None
@@ -84,10 +84,10 @@ class GroupSupervisor(JobSupervisor):
             inv=inv,
             fleet=self._fleet,
             launcher=self.launcher,
-            alert=ctl.alert,
+            alert=services.alert,
             incident=self._incident,
             members=members,
-            replicator=ctl.replicator,
+            replicator=services.replicator,
         )
         self._messages = MemberMessages(
             self.live,
@@ -95,11 +95,11 @@ class GroupSupervisor(JobSupervisor):
             inv=inv,
             fleet=self._fleet,
             journal=self._journal,
-            alert=ctl.alert,
+            alert=services.alert,
             incident=self._incident,
-            replicator=ctl.replicator,
+            replicator=services.replicator,
             commits=self.commits,
-            save=ctl.store.save,
+            save=services.store.save,
             progress=self._progress,
             members=members,
             refused=self._resume.refuse,
@@ -124,7 +124,7 @@ class GroupSupervisor(JobSupervisor):
             members=members,
             reserved=self._reserved,
             move=lambda reason, why: self.request_move(reason, why),
-            save=ctl.store.save,
+            save=services.store.save,
         )
         self._group_recovery = GroupRecovery(
             self.live,
@@ -134,8 +134,8 @@ class GroupSupervisor(JobSupervisor):
             inv=inv,
             fleet=self._fleet,
             journal=self._journal,
-            alert=ctl.alert,
-            save=ctl.store.save,
+            alert=services.alert,
+            save=services.store.save,
             policy=self._policy,
             restart_limit=inv.console.restart_limit,
             reserved=self._reserved,

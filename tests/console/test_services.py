@@ -1,0 +1,118 @@
+"""A job's supervisor reaches the fleet-wide controller only through ``JobServices``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from fleetbed import job_table, local_host, write_inventory
+
+from console.fleet.detect import DetectionSettings
+from console.fleet.hosts import Fleet
+from console.inventory import load
+from console.jobs.group.supervisor import GroupSupervisor
+from console.jobs.policy import Policy
+from console.jobs.replicator import Replicator
+from console.jobs.services import JobServices
+from console.jobs.supervisor import JobSupervisor
+from console.records.incidents import IncidentLog
+from console.records.journal import Journal
+from console.records.state_store import StateStore
+from console.states import JobState
+
+JOBS = Path(__file__).resolve().parents[2] / "console" / "jobs"
+
+
+def imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, type-checking-only imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_nothing_a_job_uses_imports_the_controller() -> None:
+    users = [
+        str(p.relative_to(JOBS))
+        for p in sorted(JOBS.rglob("*.py"))
+        if p.name != "controller.py" and "console.jobs.controller" in imported(p)
+    ]
+    assert users == []
+
+
+class Calls:
+    """Stand-ins for the controller's decisions that record every call."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, tuple[Any, ...]]] = []
+        self.policy = Policy.MANUAL
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            self.made.append((name, args))
+
+        return call
+
+
+def services(tmp_path: Path, calls: Calls) -> JobServices:
+    inv = load(
+        write_inventory(
+            tmp_path / "inventory.toml",
+            hosts={h: local_host(tmp_path / h) for h in "abc"},
+            jobs={
+                "j": {"host": "a", "spares": ["c"], **job_table()},
+                "g": {"hosts": ["a", "b"], "spares": ["c"], **job_table()},
+            },
+        )
+    )
+    journal = Journal(inv.state_dir / "journal.jsonl")
+    store = StateStore(inv.state_dir)
+    fleet = Fleet(inv, journal, store)
+    incidents = IncidentLog(journal, store)
+    c = inv.console
+    return JobServices(
+        inv=inv,
+        fleet=fleet,
+        journal=journal,
+        store=store,
+        incidents=incidents,
+        replicator=Replicator(
+            inv,
+            transport=lambda h: fleet.hosts[h].transport,
+            journal=journal,
+            incidents=incidents,
+            step_of=lambda job: None,
+        ),
+        detection=DetectionSettings(
+            c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
+        ),
+        read_only=False,
+        console_id="test:1",
+        term=0,
+        executor_env={},
+        policy=lambda: calls.policy,
+        alert=calls.alert,
+        alerted=lambda msg: False,
+        reserved=lambda job: {},
+        priorities=lambda: {},
+        take_spare=calls.take_spare,
+        need_host=calls.need_host,
+        wait_for_hosts=calls.wait_for_hosts,
+        on_progress=calls.on_progress,
+    )
+
+
+def test_a_supervisor_of_either_kind_is_built_from_the_services_alone(tmp_path: Path) -> None:
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    one, group = JobSupervisor(svc, "j"), GroupSupervisor(svc, "g")
+    assert one.state is JobState.PENDING and group.state is JobState.PENDING
+    assert group.members == ["a", "b"]
+    assert calls.made == [], "building a supervisor decides nothing"
+    # the policy is read when used: an operator's change reaches a job built before it
+    calls.policy = Policy.AUTO
+    assert group._policy() is Policy.AUTO
