@@ -113,13 +113,13 @@ class Boundary:
                 f"lease of epoch {self.control.epoch} ends in {max(self.lease.left() or 0, 0):.1f}s "
                 "without renewal; checkpointing and stopping"
             )
-            fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
+            fault = Fault(fault=FaultKind.LEASE_LOST, step=step, message=text)
             return Halt("lease_lost", exitcodes.LEASE_LOST, True, fault)
         return None
 
     def lease_ended(self, step: int) -> Halt:
         text = f"lease of epoch {self.control.epoch} has ended; stopping without writing"
-        fault = Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=text)
+        fault = Fault(fault=FaultKind.LEASE_LOST, step=step, message=text)
         return Halt("lease_lost", exitcodes.LEASE_LOST, False, fault)
 
     def _stop_needs(self) -> float:

@@ -225,7 +225,7 @@ class CheckpointManager:
             )
             manifest_path = publish(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
-            self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=step, message=str(e)))
+            self._emit(Fault(fault=FaultKind.LEASE_LOST, step=step, message=str(e)))
             return None
         except (OSError, RuntimeError) as e:  # torch's writer wraps an OSError in a RuntimeError
             discard(tmp)
@@ -253,7 +253,7 @@ class CheckpointManager:
             self._purge(1)
             self._emit(
                 Fault(
-                    fault=FaultKind.DISK_FULL.value,
+                    fault=FaultKind.DISK_FULL,
                     step=step,
                     message=f"no space left writing checkpoint {step} in {self.folder}; kept only the newest",
                 )
@@ -261,7 +261,7 @@ class CheckpointManager:
         else:
             self._emit(
                 Fault(
-                    fault=FaultKind.CHECKPOINT_WRITE.value,
+                    fault=FaultKind.CHECKPOINT_WRITE,
                     step=step,
                     message=f"writing checkpoint {step} in {self.folder} failed: {e}",
                 )
@@ -325,9 +325,7 @@ class CheckpointManager:
                     else FaultKind.CHECKPOINT_CORRUPT
                 )
                 self._emit(
-                    Fault(
-                        fault=kind.value, message=f"skipped {manifest_path.with_suffix('.pt')}: {e}"
-                    )
+                    Fault(fault=kind, message=f"skipped {manifest_path.with_suffix('.pt')}: {e}")
                 )
                 continue
             self._parent = manifest
@@ -396,7 +394,7 @@ class CheckpointManager:
         if mine.why and mine.files:  # some of its files stand in from the others' copies
             self._emit(
                 Fault(
-                    fault=FaultKind.CHECKPOINT_CORRUPT.value,
+                    fault=FaultKind.CHECKPOINT_CORRUPT,
                     step=step,
                     message=f"in {data_path}: {mine.why}; a member's copy is used instead",
                 )

@@ -18,7 +18,7 @@ from executors import exitcodes
 from executors.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, reap_command
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
-from protocol.messages import ExecutorMessage
+from protocol.messages import ExecutorMessage, LogLevel
 from protocol.version import VersionAction
 
 PROG = "hotspare-executor"
@@ -145,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
                 "preempted",
                 checkpoint=True,
                 exit_code=exitcodes.PREEMPTED,
-                fault=FaultKind.PREEMPTED.value,
+                fault=FaultKind.PREEMPTED,
             )
         else:
             control.request_stop("interrupted", checkpoint=True, exit_code=exitcodes.INTERRUPTED)
@@ -255,7 +255,7 @@ def _reap(workdir: Path) -> None:
         )
         print(f"{PROG}: {text}", file=sys.stderr)
         log = EventLog(workdir / EVENTS)
-        log(Log(level="warning", text=text))
+        log(Log(level=LogLevel.WARNING, text=text))
         log.close()
 
 

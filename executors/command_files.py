@@ -34,7 +34,7 @@ from executors.publish import (
     read_manifest,
 )
 from protocol.faults import FaultKind
-from protocol.messages import CheckpointSaved, Fault, Log
+from protocol.messages import CheckpointSaved, Fault, Log, LogLevel
 from protocol.spec import CheckpointManifest, CommandSpec, Lineage
 
 
@@ -150,7 +150,7 @@ class Publisher:
             )
             manifest_path = put(tmp, data_path, manifest, self._lease_valid)
         except Fenced as e:
-            self._emit(Fault(fault=FaultKind.LEASE_LOST.value, step=cand.step, message=str(e)))
+            self._emit(Fault(fault=FaultKind.LEASE_LOST, step=cand.step, message=str(e)))
             return None
         except CorruptCheckpoint:  # not a regular file: not a checkpoint, whatever its name
             remove(tmp)
@@ -162,7 +162,7 @@ class Publisher:
                 self._purge(1)
             self._emit(
                 Fault(
-                    fault=(FaultKind.DISK_FULL if full else FaultKind.CHECKPOINT_WRITE).value,
+                    fault=(FaultKind.DISK_FULL if full else FaultKind.CHECKPOINT_WRITE),
                     step=cand.step,
                     message=f"copying checkpoint {cand.path} into {self.folder} failed: {e}",
                 )
@@ -171,7 +171,9 @@ class Publisher:
         self.last = manifest
         if staged.how is not self._how:
             self._how = staged.how
-            self._emit(Log(level="info", text=how_said(staged.how, self.folder, link=self.link)))
+            self._emit(
+                Log(level=LogLevel.INFO, text=how_said(staged.how, self.folder, link=self.link))
+            )
         saved = CheckpointSaved(
             manifest=manifest,
             path=str(data_path),
@@ -291,9 +293,7 @@ class Publisher:
             raise _Unusable(mismatch, why)
 
     def _skip(self, kind: FaultKind, manifest_path: Path, why: str) -> None:
-        self._emit(
-            Fault(fault=kind.value, message=f"skipped {manifest_path.with_suffix('.pt')}: {why}")
-        )
+        self._emit(Fault(fault=kind, message=f"skipped {manifest_path.with_suffix('.pt')}: {why}"))
 
 
 def _step_of(manifest_path: Path) -> int | None:

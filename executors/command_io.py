@@ -33,7 +33,7 @@ from executors.fencing.run import FencedRun
 from executors.publish import Emit, LeaseCheck
 from executors.workdir import TOKEN_ENV, new_token, record_command
 from protocol.errors import ConfigError
-from protocol.messages import Log, Progress, Rendezvous
+from protocol.messages import Log, LogLevel, Progress, Rendezvous
 
 if TYPE_CHECKING:
     from executors.zygote import ForkedRun
@@ -183,7 +183,7 @@ class LineLog:
         self._dropped = 0
         self.tail: deque[str] = deque(maxlen=5)
 
-    def __call__(self, level: str, text: str) -> None:
+    def __call__(self, level: LogLevel, text: str) -> None:
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS] + f"… ({len(text) - MAX_LINE_CHARS} more characters)"
         with self._lock:
@@ -210,7 +210,7 @@ class LineLog:
     def _dropped_line(self, n: int) -> None:
         self._emit(
             Log(
-                level="warning",
+                level=LogLevel.WARNING,
                 text=f"{n} lines of command output dropped (over {LINES_PER_S:g}/s)",
             )
         )

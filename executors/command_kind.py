@@ -89,7 +89,7 @@ from executors.workdir import CHECKPOINTS, CommandLingers, reap_command
 from executors.zygote import ForkedRun
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
-from protocol.messages import ExecutorMessage, Fault, Finished, Log, Resumed, Stopped
+from protocol.messages import ExecutorMessage, Fault, Finished, Log, LogLevel, Resumed, Stopped
 from protocol.spec import CommandSpec, JobSpec
 
 POLL_S = 0.2
@@ -139,7 +139,9 @@ class CommandKind:
         try:
             runner.setup(stopped)
         except SetupFailed as e:
-            runner.emit(Log(level="warning", text=f"prepare: {e}; the run will try it again"))
+            runner.emit(
+                Log(level=LogLevel.WARNING, text=f"prepare: {e}; the run will try it again")
+            )
             return
         if runner.warm is not None:
             runner.warm.prepare(*runner._command(None))
@@ -176,7 +178,7 @@ class CommandRunner:
             self.ckpt_dir,
             cs,
             step_at=self._step_at,
-            warn=lambda text: self.emit(Log(level="warning", text=text)),
+            warn=lambda text: self.emit(Log(level=LogLevel.WARNING, text=text)),
             writers=Writers(self._run_pids),
         )
         self.pub = Publisher(
@@ -231,14 +233,14 @@ class CommandRunner:
         try:  # a previous run's processes that outlived SIGKILL: no new run beside them
             reap_command(self.workdir)
         except CommandLingers as e:
-            self.emit(Fault(fault=FaultKind.CRASH.value, step=0, fatal=True, message=str(e)))
+            self.emit(Fault(fault=FaultKind.CRASH, step=0, fatal=True, message=str(e)))
             return Outcome(exitcodes.FAILED, 0, "crash")
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self.cwd.mkdir(parents=True, exist_ok=True)
         try:  # before the zygote: setup may install what it imports
             self.setup(lambda: self.control.stop is not None)
         except SetupFailed as e:
-            self.emit(Fault(fault=FaultKind.CRASH.value, step=0, fatal=True, message=str(e)))
+            self.emit(Fault(fault=FaultKind.CRASH, step=0, fatal=True, message=str(e)))
             return Outcome(exitcodes.FAILED, 0, "crash")
         self.pub.lineage = at_start(self.spec, run_id=self.control.run_id, cwd=self.cwd)
         if self.warm is not None:
@@ -247,7 +249,7 @@ class CommandRunner:
         if gone:
             self.emit(
                 Log(
-                    level="info",
+                    level=LogLevel.INFO,
                     text=f"removed {gone} checkpoint file(s) a previous run left in {self.ckpt_dir}; "
                     "only the workdir's verified checkpoints are resumed from",
                 )
@@ -257,9 +259,7 @@ class CommandRunner:
         except NotCommitted as e:
             step = self.control.rendezvous.resume_step if self.control.rendezvous else None
             self.emit(
-                Fault(
-                    fault=FaultKind.RESUME_FAILED.value, step=step or 0, fatal=True, message=str(e)
-                )
+                Fault(fault=FaultKind.RESUME_FAILED, step=step or 0, fatal=True, message=str(e))
             )
             return Outcome(exitcodes.FAILED, step or 0, "crash")
         self.meter.step = restored.manifest.step if restored else 0
@@ -300,12 +300,19 @@ class CommandRunner:
         how = f" (forked warm, preloaded {', '.join(self.cs.preloads)})" if warm else ""
         self.meter.touch(advanced=False)
         self.emit(
-            Log(level="info", text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}{how}")
+            Log(
+                level=LogLevel.INFO,
+                text=f"command started, pid {self.proc.pid}: {shlex.join(argv)}{how}",
+            )
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._readers = [
-            start_reader("hotspare-stdout", self.proc.stdout, lambda s: self._line("stdout", s)),
-            start_reader("hotspare-stderr", self.proc.stderr, lambda s: self._line("stderr", s)),
+            start_reader(
+                "hotspare-stdout", self.proc.stdout, lambda s: self._line(LogLevel.STDOUT, s)
+            ),
+            start_reader(
+                "hotspare-stderr", self.proc.stderr, lambda s: self._line(LogLevel.STDERR, s)
+            ),
         ]
         while True:
             code = self.proc.poll()
@@ -334,7 +341,7 @@ class CommandRunner:
                 f"removed checkpoint(s) of step {', '.join(map(str, dropped))}: newer than "
                 f"the group's committed step ({'none' if step is None else step})"
             )
-            self.emit(Log(level="info", text=text))
+            self.emit(Log(level=LogLevel.INFO, text=text))
         return None if step is None else self.pub.restore_step(step, self.ckpt_dir, self.cs)
 
     def _step_at(self, t_ns: int) -> int | None:
@@ -396,7 +403,7 @@ class CommandRunner:
             template = [*self.cs.argv, *(self.cs.resume_argv or [])] if restored else self.cs.argv
         return build_argv(template, values), command_env(self.cs.env, values, run)
 
-    def _line(self, stream: str, text: str) -> None:
+    def _line(self, stream: LogLevel, text: str) -> None:
         self.lines(stream, text)
         if self._progress_re is not None:
             parsed = parse_progress(self._progress_re, text)
@@ -427,7 +434,7 @@ class CommandRunner:
             text = (
                 "the command kind cannot checkpoint on request: the command keeps its own schedule"
             )
-            self.emit(Log(level="info", text=text))
+            self.emit(Log(level=LogLevel.INFO, text=text))
 
     def _publish_new(self, *, exited_ok: bool = False, ended_at: float | None = None) -> None:
         after = self.pub.step
@@ -451,7 +458,9 @@ class CommandRunner:
         try:
             self.watcher.prune_before(oldest)
         except OSError as e:
-            self.emit(Log(level="warning", text=f"pruning the command's old checkpoints: {e}"))
+            self.emit(
+                Log(level=LogLevel.WARNING, text=f"pruning the command's old checkpoints: {e}")
+            )
 
     def _check(self) -> Outcome | None:
         """Between polls: a stop request, the lease, a hang."""
@@ -486,7 +495,7 @@ class CommandRunner:
         if timeout is not None and quiet > timeout:
             self.emit(
                 Fault(
-                    fault=FaultKind.HANG.value,
+                    fault=FaultKind.HANG,
                     step=self.meter.step,
                     message=f"no progress for {quiet:.1f}s (hang_timeout_s {timeout:g}) after step "
                     f"{self.meter.step}; killing the command",
@@ -498,7 +507,7 @@ class CommandRunner:
         return None
 
     def _lease_fault(self, message: str) -> None:
-        self.emit(Fault(fault=FaultKind.LEASE_LOST.value, step=self.meter.step, message=message))
+        self.emit(Fault(fault=FaultKind.LEASE_LOST, step=self.meter.step, message=message))
 
     # ---------------------------------------------------------------- ends
 
@@ -534,7 +543,7 @@ class CommandRunner:
                 pass
         self._ended_at = time.monotonic()
         proc.fence.end()  # what is left of the run (workers of a dead leader)
-        self.emit(Log(level="info", text=f"command {describe_exit(proc.returncode)}"))
+        self.emit(Log(level=LogLevel.INFO, text=f"command {describe_exit(proc.returncode)}"))
 
     def _exited(self, code: int) -> Outcome:
         self._ended_at = time.monotonic()
@@ -560,13 +569,13 @@ class CommandRunner:
                     "match; params_sha256 is empty"
                 )
             for text in warnings:
-                self.emit(Log(level="warning", text=text))
+                self.emit(Log(level=LogLevel.WARNING, text=text))
             self.emit(Finished(step=step, params_sha256=digest, warnings=warnings))
             return Outcome(exitcodes.OK, step, "finished", digest)
         tail = " | ".join(self.lines.tail)
         self.emit(
             Fault(
-                fault=FaultKind.CRASH.value,
+                fault=FaultKind.CRASH,
                 step=step,
                 fatal=True,
                 message=f"the command {describe_exit(code)} after step {step}"
@@ -605,7 +614,9 @@ class CommandRunner:
         try:
             gone = reap_command(self.workdir)
         except CommandLingers as e:
-            self.emit(Log(level="warning", text=str(e)))
+            self.emit(Log(level=LogLevel.WARNING, text=str(e)))
             return
         if gone:
-            self.emit(Log(level="info", text=f"killed {gone} leftover process(es) of the command"))
+            self.emit(
+                Log(level=LogLevel.INFO, text=f"killed {gone} leftover process(es) of the command")
+            )

@@ -29,7 +29,7 @@ from executors.command_io import start_reader
 from executors.durable import atomic_write
 from executors.publish import Emit
 from executors.workdir import TOKEN_ENV
-from protocol.messages import Log
+from protocol.messages import Log, LogLevel
 
 DONE = "setup.done"
 POLL_S = 0.1
@@ -73,7 +73,7 @@ def ensure(
             if done.read_text().strip() == want:
                 return
         done.unlink(missing_ok=True)
-        emit(Log(level="info", text=f"setup: running {shlex.join(argv)} (in {cwd})"))
+        emit(Log(level=LogLevel.INFO, text=f"setup: running {shlex.join(argv)} (in {cwd})"))
         t0 = time.monotonic()
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         how = _run(argv, env, cwd, timeout_s, emit, stopped, tail)
@@ -82,7 +82,7 @@ def ensure(
             last = " | ".join(tail) or "(no output)"
             raise SetupFailed(f"setup {how} after {took:.1f}s: {shlex.join(argv)}; output: {last}")
         atomic_write(done, f"{want}\n".encode())
-        emit(Log(level="info", text=f"setup: done in {took:.1f}s"))
+        emit(Log(level=LogLevel.INFO, text=f"setup: done in {took:.1f}s"))
 
 
 def _run(
@@ -99,7 +99,7 @@ def _run(
 
     def line(text: str) -> None:
         tail.append(text[:200])
-        emit(Log(level="info", text=f"setup: {text}"))
+        emit(Log(level=LogLevel.INFO, text=f"setup: {text}"))
 
     try:
         proc = subprocess.Popen(

@@ -20,7 +20,7 @@ from executors.control import Control
 from executors.fencing import cgroup
 from executors.publish import Emit
 from executors.zygote import ForkedRun, Plan, Zygote, ZygoteError
-from protocol.messages import Log
+from protocol.messages import Log, LogLevel
 from protocol.spec import CommandSpec
 
 READY_TIMEOUT_S = 300.0
@@ -72,7 +72,7 @@ class WarmStart:
         title = ["hotspare-zygote", f"job={self.job}", f"preload={','.join(self.preload)}"]
         z, note = zygote.ensure(self.workdir, k, env, title)
         if z is not None and note is not None:
-            self.emit(Log(level="info", text=f"preload: {note}"))
+            self.emit(Log(level=LogLevel.INFO, text=f"preload: {note}"))
         self._zygote, self._failed_note = z, note if z is None else None
 
     def ready(self, argv: list[str], env: dict[str, str]) -> tuple[Zygote, Plan] | None:
@@ -129,7 +129,7 @@ class WarmStart:
     def _cold(self, why: str) -> None:
         text = f"preload: starting the command with exec: {why}"
         if not self.auto:
-            self.emit(Log(level="warning", text=text))
+            self.emit(Log(level=LogLevel.WARNING, text=text))
         elif why not in self._said:
             self._said.add(why)
-            self.emit(Log(level="info", text=text))
+            self.emit(Log(level=LogLevel.INFO, text=text))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from executors import clock
+from protocol.faults import FaultKind
 from protocol.messages import Rendezvous
 
 
@@ -18,7 +19,7 @@ class StopRequest:
     reason: str
     checkpoint: bool
     exit_code: int
-    fault: str | None = None
+    fault: FaultKind | None = None
     """A fault to report at the boundary (set from a signal handler, which must not emit)."""
 
 
@@ -70,7 +71,7 @@ class Control:
             return reason
 
     def request_stop(
-        self, reason: str, *, checkpoint: bool, exit_code: int, fault: str | None = None
+        self, reason: str, *, checkpoint: bool, exit_code: int, fault: FaultKind | None = None
     ) -> None:
         """The first stop request wins; a later one (say, a second signal) does not change it."""
         if self._stop is None:

@@ -136,6 +136,6 @@ def report_crash(e: BaseException, workdir: Path, emit: Callable[[ExecutorMessag
     with open(workdir / CRASH, "a") as f:
         traceback.print_exception(e, file=f)
     line = (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0]
-    emit(Fault(fault=FaultKind.CRASH.value, message=line, fatal=True))
+    emit(Fault(fault=FaultKind.CRASH, message=line, fatal=True))
     print(f"hotspare-executor: crashed: {line} (traceback in {workdir / CRASH})", file=sys.stderr)
     return FAILED

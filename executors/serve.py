@@ -60,6 +60,7 @@ from protocol.messages import (
     Heartbeat,
     Lease,
     Log,
+    LogLevel,
     Ping,
     Prepare,
     Progress,
@@ -213,7 +214,7 @@ class Server:
             self._lock = twin.promote()
         except WorkdirBusy as e:
             text = f"warm twin: Start refused, the job's executor still runs ({e})"
-            self.emit(Fault(fault=FaultKind.WORKDIR_BUSY.value, message=text))
+            self.emit(Fault(fault=FaultKind.WORKDIR_BUSY, message=text))
             self._finish_idle("workdir_busy", exitcodes.BUSY)
             return False
         self._serve(self.workdir / SOCKET)  # a later console reattaches here as to any executor
@@ -240,7 +241,7 @@ class Server:
                 "preempted",
                 checkpoint=True,
                 exit_code=exitcodes.PREEMPTED,
-                fault=FaultKind.PREEMPTED.value,
+                fault=FaultKind.PREEMPTED,
             )
         else:
             self.control.request_stop(
@@ -275,7 +276,7 @@ class Server:
             if msg.epoch <= self.control.epoch:
                 self._broadcast(
                     Log(
-                        level="warning",
+                        level=LogLevel.WARNING,
                         text=f"Start at epoch {msg.epoch} ignored: a restart needs an epoch above "
                         f"{self.control.epoch}",
                     )
@@ -285,7 +286,7 @@ class Server:
             assert self.spec is not None
             self._broadcast(
                 Log(
-                    level="warning",
+                    level=LogLevel.WARNING,
                     text=f"already running job {self.spec.name} under epoch "
                     f"{self.control.epoch if self.control else 0}; Start ignored",
                 )
@@ -328,7 +329,7 @@ class Server:
             if prepare is not None:
                 prepare(spec, self.workdir, self.emit, self._ending.is_set)
         except Exception as e:  # noqa: BLE001 - readying is an optimisation: the Start reports
-            self.emit(Log(level="info", text=f"prepare: {type(e).__name__}: {e}"))
+            self.emit(Log(level=LogLevel.INFO, text=f"prepare: {type(e).__name__}: {e}"))
 
     def _train(self, spec: JobSpec, control: Control) -> None:
         code, reason = exitcodes.FAILED, FaultKind.CRASH.value
@@ -350,7 +351,7 @@ class Server:
             outcome = runner.run()
             code, reason = outcome.exit_code, outcome.reason
         except ConfigError as e:
-            self.emit(Fault(fault="config", message=str(e), fatal=True))
+            self.emit(Fault(fault=FaultKind.CONFIG, message=str(e), fatal=True))
             code, reason = exitcodes.CONFIG, "config"
         except Exception as e:  # noqa: BLE001 - reported as a crash event; the traceback goes to crash.log
             code = report_crash(e, self.workdir, self.emit)
@@ -433,13 +434,13 @@ class Server:
                 if not isinstance(msg, Ping) and (
                     why := self._term.refusal(hello.term, type(msg).__name__)
                 ):
-                    self.emit(Log(level="warning", text=why))
+                    self.emit(Log(level=LogLevel.WARNING, text=why))
                     continue
                 self._handle(msg, writer)
         except ProtocolError as e:
             with contextlib.suppress(ConnectionError, TimeoutError, ProtocolError):
                 await write_message(
-                    writer, Fault(fault=FaultKind.PROTOCOL.value, message=str(e)), timeout=2
+                    writer, Fault(fault=FaultKind.PROTOCOL, message=str(e)), timeout=2
                 )
         except (ConnectionError, TimeoutError):
             pass
@@ -457,7 +458,7 @@ class Server:
             pid=os.getpid(),
             hostname=socket.gethostname(),
             workdir=str(self.workdir),
-            state=self.state.value,
+            state=self.state,
             job=self.spec.name if self.spec else None,
             epoch=self.control.epoch if self.control else 0,
             step=self.step,
@@ -478,7 +479,10 @@ class Server:
             else:
                 writer.write(
                     encode_frame(
-                        Log(level="warning", text=f"no job running; {type(msg).__name__} ignored")
+                        Log(
+                            level=LogLevel.WARNING,
+                            text=f"no job running; {type(msg).__name__} ignored",
+                        )
                     )
                 )
         elif isinstance(msg, Lease):
@@ -501,7 +505,7 @@ class Server:
         if msg.epoch > control.epoch:
             self.emit(
                 Fault(
-                    fault=FaultKind.LEASE_LOST.value,
+                    fault=FaultKind.LEASE_LOST,
                     step=self.step,
                     message=f"epoch {control.epoch} is stale (console is at {msg.epoch}); stopping "
                     "without writing anything more",
@@ -536,7 +540,7 @@ class Server:
             seq=self._seq,
             t=time.time(),
             clock=clock.now(),
-            state=self.state.value,
+            state=self.state,
             step=self.step,
             epoch=control.epoch if control else 0,
             lease_left_s=control.lease_left() if control else None,
@@ -580,7 +584,7 @@ class Server:
                 kill_command(self.workdir)
                 self._log(
                     Fault(
-                        fault=FaultKind.LEASE_LOST.value,
+                        fault=FaultKind.LEASE_LOST,
                         step=self.step,
                         fatal=True,
                         message="lease ended while a step was still running; exiting at once",

@@ -50,7 +50,7 @@ from executors.version import code_version
 from executors.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
-from protocol.messages import Fault, Finished, Log, Resumed, Stopped
+from protocol.messages import Fault, Finished, Log, LogLevel, Resumed, Stopped
 from protocol.spec import JobSpec
 
 DEFAULT_CHECKPOINT_EVERY_S = 30.0
@@ -164,7 +164,7 @@ class Trainer:
             self._ckpt_group = _sharding_group(self.group, self._in_order)
         self._build()
         if self._logical_ranks is not None:
-            self.emit(Log(level="info", text=self.layout.describe()))
+            self.emit(Log(level=LogLevel.INFO, text=self.layout.describe()))
         failed = self._resume()
         if failed is not None:
             return failed
@@ -226,7 +226,7 @@ class Trainer:
             step = self.control.rendezvous.resume_step if self.control.rendezvous else None
             text = f"cannot resume from the committed step {step}: {e}"
             kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
-            self.emit(Fault(fault=kind.value, step=step or 0, message=text, fatal=True))
+            self.emit(Fault(fault=kind, step=step or 0, message=text, fatal=True))
             return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
         if loaded is not None:
             self._restore(loaded)
@@ -248,7 +248,7 @@ class Trainer:
         step = self.control.rendezvous.resume_step
         if dropped := self.ckpt.drop_above(step):
             text = f"removed uncommitted checkpoints of steps {dropped} (committed: {step})"
-            self.emit(Log(level="info", text=text))
+            self.emit(Log(level=LogLevel.INFO, text=text))
         return None if step is None else self._load_step(step)
 
     def _load_step(self, step: int) -> Loaded:
@@ -275,7 +275,7 @@ class Trainer:
         if self.state.micro_batch != saved_micro:
             self.emit(
                 Log(
-                    level="info",
+                    level=LogLevel.INFO,
                     text=f"micro-batch {saved_micro} of the checkpoint does not divide each "
                     f"logical rank's {self.layout.rows_per_logical} rows; now "
                     f"{self.state.micro_batch}",
@@ -494,7 +494,7 @@ class Trainer:
         self.state.micro_batch = smaller
         self.emit(
             Fault(
-                fault=FaultKind.OOM.value,
+                fault=FaultKind.OOM,
                 step=step,
                 message=f"out of memory at step {step} with micro-batch {mb}; now micro-batch {smaller} x "
                 f"{rows // smaller} accumulation (global batch {g})",
@@ -512,7 +512,7 @@ class Trainer:
         skipped = sorted({*self.state.skipped, bad})
         self.emit(
             Fault(
-                fault=FaultKind.NAN.value,
+                fault=FaultKind.NAN,
                 step=step,
                 message=f"loss {loss} at step {step} (data position {bad}); rolling back to step "
                 f"{self.saved_step or 0} and skipping that batch",
@@ -549,7 +549,7 @@ class Trainer:
             raise RuntimeError(f"rolling back to step {self.saved_step}: {e}") from None
 
     def _warn(self, text: str) -> None:
-        self.emit(Log(level="warning", text=text))
+        self.emit(Log(level=LogLevel.WARNING, text=text))
 
     # --------------------------------------------------------------- progress
 

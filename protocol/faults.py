@@ -33,5 +33,8 @@ class FaultKind(StrEnum):
     WORKDIR_BUSY = "workdir_busy"
     """A warm twin told Start while the job's executor still holds the workdir: refused, the
     twin exits (never two trainers of one job)."""
+    CONFIG = "config"
+    """The job's spec or command cannot run here (a bad config key, a missing file): not
+    restarted, the job fails with the message."""
     PROTOCOL = "protocol"
     """A peer sent something that is not a valid frame or message."""

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 import msgspec
 
+from protocol.faults import FaultKind
 from protocol.spec import CheckpointManifest, JobSpec
 
 PROTOCOL_VERSION = 4
@@ -30,6 +31,24 @@ class ExecutorState(StrEnum):
     FINISHED = "finished"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+class LogLevel(StrEnum):
+    """What a Log line is: the executor's own (info, warning, error), or a line of a wrapped
+    command's output (stdout, stderr)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+class Backend(StrEnum):
+    """The torch.distributed backend of a multi-host job's epoch."""
+
+    GLOO = "gloo"
+    NCCL = "nccl"
 
 
 class _Msg(msgspec.Struct, tag_field="kind", kw_only=True, omit_defaults=False):
@@ -61,7 +80,7 @@ class Rendezvous(msgspec.Struct, kw_only=True):
     """Every member's data address, by node rank; rank 0's is the master address."""
     master_port: int
     procs_per_host: int = 1
-    backend: str = "gloo"
+    backend: Backend = Backend.GLOO
     resume_step: int | None = None
     """The newest step every member committed (two-phase commit, decided by the console): the
     only step a member may load. None: start from step 0, whatever lies in the workdir."""
@@ -177,7 +196,7 @@ class ExecutorHello(_Msg, tag="hello"):
     pid: int
     hostname: str
     workdir: str
-    state: str
+    state: ExecutorState
     job: str | None = None
     epoch: int = 0
     step: int = 0
@@ -188,7 +207,7 @@ class ExecutorHello(_Msg, tag="hello"):
 class Heartbeat(_Msg, tag="heartbeat"):
     seq: int
     t: float
-    state: str
+    state: ExecutorState
     step: int
     epoch: int
     lease_left_s: float | None = None
@@ -290,14 +309,14 @@ class Resumed(_Msg, tag="resumed"):
 class Fault(_Msg, tag="fault"):
     """Something went wrong. ``fault`` names the class (see executors.faults.FaultKind)."""
 
-    fault: str
+    fault: FaultKind
     message: str
     step: int = 0
     fatal: bool = False
 
 
 class Log(_Msg, tag="log"):
-    level: str
+    level: LogLevel
     text: str
 
 

@@ -22,7 +22,7 @@ from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
 from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import Transport, TransportError
 from console.records.journal import Journal, Kind
-from protocol.messages import Prepare, Stop
+from protocol.messages import ExecutorState, Prepare, Stop
 
 START_TIMEOUT_S = 90.0
 POLL_S = 0.2
@@ -152,7 +152,7 @@ class Launcher:
         except LinkError:
             hello = None
         if hello is not None:
-            if hello.state == "idle" and (host, hello.pid) not in self.dismissed:
+            if hello.state == ExecutorState.IDLE and (host, hello.pid) not in self.dismissed:
                 self._journal.record(
                     Kind.EXECUTOR,
                     f"{self.job}: warm twin pid {hello.pid} on {host}, left by an earlier "
@@ -194,7 +194,7 @@ class Launcher:
             hello = await link.open(timeout=2)
         except LinkError:
             return None
-        if hello.state == "idle" and (host, hello.pid) not in self.dismissed:
+        if hello.state == ExecutorState.IDLE and (host, hello.pid) not in self.dismissed:
             ours = (host, hello.pid) in self.standbys
             self._journal.record(
                 Kind.EXECUTOR,

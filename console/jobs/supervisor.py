@@ -28,6 +28,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.incident import OpenIncident
 from console.jobs.launcher import Launcher
 from console.jobs.lease import JobLease, NoAnchor, Unpersisted, fresh_anchor
+from console.jobs.link_loss import LinkLoss
 from console.jobs.live import LiveJob, Transitions
 from console.jobs.observe import Observe
 from console.jobs.orders import Orders
@@ -44,7 +45,7 @@ from console.reach.transport.base import Transport
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.states import FailureKind, JobState
-from protocol.messages import Progress, Start, Stop
+from protocol.messages import ExecutorState, Progress, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -154,6 +155,16 @@ class JobSupervisor:
             executor_env=services.executor_env,
             ended=self._probe.ended,
         )
+        self._loss = LinkLoss(
+            name,
+            hosts=fleet,
+            probe=self._probe,
+            detection=services.detection,
+            heartbeat_s=c.heartbeat_s,
+            link=self.launcher.link,
+            alert=services.alert,
+        )
+        """What a lost link to one of the job's executors means (single host or member)."""
         self.dismissed = self.launcher.dismissed
         """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
         targets = Targets(
@@ -210,6 +221,7 @@ class JobSupervisor:
             incident=self._incident,
             standby=self._standby,
             probe=self._probe,
+            loss=self._loss,
             link=self.launcher.link,
             progress=self._trained,
             move=self._orders.request_move,
@@ -324,7 +336,11 @@ class JobSupervisor:
                 hello = await link.open(timeout=2)
             except LinkError:
                 hello = None
-            if hello is not None and hello.epoch == job.epoch and hello.state == "training":
+            if (
+                hello is not None
+                and hello.epoch == job.epoch
+                and hello.state == ExecutorState.TRAINING
+            ):
                 job.link, job.step = link, hello.step
                 job.last_seen = time.monotonic()
                 with contextlib.suppress(LinkError, NoAnchor):  # not granted: the watch renews
@@ -352,7 +368,11 @@ class JobSupervisor:
                 if outcome is None:
                     self._note_reattached(host)
                 return outcome
-            if hello is not None and hello.epoch == job.epoch and hello.state == "faulted":
+            if (
+                hello is not None
+                and hello.epoch == job.epoch
+                and hello.state == ExecutorState.FAULTED
+            ):
                 # Its run died while no console watched: restart it in place, as if seen dying.
                 job.faulted = link
                 job.step = hello.step

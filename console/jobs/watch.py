@@ -19,10 +19,11 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.jobs.incident import PREEMPTED_WHY, OpenIncident, trained_past
 from console.jobs.lease import JobLease, NoAnchor, lapse_note, renew_on_readings
+from console.jobs.link_loss import LinkLoss
 from console.jobs.live import Alert, LiveJob, Transitions
 from console.jobs.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.jobs.policy import Decision, Policy, decide
-from console.jobs.probe import Asking, Probe
+from console.jobs.probe import Probe
 from console.jobs.replicator import Replicator, Source
 from console.jobs.standby import Standby
 from console.reach.deploy import checkpoint_file
@@ -45,7 +46,6 @@ from protocol.messages import (
 )
 
 POLL_S = 0.2
-PROBE_MIN_S = 2.0
 LEAVE_TIMEOUT_S = 2.0
 READ_BACK_TIMEOUT_S = 30.0
 """Reading an ended run's events.jsonl for a checkpoint its link did not deliver."""
@@ -79,6 +79,7 @@ class Watch:
         incident: OpenIncident,
         standby: Standby,
         probe: Probe,
+        loss: LinkLoss,
         link: Callable[[str], ExecutorLink],
         progress: Callable[[Progress], None],
         move: Callable[[str, str], None],
@@ -114,6 +115,8 @@ class Watch:
         """False for a read-only console: messages update the view, and nothing is done about
         them (no incident opened, no drain, no restart count reset)."""
         self._pace = ClockPace(inv.console.lease_s)
+        self._loss = loss
+        """What a lost link means (the classifier every job uses)."""
         self._warned = 0
         self._ended = asyncio.Event()
         """Set when a message says the run ended while the executor stays (``RunEnded``)."""
@@ -365,11 +368,11 @@ class Watch:
         )
         if not self._acts:
             return
-        if msg.fault == "preempted" and job.incident is None:
+        if msg.fault == FaultKind.PREEMPTED and job.incident is None:
             self._incident.open("preemption", PREEMPTED_WHY, planned=True)
-        if msg.fault in ("nan", "oom") and job.incident is None:
+        if msg.fault in (FaultKind.NAN, FaultKind.OOM) and job.incident is None:
             self._incident.in_executor(msg.fault, msg.step, msg.message)
-        if msg.fault == "config":
+        if msg.fault == FaultKind.CONFIG:
             job.exit = Outcome(Exit.CONFIG, msg.message)
 
     def _on_health(self, msg: Health) -> None:
@@ -397,101 +400,77 @@ class Watch:
     # ------------------------------------------------------- after link loss
 
     async def after_link_loss(self, why: str, *, seen_silent: bool = True) -> Outcome | None:
-        """Relink after a blip; otherwise find out what happened, waiting out the lease where it matters.
+        """Relink after a blip; otherwise find out what happened, waiting out the lease where it
+        matters (``LinkLoss``, the classifier every job uses).
 
-        Probes are cut short near the lease's end, so the decision follows the end closely;
-        only a probe that may be acted on (``Answer.known``: not one starved of CPU) decides.
         ``seen_silent`` is False for a console that has not yet heard the executor (its own
         start): no silence was seen, so no incident opens unless the loss is decided (an
         executor slow to answer on a loaded machine is no fault).
         """
-        job, lease = self._live, self._lease
-        host = job.host
+        host = self._live.host
         assert host is not None
-        workdir = self._probe.workdir(host)
-        suspect_noted = offline_noted = known = False
-        asking = Asking(PROBE_MIN_S)
-        alive: bool | None = None
-        before = job.state
-        probe_s = max(0.5, 2 * self._inv.console.heartbeat_s)
-        while True:
-            silent = is_suspect(time.monotonic(), job.last_seen, self._detection)
-            if known and silent and lease.ended():
-                if alive:
-                    self._lost(alive, why, seen_silent)
-                    return await self._probe.hung(host, workdir)
-                if await self._fleet.console_online(excluding=host):
-                    if not offline_noted:
-                        self._lost(alive, why, seen_silent)
-                        return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
-                    # Online again after reaching no host: what was said of this host was said
-                    # while the console itself was cut off. Ask it again before calling it lost.
-                    offline_noted = known = False
-                    alive = None
-                    asking.afresh()
-                    continue
-                if not offline_noted:
-                    offline_noted = True
-                    self._alert(
-                        f"the console reaches no host at all: not failing {job.name} over",
-                        job=job.name,
-                    )
-            budget = max(0.2, min(probe_s, lease.left())) if silent else probe_s
-            if await self._relink(host, max(budget, self._probe.fair_budget(host))):
-                await self._standby.cancel_preparation()
-                if job.state is JobState.UNREACHABLE:
-                    self._states.move(before, f"{host} answers again")
-                return None
-            # The probe runs a short Python program on the host, which a loaded host may take a
-            # while to start; one cut short reads as "cannot be asked", not as "gone". Only
-            # near the lease's end is it cut short, so the decision follows the end closely.
-            answer = await self._probe.ask(host, workdir, asking.cut(silent, budget))
-            asking.heard(answer)
-            if answer.alive is False:
-                return await self._probe.ended(host)
-            if answer.known:
-                known, alive = True, answer.alive
-            if silent and not suspect_noted:
-                suspect_noted = True
-                self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
-                if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
-                    self._states.move(
-                        JobState.UNREACHABLE,
-                        f"waiting out the lease on {host}: {max(0.0, lease.left()):.0f} s left",
-                    )
-            if (
-                known
-                and alive is None
-                and not self._standby.preparing
-                and decide(self._policy(), failover=True) is Decision.ACT
-            ):
-                # Unreachable: ready the target now (an idle executor trains nothing); a blip cancels it.
-                self._standby.begin_preparation(host)
-            if not (known and silent and lease.ended()):  # ended: decide now, not a poll later
-                await asyncio.sleep(min(POLL_S, max(lease.left(), 0.0)) if silent else POLL_S)
+        return await self._loss.classify(host, why, _OneHost(self, host, why, seen_silent))
 
-    def _lost(self, alive: bool | None, why: str, seen_silent: bool) -> None:
+
+class _OneHost:
+    """A single-host job's side of a lost link (``link_loss.Side``): the job reads unreachable
+    while its host is silent, a target is readied while the host cannot be asked, an incident
+    opens once the loss is decided, and an answer again undoes what the silence did."""
+
+    def __init__(self, watch: Watch, host: str, why: str, seen_silent: bool) -> None:
+        self._w = watch
+        self._host = host
+        self._why = why
+        self._seen_silent = seen_silent
+        self._before = watch._live.state
+
+    @property
+    def epoch(self) -> int:
+        return self._w._live.epoch
+
+    def last_seen(self) -> float:
+        return self._w._live.last_seen
+
+    def left(self) -> float:
+        return self._w._lease.left()
+
+    async def answered(self, link: ExecutorLink) -> None:
+        w, job = self._w, self._w._live
+        job.link = link
+        job.last_seen = time.monotonic()
+        with contextlib.suppress(LinkError, NoAnchor):  # at once: it may be about to end
+            await link.send(w._lease.renewal(link, self._host, job.epoch))
+        await w._standby.cancel_preparation()
+        if job.state is JobState.UNREACHABLE:
+            w._states.move(self._before, f"{self._host} answers again")
+
+    def faulted(self, link: ExecutorLink) -> Outcome:
+        """Its run ended while unlinked: restarted in place on the executor that waits."""
+        w, job = self._w, self._w._live
+        job.faulted = link
+        job.last_seen = time.monotonic()
+        if link.hello is not None:
+            job.step = max(job.step, link.hello.step)
+        w._standby.pump(link)
+        return Outcome(Exit.RUN_CRASHED, f"the run on {self._host} ended while unlinked")
+
+    def silent(self) -> None:
+        w, job = self._w, self._w._live
+        if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            w._states.move(
+                JobState.UNREACHABLE,
+                f"waiting out the lease on {self._host}: {max(0.0, w._lease.left()):.0f} s left",
+            )
+
+    def unreachable(self) -> None:
+        """Ready the target now (an idle executor trains nothing); a blip cancels it."""
+        w = self._w
+        if not w._standby.preparing and decide(w._policy(), failover=True) is Decision.ACT:
+            w._standby.begin_preparation(self._host)
+
+    def lost(self, fault_class: str) -> None:
         """The silence is decided a loss (its lease ran out): its incident opens now, dated
         from the last heartbeat. Not before: a silence that ends in a relink is a blip, no
         incident (a loaded machine's late heartbeats opened one that "recovered" at once)."""
-        if seen_silent:
-            self._incident.open("host_lost" if alive is None else "executor_hang", why)
-
-    async def _relink(self, host: str, budget: float) -> bool:
-        """Reconnect to the same executor (same epoch, still training): the loss was a blip."""
-        job = self._live
-        link = self._link(host)
-        try:
-            async with asyncio.timeout(budget):
-                hello = await link.open(timeout=budget)
-        except (LinkError, TimeoutError):
-            link.close()
-            return False
-        if hello.epoch == job.epoch and hello.state in ("training", "stopping"):
-            job.link = link
-            job.last_seen = time.monotonic()
-            with contextlib.suppress(LinkError, NoAnchor):  # at once: it may be about to end
-                await link.send(self._lease.renewal(link, host, job.epoch))
-            return True
-        link.close()
-        return False
+        if self._seen_silent:
+            self._w._incident.open(fault_class, self._why)

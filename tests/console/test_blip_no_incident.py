@@ -56,6 +56,9 @@ async def blip(ctl: Controller, root: Path, budget_s: float) -> list[Event]:
     journal = list(read(root.parent / "state" / "journal.jsonl"))
     moves = [e.data["to"] for e in journal if e.kind is Kind.JOB_STATE]
     assert "unreachable" in moves and moves[-1] == "finished", moves
+    # once it answers again it reads running again, not unreachable until its end
+    after = moves[moves.index("unreachable") + 1 :]
+    assert after[:1] == ["running"], moves
     found = incidents(journal)
     assert found == [], [(i.fault_class, i.host, i.last_step) for i in found]
     assert not [e for e in journal if e.kind is Kind.INCIDENT], "no incident line either"

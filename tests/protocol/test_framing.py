@@ -468,6 +468,62 @@ BAD_PAYLOADS = [
         "invalid executor->console message: Object missing required field",
         id="health-missing-fields",
     ),
+    # every string discriminator is an enum, refused at the edge (a typo in a peer's fault or
+    # state is a ProtocolError naming the field, not a fault the console files as unknown)
+    pytest.param(
+        msgspec.msgpack.encode({"kind": "fault", "fault": "bogus", "message": "m"}),
+        EXECUTOR_MESSAGES,
+        "invalid executor->console message: Invalid enum value 'bogus' - at `$.fault`",
+        id="unknown-fault-kind",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode({"kind": "log", "level": "loud", "text": "t"}),
+        EXECUTOR_MESSAGES,
+        "Invalid enum value 'loud' - at `$.level`",
+        id="unknown-log-level",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode(
+            {"kind": "heartbeat", "seq": 1, "t": 0.0, "state": "dancing", "step": 0, "epoch": 1}
+        ),
+        EXECUTOR_MESSAGES,
+        "Invalid enum value 'dancing' - at `$.state`",
+        id="unknown-heartbeat-state",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode(
+            {
+                "kind": "hello",
+                "version": PROTOCOL_VERSION,
+                "executor": "torch",
+                "pid": 1,
+                "hostname": "h",
+                "workdir": "/w",
+                "state": "Training",
+            }
+        ),
+        EXECUTOR_MESSAGES,
+        "Invalid enum value 'Training' - at `$.state`",
+        id="unknown-hello-state",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode(
+            {
+                "kind": "start",
+                "spec": {"name": "j", "steps": 1},
+                "epoch": 1,
+                "rendezvous": {
+                    "node_rank": 0,
+                    "addresses": ["10.0.0.1"],
+                    "master_port": 29500,
+                    "backend": "mpi",
+                },
+            }
+        ),
+        CONSOLE_MESSAGES,
+        "Invalid enum value 'mpi' - at `$.rendezvous.backend`",
+        id="unknown-backend",
+    ),
     pytest.param(
         msgspec.msgpack.encode([1, 2, 3]),
         EXECUTOR_MESSAGES,

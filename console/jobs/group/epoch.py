@@ -20,9 +20,9 @@ import msgspec
 
 from console import clock
 from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
-from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.jobs.lease import JobLease, NoAnchor, renew_on_readings
+from console.jobs.link_loss import LinkLoss
 from console.jobs.outcome import (
     CRASHES,
     Exit,
@@ -31,8 +31,7 @@ from console.jobs.outcome import (
     from_run_ended,
     from_stopped,
 )
-from console.jobs.probe import Asking, Probe
-from console.states import HostState
+from protocol.faults import FaultKind
 from protocol.messages import (
     ExecutorMessage,
     Fault,
@@ -47,7 +46,6 @@ from protocol.messages import (
 from protocol.spec import JobSpec
 
 POLL_S = 0.2
-PROBE_MIN_S = 3.0
 
 
 @dataclass
@@ -71,41 +69,43 @@ class Member:
 
 
 class GroupEpoch:
-    """Given what it needs: the fleet (to mark hosts), the probe, the lease (persisted bound),
-    the detection settings, how to relink a host, and where each message goes."""
+    """Given what it needs: the lease (persisted bound), the detection settings, the
+    classifier of a lost link, and where each message and each member's silence goes."""
 
     def __init__(
         self,
         members: list[Member],
         *,
         epoch: int,
-        fleet: Fleet,
-        probe: Probe,
         lease: JobLease,
         detection: DetectionSettings,
-        link: Callable[[str], ExecutorLink],
+        loss: LinkLoss,
         on_message: Callable[[Member, ExecutorMessage], None],
         collective_timeout_s: float,
-        heartbeat_s: float,
-        noted: Callable[[Member, str, str, bool], None],
+        silent: Callable[[Member], None],
+        lost: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
+        answered: Callable[[Member, list[Member]], None] = lambda _m, _running: None,
     ) -> None:
         self.members = members
         self.epoch = epoch
-        self._fleet = fleet
-        self._probe = probe
         self._lease = lease
         self._det = detection
-        self._link = link
+        self._loss = loss
+        """What a member's lost link means (the classifier every job uses)."""
         self._on_message = on_message
         self._collective_s = collective_timeout_s
-        self._heartbeat_s = heartbeat_s
-        self._noted = noted
-        """Tells the supervisor of a member that went silent (its state), and of one whose
-        silence is decided a loss (its lease ran out: the incident opens then, not before)."""
+        self._silent = silent
+        """Tells the supervisor of a member gone silent (the job waits out its lease)."""
+        self._lost = lost
+        """Tells the supervisor of a member whose silence is decided a loss (its lease ran
+        out): (member, why, fault class); the incident opens then, not before."""
         self._unreachable = unreachable
         """Tells the supervisor of a member whose host cannot be asked (it may ready a
         replacement while the lease runs out; an idle executor trains nothing)."""
+        self._answered = answered
+        """Tells the supervisor of a member that answers again after a silence, with the
+        members whose run has not ended."""
         self._changed = asyncio.Event()
         self.first: Member | None = None
         """The member whose run ended first: the origin of this epoch's end."""
@@ -210,7 +210,7 @@ class GroupEpoch:
         elif isinstance(msg, RunEnded):
             m.waiting = True
             self.ended(m, from_run_ended(msg.fault, msg.message, msg.step))
-        elif isinstance(msg, Fault) and msg.fault == "config":
+        elif isinstance(msg, Fault) and msg.fault == FaultKind.CONFIG:
             self.ended(m, Outcome(Exit.CONFIG, msg.message))
 
     async def _renew(self, m: Member) -> None:
@@ -244,70 +244,47 @@ class GroupEpoch:
                     m.link.close()
 
     async def _after_loss(self, m: Member, why: str) -> Outcome | None:
-        """Relink after a blip; otherwise find out what happened, waiting out the lease."""
-        host, workdir = m.host, self._probe.workdir(m.host)
-        probe_s = max(0.5, 2 * self._heartbeat_s)
-        suspect = noted = offline = False
-        asking = Asking(PROBE_MIN_S)
-        while True:
-            silent = is_suspect(time.monotonic(), m.last_seen, self._det)
-            budget = max(0.2, min(probe_s, self.left(m))) if silent else probe_s
-            if await self._relink(m, max(budget, self._probe.fair_budget(host))):
-                return None
-            if m.exit is not None:  # seen faulted on relinking
-                return None
-            # a member never linked (a console started after its executor ended) is silent
-            # from the start: its first probe gets its full time all the same
-            answer = await self._probe.ask(host, workdir, asking.cut(silent, budget))
-            asking.heard(answer)
-            alive = answer.alive
-            if alive is False:
-                return await self._probe.ended(host)
-            if alive is None and answer.known:
-                self._unreachable(m)
-            if silent and not suspect:
-                suspect = True
-                self._fleet.set_state(host, HostState.SUSPECT, f"no heartbeat: {why}")
-            # classed once a probe could tell: a host that answers holds a hung executor
-            cls = "host_lost" if alive is None else "executor_hang"
-            if silent and answer.known and not noted:
-                noted = True
-                self._noted(m, why, cls, False)
-            if silent and self.left(m) <= 0 and answer.known:  # a starved probe decides nothing
-                if alive:
-                    self._noted(m, why, cls, True)
-                    return await self._probe.hung(host, workdir)
-                if await self._fleet.console_online(excluding=host):
-                    if not offline:
-                        self._noted(m, why, cls, True)
-                        return Outcome(Exit.HOST_LOST, f"{host} unreachable past its lease: {why}")
-                    # Online again after reaching no host: this host's silence was heard while
-                    # the console itself was cut off. Ask it again before calling it lost.
-                    offline = False
-                    asking.afresh()
-                    continue
-                offline = True
-            await asyncio.sleep(min(POLL_S, max(self.left(m), 0.05)) if silent else POLL_S)
+        """Relink after a blip; otherwise find out what happened, waiting out the lease
+        (``LinkLoss``, the classifier every job uses)."""
+        return await self._loss.classify(m.host, why, _MemberSide(self, m, why))
 
-    async def _relink(self, m: Member, budget: float) -> bool:
-        """Reconnect to the same executor: still at this epoch (training, or its run ended
-        while the link was down: taken as a crash, the executor waits warm)."""
-        link = self._link(m.host)
-        try:
-            async with asyncio.timeout(budget):
-                hello = await link.open(timeout=budget)
-        except (LinkError, TimeoutError):
-            link.close()
-            return False
-        if hello.epoch != self.epoch:
-            link.close()
-            return False
-        if hello.state in ("training", "stopping"):
-            m.link, m.last_seen = link, time.monotonic()
-            with contextlib.suppress(LinkError, NoAnchor):
-                await link.send(self.grant(m))
-            return True
+
+class _MemberSide:
+    """A member's side of a lost link (``link_loss.Side``): its lease bound is its own, the
+    job is told of its silence and of its loss, a replacement is readied while its host cannot
+    be asked, and a run that ended while unlinked leaves a warm executor for the next epoch."""
+
+    def __init__(self, run: GroupEpoch, m: Member, why: str) -> None:
+        self._run = run
+        self._m = m
+        self._why = why
+
+    @property
+    def epoch(self) -> int:
+        return self._run.epoch
+
+    def last_seen(self) -> float:
+        return self._m.last_seen
+
+    def left(self) -> float:
+        return self._run.left(self._m)
+
+    async def answered(self, link: ExecutorLink) -> None:
+        m, run = self._m, self._run
+        m.link, m.last_seen = link, time.monotonic()
+        with contextlib.suppress(LinkError, NoAnchor):
+            await link.send(run.grant(m))
+        run._answered(m, [x for x in run.members if x.exit is None])
+
+    def faulted(self, link: ExecutorLink) -> Outcome:
         link.close()
-        if hello.state == "faulted":
-            self.ended(m, Outcome(Exit.RUN_CRASHED, f"the run on {m.host} ended while unlinked"))
-        return False
+        return Outcome(Exit.RUN_CRASHED, f"the run on {self._m.host} ended while unlinked")
+
+    def silent(self) -> None:
+        self._run._silent(self._m)
+
+    def unreachable(self) -> None:
+        self._run._unreachable(self._m)
+
+    def lost(self, fault_class: str) -> None:
+        self._run._lost(self._m, self._why, fault_class)

@@ -75,6 +75,8 @@ class MemberMessages:
     ) -> None:
         self._live = live
         self._lease = lease
+        self._before = JobState.RUNNING
+        """What the job read before a member's silence made it unreachable."""
         """The job's lease: its evidence goes with a member's lease_lost."""
         self._name = live.name
         self._states = states
@@ -137,7 +139,7 @@ class MemberMessages:
             )
             if msg.fault == FaultKind.RESUME_FAILED.value:
                 self._refused(m.host, msg.step)
-            if msg.fault == "preempted":
+            if msg.fault == FaultKind.PREEMPTED:
                 self.open_incident(
                     m, "preemption", f"SIGTERM on {m.host}: checkpoint now, then move", planned=True
                 )
@@ -199,16 +201,25 @@ class MemberMessages:
             link = m.link
             asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason="gpu_fail")))
 
-    def silent(self, m: Member, why: str, fault_class: str, decided: bool) -> None:
-        """``m`` went silent and a probe told why (``host_lost``: its host cannot be reached;
-        ``executor_hang``: it can, the executor is frozen): the job waits out its lease. Once
-        the lease ran out (``decided``), an incident names it, dated from its last heartbeat;
-        a silence that ends in a relink is a blip and opens none."""
+    def silent(self, m: Member) -> None:
+        """``m`` went silent: the job waits out its lease (it reads unreachable meanwhile)."""
         job = self._live
         if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            self._before = job.state
             self._states.move(JobState.UNREACHABLE, f"{m.host} silent: waiting out its lease")
-        if decided:
-            self.open_incident(m, fault_class, f"{m.host}: {why}")
+
+    def answered(self, m: Member, linked: list[Member]) -> None:
+        """``m`` answers again after a silence (a blip): once no member of the epoch is
+        silent, the job reads as it did before."""
+        job = self._live
+        if job.state is JobState.UNREACHABLE and all(x.link is not None for x in linked):
+            self._states.move(self._before, f"{m.host} answers again")
+
+    def lost(self, m: Member, why: str, fault_class: str) -> None:
+        """``m``'s silence is decided a loss (its lease ran out; ``host_lost``: its host cannot
+        be reached, ``executor_hang``: it can, the executor is frozen): an incident names it,
+        dated from its last heartbeat. A silence that ends in a relink is a blip, none opens."""
+        self.open_incident(m, fault_class, f"{m.host}: {why}")
 
     def open_incident(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None:
         job = self._live

@@ -41,7 +41,7 @@ from console.jobs.placement import choose_spares
 from console.jobs.supervisor import JobSupervisor
 from console.records.journal import Kind
 from console.states import JobState
-from protocol.messages import Rendezvous
+from protocol.messages import Backend, ExecutorState, Rendezvous
 
 if TYPE_CHECKING:
     from console.jobs.services import JobServices
@@ -269,7 +269,7 @@ class GroupSupervisor(JobSupervisor):
             addresses=[self._inv.data_address(h) for h in plan],
             master_port=(port := next_port(self._last_port)),
             procs_per_host=self._procs_per_host(plan),
-            backend=self.placement.backend or self._default_backend(plan),
+            backend=Backend(self.placement.backend or self._default_backend(plan)),
             resume_step=resume,
             timeout_s=self.collective_timeout_s,
             logical_ranks=self._inv.logical_ranks(self.name),
@@ -313,23 +313,22 @@ class GroupSupervisor(JobSupervisor):
             return 1  # the torch kind trains one rank per host
         return max(1, min(self._inv.hosts[h].gpus for h in plan))
 
-    def _default_backend(self, plan: list[str]) -> str:
-        return "nccl" if all(self._inv.hosts[h].gpus > 0 for h in plan) else "gloo"
+    def _default_backend(self, plan: list[str]) -> Backend:
+        return Backend.NCCL if all(self._inv.hosts[h].gpus > 0 for h in plan) else Backend.GLOO
 
     def _epoch(self, members: list[Member], epoch: int) -> GroupEpoch:
         run = GroupEpoch(
             members,
             epoch=epoch,
-            fleet=self._fleet,
-            probe=self._probe,
             lease=self.lease,
             detection=self._detection,
-            link=self.launcher.link,
+            loss=self._loss,
             on_message=self._messages.on_message,
             collective_timeout_s=self.collective_timeout_s,
-            heartbeat_s=self._inv.console.heartbeat_s,
-            noted=self._messages.silent,
+            silent=self._messages.silent,
+            lost=self._messages.lost,
             unreachable=self._executors.ready_replacement,
+            answered=self._messages.answered,
         )
         self.epoch_run = run
         return run
@@ -355,11 +354,14 @@ class GroupSupervisor(JobSupervisor):
                 hello = await link.open(timeout=2)
             except LinkError:
                 continue  # unreachable: its lease is waited out by the epoch's watch
-            if hello.epoch == job.epoch and hello.state in ("training", "stopping"):
+            if hello.epoch == job.epoch and hello.state in (
+                ExecutorState.TRAINING,
+                ExecutorState.STOPPING,
+            ):
                 m.link, m.last_seen, m.step = link, time.monotonic(), hello.step
                 with contextlib.suppress(LinkError):
                     await link.send(run.grant(m))
-            elif hello.epoch == job.epoch and hello.state == "faulted":
+            elif hello.epoch == job.epoch and hello.state == ExecutorState.FAULTED:
                 self._executors.warm.add(m.host)
                 link.close()
                 run.ended(m, Outcome(Exit.RUN_CRASHED, f"the run on {m.host} had ended"))

@@ -22,7 +22,7 @@ from console.jobs.live import LiveJob
 from console.jobs.outcome import CRASHES, Exit, Outcome
 from console.jobs.policy import Decision, Policy, decide
 from console.records.journal import Journal, Kind
-from protocol.messages import Stop
+from protocol.messages import ExecutorState, Stop
 
 
 class WarmExecutors:
@@ -115,7 +115,10 @@ class WarmExecutors:
             hello = await again.open(timeout=5)
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"the idle executor on {host} went away: {e}")
-        if hello.state not in ("idle", "faulted"):  # faulted: a survivor waiting, warm
+        if hello.state not in (
+            ExecutorState.IDLE,
+            ExecutorState.FAULTED,
+        ):  # faulted: a survivor waiting, warm
             again.close()
             return Outcome(Exit.CRASHED, f"the executor on {host} is {hello.state}, not waiting")
         return again
@@ -138,7 +141,7 @@ class WarmExecutors:
                 got.close()
                 link = self._launcher.link(host)
                 with contextlib.suppress(LinkError):
-                    if (await link.open(timeout=5)).state == "idle":
+                    if (await link.open(timeout=5)).state == ExecutorState.IDLE:
                         return link
                 link.close()
         if host in self.warm:
@@ -146,7 +149,7 @@ class WarmExecutors:
             link = self._launcher.link(host)
             with contextlib.suppress(LinkError):
                 hello = await link.open(timeout=5)
-                if hello.state == "faulted":
+                if hello.state == ExecutorState.FAULTED:
                     return link
             link.close()
         if host in self.exiting:
@@ -169,7 +172,7 @@ class WarmExecutors:
                 hello = await link.open(timeout=2)
             except LinkError:
                 continue
-            if hello.state == "faulted":
+            if hello.state == ExecutorState.FAULTED:
                 self.warm.add(m.host)
             link.close()
         if self.warm and self._keeping is None:
@@ -183,7 +186,7 @@ class WarmExecutors:
                 link = self._launcher.link(host)
                 try:
                     hello = await link.open(timeout=2)
-                    if hello.state == "faulted" and hello.epoch == epoch:
+                    if hello.state == ExecutorState.FAULTED and hello.epoch == epoch:
                         await link.send(self._lease.renewal(link, host, epoch))
                     else:
                         self.warm.discard(host)
