@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Generic, NamedTuple, TypeVar
 
+from protocol.errors import HotspareError
+
 
 class HostState(StrEnum):
     UP = "up"
@@ -196,7 +198,9 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 S = TypeVar("S", HostState, JobState)
 
 
-class IllegalTransition(RuntimeError):
+class IllegalTransition(HotspareError, RuntimeError):
+    permanent = True
+
     pass
 
 

@@ -11,15 +11,32 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from protocol.errors import HotspareError, retryable
 
 TIMEOUT_S = 5.0
 ATTEMPTS = 4
 QUEUE_MAX = 100
 
 
-class WebhookError(Exception):
-    pass
+class WebhookError(HotspareError):
+    """An alert did not go out: unreachable, or refused for now (HTTP 408, 429, 5xx)."""
+
+    permanent = False
+
+
+class WebhookRefused(WebhookError):
+    """The webhook refused the alert for good (HTTP 4xx: a revoked or mistyped URL, a bad
+    body): not tried again, the operator is told at once."""
+
+    permanent = True
+
+
+def _refusal(code: int) -> WebhookError:
+    if 400 <= code < 500 and code not in (408, 429):
+        return WebhookRefused(f"HTTP {code}: refused, not tried again")
+    return WebhookError(f"HTTP {code}")
 
 
 class Webhook:
@@ -50,8 +67,9 @@ class Webhook:
                 await self._post(text)
                 self.sent += 1
             except WebhookError as e:
+                tries = 1 if e.permanent else ATTEMPTS
                 if self._on_failure:
-                    self._on_failure(f"webhook: giving up on an alert after {ATTEMPTS} tries: {e}")
+                    self._on_failure(f"webhook: giving up on an alert after {tries} tries: {e}")
             finally:
                 self._queue.task_done()
 
@@ -63,7 +81,7 @@ class Webhook:
     async def _post(self, text: str) -> None:
         body = json.dumps({"text": text}).encode()
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(WebhookError),
+            retry=retry_if_exception(retryable),
             stop=stop_after_attempt(ATTEMPTS),
             wait=wait_exponential(multiplier=0.25, max=self._wait_max),
             reraise=True,
@@ -78,9 +96,9 @@ class Webhook:
         try:
             with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
                 if resp.status >= 300:
-                    raise WebhookError(f"HTTP {resp.status}")
+                    raise _refusal(resp.status)
         except urllib.error.HTTPError as e:
-            raise WebhookError(f"HTTP {e.code}") from None
+            raise _refusal(e.code) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise WebhookError(f"cannot reach the webhook: {type(reason).__name__}") from None

@@ -33,17 +33,22 @@ from executors.publish import (
     checkpoint_name,
     read_manifest,
 )
+from protocol.errors import HotspareError
 from protocol.faults import FaultKind
 from protocol.messages import CheckpointSaved, Fault, Log, LogLevel
 from protocol.spec import CheckpointManifest, CommandSpec, Lineage
 
 
-class NotCommitted(Exception):
+class NotCommitted(HotspareError):
     """The step the group committed cannot be restored on this host; the message says why, in
     one line."""
 
+    permanent = True
 
-class _Unusable(Exception):
+
+class _Unusable(HotspareError):
+    permanent = True
+
     def __init__(self, kind: FaultKind, why: str) -> None:
         super().__init__(why)
         self.kind = kind

@@ -29,6 +29,7 @@ from executors.command_io import start_reader
 from executors.durable import atomic_write
 from executors.publish import Emit
 from executors.workdir import TOKEN_ENV
+from protocol.errors import HotspareError
 from protocol.messages import Log, LogLevel
 
 DONE = "setup.done"
@@ -38,8 +39,10 @@ _guard = threading.Lock()
 _locks: dict[Path, threading.Lock] = {}
 
 
-class SetupFailed(Exception):
+class SetupFailed(HotspareError):
     """Setup did not complete (a sentence: how it ended, and its last output lines)."""
+
+    permanent = True
 
 
 def digest(argv: list[str], env: dict[str, str], cwd: Path, per_run: set[str]) -> str:

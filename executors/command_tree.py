@@ -30,6 +30,7 @@ from executors.publish import (
     open_regular,
     publish,
 )
+from protocol.errors import HotspareError
 from protocol.spec import CheckpointManifest, FolderFile
 
 _CHUNK = 8 << 20
@@ -37,8 +38,10 @@ Entry = tuple[str, int, int]
 """A file of a folder: its path relative to the folder ('/'-separated), size, mtime_ns."""
 
 
-class NotATree(Exception):
+class NotATree(HotspareError):
     """A folder that holds something other than regular files and folders."""
+
+    permanent = True
 
 
 def listing(folder: Path) -> tuple[Entry, ...]:

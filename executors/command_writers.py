@@ -28,6 +28,7 @@ from pathlib import Path
 
 from executors.fencing import cgroup
 from executors.fencing.fence import children_of
+from protocol.errors import HotspareError
 
 FileId = tuple[int, int]
 """A file's (st_dev, st_ino)."""
@@ -115,7 +116,9 @@ def _proc(pid: int) -> Proc | None:
     return pid, int(fields[19])
 
 
-class _Unreadable(Exception):
+class _Unreadable(HotspareError):
+    permanent = True
+
     pass
 
 

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from protocol.errors import HotspareError
 from protocol.messages import GpuHealth
 
 FAKE_NVML_ENV = "HOTSPARE_FAKE_NVML"
@@ -60,8 +61,10 @@ def load_nvml() -> Any | None:
     return pynvml
 
 
-class _Lost(Exception):
+class _Lost(HotspareError):
     """Internal: a read said the device is gone; abandon the rest of that device's reads."""
+
+    permanent = False
 
 
 def _handle_key(handle: Any) -> Any:

@@ -29,6 +29,7 @@ import msgspec
 from executors import verified
 from executors.durable import fsync_dir
 from executors.fencing.guard import PUBLISH_MARGIN_S
+from protocol.errors import HotspareError
 from protocol.messages import ExecutorMessage
 from protocol.spec import CheckpointManifest
 
@@ -46,8 +47,10 @@ def always_valid(_margin_s: float) -> bool:
     return True
 
 
-class Fenced(Exception):
+class Fenced(HotspareError):
     """The lease ended (or was within ``PUBLISH_MARGIN_S`` of its end): nothing was published."""
+
+    permanent = True
 
 
 def publish(
@@ -112,8 +115,10 @@ def seal(timeout_s: float = 1.0) -> bool:
     return _PUBLISHING.acquire(timeout=timeout_s)
 
 
-class CorruptCheckpoint(Exception):
+class CorruptCheckpoint(HotspareError):
     """A checkpoint that must not be loaded; the message says why."""
+
+    permanent = True
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from executors.durable import atomic_write
 from executors.fencing import cgroup
+from protocol.errors import HotspareError
 
 SOCKET = "executor.sock"
 PID = "executor.pid"
@@ -38,8 +39,10 @@ MAX_SOCKET_PATH = 107
 REAP_TIMEOUT_S = 10.0
 
 
-class WorkdirBusy(Exception):
+class WorkdirBusy(HotspareError):
     """Another live executor holds the workdir; starting a second would be a split brain."""
+
+    permanent = False
 
 
 class CommandLingers(WorkdirBusy):

@@ -52,6 +52,7 @@ from typing import IO
 from executors.fencing import cgroup
 from executors.fencing import run as fencing
 from executors.workdir import TOKEN_ENV, new_token, record_command
+from protocol.errors import HotspareError
 
 SERVER = Path(__file__).resolve().with_name("zygote_server.py")
 BUNDLE = Path(__file__).resolve().parent.parent
@@ -70,8 +71,10 @@ _zygotes: dict[Path, Zygote] = {}
 _failed: dict[Path, tuple[Key, str]] = {}
 
 
-class ZygoteError(Exception):
+class ZygoteError(HotspareError):
     """The zygote cannot start this run; the command is started with exec instead."""
+
+    permanent = True
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Protocol
 from console import clock
 from console.export.points import Point, Translate
 from console.records.journal import Event
+from protocol.errors import HotspareError
 from protocol.messages import Progress
 
 MARKS = "hotspare-marks.json"
@@ -40,8 +41,10 @@ MAX_QUEUED = 100_000
 """Points waiting for the worker; past this (a disk that hangs) new ones are dropped."""
 
 
-class ExportError(Exception):
+class ExportError(HotspareError):
     """Metrics cannot be written (a one-line reason); the console goes on without them."""
+
+    permanent = True
 
 
 class Writer(Protocol):

@@ -16,7 +16,7 @@ from console.reach.transport.base import (
     Transport,
     TransportError,
 )
-from protocol.errors import ProtocolError
+from protocol.errors import HotspareError, ProtocolError
 from protocol.framing import EXECUTOR_MESSAGES, FrameReader, check_hello, encode_frame
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -35,8 +35,10 @@ LOWS_KEPT = 256
 _log = logging.getLogger(__name__)
 
 
-class LinkError(Exception):
+class LinkError(HotspareError):
     """The link could not be opened or was lost; ``str()`` says why in one line."""
+
+    permanent = False
 
 
 class ExecutorLink:

@@ -37,7 +37,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 from console.inventory import ProvisionerSettings
 from console.reach.check import Readied
 from console.records.journal import Journal, Kind
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, HotspareError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 RELEASE_CHECK_S = 5.0
@@ -46,8 +46,10 @@ OUTPUT_LIMIT = 1 << 20
 """Bytes of a provisioner's stdout read at most (a host table is a few hundred)."""
 
 
-class ProvisionFailed(Exception):
+class ProvisionFailed(HotspareError):
     """One provision that did not give a usable host; the message is the alert's line."""
+
+    permanent = False
 
 
 class Provisioner:

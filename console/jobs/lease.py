@@ -28,6 +28,7 @@ from itertools import pairwise
 from console import clock, loop_watch
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.state_store import JobRecord, LeaseRecord, Unsaved
+from protocol.errors import HotspareError
 from protocol.messages import Lease, Start
 from protocol.spec import JobSpec
 
@@ -40,8 +41,10 @@ renewed at every heartbeat write the state about three times a lease, not at eac
 console restarted on an unreachable host waits that much longer, never less."""
 
 
-class NoAnchor(Exception):
+class NoAnchor(HotspareError):
     """The executor has sent no clock reading yet: nothing to anchor a lease to."""
+
+    permanent = False
 
 
 class Unpersisted(NoAnchor):

@@ -3,9 +3,13 @@ the views and journalled as refused (``data["refused"]``), never as done."""
 
 from __future__ import annotations
 
+from protocol.errors import HotspareError
 
-class Refused(ValueError):
+
+class Refused(HotspareError, ValueError):
     """Permanent for this target as it stands now; ``str`` is the one-line reason."""
+
+    permanent = True
 
 
 __all__ = ["Refused"]

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from console.fleet.hosts import Fleet
 from console.states import HostState
+from protocol.errors import HotspareError
 
 T = TypeVar("T")
 
@@ -18,8 +19,10 @@ CHECK_S = 0.2
 """How often the host's state is looked at while the work runs."""
 
 
-class HostLost(Exception):
+class HostLost(HotspareError):
     """The host was found down while the work ran; the work was cancelled."""
+
+    permanent = False
 
     def __init__(self, host: str) -> None:
         super().__init__(f"{host} was found down")

@@ -25,12 +25,15 @@ import asyncssh
 
 from console.reach import direct_receiver
 from console.reach.replica import PROGRAM
+from protocol.errors import HotspareError
 
 TAG = "hotspare-direct"
 
 
-class NotDirect(Exception):
+class NotDirect(HotspareError):
     """This pair cannot copy host to host now; ``str()`` says why (the relay takes the copy)."""
+
+    permanent = True
 
 
 def receiver_program() -> str:

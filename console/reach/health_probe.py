@@ -11,14 +11,17 @@ import msgspec
 
 from console.reach.deploy import MARKER, build_bundle, bundle_dir, deploy, executor_command
 from console.reach.transport.base import Transport, TransportError
+from protocol.errors import HotspareError
 from protocol.messages import Health
 
 _decode = msgspec.json.Decoder(Health)
 
 
-class HealthProbeFailed(Exception):
+class HealthProbeFailed(HotspareError):
     """The probe gave no sample; ``str()`` is one line saying why (the host's own words where
     it had some). Temporary by nature: the next probe tries again."""
+
+    permanent = False
 
 
 class NotDeployed(HealthProbeFailed):

@@ -20,6 +20,8 @@ from typing import Protocol
 
 import msgspec
 
+from protocol.errors import HotspareError
+
 
 class LeaseRecord(msgspec.Struct, kw_only=True):
     """The bound on the newest lease a console granted, written before the lease is sent, so
@@ -84,8 +86,10 @@ class OperatorState(msgspec.Struct, kw_only=True):
     next_incident: int = 1
 
 
-class Unsaved(Exception):
+class Unsaved(HotspareError):
     """The state could not be written (a full disk, EIO); the message is one line."""
+
+    permanent = False
 
 
 Trouble = Callable[[str | None], None]

@@ -14,12 +14,15 @@ from typing import Any
 
 from console.jobs.refusal import Refused
 from console.service.wire import CALLS, MAX_LINE, SOCKET_NAME, Reply, Request, decode_reply, encode
+from protocol.errors import HotspareError
 
 CALL_S = 5.0
 
 
-class ControllerGone(ConnectionError):
+class ControllerGone(HotspareError, ConnectionError):
     """No controller answers on the state dir's control socket."""
+
+    permanent = False
 
 
 class Remote:

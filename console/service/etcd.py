@@ -17,12 +17,16 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.errors import HotspareError
+
 CALL_S = 1.0
 """The most one request to one member may take."""
 
 
-class EtcdError(Exception):
+class EtcdError(HotspareError):
     """No member answered (each one's why, in one line), or etcd refused the request."""
+
+    permanent = False
 
 
 @dataclass(frozen=True)

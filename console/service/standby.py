@@ -25,13 +25,16 @@ from console.records.journal import Kind
 from console.records.state_store import OperatorState, StateStore
 from console.service.etcd import Etcd
 from console.service.leader import Leadership
+from protocol.errors import HotspareError
 
 DEPOSED = 3
 """The exit status of a controller that lost its lead (a supervisor starts it again)."""
 
 
-class LostLead(Exception):
+class LostLead(HotspareError):
     """This controller no longer leads; ``str()`` says why in one line."""
+
+    permanent = False
 
 
 def take_state_dir(inv: Inventory) -> ConsoleLock:

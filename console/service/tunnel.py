@@ -34,7 +34,7 @@ import asyncssh
 from console.reach.transport.base import TransportError
 from console.reach.transport.ssh_dial import Dialer, SshTarget, SshTuning, one_line
 from console.service.wire import SOCKET_NAME
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, HotspareError
 
 MIRROR_S = 1.0
 """How often the state files are read again (the view asks the controller as often)."""
@@ -49,8 +49,10 @@ FILES = ("state.json", "journal.jsonl")
 _SCP_FORM = re.compile(r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>[^@/:\s\[\]]+):(?P<path>/.*)$")
 
 
-class TunnelError(RuntimeError):
+class TunnelError(HotspareError, RuntimeError):
     """The controller's machine could not be reached, or would not forward; one line."""
+
+    permanent = False
 
 
 @dataclass(frozen=True)

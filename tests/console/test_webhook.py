@@ -17,6 +17,7 @@ from console.webhook import Webhook
 class Hook:
     def __init__(self, fail_first: int) -> None:
         self.fail_first = fail_first
+        self.status = 503
         self.calls = 0
         self.received: list[dict] = []
 
@@ -30,7 +31,7 @@ def server() -> Iterator[tuple[str, Hook]]:
             hook.calls += 1
             body = self.rfile.read(int(self.headers["Content-Length"]))
             if hook.calls <= hook.fail_first:
-                self.send_response(503)
+                self.send_response(hook.status)
             else:
                 hook.received.append(json.loads(body))
                 self.send_response(200)
@@ -73,4 +74,23 @@ async def test_an_unreachable_webhook_gives_up_without_showing_the_url(
     task.cancel()
     assert hook.calls == 4, "bounded retries"
     assert "HTTP 503" in failures[0]
+    assert "SECRET" not in failures[0]
+
+
+@pytest.mark.parametrize(("status", "calls"), [(404, 1), (403, 1), (429, 4), (500, 4)])
+async def test_a_webhook_that_refuses_for_good_is_not_asked_again(
+    server: tuple[str, Hook], status: int, calls: int
+) -> None:
+    """A 4xx (a revoked or mistyped URL) is permanent: the operator hears of it after one try,
+    not after four and their back-off; 429 and 5xx are retried."""
+    url, hook = server
+    hook.fail_first, hook.status = 1000, status
+    failures: list[str] = []
+    w = Webhook(url, on_failure=failures.append, wait_max_s=0.05)
+    task = asyncio.create_task(w.run())
+    w.send("x")
+    await until(lambda: failures, 20, "giving up")
+    task.cancel()
+    assert hook.calls == calls
+    assert f"HTTP {status}" in failures[0] and f"after {calls} tries" in failures[0]
     assert "SECRET" not in failures[0]

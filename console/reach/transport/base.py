@@ -17,14 +17,18 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from dataclasses import dataclass
 from typing import Protocol
 
+from protocol.errors import HotspareError
+
 Progress = Callable[[int, int], None]
 """Called with (bytes done, bytes total) as a transfer goes."""
 
 CHUNK = 1 << 20
 
 
-class TransportError(Exception):
+class TransportError(HotspareError):
     """Something failed on the way to or on a host; ``str()`` is one line naming the host."""
+
+    permanent = False
 
     def __init__(self, message: str, *, errno: int | None = None) -> None:
         super().__init__(message)
@@ -44,6 +48,8 @@ class TemporaryTransportError(TransportError):
 
 class PermanentTransportError(TransportError):
     """Retrying will not help: authentication refused, host key not trusted, bad path."""
+
+    permanent = True
 
 
 @dataclass(frozen=True)
