@@ -29,7 +29,7 @@ from console.jobs.refusal import Refused
 from console.jobs.replicator import Replicator
 from console.jobs.services import JobServices
 from console.jobs.spare_keeper import REPLACED_WITHIN_S
-from console.jobs.supervisor import JobSupervisor
+from console.jobs.supervisor import JobSupervisor, Supervisor
 from console.reach.transport.local import LocalTransport
 from console.records.console_lock import ConsoleLock
 from console.records.incidents import IncidentLog, Resolution, unclean_exit
@@ -234,7 +234,7 @@ class Controller:
         self.journal.subscribe(metrics.event)
         return metrics
 
-    def _supervisor(self, name: str) -> JobSupervisor:
+    def _supervisor(self, name: str) -> Supervisor:
         """A job on one host, or a multi-host job's group."""
         if self.inv.multi_host(name):
             return GroupSupervisor(self.services, name)
@@ -428,7 +428,7 @@ class Controller:
     def alerted(self, msg: str) -> bool:
         return time.monotonic() - self._alerted.get(msg, -ALERT_REPEAT_S) < ALERT_REPEAT_S
 
-    def on_progress(self, sup: JobSupervisor, msg: Progress) -> None:
+    def on_progress(self, sup: Supervisor, msg: Progress) -> None:
         for sink in self.progress_sinks:
             sink(sup.name, msg)
         now = time.monotonic()

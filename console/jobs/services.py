@@ -26,7 +26,7 @@ from console.records.state_store import StateStore
 from protocol.messages import Progress
 
 if TYPE_CHECKING:
-    from console.jobs.supervisor import JobSupervisor
+    from console.jobs.supervisor import Supervisor
 
 
 class TakeSpare(Protocol):
@@ -61,5 +61,5 @@ class JobServices:
     need_host: Callable[[str], None]
     """A job needs a host and none is usable: provision one where the inventory can."""
     wait_for_hosts: Callable[[], Awaitable[None]]
-    on_progress: Callable[[JobSupervisor, Progress], None]
+    on_progress: Callable[[Supervisor, Progress], None]
     """A step was trained (the fleet's progress sinks, its rates)."""

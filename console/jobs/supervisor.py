@@ -6,12 +6,15 @@ Example sequences (as in the journal):
 - ``A running -> A unreachable -> suspect -> lease ended -> failover to B (epoch 3) -> running``
 - ``A running -> drain A -> checkpoint now -> replicate -> B (0 lost steps)``
 
-The supervisor places and launches the job, given ``JobServices`` (what it may use of the
-fleet-wide controller, ``console/jobs/services``); the rest is done by pieces it builds, each
-handed the shared ``LiveJob`` and only what else it needs (never the services, never this):
-``Watch`` (messages, liveness, a lost link), ``Standby`` (executors readied on other hosts),
-``Recovery`` (what to do once a run ended), ``Orders`` (an operator's requests), ``Observe``
-(a read-only console's view), with ``OpenIncident``, ``Targets`` and ``Probe`` under them.
+``Supervisor`` is what every job's supervisor has, one host or a group (``GroupSupervisor``,
+``console/jobs/group``): given ``JobServices`` (what it may use of the fleet-wide controller,
+``console/jobs/services``), it builds the pieces both kinds use, each handed the shared
+``LiveJob`` and only what else it needs (never the services, never this): ``JobLease``,
+``OpenIncident``, ``Probe``, ``Launcher``, ``LinkLoss`` (what a lost link means), ``Orders``
+(an operator's requests), ``JobMessages`` and ``Observe`` (a read-only console's view); and it
+begins every run the same way. ``JobSupervisor`` (one host) places and launches the job, and
+adds ``Watch`` (liveness, the lost link), ``Standby`` and ``Twin`` (executors readied on other
+hosts), ``SpareKeeper`` and ``Recovery`` (what to do once a run ended).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
@@ -30,6 +34,7 @@ from console.jobs.launcher import Launcher
 from console.jobs.lease import JobLease, NoAnchor, Unpersisted, fresh_anchor
 from console.jobs.link_loss import LinkLoss
 from console.jobs.live import LiveJob, Transitions
+from console.jobs.messages import JobMessages
 from console.jobs.observe import Observe
 from console.jobs.orders import Orders
 from console.jobs.outcome import Exit, Outcome
@@ -51,7 +56,7 @@ from protocol.spec import CheckpointManifest
 if TYPE_CHECKING:
     from console.jobs.services import JobServices
 
-__all__ = ["JobSupervisor", "Prepared"]
+__all__ = ["JobSupervisor", "Prepared", "Supervisor"]
 
 UNSAVED_RETRY_S = 0.5
 REGRANTS = 3
@@ -70,15 +75,21 @@ class _Live(Generic[T]):
     @overload
     def __get__(self, sup: None, owner: type | None = None) -> _Live[T]: ...
     @overload
-    def __get__(self, sup: JobSupervisor, owner: type | None = None) -> T: ...
-    def __get__(self, sup: JobSupervisor | None, owner: type | None = None) -> T | _Live[T]:
+    def __get__(self, sup: Supervisor, owner: type | None = None) -> T: ...
+    def __get__(self, sup: Supervisor | None, owner: type | None = None) -> T | _Live[T]:
         return self if sup is None else getattr(sup.live, self._name)
 
-    def __set__(self, sup: JobSupervisor, value: T) -> None:
+    def __set__(self, sup: Supervisor, value: T) -> None:
         setattr(sup.live, self._name, value)
 
 
-class JobSupervisor:
+class Supervisor(ABC):
+    """What every job's supervisor has, one host or a group: the job's live view, its lease,
+    its state moves, its incident, the probe of its hosts, its launcher, the classifier of a
+    lost link, an operator's orders and a read-only console's view; the run's beginning (a
+    job finished or stopped before this console started goes nowhere). What follows is the
+    kind's: ``JobSupervisor`` (one host) or ``GroupSupervisor`` (one executor per member)."""
+
     rec: _Live[JobRecord] = _Live()
     failure: _Live[FailureKind | None] = _Live()
     why: _Live[str] = _Live()
@@ -134,9 +145,7 @@ class JobSupervisor:
         self._states = Transitions(
             self.live, journal=journal, alert=services.alert, alerted=services.alerted
         )
-        self._incident = OpenIncident(
-            self.live, log=services.incidents, preparing=lambda: self._standby.preparing
-        )
+        self._incident = OpenIncident(self.live, log=services.incidents, preparing=self._preparing)
 
         def transport(host: str) -> Transport:
             return fleet.hosts[host].transport  # read when used: a host's transport may change
@@ -167,26 +176,6 @@ class JobSupervisor:
         """What a lost link to one of the job's executors means (single host or member)."""
         self.dismissed = self.launcher.dismissed
         """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
-        targets = Targets(
-            self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
-        )
-        self._standby = Standby(
-            self.live,
-            fleet=fleet,
-            journal=journal,
-            launcher=self.launcher,
-            targets=targets,
-            probe=self._probe,
-            incident=self._incident,
-            on_message=lambda msg: self._watch.on_message(msg),
-        )
-        self._twin = Twin(
-            self.live,
-            launcher=self.launcher,
-            journal=journal,
-            pump=self._standby.pump,
-            pumping=self._standby.pumping,
-        )
         self._orders = Orders(
             self.live,
             states=self._states,
@@ -195,61 +184,27 @@ class JobSupervisor:
             alert=services.alert,
             wake=fleet.changed.set,
         )
-        keeper = SpareKeeper(
+        self._job_messages = JobMessages(  # a single host's messages; any job's read-only view
             self.live,
-            inv=inv,
-            fleet=fleet,
-            journal=journal,
-            replicator=services.replicator,
-            reserved=self._reserved,
-            priorities=self._priorities,
-            save=store.save,
-            after=self._standby.follow_spares,
-        )
-        self._watch = Watch(
-            self.live,
-            states=self._states,
             inv=inv,
             fleet=fleet,
             journal=journal,
             alert=services.alert,
-            detection=services.detection,
             policy=services.policy,
             lease=self.lease,
             save=store.save,
             replicator=services.replicator,
             incident=self._incident,
-            standby=self._standby,
-            probe=self._probe,
-            loss=self._loss,
-            link=self.launcher.link,
             progress=self._trained,
             move=self._orders.request_move,
-            keep_spares=keeper.keep,
             acts=not services.read_only,
-        )
-        self._recovery = Recovery(
-            self.live,
-            states=self._states,
-            incident=self._incident,
-            standby=self._standby,
-            twin=self._twin,
-            targets=targets,
-            fleet=fleet,
-            journal=journal,
-            alert=services.alert,
-            save=store.save,
-            policy=services.policy,
-            restart_limit=c.restart_limit,
-            wait_for_hosts=services.wait_for_hosts,
-            reap=self._probe.reap,
         )
         self._observe = Observe(
             self.live,
             record=lambda: store.job(name),
             fleet=fleet,
             link=self.launcher.link,
-            on_message=self._watch.on_message,
+            on_message=self._job_messages.on_message,
         )
 
     # ---------------------------------------------------------------- state
@@ -264,12 +219,17 @@ class JobSupervisor:
 
     @property
     def standby(self) -> Prepared | None:
-        """The warm standby on the first spare, when the job asks for one."""
-        return self._standby.warm
+        """The warm standby on the first spare, when the job asks for one (one host only)."""
+        return None
 
+    @abstractmethod
     def hosts_in_use(self) -> list[str]:
         """The hosts the job trains on now (one; a multi-host job's members)."""
-        return [self.live.host] if self.live.host else []
+        raise NotImplementedError
+
+    def _preparing(self) -> bool:
+        """Whether an executor is being readied on a failover's target (its incident says so)."""
+        return False
 
     # ------------------------------------------------------------- requests
 
@@ -300,12 +260,147 @@ class JobSupervisor:
             return
         if job.rec.finished:
             job.step = job.rec.finished_step or self.spec.steps
-            job.host = job.rec.host
+            job.host = self._last_host()
             self._states.move(JobState.FINISHED, "finished before this console started")
             return
         if job.rec.stopped:
             self._states.stopped("stopped by an operator before this console started")
             return
+        await self._supervise()
+
+    @abstractmethod
+    def _last_host(self) -> str | None:
+        """The host a job finished before this console started is shown on (rank 0's)."""
+        raise NotImplementedError
+
+    @abstractmethod
+    async def _supervise(self) -> None:
+        """Launch (or reattach), watch and recover until the job's state is terminal."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def _release(self) -> None:
+        """The job is over: its hosts and spares are free."""
+        raise NotImplementedError
+
+    async def _retire(self, link: ExecutorLink, host: str) -> None:
+        """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
+        if link.hello is not None:
+            self.dismissed.add((host, link.hello.pid))
+        with contextlib.suppress(LinkError):
+            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+        await self._probe.wait_gone(host)
+
+    def _stop_before_start(self) -> bool:
+        """An operator's stop that found no executor to tell is honoured here, before any start."""
+        job = self.live
+        if not job.stop_requested:
+            return False
+        job.rec.stopped = True
+        self._save()
+        self._states.fail(FailureKind.STOPPED, "stopped by an operator")
+        self._release()
+        return True
+
+    async def _until_saved(self, why: str) -> None:
+        """Until the state is on disk: while it cannot be written (a full disk) the job waits,
+        pending, ``why`` its note (the store's retry and alert are the console's)."""
+        while not self._save():
+            self._states.wait_note(why)
+            await asyncio.sleep(UNSAVED_RETRY_S)
+
+
+class JobSupervisor(Supervisor):
+    """A job on one host: its executor watched (``Watch``), readied executors on other hosts
+    (``Standby``, ``Twin``), spares kept fit (``SpareKeeper``) and ``Recovery`` once a run
+    ended (restart in place, or fail over to a spare)."""
+
+    def __init__(self, services: JobServices, name: str) -> None:
+        super().__init__(services, name)
+        inv, fleet, journal, store = services.inv, services.fleet, services.journal, services.store
+        c = inv.console
+        targets = Targets(
+            self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
+        )
+        self._standby = Standby(
+            self.live,
+            fleet=fleet,
+            journal=journal,
+            launcher=self.launcher,
+            targets=targets,
+            probe=self._probe,
+            incident=self._incident,
+            on_message=self._job_messages.on_message,
+        )
+        self._twin = Twin(
+            self.live,
+            launcher=self.launcher,
+            journal=journal,
+            pump=self._standby.pump,
+            pumping=self._standby.pumping,
+        )
+        keeper = SpareKeeper(
+            self.live,
+            inv=inv,
+            fleet=fleet,
+            journal=journal,
+            replicator=services.replicator,
+            reserved=self._reserved,
+            priorities=self._priorities,
+            save=store.save,
+            after=self._standby.follow_spares,
+        )
+        self._watch = Watch(
+            self.live,
+            states=self._states,
+            inv=inv,
+            journal=journal,
+            detection=services.detection,
+            policy=services.policy,
+            lease=self.lease,
+            incident=self._incident,
+            standby=self._standby,
+            probe=self._probe,
+            loss=self._loss,
+            messages=self._job_messages,
+            keep_spares=keeper.keep,
+        )
+        self._recovery = Recovery(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            standby=self._standby,
+            twin=self._twin,
+            targets=targets,
+            fleet=fleet,
+            journal=journal,
+            alert=services.alert,
+            save=store.save,
+            policy=services.policy,
+            restart_limit=c.restart_limit,
+            wait_for_hosts=services.wait_for_hosts,
+            reap=self._probe.reap,
+        )
+
+    @property
+    def standby(self) -> Prepared | None:
+        """The warm standby on the first spare, when the job asks for one."""
+        return self._standby.warm
+
+    def hosts_in_use(self) -> list[str]:
+        return [self.live.host] if self.live.host else []
+
+    def _preparing(self) -> bool:
+        return self._standby.preparing
+
+    def _last_host(self) -> str | None:
+        return self.live.rec.host
+
+    def _release(self) -> None:
+        self._recovery.release()
+
+    async def _supervise(self) -> None:
+        job = self.live
         try:
             nxt = await self._first_launch()
             while not job.state.is_terminal():
@@ -405,14 +500,6 @@ class JobSupervisor:
         self._states.move(JobState.RUNNING, "reattached")
         self._keep_twin()
 
-    async def _retire(self, link: ExecutorLink, host: str) -> None:
-        """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
-        if link.hello is not None:
-            self.dismissed.add((host, link.hello.pid))
-        with contextlib.suppress(LinkError):
-            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
-        await self._probe.wait_gone(host)
-
     async def _place(self) -> tuple[str, bool] | None:
         while True:
             host = choose_primary(
@@ -428,17 +515,6 @@ class JobSupervisor:
                 return "", False
             self._states.wait_note(f"no usable host for {self.name}")
             await self._wait_for_hosts()
-
-    def _stop_before_start(self) -> bool:
-        """An operator's stop that found no executor to tell is honoured here, before any start."""
-        job = self.live
-        if not job.stop_requested:
-            return False
-        job.rec.stopped = True
-        self._save()
-        self._states.fail(FailureKind.STOPPED, "stopped by an operator")
-        self._recovery.release()
-        return True
 
     # --------------------------------------------------------------- launch
 
@@ -497,13 +573,6 @@ class JobSupervisor:
             self._standby.keep_warm()
         self._keep_twin()
         return None
-
-    async def _until_saved(self, why: str) -> None:
-        """Until the state is on disk: while it cannot be written (a full disk) the job waits,
-        pending, ``why`` its note (the store's retry and alert are the console's)."""
-        while not self._save():
-            self._states.wait_note(why)
-            await asyncio.sleep(UNSAVED_RETRY_S)
 
     async def _first_lease(self, link: ExecutorLink, host: str) -> Start:
         """The Start, once its lease's bound (with the new epoch) is on disk. While the state

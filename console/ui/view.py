@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from console.fleet.health_rules import Severity
 from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
 from console.jobs.controller import Controller
-from console.jobs.supervisor import JobSupervisor
+from console.jobs.supervisor import Supervisor
 from console.states import HostState, JobState
 from protocol.messages import Health
 from protocol.units import MIB, size_mb, used_of
@@ -376,7 +376,7 @@ def replica_cell(
     return text
 
 
-def rate_current(ctl: Controller, sup: JobSupervisor, now: float, mono: float) -> bool:
+def rate_current(ctl: Controller, sup: Supervisor, now: float, mono: float) -> bool:
     """Is a running job's steps/s current: its executor heard from within two heartbeats, and
     its newest step reported within two heartbeats plus three of its steps? An executor just
     started after a move is heard from before it trains: the rate then is the old run's, and

@@ -116,3 +116,17 @@ def test_a_supervisor_of_either_kind_is_built_from_the_services_alone(tmp_path: 
     # the policy is read when used: an operator's change reaches a job built before it
     calls.policy = Policy.AUTO
     assert group._policy() is Policy.AUTO
+
+
+def test_a_group_stopped_before_its_next_epoch_frees_every_member(tmp_path: Path) -> None:
+    """An operator's stop that found no executor to tell (the group between epochs) frees all
+    its hosts, not only rank 0's: the group's supervisor took the single host's release."""
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    group = GroupSupervisor(svc, "g")
+    group._assign_members(["a", "b"])
+    assert {h for h, rt in svc.fleet.hosts.items() if rt.job == "g"} == {"a", "b"}
+    group.request_stop()
+    assert group._stop_before_start()
+    assert group.state is JobState.STOPPED and svc.store.job("g").stopped
+    assert {h for h, rt in svc.fleet.hosts.items() if rt.job == "g"} == set()

@@ -38,7 +38,7 @@ from console.jobs.group.warm import WarmExecutors
 from console.jobs.lease import NoAnchor
 from console.jobs.outcome import Exit, Outcome
 from console.jobs.placement import choose_spares
-from console.jobs.supervisor import JobSupervisor
+from console.jobs.supervisor import Supervisor
 from console.records.journal import Kind
 from console.states import JobState
 from protocol.messages import Backend, ExecutorState, Rendezvous
@@ -57,7 +57,7 @@ def next_port(last: int | None, draw: Callable[[int, int], int] = random.randran
     return port + 1 if last is not None and port >= last else port
 
 
-class GroupSupervisor(JobSupervisor):
+class GroupSupervisor(Supervisor):
     """A job with ``hosts = [...]``: one executor per member host, the console the coordinator."""
 
     def __init__(self, services: JobServices, name: str) -> None:
@@ -154,19 +154,14 @@ class GroupSupervisor(JobSupervisor):
 
     # ------------------------------------------------------------------ run
 
-    async def run(self) -> None:
+    def _last_host(self) -> str | None:
+        return self.members[0]
+
+    def _release(self) -> None:
+        self._group_recovery.release()
+
+    async def _supervise(self) -> None:
         job = self.live
-        if self._read_only:
-            await self._observe.observe()
-            return
-        if job.rec.finished:
-            job.step = job.rec.finished_step or self.spec.steps
-            job.host = self.members[0]
-            self._states.move(JobState.FINISHED, "finished before this console started")
-            return
-        if job.rec.stopped:
-            self._states.stopped("stopped by an operator before this console started")
-            return
         run = await self._reattach()
         resume = self.commits.committed
         try:
