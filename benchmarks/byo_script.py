@@ -100,7 +100,7 @@ from restart_vs_torchrun import (  # noqa: E402
 from console.inventory import ConsoleSettings  # noqa: E402
 from console.reach.transport import local_host as host_procs  # noqa: E402
 from console.reach.transport.local import KILLED_MARK  # noqa: E402
-from executors.workdir import COMMAND_GROUP, PID, TOKEN_ENV  # noqa: E402
+from executors.agent.workdir import COMMAND_GROUP, PID, TOKEN_ENV  # noqa: E402
 
 SHIPPED: dict[str, Any] = {k: getattr(ConsoleSettings(), k) for k in FAST_CONSOLE}
 """Every console setting fleetbed's FAST_CONSOLE shortens, back at its shipped value."""

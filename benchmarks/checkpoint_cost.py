@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from common import Figure, at_most, to_json
 
-from executors import rng
-from executors.trainer import Trainer
+from executors.kinds.torch import rng
+from executors.kinds.torch.trainer import Trainer
 from protocol.spec import JobSpec
 
 CONFIG = {

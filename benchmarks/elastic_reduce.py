@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from executors.publish import checkpoint_name  # noqa: E402
+from executors.fencing.publish import checkpoint_name  # noqa: E402
 from protocol.framing import EXECUTOR_MESSAGES, recv_message, send_message  # noqa: E402
 from protocol.messages import (  # noqa: E402
     PROTOCOL_VERSION,

@@ -3,7 +3,7 @@
 Three processes per round, interleaved (plain, serve, run, plain, ...) so that drift in the
 machine's load hits each alike:
 
-- ``plain``: the workload's own model, data, optimizer and scheduler (executors/workloads/
+- ``plain``: the workload's own model, data, optimizer and scheduler (executors/kinds/torch/workloads/
   charlm.py ``build``, same seed), stepped by a bare loop: batch, loss, backward, clip,
   step, zero_grad. No events, no checkpoints.
 - ``serve``: a real job as the console runs it: ``hotspare-executor serve --spec``, with
@@ -67,9 +67,9 @@ def plain_worker(warmup: int, steps: int) -> None:
     """The bare loop, in its own process; prints its steady-state steps/s as one JSON line."""
     import torch
 
-    from executors import rng
-    from executors.workload import WorkloadContext
-    from executors.workloads.charlm import build
+    from executors.kinds.torch import rng
+    from executors.kinds.torch.workload import WorkloadContext
+    from executors.kinds.torch.workloads.charlm import build
 
     rng.seed_all(SEED)
     wl = build(dict(CONFIG), WorkloadContext(seed=SEED, device=torch.device("cpu")))

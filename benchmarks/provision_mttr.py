@@ -47,7 +47,7 @@ from console.jobs.controller import Controller  # noqa: E402
 from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
-from executors.gpu_fake import write_state  # noqa: E402
+from executors.testing.gpu_fake import write_state  # noqa: E402
 
 EVERY = 10
 CONSOLE = {"lease_s": 2.0, "heartbeat_s": 0.25, "suspect_after_s": 0.75, "clock_skew_s": 0.1}

@@ -13,7 +13,7 @@ script completes. Trials are interleaved (the order rotates each round):
   the shipped defaults (``preload`` unset: ``AUTO_PRELOAD``, torch and torch._dynamo).
 - ``command_exec``: the same job with ``preload = []``: every run exec'd (the default before).
 - ``command_preload``: the same job with ``preload = ["torch"]``: each run is forked from the
-  job's zygote, which has torch imported (executors/zygote.py), instead of exec'd.
+  job's zygote, which has torch imported (executors/kinds/command/zygote.py), instead of exec'd.
 - ``command_preload_dynamo``: ``preload = ["torch", "torch._dynamo"]``: the script's first
   optimizer imports ``torch._dynamo`` (some 800 modules, about as long as ``import torch``),
   which ``import torch`` leaves for later.

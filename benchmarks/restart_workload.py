@@ -31,7 +31,7 @@ import msgspec
 import torch
 from restart_plain import BATCH, LAYERS, WIDTH, build_model, make_batch
 
-from executors.workload import Workload, WorkloadContext, convert_config
+from executors.kinds.torch.workload import Workload, WorkloadContext, convert_config
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True):

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from executors import exitcodes
-from executors.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, reap_command
+from executors.agent.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, reap_command
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind
 from protocol.messages import ExecutorMessage, LogLevel
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version_line() -> str:
-    from executors.version import code_version
+    from executors.checkpoints.version import code_version
 
     return f"{PROG} {code_version()}"
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "version":
-            from executors.version import code_version
+            from executors.checkpoints.version import code_version
 
             print(code_version())
             return exitcodes.OK
@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from executors.control import Control
-    from executors.events import EventLog, JsonLines, ProgressBar, report_crash
-    from executors.inject import Injections
+    from executors.agent.control import Control
+    from executors.agent.events import EventLog, JsonLines, ProgressBar, report_crash
+    from executors.agent.inject import Injections
+    from executors.agent.spec import load_spec
     from executors.kinds import load_kind
-    from executors.spec import load_spec
 
     spec = load_spec(args.spec, args.job)
     injections = Injections.from_env()
@@ -166,7 +166,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from executors.spec import load_spec
+    from executors.agent.spec import load_spec
 
     # A bad spec is refused before the workdir is touched: no lock or pid file names an
     # executor that never ran.
@@ -175,7 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.twin:  # a twin holds its own lock; the workdir's only once promoted by a Start
         if spec is not None:
             raise ConfigError("--twin waits for Start; it cannot start a --spec at once")
-        from executors.twin import TwinSeat
+        from executors.agent.twin import TwinSeat
 
         twin = TwinSeat.take(args.workdir)
     else:
@@ -184,7 +184,7 @@ def _serve(args: argparse.Namespace) -> int:
         _reap(args.workdir)
     import asyncio
 
-    from executors.serve import Server
+    from executors.agent.serve import Server
 
     server = Server(
         args.workdir,
@@ -212,8 +212,8 @@ def _health(args: argparse.Namespace) -> int:
     once its bundle is). A workdir that is not there is refused, not measured elsewhere."""
     import time
 
-    from executors.events import to_json
-    from executors.health import HealthSampler
+    from executors.agent.events import to_json
+    from executors.health.health import HealthSampler
     from protocol.units import size_mb
 
     if not 0 <= args.window_s <= 10:
@@ -246,7 +246,7 @@ def _reap(workdir: Path) -> None:
     rec = read_command(workdir)
     gone = reap_command(workdir)
     if gone and rec is not None:
-        from executors.events import EventLog
+        from executors.agent.events import EventLog
         from protocol.messages import Log
 
         text = (

@@ -122,12 +122,12 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     inside it (``".metadata"``, which torch.distributed.checkpoint writes last). Where the run's
     processes can be read, nothing of it may be open for writing by one of them, and none of
     them may have ended since just before the marker came (else ``settle_s`` with the marker);
-    a marker older than the rest counts for nothing (``executors/command_watch.py``)."""
+    a marker older than the rest counts for nothing (``executors/kinds/command/command_watch.py``)."""
     settle_s: NonNegativeFloat = 2.0
     """The fallback: complete once size and mtime (a folder: every file's) stayed the same this
     long while the command ran, or at once when the command exits 0. A file on a local
     filesystem is taken sooner, as soon as it is closed: no process of the run holds it open
-    for writing and none of them ended meanwhile (``executors/command_watch.py``)."""
+    for writing and none of them ended meanwhile (``executors/kinds/command/command_watch.py``)."""
     progress_regex: str | None = None
     """Searched in each output line (stdout or stderr); named group ``step``, optional ``loss``."""
     metrics_file: str | None = None
@@ -150,7 +150,7 @@ class CommandSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     preload: list[str] | None = None
     """Modules to import once in a zygote the executor keeps for the job, when ``argv`` is
     ``PYTHON script.py ...`` or ``PYTHON -m MODULE ...``: each run is forked from it, warm,
-    instead of exec'd (executors/zygote.py), so a restart in place skips the interpreter's
+    instead of exec'd (executors/kinds/command/zygote.py), so a restart in place skips the interpreter's
     start and these imports. Unset (the default): ``AUTO_PRELOAD``, torch and torch._dynamo
     (torch imports the latter on a script's first optimizer), and an argv the zygote cannot
     run (torchrun, a shell), a host without cgroups for runs or an interpreter without torch
@@ -272,7 +272,7 @@ class FolderFile(msgspec.Struct, kw_only=True):
 
 class Lineage(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Where a checkpoint came from, beyond the spec hash, code version and epoch of its
-    manifest: what ``hotspare lineage`` prints (``executors.lineage`` says how each is found)."""
+    manifest: what ``hotspare lineage`` prints (``executors.checkpoints.lineage`` says how each is found)."""
 
     host: str
     """The hostname of the machine that wrote it."""
@@ -281,7 +281,7 @@ class Lineage(msgspec.Struct, kw_only=True, omit_defaults=True):
     code_hash: str | None = None
     """The torch kind: sha256 over the workload's source files (``code_files``)."""
     code_files: list[str] = []
-    """The files ``code_hash`` covers, as module paths ('executors/workloads/charlm.py')."""
+    """The files ``code_hash`` covers, as module paths ('executors/kinds/torch/workloads/charlm.py')."""
     git_commit: str | None = None
     """The command kind: HEAD of the git repository the command ran in, if it ran in one."""
     git_dirty: bool | None = None

@@ -47,7 +47,7 @@ class CharLMConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 BUILTIN_WORKLOADS: dict[str, type[msgspec.Struct]] = {"charlm": CharLMConfig}
-"""Built-in workload name -> its config schema (the executor's ``executors.workload.BUILTIN``
+"""Built-in workload name -> its config schema (the executor's ``executors.kinds.torch.workload.BUILTIN``
 names the same ones; ``tests/console/test_check_jobs.py`` holds the two together)."""
 
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from console.inventory import load
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 GPU = {
     "name": "Demo GPU (fake NVML)",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from executors.workload import Workload, WorkloadContext
+from executors.kinds.torch.workload import Workload, WorkloadContext
 
 
 class ThreeRngs(Workload):

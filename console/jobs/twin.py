@@ -1,6 +1,6 @@
 """The warm twin (``warm_twin = true``): an idle executor for the job on the job's own host,
 started once the job's executor runs, which becomes the job's executor when that executor's
-process is gone (``executors/twin.py``), so a restart in place is a Start, not a process start.
+process is gone (``executors/agent/twin.py``), so a restart in place is a Start, not a process start.
 
 Example sequence: ``a running (pid 10), twin pid 11 ready -> pid 10 SIGKILLed -> restart on a
 (epoch 2): Start to pid 11 -> running in pid 11 -> twin pid 12 ready``. The twin itself refuses

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from executors.control import Control
+from executors.agent.control import Control
 
 PUBLISH_MARGIN_S = 0.25
 """A checkpoint is published only with more than this left of the lease. The check and the two

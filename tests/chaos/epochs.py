@@ -1,6 +1,6 @@
 """The processes of a run by the epoch it was started under, from /proc, trusting nothing the
 console or an executor says: every process a command starts carries ``HOTSPARE_JOB`` and
-``HOTSPARE_EPOCH`` in its environment (``executors.run_env``), torchrun's workers included.
+``HOTSPARE_EPOCH`` in its environment (``executors.agent.run_env``), torchrun's workers included.
 
 The invariant the fence keeps: once a process of epoch N of a job exists, no process of an
 older epoch of that job does. ``EpochSampler`` samples every ``SAMPLE_S`` and reports each

@@ -23,7 +23,7 @@ from netbed import NsSshHost
 from chaos.fleet import FAILING_GPU, HEALTHY_GPU, Fleet
 from chaos.observe import events_size
 from console.records.journal import Kind
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 BLIP_S = 0.3
 """A flap's outage: well under the console's suspect_after_s (1 s)."""

@@ -25,7 +25,7 @@ from chaos.procs import Sampler
 from console.records.journal import Event, Kind
 
 PROGRESS_S = 0.5
-"""The executor's progress interval (executors/trainer.py)."""
+"""The executor's progress interval (executors/kinds/torch/trainer.py)."""
 OWN_START_S = 0.5
 """The epoch's own executor may begin (load, first steps) between the Start leaving the
 console and the journal line that records it: only a process seen training this long before

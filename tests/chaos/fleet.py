@@ -27,7 +27,7 @@ from chaos.observe import journal
 from console.records.journal import Event
 from console.service.client import ControllerGone, Remote
 from console.service.standby import DEPOSED
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 DISK_MB = 48
 """Each host's disk: big enough for the bundle, checkpoints and replicas; small to fill."""

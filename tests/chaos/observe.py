@@ -17,7 +17,7 @@ from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read_all
 
 TRAIN_THREAD = "hotspare-train"
-"""The OS name of an executor's training thread (executors/serve.py); idle executors have none."""
+"""The OS name of an executor's training thread (executors/agent/serve.py); idle executors have none."""
 SAMPLE_S = 0.1
 
 

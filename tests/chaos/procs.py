@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TRAIN_THREAD = "hotspare-train"
-"""The OS name of an executor's training thread (executors/serve.py); idle executors have none."""
+"""The OS name of an executor's training thread (executors/agent/serve.py); idle executors have none."""
 SAMPLE_S = 0.1
 THAW_S = 0.5
 """A continued executor's step in flight, its lease check and its exit: a tiny model's step

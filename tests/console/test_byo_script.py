@@ -30,7 +30,7 @@ from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
-from executors.workdir import COMMAND_GROUP
+from executors.agent.workdir import COMMAND_GROUP
 
 SCRIPT = REPO / "tests" / "train_nanogpt_style.py"
 ITERS = 600

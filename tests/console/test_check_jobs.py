@@ -107,8 +107,8 @@ def test_a_workload_name_with_no_factory_is_refused(tmp_path: Path) -> None:
 def test_the_console_knows_the_workloads_the_executor_builds() -> None:
     """protocol/workloads.py is what the console checks against: the same names and, field
     for field, the same config schema as the executor's workloads (a drift fails here)."""
-    from executors.workload import BUILTIN
-    from executors.workloads.charlm import CharLMConfig
+    from executors.kinds.torch.workload import BUILTIN
+    from executors.kinds.torch.workloads.charlm import CharLMConfig
     from protocol.workloads import BUILTIN_WORKLOADS
 
     assert set(BUILTIN_WORKLOADS) == set(BUILTIN)

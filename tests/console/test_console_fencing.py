@@ -260,7 +260,7 @@ async def test_a_read_only_console_alone_copies_no_replica_and_drains_nothing(
     sha256 failures on b), and a GPU FAIL would have had it drain the job. Here it watches
     alone (the owner quit and left a long last lease): the spare's folder does not change
     while the executor checkpoints on, and a GPU FAIL it sees leaves the executor training."""
-    from executors.gpu_fake import write_state
+    from executors.testing.gpu_fake import write_state
 
     nvml = tmp_path / "nvml-a.json"
     write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})

@@ -356,7 +356,7 @@ async def test_manual_policy_waits_for_approval(fleet: Path, baseline: str) -> N
 async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
-    from executors.gpu_fake import write_state
+    from executors.testing.gpu_fake import write_state
 
     nvml = tmp_path / "nvml-a.json"
     healthy = {"devices": [{"name": "Fake H100", "temp_c": 50}]}
@@ -383,7 +383,7 @@ async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
 
 @pytest.mark.long
 async def test_a_lasting_gpu_warn_under_auto_migrates_with_zero_lost_steps(tmp_path: Path) -> None:
-    from executors.gpu_fake import write_state
+    from executors.testing.gpu_fake import write_state
 
     fleet = write_inventory(
         tmp_path / "inventory.toml",

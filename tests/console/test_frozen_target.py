@@ -35,7 +35,7 @@ from console.jobs.policy import Policy
 from console.reach.deploy import replica_file
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 FAILED = {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}
 

@@ -300,7 +300,7 @@ async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
 async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
     tmp_path: Path, baseline: str
 ) -> None:
-    from executors.gpu_fake import write_state
+    from executors.testing.gpu_fake import write_state
 
     nvml = tmp_path / "nvml-b.json"
     write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})

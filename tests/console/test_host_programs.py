@@ -15,7 +15,7 @@ from pathlib import Path
 
 from console.reach import deploy, job_ready, preflight, remote
 from console.reach.host import kill, locked
-from executors import workdir
+from executors.agent import workdir
 from executors.fencing import cgroup
 
 

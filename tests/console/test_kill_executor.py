@@ -33,7 +33,7 @@ WORKERS = WORKER_TREE
 HOLDER = r"""
 import signal, sys
 from pathlib import Path
-from executors.workdir import acquire
+from executors.agent.workdir import acquire
 acquire(Path(sys.argv[1]))
 print("held", flush=True)
 signal.pause()
@@ -43,7 +43,7 @@ signal.pause()
 ENDING = r"""
 import os, sys
 from pathlib import Path
-from executors.workdir import acquire
+from executors.agent.workdir import acquire
 acquire(Path(sys.argv[1]))
 os.unlink(Path(sys.argv[1]) / "executor.pid")
 print("held", flush=True)

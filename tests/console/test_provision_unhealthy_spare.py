@@ -27,7 +27,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.states import JobState
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "examples" / "provision_local.py"

@@ -21,7 +21,7 @@ from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
-from executors.workdir import read_command
+from executors.agent.workdir import read_command
 
 SCRIPT = PLAIN_SCRIPT
 STEPS = 150

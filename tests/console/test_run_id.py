@@ -21,7 +21,7 @@ from console.inventory import load
 from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.states import JobState
-from executors.workdir import read_command
+from executors.agent.workdir import read_command
 
 SCRIPT = r"""
 import argparse, json, os, sys, time

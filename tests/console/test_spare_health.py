@@ -33,7 +33,7 @@ from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind, read
 from console.states import JobState
 from console.ui.view import FLEET_COLUMNS, fleet_rows
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 45}]}
 GPU = FLEET_COLUMNS.index("GPU")

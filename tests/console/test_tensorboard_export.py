@@ -35,7 +35,7 @@ from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
-from executors.torch_kind import PROGRESS_ENV
+from executors.kinds.torch.torch_kind import PROGRESS_ENV
 from protocol.errors import ConfigError
 from protocol.messages import Progress
 

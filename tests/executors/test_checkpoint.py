@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import tmpfs
 
-from executors.checkpoint import CheckpointManager, checkpoint_name
+from executors.checkpoints.checkpoint import CheckpointManager, checkpoint_name
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 from protocol.spec import CheckpointManifest
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from helpers import REPO, wait_for
 
-from executors.command_kind import CommandKind, CommandRunner
-from executors.command_watch import Watcher
-from executors.command_writers import LOCAL_FS, Writers, mount_fs
-from executors.control import Control
-from executors.inject import Injections
+from executors.agent.control import Control
+from executors.agent.inject import Injections
 from executors.kinds import Outcome
+from executors.kinds.command.command_kind import CommandKind, CommandRunner
+from executors.kinds.command.command_watch import Watcher
+from executors.kinds.command.command_writers import LOCAL_FS, Writers, mount_fs
 from protocol.layouts import LAYOUTS
 from protocol.messages import ExecutorMessage, Log
 from protocol.spec import CommandSpec, JobSpec
@@ -266,7 +266,7 @@ def test_a_writer_that_ends_while_its_files_are_read_is_not_counted_alive(
     ckpt-30.pt half written, between the scan's "is it alive" and its read of the process's
     open files. Its files were gone, so it held nothing, and it counted alive: the torn file
     was published. Here its end is made to fall exactly there."""
-    from executors import command_writers
+    from executors.kinds.command import command_writers
 
     folder, gate = gated(tmp_path)
     rest = start("sleep", "300")

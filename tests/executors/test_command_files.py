@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from executors.command_files import Publisher, Watcher
+from executors.kinds.command.command_files import Publisher, Watcher
 from protocol.messages import ExecutorMessage, Fault
 from protocol.spec import CommandSpec
 

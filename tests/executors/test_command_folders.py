@@ -18,9 +18,9 @@ import pytest
 import tomli_w
 from helpers import REPO, ExecutorProcess, run_job, wait_for
 
-from executors.command_files import Candidate, Publisher, Watcher, clear
-from executors.command_tree import judge, tree_digest
-from executors.workdir import kill_command
+from executors.agent.workdir import kill_command
+from executors.kinds.command.command_files import Candidate, Publisher, Watcher, clear
+from executors.kinds.command.command_tree import judge, tree_digest
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 from protocol.spec import CheckpointManifest, CommandSpec, FolderFile
 

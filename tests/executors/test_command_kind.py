@@ -28,7 +28,9 @@ import tomli_w
 from helpers import ExecutorProcess, env_with, run_job, wait_for
 
 from executors import clock, exitcodes
-from executors.command_io import (
+from executors.agent.control import Control
+from executors.agent.inject import Injections
+from executors.kinds.command.command_io import (
     LINE_BURST,
     MAX_LINE_BYTES,
     MAX_LINE_CHARS,
@@ -36,9 +38,7 @@ from executors.command_io import (
     build_argv,
     read_lines,
 )
-from executors.command_kind import CommandKind
-from executors.control import Control
-from executors.inject import Injections
+from executors.kinds.command.command_kind import CommandKind
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import ConsoleHello, ExecutorMessage, Log, Progress, Start, Stop, Stopped
 from protocol.spec import CheckpointManifest, CommandSpec, JobSpec

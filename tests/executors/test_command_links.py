@@ -16,8 +16,8 @@ import pytest
 import tomli_w
 from helpers import run_job
 
-from executors.command_files import Publisher, Watcher
-from executors.command_tree import How, clone_file
+from executors.kinds.command.command_files import Publisher, Watcher
+from executors.kinds.command.command_tree import How, clone_file
 from protocol.spec import CommandSpec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,12 +24,12 @@ import pytest
 from helpers import REPO, ExecutorProcess, wait_for
 
 from executors import exitcodes
-from executors.command_files import Candidate, NotCommitted, Publisher
-from executors.command_io import build_argv, command_env, group_values
-from executors.command_kind import CommandRunner
-from executors.control import Control
+from executors.agent.control import Control
+from executors.agent.workdir import kill_command, read_command, recorded_cgroup
 from executors.fencing import cgroup
-from executors.workdir import kill_command, read_command, recorded_cgroup
+from executors.kinds.command.command_files import Candidate, NotCommitted, Publisher
+from executors.kinds.command.command_io import build_argv, command_env, group_values
+from executors.kinds.command.command_kind import CommandRunner
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (
     CheckpointSaved,

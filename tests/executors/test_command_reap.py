@@ -22,7 +22,13 @@ import tomli_w
 from helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
 from executors import exitcodes
-from executors.workdir import COMMAND_GROUP, TOKEN_ENV, new_token, reap_command, record_command
+from executors.agent.workdir import (
+    COMMAND_GROUP,
+    TOKEN_ENV,
+    new_token,
+    reap_command,
+    record_command,
+)
 
 WORKERS = WORKER_TREE
 
@@ -203,9 +209,9 @@ def test_no_run_starts_beside_processes_of_the_last_that_outlived_sigkill(
     cannot be made here; the reap's verdict is what is replaced.)"""
     import msgspec
 
-    from executors import command_kind
-    from executors.control import Control
-    from executors.workdir import CommandLingers
+    from executors.agent.control import Control
+    from executors.agent.workdir import CommandLingers
+    from executors.kinds.command import command_kind
     from protocol.messages import Fault, Log
     from protocol.spec import CommandSpec, JobSpec
 

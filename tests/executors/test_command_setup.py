@@ -19,8 +19,8 @@ from helpers import ExecutorProcess, run_job, wait_for
 from test_command_zygote import Client, children, proc_stat
 
 from executors import exitcodes
-from executors.command_setup import DONE
-from executors.workdir import COMMAND_GROUP
+from executors.agent.workdir import COMMAND_GROUP
+from executors.kinds.command.command_setup import DONE
 from protocol import send_message
 from protocol.messages import Finished, Prepare, Start
 from protocol.spec import CommandSpec, JobSpec

@@ -33,7 +33,7 @@ from helpers import (
 )
 
 from executors import exitcodes
-from executors.workdir import COMMAND_GROUP, TOKEN_ENV
+from executors.agent.workdir import COMMAND_GROUP, TOKEN_ENV
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (
     ConsoleHello,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from executors import clock
-from executors.control import Control
+from executors.agent.control import Control
 
 
 def test_a_lease_runs_from_its_anchor_not_from_receipt() -> None:

@@ -24,8 +24,8 @@ import torch.distributed
 from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
-from executors.dist import GLOO_IFNAME, interface_of, joined
-from executors.logical import plan
+from executors.kinds.torch.dist import GLOO_IFNAME, interface_of, joined
+from executors.kinds.torch.logical import plan
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.errors import ConfigError
 from protocol.messages import (
@@ -361,7 +361,7 @@ def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_proce
 
 
 def test_each_rank_takes_its_contiguous_share_of_the_global_batch() -> None:
-    """A fixed-size group: each rank is one logical rank (``executors.logical``)."""
+    """A fixed-size group: each rank is one logical rank (``executors.kinds.torch.logical``)."""
 
     def share(rank: int, n: int, batch: int, micro: int) -> tuple[slice, int]:
         layout = plan(batch, micro, logical_ranks=n, world_size=n, rank=rank, elastic=False)

@@ -23,10 +23,10 @@ from helpers import TINY_CONFIG, env_with
 from test_dist_train import Member, finished, kill_all, manifests, serve, start
 
 from executors import exitcodes
-from executors.dist import check
-from executors.logical import Layout, block, plan
-from executors.publish import checkpoint_name
-from executors.torch_kind import PROGRESS_ENV
+from executors.fencing.publish import checkpoint_name
+from executors.kinds.torch.dist import check
+from executors.kinds.torch.logical import Layout, block, plan
+from executors.kinds.torch.torch_kind import PROGRESS_ENV
 from protocol.errors import ConfigError
 from protocol.messages import Finished, Log, Progress, Rendezvous, Resumed
 from protocol.spec import JobSpec

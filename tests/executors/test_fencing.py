@@ -29,7 +29,7 @@ import pytest
 from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import clock, exitcodes
-from executors.publish import PUBLISH_MARGIN_S, Fenced, LeaseCheck, publish
+from executors.fencing.publish import PUBLISH_MARGIN_S, Fenced, LeaseCheck, publish
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (
     CheckpointSaved,

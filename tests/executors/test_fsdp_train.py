@@ -29,9 +29,9 @@ from test_dist_train import (
 )
 
 from executors import exitcodes
-from executors.publish import CorruptCheckpoint, checkpoint_name
-from executors.sharded import METADATA, TRAINER, read_metadata
-from executors.torch_kind import PROGRESS_ENV
+from executors.fencing.publish import CorruptCheckpoint, checkpoint_name
+from executors.kinds.torch.sharded import METADATA, TRAINER, read_metadata
+from executors.kinds.torch.torch_kind import PROGRESS_ENV
 from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded, Start
 from protocol.spec import JobSpec
 

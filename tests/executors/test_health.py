@@ -17,10 +17,10 @@ import psutil
 import pytest
 from helpers import cgroup_here
 
-from executors import health as health_mod
-from executors.gpu import FAKE_NVML_ENV, GpuSampler, _handle_key, load_nvml, throttle_names
-from executors.gpu_fake import FakeNvml, NVMLError, write_state
-from executors.health import HealthSampler, _Rate
+from executors.health import health as health_mod
+from executors.health.gpu import FAKE_NVML_ENV, GpuSampler, _handle_key, load_nvml, throttle_names
+from executors.health.health import HealthSampler, _Rate
+from executors.testing.gpu_fake import FakeNvml, NVMLError, write_state
 from protocol.messages import GpuHealth, Health
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,7 +364,9 @@ def test_without_env_var_loads_real_pynvml(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_importing_gpu_module_does_not_import_pynvml() -> None:
-    code = "import sys, executors.gpu, executors.health; print('pynvml' in sys.modules)"
+    code = (
+        "import sys, executors.health.gpu, executors.health.health; print('pynvml' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )

@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 from helpers import REPO, env_with
 
-from executors.gpu import FAKE_NVML_ENV
-from executors.gpu_fake import write_state
+from executors.health.gpu import FAKE_NVML_ENV
+from executors.testing.gpu_fake import write_state
 from protocol.messages import Health
 
 # Runs the real entry point, then reports what that interpreter imported (stderr, last line).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from executors.twin import listen
+from executors.agent.twin import listen
 from protocol.errors import ConfigError
 
 

@@ -17,8 +17,8 @@ import pytest
 import tomli_w
 from helpers import REPO, env_with, run_job, write_spec
 
-from executors.lineage import data_source, git_state, module_files, workload_code
-from executors.workload import resolve
+from executors.checkpoints.lineage import data_source, git_state, module_files, workload_code
+from executors.kinds.torch.workload import resolve
 from protocol.spec import CheckpointManifest, CommandSpec, JobSpec
 
 PLAIN = REPO / "tests" / "train_plain.py"
@@ -53,10 +53,15 @@ def git(repo: Path, *args: str) -> str:
 
 
 def charlm_code_hash() -> str:
-    """Computed here from the files on disk: every .py file of executors/workloads."""
+    """Computed here from the files on disk: every .py file of executors/kinds/torch/workloads."""
     h = hashlib.sha256()
-    for path in sorted((REPO / "executors" / "workloads").glob("*.py")):
-        h.update(f"executors/workloads/{path.name}".encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted((REPO / "executors" / "kinds" / "torch" / "workloads").glob("*.py")):
+        h.update(
+            f"executors/kinds/torch/workloads/{path.name}".encode()
+            + b"\0"
+            + path.read_bytes()
+            + b"\0"
+        )
     return h.hexdigest()
 
 
@@ -83,8 +88,8 @@ def test_torch_kind_manifests_carry_code_data_host_and_a_parent_chain_across_a_r
         assert x.host == socket.gethostname()
         assert x.code_hash == charlm_code_hash()
         assert x.code_files == [
-            f"executors/workloads/{p.name}"
-            for p in sorted((REPO / "executors" / "workloads").glob("*.py"))
+            f"executors/kinds/torch/workloads/{p.name}"
+            for p in sorted((REPO / "executors" / "kinds" / "torch" / "workloads").glob("*.py"))
         ]
         assert x.data == "corpus_chars=20000", "the data keys the spec's config names"
         assert x.git_commit is None, "the torch kind hashes its workload's code instead"

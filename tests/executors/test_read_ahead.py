@@ -14,9 +14,9 @@ import pytest
 import torch
 from test_checkpoint import Events, manager, save_steps
 
-from executors import verified
-from executors.checkpoint import checkpoint_name
-from executors.publish import read_ahead
+from executors.checkpoints import verified
+from executors.checkpoints.checkpoint import checkpoint_name
+from executors.fencing.publish import read_ahead
 
 SIZE = 2_000_000  # floats: an 8 MB checkpoint
 CAP = 1 << 30

@@ -15,11 +15,11 @@ import msgspec
 import pytest
 from helpers import TINY_CONFIG
 
-from executors.control import Control
-from executors.inject import Injections
-from executors.run_env import EPOCH, JOB, NAMES, RESUMED_FROM_STEP, RUN_ID
-from executors.torch_kind import TorchKind
-from executors.workloads import charlm
+from executors.agent.control import Control
+from executors.agent.inject import Injections
+from executors.agent.run_env import EPOCH, JOB, NAMES, RESUMED_FROM_STEP, RUN_ID
+from executors.kinds.torch.torch_kind import TorchKind
+from executors.kinds.torch.workloads import charlm
 from protocol.messages import ExecutorMessage, Finished, Resumed, Start
 from protocol.spec import JobSpec
 

@@ -19,13 +19,13 @@ from test_checkpoint import Events, manager, save_steps
 
 from console.reach.remote import list_manifests
 from console.reach.transport.local import LocalTransport
-from executors.checkpoint import checkpoint_name
-from executors.publish import CorruptCheckpoint, read_manifest
+from executors.checkpoints.checkpoint import checkpoint_name
+from executors.fencing.publish import CorruptCheckpoint, read_manifest
 
 DIES_MID_PUBLISH = r"""
 import os, sys, torch
 from pathlib import Path
-from executors.checkpoint import CheckpointManager
+from executors.checkpoints.checkpoint import CheckpointManager
 calls = []
 def lease_valid(margin):
     calls.append(margin)

@@ -24,7 +24,7 @@ import msgspec
 import pytest
 import torch
 
-from executors.checkpoint import CheckpointManager, Loaded
+from executors.checkpoints.checkpoint import CheckpointManager, Loaded
 from protocol.messages import ExecutorMessage, Fault
 from protocol.spec import CheckpointManifest
 

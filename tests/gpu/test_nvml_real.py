@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from executors.gpu import GpuSampler, _handle_key
+from executors.health.gpu import GpuSampler, _handle_key
 
 pytestmark = pytest.mark.gpu
 

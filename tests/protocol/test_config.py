@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from executors.spec import load_spec
+from executors.agent.spec import load_spec
 from protocol.config import convert, find_line, read_toml
 from protocol.errors import ConfigError
 from protocol.spec import JobSpec

@@ -16,8 +16,8 @@ import pytest
 from protocol.errors import ConfigError, HotspareError, ProtocolError, retryable
 
 OUTSIDE = {
-    "executors.gpu_fake.NVMLError": "stands in for pynvml's own NVMLError, which callers catch",
-    "executors.zygote_server.Become": "control flow of a forked child (a BaseException)",
+    "executors.testing.gpu_fake.NVMLError": "stands in for pynvml's own NVMLError, which callers catch",
+    "executors.kinds.command.zygote_server.Become": "control flow of a forked child (a BaseException)",
 }
 """Exception classes deliberately outside the root, and why."""
 
@@ -70,9 +70,9 @@ def test_every_error_of_the_packages_has_the_one_root_and_says_if_retrying_helps
         ("console.fleet.link.LinkError", False),
         ("console.records.state_store.Unsaved", False),
         ("console.jobs.refusal.Refused", True),
-        ("executors.publish.Fenced", True),
-        ("executors.publish.CorruptCheckpoint", True),
-        ("executors.workdir.WorkdirBusy", False),
+        ("executors.fencing.publish.Fenced", True),
+        ("executors.fencing.publish.CorruptCheckpoint", True),
+        ("executors.agent.workdir.WorkdirBusy", False),
     ],
 )
 def test_what_each_error_says_is_what_its_callers_do(name: str, permanent: bool) -> None:

@@ -14,7 +14,7 @@ from fleetbed import local_host, write_inventory
 from helpers import REPO, env_with
 
 from console.inventory import load
-from executors.command_files import Watcher
+from executors.kinds.command.command_files import Watcher
 from protocol.errors import ConfigError
 from protocol.layouts import LAYOUTS
 from protocol.spec import CommandSpec

@@ -16,7 +16,7 @@ from console.jobs.controller import Controller
 from console.jobs.policy import Policy
 from console.records.journal import Event, Kind
 from console.ui.app import HotspareApp
-from executors.gpu_fake import write_state
+from executors.testing.gpu_fake import write_state
 
 SIZE = (160, 40)
 HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 45, "ecc_uncorrected": 0}]}

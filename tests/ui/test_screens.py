@@ -33,7 +33,7 @@ def rows(app: object, selector: str) -> dict[str, tuple[str, ...]]:
 
 
 async def test_job_and_host_detail_then_the_incident_and_its_report(tmp_path: Path) -> None:
-    from executors.gpu_fake import write_state
+    from executors.testing.gpu_fake import write_state
 
     nvml = tmp_path / "nvml.json"
     write_state(nvml, {"devices": [{"name": "Fake H100", "util_pct": 87, "temp_c": 61}] * 2})

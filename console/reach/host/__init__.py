@@ -4,7 +4,7 @@ ARGS...``, each argument one argv entry, never spliced into a shell or into the 
 Each is a real module: the standard library only, linted, type-checked and unit-tested here
 as any other module, and shipped by its own source text (``source``). ``console/reach/remote.py``
 is the Python API that runs them and reads their answers. The workdir's file names they use
-are ``executors/workdir.py``'s (a test keeps the two in step: the console never imports the
+are ``executors/agent/workdir.py``'s (a test keeps the two in step: the console never imports the
 executor's package)."""
 
 from __future__ import annotations

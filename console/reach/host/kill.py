@@ -26,7 +26,7 @@ PID = "executor.pid"
 COMMAND_GROUP = "command.pgid"
 TOKEN_ENV = "HOTSPARE_RUN_TOKEN"
 CGROUP_PREFIX = "hotspare-run-"
-"""``executors/workdir.py``'s and ``executors/fencing/cgroup.py``'s names (a test compares)."""
+"""``executors/agent/workdir.py``'s and ``executors/fencing/cgroup.py``'s names (a test compares)."""
 
 KILLED, NOT_HELD, REFUSED, SURVIVED, LEFTOVERS = 0, 10, 11, 12, 13
 ENDING_S = 2.0

@@ -1,7 +1,7 @@
 """The listing program: the complete checkpoints in each folder given, as one JSON line (a list
 of manifest lists, in the order of the folders). Run on the host as ``python -c SOURCE
 FOLDER...``. A manifest counts only with its data beside it and no ``.STEM.pending`` marker
-(its publish never confirmed inside the lease: ``executors/publish.py``). The standard
+(its publish never confirmed inside the lease: ``executors/fencing/publish.py``). The standard
 library only."""
 
 from __future__ import annotations

@@ -1,0 +1,257 @@
+"""The process group of one epoch of a multi-host job: joined when a run starts, left when it ends.
+
+One rank per host, in the executor's own training thread, in torch.distributed's default
+group. The group is always destroyed at the end of the run, and a failed join forgotten, so a
+run restarted in place at a higher epoch (same process, new rendezvous) can join the next
+epoch's group beside fresh executors. Each step needs two collectives of every rank, in the
+same order: ``agree`` at the step boundary (so every rank checkpoints and stops at the same
+steps) and ``average`` (``average_in_order`` for an elastic job's deterministic reduce) after
+the backward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from executors.kinds.torch.logical import Layout, block
+from protocol.errors import ConfigError
+from protocol.messages import Rendezvous
+
+GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank decided at a step boundary: the logical OR of each rank's wishes."""
+
+    save: bool
+    stop: bool
+    checkpoint: bool
+    """Stop with a checkpoint at this step first."""
+
+
+class Group:
+    """This host's rank in the epoch's group, and the collectives of a step."""
+
+    def __init__(
+        self, rv: Rendezvous, device: torch.device, side: dist.ProcessGroup | None = None
+    ) -> None:
+        self.side = side
+        """A gloo group beside the default one (a sharded job's checkpoints), if asked for."""
+        self.node_rank = rv.node_rank
+        self.nnodes = rv.nnodes
+        self.rank = rv.node_rank * rv.procs_per_host
+        self.world_size = rv.world_size
+        self.device = device
+
+    def average(
+        self, model: torch.nn.Module, loss: torch.Tensor, over: int | None = None
+    ) -> tuple[list[torch.nn.Parameter], float]:
+        """Every rank's gradients and loss summed as one flat tensor, then divided by ``over``
+        (the world size, or an elastic job's logical ranks: each rank's gradients are then the
+        sum over its logical ranks). What DDP does, without wrapping the model: its state_dict
+        keys stay. The gradients are replaced in place (a missing one counts as zeros); returns
+        the parameters and the mean loss, the same on every rank."""
+        params = trained(model)
+        flat = flatten(params, loss)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= over or self.world_size
+        return params, unflatten(params, flat)
+
+    def mean_loss(self, loss: torch.Tensor, over: int | None = None) -> float:
+        """Every rank's loss summed, divided by ``over`` (the world size, or the logical ranks):
+        the same on every rank (a sharded job's step, whose gradients FSDP reduces)."""
+        total = loss.detach().reshape(1).float().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return float(total[0]) / (over or self.world_size)
+
+    def most(self, count: int) -> int:
+        """The largest ``count`` of any rank (one tiny all-reduce)."""
+        t = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t[0])
+
+    def average_in_order(
+        self, model: torch.nn.Module, vectors: list[torch.Tensor], layout: Layout
+    ) -> tuple[list[torch.nn.Parameter], float]:
+        """The deterministic reduce: ``vectors`` are this rank's logical ranks' own gradients and
+        loss (``flatten``, in block order); every rank gathers every logical rank's and sums them
+        in logical order 0..L-1 before dividing by L, so the bits do not depend on how the
+        logical ranks were spread over the ranks. The gradients are replaced in place."""
+        params = trained(model)
+        width = layout.widest_block
+        mine = torch.zeros((width, vectors[0].numel()), dtype=vectors[0].dtype, device=self.device)
+        for i, v in enumerate(vectors):
+            mine[i].copy_(v)
+        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(gathered, mine)
+        ordered = [
+            gathered[p][i]
+            for p in range(self.world_size)
+            for i in range(len(block(p, self.world_size, layout.logical_ranks)))
+        ]
+        acc = ordered[0].clone()
+        for v in ordered[1:]:
+            acc += v
+        acc /= layout.logical_ranks
+        return params, unflatten(params, acc)
+
+    def agree(self, *, save: bool, stop: bool, checkpoint: bool) -> Agreed:
+        """One tiny all-reduce (MAX) of this rank's wishes at a step boundary."""
+        flags = torch.tensor([save, stop, checkpoint], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        save_all, stop_all, checkpoint_all = (bool(f) for f in flags.tolist())
+        return Agreed(save=save_all, stop=stop_all, checkpoint=checkpoint_all)
+
+
+def trained(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters a step reduces (those that require a gradient), in the model's order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def flatten(params: list[torch.nn.Parameter], loss: torch.Tensor) -> torch.Tensor:
+    """The gradients of ``params`` and the loss as one new float vector; a parameter without a
+    gradient is given zeros (so every rank's vector has the same layout)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in params if p.grad is not None]
+    return torch.cat([g.reshape(-1).float() for g in grads] + [loss.reshape(1).float()])
+
+
+def unflatten(params: list[torch.nn.Parameter], flat: torch.Tensor) -> float:
+    """Copy a ``flatten`` vector back into the gradients; returns its loss."""
+    offset = 0
+    for p in params:
+        g = p.grad
+        assert g is not None
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return float(flat[-1])
+
+
+def check(rv: Rendezvous, device: torch.device) -> None:
+    """What the torch kind can run: one rank per host, this host among the members."""
+    if rv.backend == "nccl" and device.type != "cuda":
+        raise ConfigError(f"backend: nccl needs a CUDA device; this executor trains on {device}")
+    if rv.procs_per_host != 1:
+        raise ConfigError(
+            f"procs_per_host: {rv.procs_per_host}; the torch kind trains one rank per host "
+            "(in the executor's own training thread) for now"
+        )
+    if not 0 <= rv.node_rank < rv.nnodes:
+        raise ConfigError(f"rendezvous: node rank {rv.node_rank} outside 0..{rv.nnodes - 1}")
+    if rv.logical_ranks is not None and not 1 <= rv.world_size <= rv.logical_ranks:
+        raise ConfigError(
+            f"logical_ranks: {rv.logical_ranks} logical ranks cannot spread over "
+            f"{rv.world_size} ranks (each rank needs at least one)"
+        )
+
+
+@contextlib.contextmanager
+def joined(
+    rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False
+) -> Iterator[Group]:
+    """Join this epoch's group (waits for every member up to ``rv.timeout_s``), with ``side`` a
+    gloo group beside it (``Group.side``); always leave them."""
+    check(rv, device)
+    timeout = timedelta(seconds=rv.timeout_s)
+    _name_the_group_as_a_fresh_process_would()
+    with _gloo_bound_to(rv, warn, gloo=side):
+        dist.init_process_group(
+            rv.backend,
+            init_method=f"tcp://{_host(rv.master_addr)}:{rv.master_port}",
+            rank=rv.node_rank * rv.procs_per_host,
+            world_size=rv.world_size,
+            timeout=timeout,
+        )
+        # made here, bound as the default group is: made after, in a network namespace gloo
+        # bound it to loopback and its peers were refused (test_fsdp_ssh)
+        side_group = dist.new_group(backend="gloo", timeout=timeout) if side else None
+    try:
+        yield Group(rv, device, side_group)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _name_the_group_as_a_fresh_process_would() -> None:
+    """torch names the default group (the prefix of every key its members wait on in the store)
+    from a process-wide count, raised by every join, and reset only when a joined group is
+    destroyed. A join that failed (a peer never came) leaves it raised, so this process would
+    wait on group "1" where a fresh executor beside it waits on "0", and neither would ever
+    meet. Each epoch has a store of its own, so every join may start from 0."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is None or not hasattr(world, "group_count"):
+        raise RuntimeError("this torch has no process-group count to reset (torch changed)")
+    world.group_count = 0
+
+
+def _host(address: str) -> str:
+    """An address as the host part of a URL: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+@contextlib.contextmanager
+def _gloo_bound_to(rv: Rendezvous, warn: Warn, *, gloo: bool = False) -> Iterator[None]:
+    """Gloo binds to wherever this machine's hostname resolves, and to loopback when that address
+    is not here (a network namespace): bind it to the interface holding this member's own data
+    address instead, for the groups' creation only (gloo reads the variable then). ``gloo``: a
+    gloo group is made whatever the backend."""
+    uses_gloo = rv.backend == "gloo" or gloo
+    if not uses_gloo or GLOO_IFNAME in os.environ or _is_loopback(rv.address):
+        yield
+        return
+    name = interface_of(rv.address)
+    if name is None:
+        warn(f"data address {rv.address} is on no interface here; gloo picks its own")
+        yield
+        return
+    os.environ[GLOO_IFNAME] = name
+    try:
+        yield
+    finally:
+        os.environ.pop(GLOO_IFNAME, None)
+
+
+def _ips(address: str) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """An address literal, or what a host name resolves to (the resolver's own timeouts)."""
+    host = address.strip("[]").split("%")[0]
+    try:
+        return {ipaddress.ip_address(host)}
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return set()
+    return {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos}
+
+
+def _is_loopback(address: str) -> bool:
+    ips = _ips(address)
+    return bool(ips) and all(ip.is_loopback for ip in ips)
+
+
+def interface_of(address: str) -> str | None:
+    """The network interface that holds ``address`` (IPv4 or IPv6), or None."""
+    wanted = _ips(address)
+    for name, addrs in psutil.net_if_addrs().items():
+        for a in addrs:
+            if a.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(a.address.split("%")[0]) in wanted:
+                    return name
+    return None

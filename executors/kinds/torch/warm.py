@@ -1,0 +1,53 @@
+"""What an idle torch executor (a spare waiting for Start) does meanwhile, on its own thread:
+warm torch up, then keep the newest checkpoint read and verified for the load after Start."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psutil
+
+from executors.fencing.publish import read_ahead
+
+READ_AHEAD_EVERY_S = 0.2
+READ_AHEAD_SHARE = 4
+"""A checkpoint is read ahead only if it takes at most 1/4 of the memory available."""
+
+
+def read_ahead_until(started: threading.Event, folder: Path) -> None:
+    """Until Start: keep the newest checkpoint of ``folder`` read and verified (a failover
+    target's replica lands there while the old lease runs out), so the load after Start takes
+    it from memory (``executors.checkpoints.verified``)."""
+    while not started.is_set():
+        read_ahead(folder, psutil.virtual_memory().available // READ_AHEAD_SHARE)
+        started.wait(READ_AHEAD_EVERY_S)
+
+
+def warm_up(over: threading.Event, repeat_s: float = 0.0) -> None:
+    """While idle (a spare waiting for Start): import the training code and run torch once.
+
+    The first forward/backward/optimizer step of a process pays for lazy kernel setup; paying
+    it before Start takes it off a failover's critical path. ``repeat_s`` (a test hook,
+    ``slow_warmup@S``) keeps torch busy that long after, unless ``over`` is set first.
+    """
+    import time
+
+    import torch
+
+    import executors.checkpoints.checkpoint
+    import executors.kinds.torch.trainer
+    import executors.kinds.torch.workloads.charlm  # noqa: F401
+
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64))
+    opt = torch.optim.AdamW(model.parameters())
+    loss = torch.nn.functional.cross_entropy(
+        model(torch.zeros(2, 8, dtype=torch.long)).reshape(-1, 64),
+        torch.zeros(16, dtype=torch.long),
+    )
+    loss.backward()
+    opt.step()
+    if repeat_s > 0:  # the test hook: torch kept busy in its kernels, as a slow warm-up is
+        busy, until = torch.nn.Linear(256, 256), time.monotonic() + repeat_s
+        while not over.is_set() and time.monotonic() < until:
+            busy(torch.randn(64, 256)).sum().backward()
