@@ -24,7 +24,7 @@ each for both subjects; trials are interleaved (the order rotates each round):
   with ``runpy`` (no second interpreter start).
 - ``failover``: two local hosts, ``a`` (primary) and ``b`` (its spare); once a checkpoint is
   replicated to ``b`` and the script has trained to ``kill_at``, host ``a`` is killed as
-  ``hotspare``'s own demo kill does (console/jobs/controller.py ``kill_host``): its killed
+  ``hotspare``'s own demo kill does (console/controller.py ``kill_host``): its killed
   mark written first (every console on this machine then finds ``a`` down; without it a
   local host stays reachable and the executor would be restarted in place on ``a``), then its
   executor and everything under it and in its cgroup frozen and SIGKILLed. No torchrun peer:
@@ -492,7 +492,7 @@ def _executors(root: Path, folder: Path) -> set[int]:
 
 
 def kill_host(root: Path, name: str, folder: Path) -> None:
-    """As console/jobs/controller.py ``kill_host`` does for a local host, from outside: the
+    """As console/controller.py ``kill_host`` does for a local host, from outside: the
     killed mark first, then everything in its cgroup and under its executors."""
     (root / KILLED_MARK).write_text("killed by benchmarks/byo_script.py\n")
     host_procs.kill(host_procs.host_cgroup(name, str(root)), _executors(root, folder))

@@ -4,7 +4,7 @@ N simulated executors (benchmarks/simexec.py, a separate process, one Unix socke
 connection each) send a Heartbeat and an 8-GPU Health every second over the real protocol. This
 process builds an inventory of N local hosts in four regions, a real Controller, and one
 ExecutorLink per host whose messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's
-do (console/jobs/standby.py ``_route``); each host holds a job name, as a host with a reporting
+do (console/supervise/standby.py ``_route``); each host holds a job name, as a host with a reporting
 executor does, so the host monitor probes none of them. The console (HotspareApp) runs
 headless in ``run_test`` at 120x40. Measured, first without traffic (baseline: the same N host
 rows, no links), then with:
@@ -67,9 +67,9 @@ from scale_measure import Stalls, Window, measure, pct
 from scale_sshd import SshdFleet, raise_fd_limit
 from simexec import host_name
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
+from console.supervise.policy import Policy
 from console.ui.screens.fleet import FleetScreen
 from console.ui.widgets.live_table import LiveTable
 

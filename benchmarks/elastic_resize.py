@@ -63,12 +63,12 @@ from common import Figure, emit, fmt_value  # noqa: E402
 from ddp_plain import GLOBAL_BATCH as DDP_GLOBAL_BATCH  # noqa: E402
 from fleetbed import FAST_CONSOLE, job_table, local_host  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import Incident, incidents  # noqa: E402
 from console.records.journal import Event, Kind, read  # noqa: E402
 from console.states import JobState  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 
 JOB = "j"
 MEMBERS = ("a", "b", "c")

@@ -4,10 +4,10 @@ Two loopback sshd hosts (tests/sshbed.py): ``a`` holds a checkpoint of ``--mb`` 
 the spare. Per round, interleaved, each from a clean destination:
 
 - hotspare direct: ``Replicator.copy`` with b's authorized_keys named, so a sends to b with
-  the job's scoped key (``console/reach/direct.py``); the console reads none of the bytes.
+  the job's scoped key (``console/replication/direct.py``); the console reads none of the bytes.
 - ``scp`` run on a (over ssh to a) straight to b: the baseline for direct.
 - hotspare relay: ``Replicator.copy`` with b's authorized_keys not named: the bytes cross
-  the console (``console/reach/replica.py``).
+  the console (``console/replication/replica.py``).
 - ``scp -3`` from the console: the baseline for the relay.
 
 Every leg uses ``aes128-gcm@openssh.com`` (hotspare offers it first, scp is told ``-c``).
@@ -45,12 +45,12 @@ import sshbed  # noqa: E402
 from common import Figure, at_least, to_json  # noqa: E402
 from fleetbed import job_table, write_inventory  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
-from console.jobs.replicator import Source  # noqa: E402
 from console.reach.deploy import replica_dir  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
+from console.replication.replicator import Source  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 from protocol.spec import CheckpointManifest  # noqa: E402
 
 MB = 1 << 20

@@ -46,14 +46,14 @@ from fleetbed import (  # noqa: E402
 )
 
 from console import clock, loop_watch  # noqa: E402
+from console.controller import Controller  # noqa: E402
 from console.fleet.link import ExecutorLink, LinkError  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.reach.deploy import job_dir  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
 from console.states import JobState  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 from protocol.messages import Heartbeat  # noqa: E402
 
 SHORTENED = tuple(k for k in FAST_CONSOLE if k != "unattended_s")

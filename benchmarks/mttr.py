@@ -33,11 +33,11 @@ from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model)
 from common import Figure, at_most, to_json  # noqa: E402
 from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import read  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 
 EVERY = 10
 LEASE_S = {False: 2.0, True: 1.5}

@@ -33,12 +33,12 @@ import sshbed  # noqa: E402
 import tomli_w  # noqa: E402
 from groupbed import group_job  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
 from console.states import JobState  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 
 SCENARIOS = ("member", "rank0")
 LABEL = {"member": "a non-rank-0 host killed", "rank0": "rank 0's host killed"}

@@ -42,11 +42,11 @@ from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model as mttr.
 from common import Figure, to_json  # noqa: E402
 from fleetbed import EXECUTOR_ENV, add_provisioner, until, write_inventory  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 from executors.testing.gpu_fake import write_state  # noqa: E402
 
 EVERY = 10

@@ -32,12 +32,12 @@ import sshbed  # noqa: E402
 from common import Figure, at_most, to_json  # noqa: E402
 from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
-from console.jobs.replicator import Source  # noqa: E402
 from console.reach.deploy import checkpoint_file  # noqa: E402
 from console.records.journal import Event, Kind, read  # noqa: E402
+from console.replication.replicator import Source  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 from protocol.spec import CheckpointManifest  # noqa: E402
 
 MB = 1 << 20

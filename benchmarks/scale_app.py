@@ -28,7 +28,7 @@ from textual._compositor import CompositorUpdate, LayoutUpdate
 from textual.css.query import NoMatches
 from textual.screen import Screen
 
-from console.jobs.controller import Controller
+from console.controller import Controller
 from console.ui import app as ui_app
 from console.ui.app import HotspareApp
 from console.ui.screens.fleet import FleetScreen

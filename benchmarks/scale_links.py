@@ -1,6 +1,6 @@
 """The fleet side of benchmarks/console_scale.py: the inventory of N hosts in four regions,
 the simulated executors' process (benchmarks/simexec.py), and one ExecutorLink per host whose
-messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's do (console/jobs/standby.py
+messages reach ``fleet.seen`` / ``fleet.observe`` as a warm standby's do (console/supervise/standby.py
 ``_route``). Each link runs over its host's transport from the controller's fleet: a local
 socket, or with ``--transport ssh`` a streamlocal channel over the host's SshTransport
 connection (``scale_sshd.py``), the transport's own ``open_socket`` either way.
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tomli_w
 from simexec import host_name, socket_path
 
+from console.controller import Controller
 from console.fleet.link import ExecutorLink, LinkError
-from console.jobs.controller import Controller
 from protocol.messages import ExecutorMessage, Health, Heartbeat
 
 REGIONS = ("us-east", "us-west", "eu-west", "ap-south")

@@ -38,12 +38,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from common import Figure, at_most, emit  # noqa: E402
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory  # noqa: E402
 
+from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402
-from console.jobs.controller import Controller  # noqa: E402
-from console.jobs.policy import Policy  # noqa: E402
 from console.records.incidents import incidents  # noqa: E402
 from console.records.journal import read  # noqa: E402
 from console.states import JobState  # noqa: E402
+from console.supervise.policy import Policy  # noqa: E402
 
 FULL = {"n_layer": 8, "n_head": 8, "n_embd": 512, "block_size": 64, "global_batch": 6}
 QUICK = {"n_layer": 2, "n_head": 4, "n_embd": 256, "block_size": 64, "global_batch": 6}

@@ -34,7 +34,7 @@ from protocol.version import VersionAction
 
 if TYPE_CHECKING:
     from console.inventory import Inventory
-    from console.jobs.policy import Policy
+    from console.supervise.policy import Policy
     from console.ui import Attach
 
 PROG = "hotspare"
@@ -228,7 +228,7 @@ def _attach(args: argparse.Namespace, inv: Inventory) -> Attach:
 def _policy(args: argparse.Namespace) -> Policy:
     """The policy asked for, before ``run`` or after it (two that disagree are refused);
     none asked for: ``auto`` headless, ``manual`` at a console."""
-    from console.jobs.policy import Policy
+    from console.supervise.policy import Policy
 
     before, after = args.policy, getattr(args, "run_policy", None)
     if before is not None and after is not None and before != after:

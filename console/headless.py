@@ -20,12 +20,12 @@ from typing import TextIO
 import msgspec
 
 from console.inventory import Inventory
-from console.jobs.policy import Policy
 from console.records.journal import Event
 from console.records.report import not_clean
 from console.service.control import ControlServer, Standing
 from console.service.standby import DEPOSED, LostLead, lead, open_controller, take_state_dir
 from console.states import JobState
+from console.supervise.policy import Policy
 
 NOT_CLEAN = 4
 """``hotspare run``'s exit when every job finished but one not clean."""

@@ -125,7 +125,7 @@ class Host(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     authorized_keys: str | None = None
     """The file sshd reads this login's keys from (its AuthorizedKeysFile, usually
     ``~/.ssh/authorized_keys``): naming it lets the console add job-scoped keys there, each
-    able only to receive one job's replicas (``console/reach/direct.py``), so other ssh hosts
+    able only to receive one job's replicas (``console/replication/direct.py``), so other ssh hosts
     copy replicas here directly. None: replicas reach this host through the console."""
 
     def all_addresses(self) -> list[str]:

@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import JobState
+from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
 
 GROUP_CONFIG = {"global_batch": 6, "micro_batch": 2}

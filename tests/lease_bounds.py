@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from console import clock
-from console.jobs.lease import PERSIST_AHEAD
+from console.supervise.lease import PERSIST_AHEAD
 
 POLL_S = 0.02
 

@@ -11,10 +11,10 @@ from enum import Enum
 
 import msgspec
 
-from console.reach import replica_rules as rules
 from console.reach.host import kill, listing, locked, source
 from console.reach.host import promote as promoting
 from console.reach.transport.base import PermanentTransportError, Transport
+from console.replication import replica_rules as rules
 from protocol.spec import CheckpointManifest
 
 LIST = source(listing)

@@ -130,7 +130,7 @@ class IncidentLog:
 
 
 RESIZES = ("shrunk", "grown")
-"""Classes an elastic group's change of size gives an incident (``console/jobs/group``)."""
+"""Classes an elastic group's change of size gives an incident (``console/supervise/group``)."""
 
 
 @dataclass

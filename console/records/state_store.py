@@ -7,7 +7,7 @@ A write that fails (a full disk, EIO) raises nothing where the state is only kep
 a spare, a restart count): the state stays in memory, listeners are told once (the console's
 alert), and the next save, or the console's retry, writes it all. What must be on disk
 before an action leaves this machine (a lease's bound, with its epoch) is saved with
-``persist``, which raises ``Unsaved``: the lease is then not granted (``console/jobs/lease.py``).
+``persist``, which raises ``Unsaved``: the lease is then not granted (``console/supervise/lease.py``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from console.jobs.refusal import Refused
 from console.service.wire import CALLS, MAX_LINE, SOCKET_NAME, Reply, Request, decode_reply, encode
+from console.supervise.refusal import Refused
 from protocol.errors import HotspareError
 
 CALL_S = 5.0

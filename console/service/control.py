@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from console.jobs.refusal import Refused
 from console.service.wire import CALLS, MAX_LINE, SOCKET_NAME, Reply, decode_request, encode
+from console.supervise.refusal import Refused
 from protocol.errors import ConfigError
 
 IDLE_S = 120.0

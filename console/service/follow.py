@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from console.jobs.live import LiveJob
 from console.states import JobState
+from console.supervise.live import LiveJob
 
 
 class HasLive(Protocol):

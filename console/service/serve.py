@@ -20,10 +20,10 @@ import msgspec
 
 from console.headless import ENV_HOOK, event_line
 from console.inventory import Inventory
-from console.jobs.policy import Policy
 from console.records.journal import Event
 from console.service.control import ControlServer, Standing
 from console.service.standby import DEPOSED, LostLead, lead, open_controller, take_state_dir
+from console.supervise.policy import Policy
 
 
 def run_service(

@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from console.controller import Controller
 from console.inventory import Inventory
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.console_lock import ConsoleLock
 from console.records.journal import Kind
 from console.records.state_store import OperatorState, StateStore
 from console.service.etcd import Etcd
 from console.service.leader import Leadership
+from console.supervise.policy import Policy
 from protocol.errors import HotspareError
 
 DEPOSED = 3

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from console.inventory import Inventory
-from console.jobs.policy import Policy
+from console.supervise.policy import Policy
 from protocol.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _view(
     policy_given: bool,
     via: ControllerTunnel | None = None,
 ) -> int:
-    from console.jobs.controller import Controller
+    from console.controller import Controller
     from console.service.attach import Attachment
     from console.ui.app import HotspareApp
 

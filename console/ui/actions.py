@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from console.jobs.controller import Controller
+from console.controller import Controller
 from console.reach.transport.local import LocalTransport
 from console.service.client import Remote
 from console.states import HOST_ORDERS, JobState

@@ -18,11 +18,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen
 from textual.worker import Worker
 
-from console.jobs.controller import Controller
-from console.jobs.refusal import Refused
+from console.controller import Controller
 from console.records.journal import Event, Kind
 from console.service.attach import Attachment
 from console.service.client import Remote
+from console.supervise.refusal import Refused
 from console.ui.actions import Action
 from console.ui.commands import HotspareCommands
 from console.ui.messages import JournalEvent

@@ -3,7 +3,7 @@ watch. Plain text from the controller's state, free of Textual like ``view.py``.
 
 from __future__ import annotations
 
-from console.jobs.controller import Controller
+from console.controller import Controller
 from console.reach.transport.local import LocalTransport
 from console.states import HostState
 

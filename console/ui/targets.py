@@ -3,9 +3,9 @@ list, the palette's ``fail over JOB to HOST`` entries, and the question ``f`` as
 
 from __future__ import annotations
 
-from console.jobs.controller import Controller
-from console.jobs.orders import ON_ITS_WAY
-from console.jobs.placement import automatic, failover_order
+from console.controller import Controller
+from console.spares.placement import automatic, failover_order
+from console.supervise.orders import ON_ITS_WAY
 
 
 def failover_targets(ctl: Controller, job: str) -> list[tuple[str, str]]:

@@ -10,11 +10,11 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from console.controller import Controller
 from console.fleet.health_rules import Severity
 from console.fleet.hosts import STALE_AFTER_SAMPLES, HostRuntime
-from console.jobs.controller import Controller
-from console.jobs.supervisor import Supervisor
 from console.states import HostState, JobState
+from console.supervise.supervisor import Supervisor
 from protocol.messages import Health
 from protocol.units import MIB, size_mb, used_of
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from console.controller import Controller
 from console.fleet.hosts import HostRuntime
-from console.jobs.controller import Controller
 from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief

@@ -16,10 +16,10 @@ from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from groupbed import controller, group_job, local_group
 from helpers import REPO, env_with
 
-from console.jobs.group.resume import _newest_whole
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.group.resume import _newest_whole
 from protocol.spec import CheckpointManifest
 
 

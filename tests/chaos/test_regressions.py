@@ -12,14 +12,14 @@ import psutil
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.standby import Prepared
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.policy import Policy
+from console.supervise.standby import Prepared
 
 
 def _gone(pid: int) -> bool:

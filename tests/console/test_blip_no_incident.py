@@ -22,12 +22,12 @@ from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, writ
 from groupbed import controller as group_controller
 from groupbed import local_group
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Event, Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 
 def executor_pid(root: Path) -> int:

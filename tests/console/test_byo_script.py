@@ -23,13 +23,13 @@ from fleetbed import local_host, until, write_inventory
 from helpers import REPO
 from lease_bounds import LeaseBounds
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.lease import PERSIST_AHEAD
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.lease import PERSIST_AHEAD
+from console.supervise.policy import Policy
 from executors.agent.workdir import COMMAND_GROUP
 
 SCRIPT = REPO / "tests" / "train_nanogpt_style.py"

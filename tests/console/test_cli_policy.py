@@ -13,7 +13,7 @@ import pytest
 from fleetbed import local_host, write_inventory
 
 from console.cli import main
-from console.jobs.controller import Controller
+from console.controller import Controller
 from console.records.console_lock import held
 from console.records.journal import Kind, read
 

@@ -21,13 +21,13 @@ from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from helpers import REPO, env_with
 
 from console import clock
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.console_lock import StateDirBusy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 LEASE_S = 6.0
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind
 from console.states import JobState
+from console.supervise.policy import Policy
 
 OFFLINE = "the console reaches no host at all"
 

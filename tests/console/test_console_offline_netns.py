@@ -19,12 +19,12 @@ import sshbed
 from fleetbed import EXECUTOR_ENV, job_table, slow_python, until, write_inventory
 from test_console_offline import OFFLINE, executors_under
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.launcher import IDLE_EXIT_S
-from console.jobs.policy import Policy
 from console.records.journal import Event, Kind
 from console.states import JobState
+from console.supervise.launcher import IDLE_EXIT_S
+from console.supervise.policy import Policy
 
 # What an executor writes once it trains (protocol/messages.py's tags).
 TRAINING = {"progress", "resumed", "checkpoint", "finished"}

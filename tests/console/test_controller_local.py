@@ -28,14 +28,14 @@ from fleetbed import (
 from helpers import PLAIN_SCRIPT, plain_command
 from lease_bounds import LeaseBounds
 
+from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.standby import Standby
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
+from console.supervise.standby import Standby
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 
 

@@ -24,12 +24,12 @@ from fleetbed import (
 from lease_bounds import LeaseBounds
 from netbed import ns_host
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 BLIP_S = 0.3
 

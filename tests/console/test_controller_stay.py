@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Event, Kind, read
 from console.records.state_store import StateStore
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 
 def finished_fleet(tmp_path: Path) -> Path:

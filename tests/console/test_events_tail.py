@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-from console.jobs.outcome import Exit, from_events_tail
+from console.supervise.outcome import Exit, from_events_tail
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault, Progress, Stopped
 from protocol.spec import CheckpointManifest
 

@@ -26,10 +26,10 @@ from chaos.epochs import EpochSampler, run_processes
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from helpers import REPO, alive
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import JobState
+from console.supervise.policy import Policy
 
 SCRIPT = REPO / "tests" / "train_ddp_plain.py"
 STEPS = 160

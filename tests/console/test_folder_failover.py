@@ -16,12 +16,12 @@ import msgspec
 from fleetbed import local_host, until, write_inventory
 from helpers import REPO
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
 
 SCRIPT = REPO / "tests" / "train_dcp_plain.py"

@@ -24,12 +24,12 @@ from chaos.observe import executor_events
 from fleetbed import local_host, until, write_inventory
 from helpers import REPO
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 PARAMS = r"^params sha256 (?P<sha256>[0-9a-f]{64})$"
 ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

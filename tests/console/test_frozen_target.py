@@ -29,12 +29,12 @@ import pytest
 import sshbed
 from fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.deploy import replica_file
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
+from console.supervise.policy import Policy
 from executors.testing.gpu_fake import write_state
 
 FAILED = {"devices": [{"name": "Fake H100", "temp_c": 50, "ecc_uncorrected": 2, "xids": [79]}]}

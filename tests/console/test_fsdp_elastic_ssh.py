@@ -21,11 +21,11 @@ import sshbed
 from fleetbed import EXECUTOR_ENV, cut_until_fenced, local_host, mtimes, until, write_inventory
 from groupbed import controller, group_job
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 pytestmark = [
     pytest.mark.long,  # the suite proves the reshard at the executor level (test_fsdp_train)

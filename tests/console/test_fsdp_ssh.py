@@ -19,12 +19,12 @@ from chaos.procs import Sampler
 from fleetbed import EXECUTOR_ENV, cut_until_fenced, until, write_inventory
 from groupbed import group_baseline, group_job, shards
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 pytestmark = pytest.mark.skipif(
     netbed.unavailable() is not None or netbed.forward_blocked() is not None,

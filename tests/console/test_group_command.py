@@ -15,12 +15,12 @@ import pytest
 from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
 from helpers import REPO
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 SCRIPT = REPO / "tests" / "train_ddp_plain.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "{nnodes}"]

@@ -3,8 +3,8 @@ shard of it was reported under the current epoch."""
 
 from __future__ import annotations
 
-from console.jobs.group.commit import KEPT, Commits
 from console.records.state_store import JobRecord
+from console.supervise.group.commit import KEPT, Commits
 
 
 def commits(n: int = 3) -> tuple[Commits, JobRecord, list[int]]:

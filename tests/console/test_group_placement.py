@@ -8,7 +8,7 @@ from typing import Any
 from fleetbed import local_host, write_inventory
 from groupbed import controller, group_job
 
-from console.jobs.group.supervisor import PORTS, GroupSupervisor, next_port
+from console.supervise.group.supervisor import PORTS, GroupSupervisor, next_port
 
 
 def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> GroupSupervisor:

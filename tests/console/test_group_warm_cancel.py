@@ -13,12 +13,12 @@ from typing import Any, cast
 import pytest
 from fleetbed import until
 
-from console.jobs.group.warm import WarmExecutors
-from console.jobs.launcher import Launcher
-from console.jobs.lease import JobLease
-from console.jobs.live import LiveJob
-from console.jobs.outcome import Exit, Outcome
-from console.jobs.policy import Policy
+from console.supervise.group.warm import WarmExecutors
+from console.supervise.launcher import Launcher
+from console.supervise.lease import JobLease
+from console.supervise.live import LiveJob
+from console.supervise.outcome import Exit, Outcome
+from console.supervise.policy import Policy
 
 
 class Starts:

@@ -26,12 +26,12 @@ from fleetbed import (
     write_inventory,
 )
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Event, read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 
 def running_executor(root: Path) -> int | None:

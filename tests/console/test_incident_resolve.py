@@ -5,7 +5,7 @@ last step, reported after the recovery, resolves it all the same."""
 
 from __future__ import annotations
 
-from console.jobs.incident import trained_past
+from console.supervise.incident import trained_past
 from protocol.messages import Progress
 
 

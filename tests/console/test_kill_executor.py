@@ -22,11 +22,11 @@ import pytest
 import tomli_w
 from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
-from console.jobs.probe import Probe
 from console.reach.deploy import job_dir
 from console.reach.remote import KillStatus, executor_alive, kill_executor
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Kind
+from console.supervise.probe import Probe
 
 WORKERS = WORKER_TREE
 

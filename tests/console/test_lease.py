@@ -11,8 +11,8 @@ import pytest
 
 from console import clock
 from console.fleet.detect import ClockPace
-from console.jobs.lease import PERSIST_AHEAD, JobLease, NoAnchor
 from console.records.state_store import JobRecord, LeaseRecord, StateStore
+from console.supervise.lease import PERSIST_AHEAD, JobLease, NoAnchor
 
 
 class _Link:

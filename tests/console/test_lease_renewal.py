@@ -16,13 +16,13 @@ from pathlib import Path
 from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
 from groupbed import group_job
 
+from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.deploy import job_dir
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 from protocol.messages import Heartbeat
 
 LEASE_S = 30.0

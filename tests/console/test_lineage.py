@@ -14,13 +14,13 @@ import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, write_inventory
 
 from console.cli import main
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Journal, Kind, read
 from console.records.lineage import brief
 from console.states import JobState
+from console.supervise.policy import Policy
 from console.ui.view_detail import lineage_lines
 from protocol.spec import CheckpointManifest
 

@@ -20,10 +20,10 @@ import pytest
 
 from console.fleet.detect import DetectionSettings
 from console.fleet.link import ExecutorLink, LinkError
-from console.jobs.link_loss import LinkLoss
-from console.jobs.outcome import Exit, Outcome
-from console.jobs.probe import Answer
 from console.states import HostState
+from console.supervise.link_loss import LinkLoss
+from console.supervise.outcome import Exit, Outcome
+from console.supervise.probe import Answer
 from protocol.messages import ExecutorHello
 
 T = TypeVar("T")

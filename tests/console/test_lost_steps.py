@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from console.jobs.incident import OpenIncident
-from console.jobs.live import LiveJob
 from console.records.incidents import IncidentLog, incidents
 from console.records.journal import Journal, read
 from console.records.state_store import JobRecord, StateStore
+from console.supervise.incident import OpenIncident
+from console.supervise.live import LiveJob
 from protocol.spec import CheckpointManifest, JobSpec
 
 

@@ -8,13 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from console.jobs.incident import OpenIncident
-from console.jobs.live import LiveJob, Transitions
-from console.jobs.orders import Orders
 from console.records.incidents import IncidentLog, incidents
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import JobRecord, StateStore
 from console.states import JobState
+from console.supervise.incident import OpenIncident
+from console.supervise.live import LiveJob, Transitions
+from console.supervise.orders import Orders
 from protocol.messages import ConsoleMessage, Drain
 from protocol.spec import JobSpec
 

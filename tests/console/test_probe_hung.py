@@ -16,10 +16,10 @@ from fleetbed import local_host, write_inventory
 from test_probe_starved import HOLD_LOCK
 
 from console.inventory import load
-from console.jobs.outcome import Exit
-from console.jobs.probe import Probe
 from console.reach.transport.factory import open_transport
 from console.records.journal import Journal
+from console.supervise.outcome import Exit
+from console.supervise.probe import Probe
 
 FINISHED = {"kind": "finished", "step": 240, "params_sha256": "ab" * 32}
 

@@ -29,14 +29,14 @@ from fleetbed import (
     write_inventory,
 )
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.probe import Probe
 from console.reach.transport.factory import open_transport
 from console.records.incidents import incidents
 from console.records.journal import Journal, read
 from console.states import JobState
+from console.supervise.policy import Policy
+from console.supervise.probe import Probe
 
 HOLD_LOCK = """
 import fcntl, os, sys

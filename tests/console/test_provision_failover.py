@@ -26,11 +26,11 @@ from fleetbed import (
     write_inventory,
 )
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 

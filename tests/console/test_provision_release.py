@@ -29,14 +29,14 @@ from fleetbed import (
     write_inventory,
 )
 
+from console.controller import Controller
 from console.fleet.hosts import Fleet
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.host_supply import HostSupply
-from console.jobs.policy import Policy
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore
+from console.spares.host_supply import HostSupply
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "examples" / "provision_local.py"

@@ -20,12 +20,12 @@ import pytest
 import sshbed
 from fleetbed import EXECUTOR_ENV, add_provisioner, baseline_sha, job_table, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.deploy import MARKER, build_bundle, bundle_dir
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from fleetbed import (
     write_inventory,
 )
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import JobState
+from console.supervise.policy import Policy
 from executors.testing.gpu_fake import write_state
 
 ROOT = Path(__file__).resolve().parents[2]

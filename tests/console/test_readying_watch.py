@@ -15,11 +15,11 @@ from pathlib import Path
 
 from fleetbed import local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.unless_down import HostLost, unless_down
 from console.states import HostState
+from console.supervise.policy import Policy
+from console.supervise.unless_down import HostLost, unless_down
 
 
 async def test_a_host_being_readied_is_found_down_and_its_work_given_up(tmp_path: Path) -> None:

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from console.jobs.live import LiveJob
-from console.jobs.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
-from console.jobs.policy import Policy
-from console.jobs.recovery import Recovery
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import JobRecord
+from console.supervise.live import LiveJob
+from console.supervise.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
+from console.supervise.policy import Policy
+from console.supervise.recovery import Recovery
 from protocol.spec import JobSpec
 
 
@@ -97,8 +97,8 @@ async def test_a_finish_seen_while_reattaching_is_a_finish_not_an_illegal_transi
     """A console restarted while its job's last steps ran: it was still DEPLOYING (relinking)
     when the executor's Finished came. That raised IllegalTransition and ended the controller
     (a fresh-clone run at 2a7e052, test_controller_local's reattach test)."""
-    from console.jobs.live import Transitions
     from console.states import JobState
+    from console.supervise.live import Transitions
 
     journal = Journal(tmp_path / "journal.jsonl")
     job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")

@@ -23,16 +23,16 @@ import pytest
 import sshbed
 from fleetbed import job_table, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.replicator import Source
-from console.reach import direct
 from console.reach.deploy import replica_dir
-from console.reach.direct_keys import TAG, NotDirect, forced_command
-from console.reach.direct_receiver import checked
 from console.reach.transport.ssh import SshTransport
 from console.records.journal import Event, Kind, read
+from console.replication import direct
+from console.replication.direct_keys import TAG, NotDirect, forced_command
+from console.replication.direct_receiver import checked
+from console.replication.replicator import Source
+from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
 
 SIZE = 3_000_000

@@ -17,16 +17,16 @@ import msgspec
 import pytest
 from fleetbed import job_table, local_host, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.replicator import Source
-from console.jobs.targets import Targets
 from console.reach.deploy import replica_dir
 from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import PermanentTransportError
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind, read
+from console.replication.replicator import Source
+from console.spares.targets import Targets
+from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest, FolderFile
 
 

@@ -17,11 +17,11 @@ import pytest
 from test_replica_folders import Bed, manifest_of, write_folder
 from test_replica_ssh import Counting
 
-from console.jobs.replicator import Source
-from console.reach.replica import PROGRAM
 from console.reach.transport.base import TemporaryTransportError
 from console.reach.transport.local import LocalTransport
 from console.reach.transport.ssh import SshTransport
+from console.replication.replica import PROGRAM
+from console.replication.replicator import Source
 from protocol.spec import FolderFile
 
 

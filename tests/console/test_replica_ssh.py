@@ -21,17 +21,17 @@ from fleetbed import job_table, local_host, until, write_inventory
 from test_spare_disk import fill, small_disk  # noqa: F401 - the fixture
 
 from console import clock
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.replicator import Source
-from console.reach import replica_rules as rules
 from console.reach.deploy import replica_dir
-from console.reach.replica import PROGRAM
 from console.reach.transport.base import TemporaryTransportError
 from console.reach.transport.local import LocalTransport
 from console.reach.transport.ssh import SshTransport
 from console.records.journal import Event, Kind, read
+from console.replication import replica_rules as rules
+from console.replication.replica import PROGRAM
+from console.replication.replicator import Source
+from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
 
 SIZE = 300_000

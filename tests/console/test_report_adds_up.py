@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Event, Kind, read
 from console.records.report import write_report
 from console.states import JobState
+from console.supervise.policy import Policy
 
 
 def fleet(tmp_path: Path, **job: Any) -> Path:

@@ -15,12 +15,12 @@ import pytest
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 from helpers import PLAIN_SCRIPT, maps_torch, plain_command
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 from executors.agent.workdir import read_command
 
 SCRIPT = PLAIN_SCRIPT

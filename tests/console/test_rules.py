@@ -10,8 +10,8 @@ from fleetbed import local_host, write_inventory
 from console.fleet.detect import DetectionSettings, is_suspect
 from console.fleet.health_rules import Severity, evaluate
 from console.inventory import HealthThresholds, load
-from console.jobs.placement import choose_primary, choose_spares, rank
 from console.records.journal import Journal, Kind, read
+from console.spares.placement import choose_primary, choose_spares, rank
 from console.states import (
     HOST_TRANSITIONS,
     JOB_TRANSITIONS,

@@ -17,10 +17,10 @@ from typing import Any
 
 from fleetbed import local_host, run_until, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import JobState
+from console.supervise.policy import Policy
 from executors.agent.workdir import read_command
 
 SCRIPT = r"""

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from fleetbed import local_host, write_inventory
 
+from console.controller import Controller
 from console.fleet.health_rules import evaluate
 from console.inventory import HealthThresholds, load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.check import render
 from console.reach.preflight import Preflight
+from console.supervise.policy import Policy
 from console.ui.view import FLEET_COLUMNS, fleet_rows
 from protocol.messages import Health
 from protocol.units import size, size_mb, used_of

@@ -20,15 +20,15 @@ import pytest
 from fleetbed import job_table, local_host, write_inventory
 from helpers import fill_disk, tmpfs
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.replicator import Source
 from console.reach.deploy import replica_dir
 from console.reach.transport.base import TemporaryTransportError, Transport
 from console.reach.transport.local import LocalTransport
 from console.records.incidents import Incident, incidents
 from console.records.journal import Event, Kind, read
+from console.replication.replicator import Source
+from console.supervise.policy import Policy
 from console.ui.view import replica_cell
 from console.ui.view_detail import replica_lines
 from protocol.spec import CheckpointManifest

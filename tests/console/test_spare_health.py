@@ -23,15 +23,15 @@ import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from helpers import REPO, alive, env_with, serving, tmpfs
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.reach.deploy import deploy
 from console.reach.health_probe import probe_health
 from console.reach.transport.factory import open_transport
 from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 from console.ui.view import FLEET_COLUMNS, fleet_rows
 from executors.testing.gpu_fake import write_state
 

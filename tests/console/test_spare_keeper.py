@@ -14,12 +14,12 @@ from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.spare_keeper import GRACE_S, SpareKeeper
 from console.records.journal import Event, Kind
+from console.spares.spare_keeper import GRACE_S, SpareKeeper
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 
 def verified_replicas(root: Path, job: str) -> list[int]:

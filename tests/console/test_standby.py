@@ -30,13 +30,13 @@ from chaos.observe import executor_events, last_step
 from etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
 from fleetbed import EXECUTOR_ENV, POLL_S, baseline_sha, job_table, local_host, write_inventory
 
-from console.jobs.refusal import Refused
 from console.records.console_lock import held
 from console.records.incidents import Resolution, incidents
 from console.records.journal import Kind, read, read_all
 from console.service.client import Remote
 from console.service.etcd import Etcd
 from console.service.standby import DEPOSED
+from console.supervise.refusal import Refused
 from executors import exitcodes
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")

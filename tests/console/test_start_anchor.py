@@ -17,15 +17,15 @@ import pytest
 from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
 
 from console import clock
+from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.lease import JobLease
-from console.jobs.policy import Policy
-from console.jobs.watch import Watch
 from console.reach.deploy import job_dir
 from console.records.journal import read
 from console.states import JobState
+from console.supervise.lease import JobLease
+from console.supervise.policy import Policy
+from console.supervise.watch import Watch
 from protocol.messages import Heartbeat, Start
 
 

@@ -26,11 +26,11 @@ from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, w
 from helpers import fill_disk, tmpfs
 
 from console import clock
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 DISK = "4m"
 LEASE_S = 15.0

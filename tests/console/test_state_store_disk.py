@@ -21,9 +21,9 @@ import pytest
 from helpers import REPO, env_with, fill_disk, tmpfs
 
 from console import clock
-from console.jobs.lease import JobLease, NoAnchor
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore, Unsaved
+from console.supervise.lease import JobLease, NoAnchor
 
 
 class _Link:

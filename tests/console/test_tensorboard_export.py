@@ -22,6 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import (
 )
 from tensorboardX import SummaryWriter
 
+from console.controller import Controller
 from console.export.tensorboard import (
     MARKS,
     ExportError,
@@ -30,11 +31,10 @@ from console.export.tensorboard import (
     open_tensorboard,
 )
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 from executors.kinds.torch.torch_kind import PROGRESS_ENV
 from protocol.errors import ConfigError
 from protocol.messages import Progress

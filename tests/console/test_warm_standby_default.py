@@ -12,15 +12,15 @@ import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
 from helpers import alive
 
+from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.launcher import Launcher
-from console.jobs.policy import Policy
-from console.jobs.probe import Probe
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.launcher import Launcher
+from console.supervise.policy import Policy
+from console.supervise.probe import Probe
 from protocol.messages import ConsoleMessage, Stop
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
+from console.supervise.policy import Policy
 
 
 def alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 from helpers import TINY_CONFIG, ExecutorProcess, env_with, maps_torch, plain_command, wait_for
 
-from console.jobs.outcome import Exit, from_events_tail
+from console.supervise.outcome import Exit, from_events_tail
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (

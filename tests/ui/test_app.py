@@ -14,11 +14,11 @@ import pytest
 from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 from textual.pilot import Pilot
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Event, Kind, read
 from console.states import HostState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.fleet import FleetScreen

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from fleetbed import job_table, local_host, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
-from console.jobs.targets import Targets
+from console.spares.targets import Targets
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 from console.ui.targets import failover_confirm, failover_targets
 
 

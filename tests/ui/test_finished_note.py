@@ -10,10 +10,10 @@ from fleetbed import job_table, local_host, write_inventory
 from test_app import wait_for
 from textual.widgets._toast import Toast
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind, read
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 
 SHA = "0123456789abcdef" * 4

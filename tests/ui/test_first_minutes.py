@@ -12,10 +12,10 @@ import pytest
 from fleetbed import job_table, local_host, write_inventory
 from textual.widgets import Input, Label, Select, Static
 
+from console.controller import Controller
 from console.inventory import Host, load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import HostState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.add_host import FIELDS, AddHostScreen
 from console.ui.screens.fleet import FleetScreen

@@ -11,10 +11,10 @@ from pathlib import Path
 from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 from test_app import notified, table, wait_for
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Event, Kind
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from executors.testing.gpu_fake import write_state
 

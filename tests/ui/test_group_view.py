@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 from groupbed import controller, local_group
 
-from console.jobs.replicator import ReplicaState
+from console.replication.replicator import ReplicaState
 from console.states import HostState
 from console.ui.view_detail import job_summary, replica_lines
 from protocol.spec import CheckpointManifest

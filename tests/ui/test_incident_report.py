@@ -19,12 +19,12 @@ from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownFence, MarkdownParagraph
 
 from console import clock
-from console.jobs.incident import OpenIncident
-from console.jobs.live import LiveJob
 from console.records.incidents import Incident, IncidentLog, incidents
 from console.records.journal import Journal, Kind, read
 from console.records.report import EARLY, render, render_incident
 from console.records.state_store import JobRecord, StateStore
+from console.supervise.incident import OpenIncident
+from console.supervise.live import LiveJob
 from console.ui.screens.incidents import IncidentReportScreen
 from protocol.spec import JobSpec
 

@@ -16,10 +16,10 @@ from textual.widget import Widget
 from textual.widgets import Static
 from textual.widgets._toast import Toast
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.job_detail import JobDetailScreen
 from console.ui.screens.jobs import JobsScreen

@@ -12,7 +12,7 @@ import pytest
 from test_first_minutes import demo_app
 from test_view_bar import screen_lines
 
-from console.jobs.replicator import ReplicaState
+from console.replication.replicator import ReplicaState
 from console.ui.app import HotspareApp
 from console.ui.widgets.live_table import LiveTable
 from protocol.spec import CheckpointManifest

@@ -14,11 +14,11 @@ from fleetbed import job_table, local_host, write_inventory
 from test_first_minutes import SIZES
 from test_row_marks import colour_of, colours
 
+from console.controller import Controller
 from console.fleet.health_rules import Finding, Severity
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import FailureKind, HostState, JobState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.widgets.live_table import LiveTable
 

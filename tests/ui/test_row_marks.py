@@ -10,10 +10,10 @@ from rich.color import Color
 from test_app import wait_for
 from textual.app import App, ComposeResult
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import HostState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.fleet import FleetScreen
 from console.ui.widgets.live_table import LiveTable

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
+from console.controller import Controller
 from console.fleet.hosts import STALE_AFTER_SAMPLES
 from console.fleet.monitor import REACH_EVERY_S
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import JOB_TRANSITIONS, JobState, Machine
+from console.supervise.policy import Policy
 from console.ui.view import FLEET_COLUMNS, JOB_COLUMNS, fleet_rows, job_rows
 from console.ui.view_detail import sample_label
 from protocol.messages import GpuHealth, Health

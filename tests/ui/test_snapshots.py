@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from fleetbed import job_table, local_host, write_inventory
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.records.journal import Kind
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from protocol.messages import GpuHealth, Health
 

@@ -14,10 +14,10 @@ from test_first_minutes import SIZES
 from test_replica_lag import manifest
 from test_view_bar import screen_lines, view_bar
 
+from console.controller import Controller
 from console.inventory import load
-from console.jobs.controller import Controller
-from console.jobs.policy import Policy
 from console.states import HostState
+from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.base import ViewScreen
 from console.ui.widgets.live_table import LiveTable

@@ -14,9 +14,9 @@ import pytest
 from fleetbed import job_table, local_host, write_inventory
 from test_app import console_app, reap_executors, table, wait_for  # noqa: F401
 
-from console.jobs.policy import Policy
 from console.records.journal import Kind
 from console.states import JobState
+from console.supervise.policy import Policy
 from console.ui.screens.confirm import ConfirmScreen
 
 SIZE = (120, 40)

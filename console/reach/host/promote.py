@@ -14,7 +14,7 @@ import shutil
 import sys
 
 try:  # on the host this is defined by replica_rules' source, run just before this file
-    from console.reach.replica_rules import check_files
+    from console.replication.replica_rules import check_files
 except ImportError:
     pass
 

@@ -24,7 +24,7 @@ from console.ui.widgets.key_bar import KeyBar
 from console.ui.widgets.live_table import LiveTable
 
 if TYPE_CHECKING:
-    from console.jobs.controller import Controller
+    from console.controller import Controller
     from console.ui.app import HotspareApp
 
 

@@ -1,0 +1,93 @@
+"""Where a job goes when it leaves its host (an operator's choice, its spares, then the
+nearest usable host), and the newest replica put there before it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.reach.deploy import replica_dir, replica_file
+from console.reach.remote import list_manifests
+from console.reach.transport.base import TransportError
+from console.replication.replicator import Replicator, Source
+from console.spares.placement import automatic, failover_order
+from console.states import HostState
+from console.supervise.live import LiveJob
+
+
+class Targets:
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        inv: Inventory,
+        fleet: Fleet,
+        replicator: Replicator,
+        reserved: Callable[[], dict[str, str]],
+    ) -> None:
+        self._live = live
+        self._inv = inv
+        self._fleet = fleet
+        self._replicator = replicator
+        self._reserved = reserved
+        """Hosts other jobs hold as spares (host -> job)."""
+
+    async def pick(self, old: str | None, *, back: bool = False) -> str | None:
+        """The host the job goes to next, never ``old`` (the host it leaves) unless ``back``:
+        ``old`` was lost, and once it is up and fit again it is a host like any other (a job
+        whose only host rebooted, or whose failover target died as it started, goes back to it
+        rather than wait for a host forever)."""
+        job, fleet = self._live, self._fleet
+        avoid = old if old and not back else None
+        usable = fleet.usable(exclude={avoid} if avoid else None) | {
+            h
+            for h, rt in fleet.hosts.items()
+            if rt.job == job.name and h != avoid and fleet.fit(h)  # readied, and still fit
+        }
+        if job.target is not None:
+            return job.target if job.target in usable else None
+        home = self._inv.hosts[old].region if old else ""
+        reserved = self._reserved()
+        order = failover_order(self._inv, home, spares=job.spares, usable=usable, reserved=reserved)
+        return automatic(order, spares=job.spares, reserved=reserved)
+
+    async def ensure_replica(self, target: str) -> bool:
+        """If ``target`` lacks the newest checkpoint another reachable host holds (the job's
+        own host first, then the replicas), copy it there first; False when that copy failed."""
+        job, fleet, inv, replicator = self._live, self._fleet, self._inv, self._replicator
+        best: Source | None = None
+        if (
+            job.checkpoint is not None
+            and job.checkpoint_path
+            and job.host
+            and fleet.hosts[job.host].state not in (HostState.DOWN, HostState.SUSPECT)
+        ):
+            best = Source(job.host, job.checkpoint_path, job.checkpoint)
+        for (name, holder), st in replicator.state.items():
+            m = st.manifest
+            if (
+                name == job.name
+                and holder != target
+                and m is not None
+                and fleet.hosts[holder].state is not HostState.DOWN
+                and (best is None or m.step > best.manifest.step)
+            ):
+                best = Source(holder, replica_file(inv.host_root(holder), job.name, m.step), m)
+        if best is None:
+            return True
+        have = replicator.replica(job.name, target).manifest
+        if have is None:
+            try:
+                found = await list_manifests(
+                    fleet.hosts[target].transport,
+                    inv.python(target),
+                    replica_dir(inv.host_root(target), job.name),
+                )
+                have = found[-1] if found else None
+            except TransportError:
+                have = None
+        if have is None or have.step < best.manifest.step:
+            return await replicator.copy(job.name, target, best)
+        return True

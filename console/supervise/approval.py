@@ -1,0 +1,43 @@
+"""An operator's say before a job moves: under the manual and ask policies a failover waits for
+an answer (approve, or a failover by hand); a denial stops the job. Shared by a single-host
+job's recovery and a multi-host group's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from console.states import FailureKind, JobState
+from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.policy import Decision, Policy, decide
+
+
+async def approved(
+    live: LiveJob,
+    *,
+    policy: Policy,
+    states: Transitions,
+    alert: Alert,
+    save: Callable[[], object],
+    release: Callable[[], None],
+    why: str,
+    asks: str,
+) -> bool:
+    """Whether the move may go ahead. ``why``: what happened; ``asks``: what the operator is
+    asked, ending before "; VERB in the console". A denial stops the job (remembered across
+    consoles) and releases its hosts."""
+    decision = decide(policy, failover=True, operator=live.target is not None)
+    if decision is Decision.ACT:
+        return True
+    verb = "approve" if decision is Decision.ASK else "fail over by hand"
+    states.move(JobState.PENDING, f"waiting for an operator to {verb}: {why}")
+    alert(f"{asks}; {verb} in the console", job=live.name)
+    live.approval = asyncio.get_running_loop().create_future()
+    answer = await live.approval
+    live.approval = None
+    if not answer:
+        live.rec.stopped = True
+        save()
+        states.fail(FailureKind.STOPPED, "failover denied by an operator")
+        release()
+    return answer

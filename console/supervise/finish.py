@@ -1,0 +1,47 @@
+"""A job's finish, told once for single-host jobs and groups: recorded, journalled, and when
+it is not clean (no checkpoint was ever taken, no params digest) alerted with why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console.records.journal import Journal, Kind
+from console.states import JobState
+from console.supervise.live import Alert, LiveJob, Transitions
+
+
+def finish(
+    job: LiveJob,
+    *,
+    step: int,
+    sha256: str,
+    warnings: list[str],
+    host: str | None,
+    members: list[str] | None,
+    states: Transitions,
+    journal: Journal,
+    alert: Alert,
+    save: Callable[[], object],
+) -> None:
+    """``members``: a group's hosts (None for a single-host job)."""
+    job.sha256, job.step = sha256, step
+    job.rec.finished_sha256, job.rec.finished_step = sha256, step
+    job.rec.finished_warnings = list(dict.fromkeys(warnings))
+    save()
+    states.move(JobState.FINISHED, f"step {step}")
+    on = f" on {len(members)} hosts" if members is not None else ""
+    data: dict[str, object] = {"step": step, "params_sha256": sha256}
+    if members is not None:
+        data["members"] = members
+    if job.rec.finished_warnings:
+        data["warnings"] = job.rec.finished_warnings
+    journal.record(
+        Kind.FINISHED,
+        f"{job.name}: finished at step {step}{on}, params sha256 {sha256 or '(none)'}"
+        + (", not clean" if job.rec.finished_warnings else ""),
+        job=job.name,
+        host=host,
+        data=data,
+    )
+    for text in job.rec.finished_warnings:
+        alert(f"{job.name} finished, not clean: {text}", job=job.name, host=host)

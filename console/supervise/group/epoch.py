@@ -1,0 +1,290 @@
+"""One epoch of a multi-host job: every member's link pumped, its lease renewed, its silence
+noticed, until each member's run has ended (or the whole group finished).
+
+A member whose link is lost is relinked if it was a blip; otherwise the host is asked (its
+workdir's lock) and, if it cannot be asked, its lease is waited out before it is called lost:
+a member cut off may still be training under the lease it holds. Members keep being renewed
+while they answer, so a survivor whose collective fails (its peer died) stays warm, waiting
+for the next epoch's Start; one still stuck after the collective timeout is left to its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from console import clock
+from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
+from console.fleet.link import ExecutorLink, LinkError
+from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
+from console.supervise.link_loss import LinkLoss
+from console.supervise.outcome import (
+    CRASHES,
+    Exit,
+    Outcome,
+    from_finished,
+    from_run_ended,
+    from_stopped,
+)
+from protocol.faults import FaultKind
+from protocol.messages import (
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Heartbeat,
+    Lease,
+    Rendezvous,
+    RunEnded,
+    Start,
+    Stopped,
+)
+from protocol.spec import JobSpec
+
+POLL_S = 0.2
+
+
+@dataclass
+class Member:
+    """One host of a multi-host job in this epoch."""
+
+    node_rank: int
+    host: str
+    link: ExecutorLink | None = None
+    last_seen: float = 0.0
+    """When its executor was last heard from (monotonic)."""
+    until: float = 0.0
+    """``clock.mono()`` past which the newest lease granted to it has surely ended (skew not added)."""
+    exit: Outcome | None = None
+    """How its run ended this epoch."""
+    exit_at: float = 0.0
+    step: int = 0
+    waiting: bool = False
+    """Its run ended and its executor waits, alive, for the next epoch's Start (RunEnded): kept
+    under lease, so it is still there, warm, when the group restarts."""
+
+
+class GroupEpoch:
+    """Given what it needs: the lease (persisted bound), the detection settings, the
+    classifier of a lost link, and where each message and each member's silence goes."""
+
+    def __init__(
+        self,
+        members: list[Member],
+        *,
+        epoch: int,
+        lease: JobLease,
+        detection: DetectionSettings,
+        loss: LinkLoss,
+        on_message: Callable[[Member, ExecutorMessage], None],
+        collective_timeout_s: float,
+        silent: Callable[[Member], None],
+        lost: Callable[[Member, str, str], None],
+        unreachable: Callable[[Member], None] = lambda _m: None,
+        answered: Callable[[Member, list[Member]], None] = lambda _m, _running: None,
+    ) -> None:
+        self.members = members
+        self.epoch = epoch
+        self._lease = lease
+        self._det = detection
+        self._loss = loss
+        """What a member's lost link means (the classifier every job uses)."""
+        self._on_message = on_message
+        self._collective_s = collective_timeout_s
+        self._silent = silent
+        """Tells the supervisor of a member gone silent (the job waits out its lease)."""
+        self._lost = lost
+        """Tells the supervisor of a member whose silence is decided a loss (its lease ran
+        out): (member, why, fault class); the incident opens then, not before."""
+        self._unreachable = unreachable
+        """Tells the supervisor of a member whose host cannot be asked (it may ready a
+        replacement while the lease runs out; an idle executor trains nothing)."""
+        self._answered = answered
+        """Tells the supervisor of a member that answers again after a silence, with the
+        members whose run has not ended."""
+        self._changed = asyncio.Event()
+        self.first: Member | None = None
+        """The member whose run ended first: the origin of this epoch's end."""
+
+    # ---------------------------------------------------------------- lease
+
+    def start(self, m: Member, spec: JobSpec, rendezvous: Rendezvous) -> Start:
+        """The Start for ``m``: its first lease bounded here and persisted (the max of all)."""
+        assert m.link is not None and m.link.anchor is not None
+        start = self._lease.start(m.link, m.host, spec, self.epoch)
+        m.until = max(m.until, m.link.anchor[1] + self._lease.ttl_s)
+        return msgspec.structs.replace(
+            start,
+            rank=rendezvous.node_rank * rendezvous.procs_per_host,
+            world_size=rendezvous.world_size,
+            rendezvous=rendezvous,
+        )
+
+    def grant(self, m: Member, link: ExecutorLink | None = None) -> Lease:
+        """A renewal for ``m`` over ``link`` (its own), its bound kept here and persisted (the
+        max of all)."""
+        link = link or m.link
+        assert link is not None and link.anchor is not None
+        lease = self._lease.renewal(link, m.host, self.epoch)
+        m.until = max(m.until, link.anchor[1] + self._lease.ttl_s)
+        return lease
+
+    def left(self, m: Member) -> float:
+        return m.until + self._lease.skew_s - clock.mono()
+
+    # ---------------------------------------------------------------- watch
+
+    async def watch(self) -> list[Member]:
+        """Until every member's run has ended; the members, each with its ``exit``."""
+        tasks = [asyncio.create_task(self._member(m)) for m in self.members]
+        tasks += [asyncio.create_task(self._renew(m)) for m in self.members]
+        tasks.append(asyncio.create_task(self._liveness()))
+        try:
+            while not all(m.exit is not None for m in self.members):
+                self._changed.clear()
+                await self._changed.wait()
+            return self.members
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for m in self.members:
+                if m.link is not None:
+                    m.link.close()
+
+    def ended(self, m: Member, outcome: Outcome) -> None:
+        if m.exit is not None:
+            return
+        m.exit, m.exit_at = outcome, time.monotonic()
+        if self.first is None:
+            self.first = m
+        self._changed.set()
+
+    def ending(self) -> bool:
+        return self.first is not None
+
+    def origin(self) -> Member | None:
+        """The member whose failure ended the epoch: the first to end, unless that one ended
+        waiting (RunEnded: its collective failed) after another member's executor had gone
+        quiet (killed, hung, cut off), whose end the console learns only by probe or lease."""
+        first = self.first
+        if first is None or not first.waiting:
+            return first
+        gone = [
+            m
+            for m in self.members
+            if m.exit is not None
+            and not m.waiting
+            and m.exit.exit in (*CRASHES, Exit.HUNG, Exit.HOST_LOST)
+            and m.last_seen <= first.exit_at
+        ]
+        return min(gone, key=lambda m: m.last_seen, default=first)
+
+    async def _member(self, m: Member) -> None:
+        while m.exit is None:
+            if m.link is not None:
+                why = await m.link.pump(lambda msg: self._message(m, msg))
+                m.link = None
+                if m.exit is not None:
+                    return
+            else:
+                why = "not linked"
+            outcome = await self._after_loss(m, why)
+            if outcome is not None:
+                self.ended(m, outcome)
+
+    def _message(self, m: Member, msg: ExecutorMessage) -> None:
+        if not isinstance(msg, (Fault,)):
+            m.last_seen = time.monotonic()
+        if isinstance(msg, Heartbeat):
+            m.step = max(m.step, msg.step)
+        self._on_message(m, msg)
+        if isinstance(msg, Finished):
+            self.ended(m, from_finished(msg.step, msg.params_sha256, msg.warnings))
+        elif isinstance(msg, Stopped):
+            self.ended(m, from_stopped(msg.reason, msg.step, msg.checkpoint_step))
+        elif isinstance(msg, RunEnded):
+            m.waiting = True
+            self.ended(m, from_run_ended(msg.fault, msg.message, msg.step))
+        elif isinstance(msg, Fault) and msg.fault == FaultKind.CONFIG:
+            self.ended(m, Outcome(Exit.CONFIG, msg.message))
+
+    async def _renew(self, m: Member) -> None:
+        """``m``'s lease, renewed at each of its executor's clock readings while it may train."""
+
+        async def renew(link: ExecutorLink) -> None:
+            if m.exit is not None and not m.waiting:
+                return
+            if (
+                not m.waiting
+                and self.first is not None
+                and time.monotonic() - self.first.exit_at > self._collective_s + 2.0
+            ):
+                return  # stuck past the collective timeout: left to its lease
+            with contextlib.suppress(LinkError, NoAnchor):
+                await link.send(self.grant(m, link))
+
+        await renew_on_readings(lambda: m.link, renew, renewal_gap(self._det))
+
+    async def _liveness(self) -> None:
+        """A hung executor keeps its connection but stops heartbeating: close its link."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            now = time.monotonic()
+            for m in self.members:
+                if (
+                    m.link is not None
+                    and m.exit is None
+                    and is_suspect(now, m.last_seen, self._det)
+                ):
+                    m.link.close()
+
+    async def _after_loss(self, m: Member, why: str) -> Outcome | None:
+        """Relink after a blip; otherwise find out what happened, waiting out the lease
+        (``LinkLoss``, the classifier every job uses)."""
+        return await self._loss.classify(m.host, why, _MemberSide(self, m, why))
+
+
+class _MemberSide:
+    """A member's side of a lost link (``link_loss.Side``): its lease bound is its own, the
+    job is told of its silence and of its loss, a replacement is readied while its host cannot
+    be asked, and a run that ended while unlinked leaves a warm executor for the next epoch."""
+
+    def __init__(self, run: GroupEpoch, m: Member, why: str) -> None:
+        self._run = run
+        self._m = m
+        self._why = why
+
+    @property
+    def epoch(self) -> int:
+        return self._run.epoch
+
+    def last_seen(self) -> float:
+        return self._m.last_seen
+
+    def left(self) -> float:
+        return self._run.left(self._m)
+
+    async def answered(self, link: ExecutorLink) -> None:
+        m, run = self._m, self._run
+        m.link, m.last_seen = link, time.monotonic()
+        with contextlib.suppress(LinkError, NoAnchor):
+            await link.send(run.grant(m))
+        run._answered(m, [x for x in run.members if x.exit is None])
+
+    def faulted(self, link: ExecutorLink) -> Outcome:
+        link.close()
+        return Outcome(Exit.RUN_CRASHED, f"the run on {self._m.host} ended while unlinked")
+
+    def silent(self) -> None:
+        self._run._silent(self._m)
+
+    def unreachable(self) -> None:
+        self._run._unreachable(self._m)
+
+    def lost(self, fault_class: str) -> None:
+        self._run._lost(self._m, self._why, fault_class)

@@ -1,0 +1,234 @@
+"""What a multi-host job's members say, and the incident a member's failure opens.
+
+Rank 0's progress is the job's; every member's heartbeat keeps its host seen; each shard a
+member checkpoints is replicated to the spares, and a step is committed once every member's
+shard of it is written. A member failing a health rule is drained out of the group (GPU FAIL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from console import clock
+from console.fleet.hosts import Fleet
+from console.fleet.link import ExecutorLink, LinkError
+from console.inventory import Inventory
+from console.reach.deploy import checkpoint_file
+from console.records.journal import Journal, Kind
+from console.records.lineage import journal_fields
+from console.replication.replicator import Replicator, Source
+from console.states import HostState, JobState
+from console.supervise.group.commit import Commits
+from console.supervise.group.epoch import Member
+from console.supervise.incident import OpenIncident, trained_past
+from console.supervise.lease import JobLease, lapse_note
+from console.supervise.live import Alert, LiveJob, Transitions
+from protocol.faults import FaultKind
+from protocol.messages import (
+    CheckpointSaved,
+    Drain,
+    ExecutorMessage,
+    Fault,
+    Health,
+    Heartbeat,
+    Log,
+    Progress,
+    Resumed,
+    RunEnded,
+    Stop,
+)
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+async def send_quietly(link: ExecutorLink, msg: Drain | Stop) -> None:
+    """Send, unless the link is gone (then what it would have ordered no longer matters)."""
+    with contextlib.suppress(LinkError):
+        await link.send(msg)
+
+
+class MemberMessages:
+    """Where each member's messages go in an epoch, and what a member's silence or failure opens."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        states: Transitions,
+        inv: Inventory,
+        fleet: Fleet,
+        journal: Journal,
+        alert: Alert,
+        incident: OpenIncident,
+        replicator: Replicator,
+        commits: Commits,
+        save: Callable[[], object],
+        progress: Callable[[Progress], None],
+        members: Callable[[], list[str]],
+        refused: Callable[[str, int], None],
+        lease: JobLease,
+    ) -> None:
+        self._live = live
+        self._lease = lease
+        self._before = JobState.RUNNING
+        """What the job read before a member's silence made it unreachable."""
+        """The job's lease: its evidence goes with a member's lease_lost."""
+        self._name = live.name
+        self._states = states
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._alert = alert
+        self._incident = incident
+        self._replicator = replicator
+        self._commits = commits
+        self._save = save
+        """Persist the job's record."""
+        self._progress = progress
+        self._members = members
+        """The job's hosts now, by node rank."""
+        self._refused = refused
+        """A member on this host could not load this step: the next resume chooses another."""
+
+    def on_message(self, m: Member, msg: ExecutorMessage) -> None:
+        job = self._live
+        if isinstance(msg, Heartbeat):
+            self._fleet.seen(m.host)
+            if m.node_rank == 0:
+                job.last_seen = time.monotonic()
+        elif isinstance(msg, Progress):
+            if m.node_rank != 0:
+                return
+            job.last_seen = time.monotonic()
+            job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
+            job.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
+            if msg.steps_per_s > 0:
+                job.rates[msg.world_size] = (msg.steps_per_s, clock.wall())
+            resumed = job.resumed_step
+            if job.incident is not None and resumed is not None and trained_past(msg, resumed):
+                self._incident.phase("first_step", step=msg.step)
+                job.incident = None
+            self._progress(msg)
+        elif isinstance(msg, CheckpointSaved):
+            self._on_checkpoint(m, msg)
+        elif isinstance(msg, Resumed):
+            if m.node_rank == 0:
+                job.resumed_step = msg.step
+                self._incident.phase(
+                    "loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint
+                )
+        elif isinstance(msg, Health):
+            self._on_health(m, msg)
+        elif isinstance(msg, Fault):
+            job.log_tail.append(f"{_clock()} {m.host} FAULT {msg.fault}: {msg.message}")
+            text, data = f"{self._name} on {m.host}: {msg.fault}: {msg.message}", {}
+            if msg.fault == FaultKind.LEASE_LOST.value:
+                data = self._lease.evidence(m.host, m.link)
+                text += f" ({lapse_note(data)})"
+            self._journal.record(
+                Kind.FAULT,
+                text,
+                job=self._name,
+                host=m.host,
+                data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank, **data},
+            )
+            if msg.fault == FaultKind.RESUME_FAILED.value:
+                self._refused(m.host, msg.step)
+            if msg.fault == FaultKind.PREEMPTED:
+                self.open_incident(
+                    m, "preemption", f"SIGTERM on {m.host}: checkpoint now, then move", planned=True
+                )
+        elif isinstance(msg, Log):
+            job.log_tail.append(f"{_clock()} {m.host} {msg.level.upper()} {msg.text}")
+        elif isinstance(msg, RunEnded):
+            job.log_tail.append(f"{_clock()} {m.host} RUN ENDED {msg.fault}: {msg.message}")
+
+    def _on_checkpoint(self, m: Member, msg: CheckpointSaved) -> None:
+        job, man = self._live, msg.manifest
+        # the path is derived from what the console knows, never taken from the host
+        path = checkpoint_file(self._inv.host_root(m.host), self._name, man.step)
+        self._journal.record(
+            Kind.CHECKPOINT,
+            f"{self._name}: shard {m.node_rank} of step {man.step} on {m.host}",
+            job=self._name,
+            host=m.host,
+            data={
+                "step": man.step,
+                "bytes": man.size,
+                "stall_s": msg.stall_s,
+                "write_s": msg.write_s,
+                "epoch": man.epoch,
+                "shard": m.node_rank,
+                **journal_fields(man),
+            },
+        )
+        if man.epoch != job.epoch:
+            return
+        self._replicator.submit(
+            self._name, job.spares, Source(m.host, path, man, shard=m.node_rank)
+        )
+        if self._commits.saved(m.node_rank, man.step, man.epoch) is None:
+            return
+        job.checkpoint, job.checkpoint_path = man, path
+        job.checkpoints.append((m.host, man))
+        members = self._members()
+        self._journal.record(
+            Kind.CHECKPOINT,
+            f"{self._name}: step {man.step} committed (all {len(members)} shards written)",
+            job=self._name,
+            host=members[0],
+            data={"step": man.step, "committed": True, "epoch": man.epoch},
+        )
+        if job.rec.restarts and man.step > (job.resumed_step or 0):
+            job.rec.restarts = 0
+            self._save()
+
+    def _on_health(self, m: Member, msg: Health) -> None:
+        fleet = self._fleet
+        fleet.observe(m.host, msg)
+        failing = fleet.failing(m.host)
+        if failing and self._live.state is JobState.RUNNING and m.link is not None:
+            why = "; ".join(f.message for f in failing)
+            self._alert(f"{m.host}: GPU FAIL ({why}): draining it out of {self._name}", host=m.host)
+            fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {why}")
+            self.open_incident(m, "gpu_fail", f"GPU FAIL on {m.host}: {why}", planned=True)
+            self._states.move(JobState.CHECKPOINTING, f"GPU FAIL on {m.host}")
+            link = m.link
+            asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason="gpu_fail")))
+
+    def silent(self, m: Member) -> None:
+        """``m`` went silent: the job waits out its lease (it reads unreachable meanwhile)."""
+        job = self._live
+        if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            self._before = job.state
+            self._states.move(JobState.UNREACHABLE, f"{m.host} silent: waiting out its lease")
+
+    def answered(self, m: Member, linked: list[Member]) -> None:
+        """``m`` answers again after a silence (a blip): once no member of the epoch is
+        silent, the job reads as it did before."""
+        job = self._live
+        if job.state is JobState.UNREACHABLE and all(x.link is not None for x in linked):
+            self._states.move(self._before, f"{m.host} answers again")
+
+    def lost(self, m: Member, why: str, fault_class: str) -> None:
+        """``m``'s silence is decided a loss (its lease ran out; ``host_lost``: its host cannot
+        be reached, ``executor_hang``: it can, the executor is frozen): an incident names it,
+        dated from its last heartbeat. A silence that ends in a relink is a blip, none opens."""
+        self.open_incident(m, fault_class, f"{m.host}: {why}")
+
+    def open_incident(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None:
+        job = self._live
+        if job.incident is not None:
+            return
+        # the incident names the member that failed, and its fault time is when it went silent
+        rank0 = job.host, job.last_seen
+        job.host, job.last_seen = m.host, m.last_seen
+        try:
+            self._incident.open(fault_class, why, planned=planned)
+        finally:
+            job.host, job.last_seen = rank0

@@ -1,0 +1,333 @@
+"""What a multi-host job does once an epoch has ended: finish, fail, restart the group in place,
+or replace the members whose hosts cannot take their rank again (same world size, rank order
+kept), then say the committed step the next epoch resumes from."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.records.journal import Journal, Kind
+from console.spares.placement import rank
+from console.states import FailureKind, HostState, JobState
+from console.supervise.approval import approved
+from console.supervise.finish import finish
+from console.supervise.group.elastic import Growth
+from console.supervise.group.epoch import GroupEpoch, Member
+from console.supervise.group.resume import ResumeStep
+from console.supervise.group.warm import WarmExecutors
+from console.supervise.incident import OpenIncident
+from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.outcome import Exit
+from console.supervise.policy import Policy
+
+
+class OpenMemberIncident(Protocol):
+    """Opens the job's incident naming a member (``MemberMessages.open_incident``)."""
+
+    def __call__(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None: ...
+
+
+class GroupRecovery:
+    """Recovery decisions once an epoch has ended, given the members' outcomes."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        states: Transitions,
+        incident: OpenIncident,
+        open_incident: OpenMemberIncident,
+        inv: Inventory,
+        fleet: Fleet,
+        journal: Journal,
+        alert: Alert,
+        save: Callable[[], object],
+        policy: Callable[[], Policy],
+        restart_limit: int,
+        reserved: Callable[[], dict[str, str]],
+        wait_for_hosts: Callable[[], Awaitable[None]],
+        stop_before_start: Callable[[], bool],
+        executors: WarmExecutors,
+        resume: ResumeStep,
+        members: Callable[[], list[str]],
+        assign: Callable[[list[str]], None],
+        growth: Growth,
+        reap: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        self._live = live
+        self._name = live.name
+        self._states = states
+        self._incident = incident
+        self._open_incident = open_incident
+        """Open the job's incident naming a member (unless one is open)."""
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._alert = alert
+        self._save = save
+        """Persist the job's record."""
+        self._policy = policy
+        self._restart_limit = restart_limit
+        self._reserved = reserved
+        self._wait_for_hosts = wait_for_hosts
+        """Until the fleet may have a usable host again (or a while has passed)."""
+        self._stop_before_start = stop_before_start
+        self._executors = executors
+        self._resume = resume
+        self._members = members
+        """The job's hosts now, by node rank."""
+        self._assign = assign
+        """Place the job on these hosts (node ranks in order), spares chosen anew if none left."""
+        self._growth = growth
+        """The job's size: whether it may shrink, and the host a grow was started for."""
+        self._reap = reap
+        """Kill what is left of a member's run on a host the console can reach."""
+
+    async def recover(self, run: GroupEpoch) -> tuple[int | None] | None:
+        """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
+        may be None, step 0), or None when the job is over."""
+        job, fleet = self._live, self._fleet
+        members = run.members
+        for m in members:
+            assert m.exit is not None
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._name}: member {m.node_rank} on {m.host} ended: {m.exit.said()}",
+                job=self._name,
+                host=m.host,
+                data={"exit": m.exit.exit.value, "step": m.exit.step, "node_rank": m.node_rank},
+            )
+        exits = [m.exit.exit for m in members if m.exit is not None]
+        job.link = None
+        if all(e is Exit.FINISHED for e in exits):
+            self._finished(members)
+            return None
+        config = next((m for m in members if m.exit and m.exit.exit is Exit.CONFIG), None)
+        if config is not None:
+            assert config.exit is not None
+            self._states.fail(FailureKind.CONFIG, f"{config.host}: {config.exit.why}")
+            self.release()
+            return None
+        if job.stop_requested:
+            job.rec.stopped = True
+            self._save()
+            self._states.fail(FailureKind.STOPPED, "stopped by an operator")
+            self.release()
+            return None
+        first = run.origin() or members[0]
+        assert first.exit is not None
+        await self._executors.keep_survivors_warm(members)
+        for m in members:
+            if m.exit is not None and m.exit.exit is Exit.HOST_LOST:
+                fleet.set_state(m.host, HostState.DOWN, m.exit.why)
+        replace = [m for m in members if not self._member_fit(m)]
+        planned = any(m.exit is not None and m.exit.exit is Exit.PLANNED for m in members)
+        cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
+        self._open_incident(first, cls, f"{first.host}: {first.exit.why}", planned=planned)
+        if not replace and not planned:
+            if job.rec.restarts < self._restart_limit:
+                job.rec.restarts += 1
+                self._save()
+                self._states.move(
+                    JobState.RESTARTING,
+                    f"{first.host}: {first.exit.why}; restart {job.rec.restarts} of "
+                    f"{self._restart_limit} in place",
+                )
+                self._incident.phase(
+                    "decided", action="restart", host=first.host, last_step=self._last(members)
+                )
+                return (await self._resume.step([]),)
+            replace = [first]
+        newcomer = self._growth.take() if planned else None
+        before = list(self._members())
+        if replace:
+            self._states.move(
+                JobState.FAILING_OVER,
+                f"replacing {', '.join(m.host for m in replace)}: {first.exit.why}",
+            )
+            if not planned and not await self._approved(first):
+                return None
+            for m in replace:
+                if self._reap is not None and fleet.hosts[m.host].state is not HostState.DOWN:
+                    await self._reap(m.host)  # its old run gone before the next epoch trains
+            # no await from the choice to the assignment: a host chosen is taken before a
+            # release (or another job) can find it free
+            targets = await self._targets(
+                [m.host for m in replace], survivors=len(members) - len(replace)
+            )
+            if targets is None:
+                return None
+            slots: list[str | None] = list(before)
+            for m, target in zip(replace, targets, strict=True):
+                slots[m.node_rank] = target
+            plan = [h for h in slots if h is not None]
+            if newcomer is not None and newcomer not in plan:
+                plan.append(newcomer)
+            job.rec.restarts = 0
+            for m in replace:
+                if fleet.hosts[m.host].state is HostState.DRAINING:
+                    fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
+            self._decided(before, plan, first, members)
+            self._assign(plan)
+        elif newcomer is not None:
+            plan = [*before, newcomer]
+            self._states.move(JobState.RESTARTING, f"growing onto {newcomer}")
+            self._decided(before, plan, first, members)
+            self._assign(plan)
+        else:
+            plan = before
+            self._states.move(JobState.RESTARTING, "planned stop: restarting the group")
+            self._incident.phase(
+                "decided", action="restart", host=first.host, last_step=self._last(members)
+            )
+        new = [r for r, h in enumerate(plan) if h not in before]
+        return (await self._resume.step(new, planned=planned),)
+
+    def _decided(
+        self, before: list[str], plan: list[str], first: Member, members: list[Member]
+    ) -> None:
+        """The incident's decision: replace members (same size), or shrink or grow the group."""
+        added = [h for h in plan if h not in before]
+        last = self._last(members)
+        if len(plan) == len(before):
+            self._incident.phase(
+                "decided", action="failover", host=", ".join(added), last_step=last
+            )
+            return
+        change = "shrunk" if len(plan) < len(before) else "grown"
+        size = {"from": len(before), "to": len(plan), "planned": self._growth.planned}
+        self._incident.phase(
+            "decided",
+            action="shrink" if change == "shrunk" else "grow",
+            host=", ".join(added) or first.host,
+            last_step=last,
+            size=size,
+            **{"class": change},
+        )
+        self._journal.record(
+            Kind.PLACEMENT,
+            f"{self._name}: {change} from {len(before)} to {len(plan)} of "
+            f"{self._growth.planned} hosts ({', '.join(plan)})",
+            job=self._name,
+            host=plan[0],
+            data={"members": plan, "size": size, "change": change},
+        )
+        if change == "shrunk":
+            self._alert(
+                f"{self._name} shrunk to {len(plan)} of {self._growth.planned} hosts (no host "
+                f"free to replace {first.host}): same global batch, it grows back when one is",
+                job=self._name,
+            )
+
+    def _member_fit(self, m: Member) -> bool:
+        """May this member's host take its rank again? Not once lost, failing a health rule,
+        drained, preempted (its executor was told its host is going away), or being released
+        (a provisioner's release takes it away; an operator's cordon keeps the rank there)."""
+        assert m.exit is not None
+        rt = self._fleet.hosts[m.host]
+        if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host) or rt.leaving:
+            return False
+        if m.exit.preempted:
+            return False
+        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+
+    def _last(self, members: list[Member]) -> int:
+        job = self._live
+        saved = job.checkpoint.step if job.checkpoint is not None else 0
+        steps = [m.exit.step or 0 for m in members if m.exit is not None]
+        return max([job.step, saved, *steps])
+
+    def _finished(self, members: list[Member]) -> None:
+        job = self._live
+        shas = {m.exit.sha256 for m in members if m.exit is not None}
+        step = max(m.exit.step or 0 for m in members if m.exit is not None)
+        if len(shas) != 1:
+            self._states.fail(
+                FailureKind.CRASH_LOOP,
+                f"members finished with different parameters: {sorted(map(str, shas))}",
+            )
+            self.release()
+            return None
+        finish(
+            job,
+            step=step,
+            sha256=shas.pop() or "",
+            warnings=[w for m in members if m.exit is not None for w in m.exit.warnings],
+            host=members[0].host,
+            members=[m.host for m in members],
+            states=self._states,
+            journal=self._journal,
+            alert=self._alert,
+            save=self._save,
+        )
+        self.release()
+        return None
+
+    def release(self) -> None:
+        """The job is over: its hosts and spares are free."""
+        job, fleet = self._live, self._fleet
+        for rt in fleet.hosts.values():
+            if rt.job == self._name:
+                rt.job = None
+        job.spares = []
+        fleet.changed.set()
+
+    async def _approved(self, first: Member) -> bool:
+        assert first.exit is not None
+        return await approved(
+            self._live,
+            policy=self._policy(),
+            states=self._states,
+            alert=self._alert,
+            save=self._save,
+            release=self.release,
+            why=first.exit.why,
+            asks=f"{self._name} needs {first.host} replaced ({first.exit.why})",
+        )
+
+    async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
+        """A host for each member leaving: the job's spares, then the nearest usable hosts. An
+        elastic job that has none for some (None) shrinks, if it keeps ``min_hosts``."""
+        job, fleet = self._live, self._fleet
+        while True:
+            usable = fleet.usable(exclude=set(self._members()))
+            if job.target is not None and len(leaving) == 1:
+                if job.target in usable:
+                    return [job.target]
+            else:
+                chosen: list[str] = []
+                for old in leaving:
+                    readied = [
+                        h for h in self._executors.readied if h in usable and h not in chosen
+                    ]
+                    spares = readied + [
+                        s for s in job.spares if s in usable and s not in chosen + readied
+                    ]
+                    others = rank(
+                        self._inv,
+                        self._inv.hosts[old].region,
+                        [
+                            h
+                            for h in usable
+                            if h not in spares
+                            and h not in chosen
+                            and self._reserved().get(h) is None
+                        ],
+                    )
+                    pick = (spares + others)[:1]
+                    if not pick:
+                        break
+                    chosen.append(pick[0])
+                if len(chosen) == len(leaving):
+                    job.target = None
+                    return list(chosen)
+                if self._growth.may_shrink(survivors + len(chosen)):
+                    return [*chosen, *([None] * (len(leaving) - len(chosen)))]
+            if job.stop_requested:
+                self._stop_before_start()
+                return None
+            self._states.wait_note(f"no spare left for {self._name}: it waits for a host")
+            await self._wait_for_hosts()

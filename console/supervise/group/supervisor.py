@@ -1,0 +1,389 @@
+"""A multi-host job's life: start every member at one epoch, watch them, and when any member's
+run ends, restart the group at a new epoch, same world size and rank order, from the newest
+step every member committed, a lost member's host replaced by a spare.
+
+Example sequence (as in the journal): ``a, b, c running (epoch 1) -> c unreachable -> its
+lease waited out -> c replaced by d (shard of step 40 promoted there) -> a, b (in place,
+torch warm), d at epoch 2 from step 40 -> running``.
+
+The supervisor places and launches each epoch (or reattaches to one at console start); the
+rest is done by pieces it builds, each handed the shared ``LiveJob`` and only what else it
+needs: ``GroupEpoch`` (one epoch's links, leases, silence), ``MemberMessages`` (what members
+say, and the incident a member's failure opens), ``GroupRecovery`` (what to do once an epoch
+ended), ``ResumeStep`` (the step to resume from, replicas promoted), ``WarmExecutors``
+(survivors kept warm, replacements readied) and ``Commits`` (two-phase commit). Orders (stop,
+checkpoint now) go to rank 0's executor, and the executors agree at each step boundary, so
+every member stops or checkpoints at the same step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from console.fleet.link import ExecutorLink, LinkError
+from console.records.journal import Kind
+from console.spares.placement import choose_spares
+from console.states import JobState
+from console.supervise.group.commit import Commits
+from console.supervise.group.elastic import Growth
+from console.supervise.group.epoch import GroupEpoch, Member
+from console.supervise.group.messages import MemberMessages
+from console.supervise.group.recovery import GroupRecovery
+from console.supervise.group.resume import ResumeStep
+from console.supervise.group.warm import WarmExecutors
+from console.supervise.lease import NoAnchor
+from console.supervise.outcome import Exit, Outcome
+from console.supervise.supervisor import Supervisor
+from protocol.messages import Backend, ExecutorState, Rendezvous
+
+if TYPE_CHECKING:
+    from console.supervise.services import JobServices
+
+PORTS = (20000, 30000)
+"""The master port of each epoch is drawn from this range (a new one each epoch: a port left
+in TIME_WAIT, or taken, costs one failed epoch, not the job)."""
+
+
+def next_port(last: int | None, draw: Callable[[int, int], int] = random.randrange) -> int:
+    """A master port from ``PORTS`` unlike the previous epoch's, whose sockets may linger."""
+    port = draw(PORTS[0], PORTS[1] - 1)
+    return port + 1 if last is not None and port >= last else port
+
+
+class GroupSupervisor(Supervisor):
+    """A job with ``hosts = [...]``: one executor per member host, the console the coordinator."""
+
+    def __init__(self, services: JobServices, name: str) -> None:
+        super().__init__(services, name)
+        inv = services.inv
+        self._policy = services.policy
+        self._detection = services.detection
+        self._progress = lambda msg: services.on_progress(self, msg)
+        self.placement = inv.jobs[name].placement
+        rec = self.live.rec
+        self.members: list[str] = list(rec.members) or inv.members(name)
+        """The job's hosts now, by node rank."""
+        self.commits = Commits(rec, services.store.save, len(self.members))
+        self.epoch_run: GroupEpoch | None = None
+        self.collective_timeout_s = max(10.0, inv.console.lease_s)
+        self._last_port: int | None = None
+
+        def members() -> list[str]:
+            return self.members  # read when used: a failover places the job anew
+
+        self._resume = ResumeStep(
+            name,
+            commits=self.commits,
+            inv=inv,
+            fleet=self._fleet,
+            launcher=self.launcher,
+            alert=services.alert,
+            incident=self._incident,
+            members=members,
+            replicator=services.replicator,
+        )
+        self._messages = MemberMessages(
+            self.live,
+            states=self._states,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            alert=services.alert,
+            incident=self._incident,
+            replicator=services.replicator,
+            commits=self.commits,
+            save=services.store.save,
+            progress=self._progress,
+            members=members,
+            refused=self._resume.refuse,
+            lease=self.lease,
+        )
+        self._executors = WarmExecutors(
+            self.live,
+            launcher=self.launcher,
+            lease=self.lease,
+            fleet=self._fleet,
+            journal=self._journal,
+            policy=self._policy,
+            members=members,
+            wait_gone=self._probe.wait_gone,
+        )
+        self.growth = Growth(
+            self.live,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            policy=self._policy,
+            members=members,
+            reserved=self._reserved,
+            move=lambda reason, why: self.request_move(reason, why),
+            save=services.store.save,
+        )
+        self._group_recovery = GroupRecovery(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            open_incident=self._messages.open_incident,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            alert=services.alert,
+            save=services.store.save,
+            policy=self._policy,
+            restart_limit=inv.console.restart_limit,
+            reserved=self._reserved,
+            wait_for_hosts=self._wait_for_hosts,
+            stop_before_start=self._stop_before_start,
+            executors=self._executors,
+            resume=self._resume,
+            members=members,
+            assign=self._assign_members,
+            growth=self.growth,
+            reap=self._probe.reap,
+        )
+
+    def hosts_in_use(self) -> list[str]:
+        return list(self.members)
+
+    # ------------------------------------------------------------------ run
+
+    def _last_host(self) -> str | None:
+        return self.members[0]
+
+    def _release(self) -> None:
+        self._group_recovery.release()
+
+    async def _supervise(self) -> None:
+        job = self.live
+        run = await self._reattach()
+        resume = self.commits.committed
+        try:
+            while not job.state.is_terminal():
+                if run is None:
+                    if self._stop_before_start():
+                        return
+                    run = await self._launch_epoch(resume)
+                grow = asyncio.create_task(self.growth.watch(), name=f"grow {self.name}")
+                try:
+                    await run.watch()
+                finally:
+                    grow.cancel()
+                    await asyncio.gather(grow, return_exceptions=True)
+                self.epoch_run = None
+                nxt = await self._group_recovery.recover(run)
+                if nxt is None:
+                    return
+                (resume,) = nxt
+                run = None
+        finally:
+            await self._executors.stop_keeping()
+            await self._executors.drop_readied([])
+
+    # --------------------------------------------------------------- launch
+
+    def _assign_members(self, plan: list[str]) -> None:
+        job, fleet = self.live, self._fleet
+        for h, rt in fleet.hosts.items():
+            if rt.job == self.name and h not in plan:
+                rt.job = None
+        for h in plan:
+            fleet.hosts[h].job = self.name
+        self.members = list(plan)
+        job.host = plan[0]
+        job.spares = [s for s in job.spares if s not in plan]
+        if not job.spares:
+            choice = choose_spares(
+                self._inv,
+                self.name,
+                plan[0],
+                usable=fleet.usable(),
+                reserved=self._reserved(),
+                priority=self._priorities(),
+                count=max(1, len(self.placement.spares)),
+            )
+            for spare, other in choice.taken:
+                self._take_spare(spare, other, by=self.name)
+            job.spares = choice.spares
+        job.rec.host, job.rec.members, job.rec.spares = plan[0], list(plan), list(job.spares)
+        self._save()
+        self._journal.record(
+            Kind.PLACEMENT,
+            f"{self.name}: on {', '.join(plan)} (node ranks 0..{len(plan) - 1}), "
+            f"spares {', '.join(job.spares) or 'none'}",
+            job=self.name,
+            host=plan[0],
+            data={"members": plan, "spares": job.spares},
+        )
+        if not job.spares:
+            self._alert(
+                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
+            )
+            self._need_host(f"job {self.name} has no spare")
+
+    async def _launch_epoch(self, resume: int | None) -> GroupEpoch:
+        job = self.live
+        plan = list(self.members)
+        self._states.move(JobState.DEPLOYING, f"on {', '.join(plan)}")
+        self._assign_members(plan)
+        await self._executors.stop_keeping()
+        await self._executors.drop_readied(plan)
+        got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
+        # no epoch starts that the disk cannot hold (a full disk: the job waits, idle)
+        await self._until_saved(f"{self.name} waits to start: its state cannot be persisted")
+        # the first started waited for the slowest: each first lease from a current reading
+        got = await asyncio.gather(
+            *(self._executors.fresh(h, g) for h, g in zip(plan, got, strict=True))
+        )
+        job.rec.epoch += 1
+        self._save()
+        epoch = job.rec.epoch
+        self.commits.new_epoch(epoch, len(plan))
+        now = time.monotonic()
+        members = [Member(r, h, last_seen=now) for r, h in enumerate(plan)]
+        run = self._epoch(members, epoch)
+        failed = [(m, g) for m, g in zip(members, got, strict=True) if isinstance(g, Outcome)]
+        if failed:
+            for g in got:
+                if isinstance(g, ExecutorLink):
+                    g.close()  # idle, never started: the next launch takes it again
+            for m, g in failed:
+                assert isinstance(g, Outcome)
+                run.ended(m, g)
+            for m in members:
+                run.ended(m, Outcome(Exit.CRASHED, "the group did not start"))
+            return run
+        rdv = Rendezvous(
+            node_rank=0,
+            addresses=[self._inv.data_address(h) for h in plan],
+            master_port=(port := next_port(self._last_port)),
+            procs_per_host=self._procs_per_host(plan),
+            backend=Backend(self.placement.backend or self._default_backend(plan)),
+            resume_step=resume,
+            timeout_s=self.collective_timeout_s,
+            logical_ranks=self._inv.logical_ranks(self.name),
+            deterministic_reduce=self.placement.deterministic_reduce,
+        )
+        self._last_port = port
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: epoch {epoch} on {', '.join(plan)}, master "
+            f"{rdv.master_addr}:{rdv.master_port}, "
+            + (f"resuming from committed step {resume}" if resume else "from step 0"),
+            job=self.name,
+            host=plan[0],
+            data={
+                "epoch": epoch,
+                "members": plan,
+                "port": rdv.master_port,
+                "resume": resume,
+                "planned": self.growth.planned,
+            },
+        )
+        for m, link in zip(members, got, strict=True):
+            assert isinstance(link, ExecutorLink)
+            m.link = link
+            try:
+                start = run.start(m, self.spec, msgspec.structs.replace(rdv, node_rank=m.node_rank))
+                await link.send(start)
+            except LinkError as e:
+                run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
+            except NoAnchor as e:  # its bound could not be persisted (the disk filled again)
+                run.ended(m, Outcome(Exit.CRASHED, f"not started on {m.host}: {e}"))
+        job.link = members[0].link
+        job.last_seen = now
+        self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
+        return run
+
+    def _procs_per_host(self, plan: list[str]) -> int:
+        if self.placement.procs_per_host is not None:
+            return self.placement.procs_per_host
+        if self.spec.executor == "torch":
+            return 1  # the torch kind trains one rank per host
+        return max(1, min(self._inv.hosts[h].gpus for h in plan))
+
+    def _default_backend(self, plan: list[str]) -> Backend:
+        return Backend.NCCL if all(self._inv.hosts[h].gpus > 0 for h in plan) else Backend.GLOO
+
+    def _epoch(self, members: list[Member], epoch: int) -> GroupEpoch:
+        run = GroupEpoch(
+            members,
+            epoch=epoch,
+            lease=self.lease,
+            detection=self._detection,
+            loss=self._loss,
+            on_message=self._messages.on_message,
+            collective_timeout_s=self.collective_timeout_s,
+            silent=self._messages.silent,
+            lost=self._messages.lost,
+            unreachable=self._executors.ready_replacement,
+            answered=self._messages.answered,
+        )
+        self.epoch_run = run
+        return run
+
+    # ------------------------------------------------------------- reattach
+
+    async def _reattach(self) -> GroupEpoch | None:
+        """A console started while the group had an epoch: take the members that still train
+        it; a member that cannot be reached is waited out under the persisted lease bound
+        (it may still be training), never taken for gone."""
+        job = self.live
+        if not job.rec.members or job.epoch == 0:
+            return None
+        self.lease.restore()
+        plan = list(job.rec.members)
+        self._assign_members(plan)
+        members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
+        run = self._epoch(members, job.epoch)
+        self.commits.new_epoch(job.epoch, len(plan))
+        for m in members:
+            link = self.launcher.link(m.host)
+            try:
+                hello = await link.open(timeout=2)
+            except LinkError:
+                continue  # unreachable: its lease is waited out by the epoch's watch
+            if hello.epoch == job.epoch and hello.state in (
+                ExecutorState.TRAINING,
+                ExecutorState.STOPPING,
+            ):
+                m.link, m.last_seen, m.step = link, time.monotonic(), hello.step
+                with contextlib.suppress(LinkError):
+                    await link.send(run.grant(m))
+            elif hello.epoch == job.epoch and hello.state == ExecutorState.FAULTED:
+                self._executors.warm.add(m.host)
+                link.close()
+                run.ended(m, Outcome(Exit.RUN_CRASHED, f"the run on {m.host} had ended"))
+            else:
+                await self._retire(link, m.host)
+                link.close()
+                run.ended(m, Outcome(Exit.CRASHED, f"no executor of epoch {job.epoch} on {m.host}"))
+        linked = [m for m in members if m.link is not None]
+        job.link = members[0].link
+        if len(linked) == len(members):
+            job.step = max(m.step for m in members)
+            if job.incident is not None:  # a console restart: the group never stopped
+                job.resumed_step = job.step
+                self._incident.phase("loaded", step=job.step, last_step=job.step)
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self.name}: reattached to all {len(members)} members at epoch {job.epoch}",
+                job=self.name,
+                host=plan[0],
+                data={"epoch": job.epoch, "members": plan},
+            )
+            self._states.move(JobState.RUNNING, "reattached")
+        else:
+            self._states.move(
+                JobState.PENDING,
+                f"{len(members) - len(linked)} member(s) not at epoch {job.epoch} at console "
+                f"start: the group restarts once their lease ends "
+                f"({max(0.0, self.lease.left()):.0f} s left at most)",
+            )
+        return run

@@ -1,0 +1,205 @@
+"""The executors a multi-host job's next epoch starts on, kept ready while the group recovers.
+
+Survivors whose run ended wait, warm (torch imported), for the next epoch's Start, kept under
+lease meanwhile; while a lost member's lease runs out, an idle executor is readied on the host
+that would replace it. The next epoch takes these, and starts (deploys) only what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from console import clock
+from console.fleet.hosts import Fleet
+from console.fleet.link import ExecutorLink, LinkError
+from console.records.journal import Journal, Kind
+from console.supervise.group.epoch import Member
+from console.supervise.group.messages import send_quietly
+from console.supervise.launcher import Launcher
+from console.supervise.lease import JobLease, NoAnchor
+from console.supervise.live import LiveJob
+from console.supervise.outcome import CRASHES, Exit, Outcome
+from console.supervise.policy import Decision, Policy, decide
+from protocol.messages import ExecutorState, Stop
+
+
+class WarmExecutors:
+    """Warm survivors and readied replacements, and the executor each member's next start takes."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        launcher: Launcher,
+        lease: JobLease,
+        fleet: Fleet,
+        journal: Journal,
+        policy: Callable[[], Policy],
+        members: Callable[[], list[str]],
+        wait_gone: Callable[[str], Awaitable[bool | None]],
+    ) -> None:
+        self._live = live
+        self._name = live.name
+        self._launcher = launcher
+        self._lease = lease
+        self._fleet = fleet
+        self._journal = journal
+        self._policy = policy
+        self._members = members
+        """The job's hosts now, by node rank."""
+        self._wait_gone = wait_gone
+        """Until no executor of the job holds its workdir on the host (``Probe.wait_gone``)."""
+        self.exiting: set[str] = set()
+        """Hosts whose executor stopped at the end of the last epoch (a planned stop, a
+        finish) and may still be on its way out, holding the workdir a new one needs."""
+        self.warm: set[str] = set()
+        """Hosts whose executor's run ended and that waits, alive, for the next epoch's Start:
+        kept under lease while the group recovers."""
+        self._keeping: asyncio.Task[None] | None = None
+        self.readied: dict[str, asyncio.Task[ExecutorLink | Outcome]] = {}
+        """Idle executors started on replacement hosts while a lost member's lease runs out
+        (torch imported, waiting for Start): host -> its start."""
+
+    # ------------------------------------------------------------ readied
+
+    def ready_replacement(self, m: Member) -> None:
+        """``m``'s host cannot be asked: start an idle executor on the host that would replace
+        it, so a replacement decided when the lease ends needs no process start then."""
+        if self.readied or decide(self._policy(), failover=True) is not Decision.ACT:
+            return
+        usable = self._fleet.usable(exclude=set(self._members()))
+        spares = [s for s in self._live.spares if s in usable]
+        target = next(iter(spares), None)
+        if target is None:
+            return
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self._name}: {m.host} cannot be reached; readying an executor on {target} "
+            "while its lease runs out",
+            job=self._name,
+            host=target,
+        )
+        self.readied[target] = asyncio.create_task(
+            self._launcher.start(target, promote_upto=None, released=lambda _h: None)
+        )
+
+    async def drop_readied(self, keep: list[str]) -> None:
+        """Readied executors on hosts the next epoch does not use are stopped."""
+        for host in [h for h in self.readied if h not in keep]:
+            task = self.readied.pop(host)
+            if not task.done():
+                task.cancel()  # the launcher stops an executor whose start was cancelled
+                await asyncio.gather(task, return_exceptions=True)
+                continue
+            got = task.result() if not task.cancelled() else None
+            if isinstance(got, ExecutorLink):
+                await send_quietly(got, Stop(reason="not needed", checkpoint=False))
+                got.close()
+
+    async def fresh(self, host: str, link: ExecutorLink | Outcome) -> ExecutorLink | Outcome:
+        """``link`` (or why there is none), or a new link to the same idle executor when its newest clock reading is
+        older than a third of a lease: a first lease is anchored to that reading, and one taken
+        while the slowest member of the group still started would reach its executor nearly
+        spent (chaos: the member started first got a lease already over at Start and died,
+        and a whole epoch with it)."""
+        if isinstance(link, Outcome):
+            return link
+        anchor = link.anchor
+        if anchor is not None and clock.mono() - anchor[1] <= self._lease.ttl_s / 3:
+            return link
+        link.close()
+        again = self._launcher.link(host)
+        try:
+            hello = await again.open(timeout=5)
+        except LinkError as e:
+            return Outcome(Exit.CRASHED, f"the idle executor on {host} went away: {e}")
+        if hello.state not in (
+            ExecutorState.IDLE,
+            ExecutorState.FAULTED,
+        ):  # faulted: a survivor waiting, warm
+            again.close()
+            return Outcome(Exit.CRASHED, f"the executor on {host} is {hello.state}, not waiting")
+        return again
+
+    async def executor(self, host: str) -> ExecutorLink | Outcome:
+        """The executor that will run this member: a warm one (its run ended, it waits), one
+        readied while a lost member's lease ran out, else one started (deployed first)."""
+        readied = self.readied.pop(host, None)
+        if readied is not None:
+            try:
+                got = await readied
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this launch is cancelled (the console quits), not the readied start
+                got = None
+            if isinstance(got, ExecutorLink):
+                # a fresh link: its Hello is a current clock reading to anchor the first lease
+                # to (the readied link's is as old as the lease wait)
+                got.close()
+                link = self._launcher.link(host)
+                with contextlib.suppress(LinkError):
+                    if (await link.open(timeout=5)).state == ExecutorState.IDLE:
+                        return link
+                link.close()
+        if host in self.warm:
+            self.warm.discard(host)
+            link = self._launcher.link(host)
+            with contextlib.suppress(LinkError):
+                hello = await link.open(timeout=5)
+                if hello.state == ExecutorState.FAULTED:
+                    return link
+            link.close()
+        if host in self.exiting:
+            self.exiting.discard(host)
+            await self._wait_gone(host)
+        return await self._launcher.start(host, promote_upto=None, released=lambda _h: None)
+
+    # ------------------------------------------------------------ warm survivors
+
+    async def keep_survivors_warm(self, members: list[Member]) -> None:
+        """Survivors whose run ended wait, warm, for the next Start: link them and keep them
+        under lease while the group recovers (a lost member's lease is waited out first)."""
+        for m in members:
+            if m.exit is not None and m.exit.exit in (Exit.PLANNED, Exit.STOPPED, Exit.FINISHED):
+                self.exiting.add(m.host)
+            if m.exit is None or m.exit.exit not in CRASHES or m.host in self.warm:
+                continue
+            link = self._launcher.link(m.host)
+            try:
+                hello = await link.open(timeout=2)
+            except LinkError:
+                continue
+            if hello.state == ExecutorState.FAULTED:
+                self.warm.add(m.host)
+            link.close()
+        if self.warm and self._keeping is None:
+            self._keeping = asyncio.create_task(self._keep())
+
+    async def _keep(self) -> None:
+        """A fresh link each time: its Hello is the clock reading the renewal is anchored to."""
+        epoch = self._live.epoch
+        while True:
+            for host in list(self.warm):
+                link = self._launcher.link(host)
+                try:
+                    hello = await link.open(timeout=2)
+                    if hello.state == ExecutorState.FAULTED and hello.epoch == epoch:
+                        await link.send(self._lease.renewal(link, host, epoch))
+                    else:
+                        self.warm.discard(host)
+                except NoAnchor:  # not granted now (its bound not on disk): kept, tried again
+                    pass
+                except LinkError:
+                    self.warm.discard(host)
+                finally:
+                    link.close()
+            await asyncio.sleep(self._lease.ttl_s / 3)  # as often as any lease is renewed
+
+    async def stop_keeping(self) -> None:
+        task, self._keeping = self._keeping, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

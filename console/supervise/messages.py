@@ -1,0 +1,257 @@
+"""What a job's executor says, and what is done about it: a single host's messages, and a
+read-only console's view of any job (which acts on nothing).
+
+Progress moves the job's step and closes an incident once training got past where it resumed;
+a checkpoint is journalled and replicated to the spares; a GPU failing a health rule drains the
+host and moves the job; a preemption, a NaN or an OOM opens its incident; a config fault, a
+finish, a stop or a run that ended under a live executor say how the run ended (``exit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+from console import clock
+from console.fleet.detect import ClockPace
+from console.fleet.hosts import Fleet
+from console.inventory import Inventory
+from console.reach.deploy import checkpoint_file
+from console.records.journal import Journal, Kind
+from console.records.lineage import journal_fields
+from console.replication.replicator import Replicator, Source
+from console.states import HostState, JobState
+from console.supervise.incident import PREEMPTED_WHY, OpenIncident, trained_past
+from console.supervise.lease import JobLease, lapse_note
+from console.supervise.live import Alert, LiveJob
+from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
+from console.supervise.policy import Policy
+from protocol.faults import FaultKind
+from protocol.messages import (
+    CheckpointSaved,
+    ExecutorMessage,
+    Fault,
+    Finished,
+    Health,
+    Heartbeat,
+    Log,
+    Progress,
+    Resumed,
+    RunEnded,
+    Stopped,
+)
+
+WARN_EVERY_S = 60.0
+"""The same executor warning is journalled at most this often."""
+
+
+def _clock() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+class JobMessages:
+    """Where a single-host job's messages go (``on_message``), given what they update."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        inv: Inventory,
+        fleet: Fleet,
+        journal: Journal,
+        alert: Alert,
+        policy: Callable[[], Policy],
+        lease: JobLease,
+        save: Callable[[], object],
+        replicator: Replicator,
+        incident: OpenIncident,
+        progress: Callable[[Progress], None],
+        move: Callable[[str, str], None],
+        acts: bool = True,
+    ) -> None:
+        self._live = live
+        self._inv = inv
+        self._fleet = fleet
+        self._journal = journal
+        self._journalled: dict[str, float] = {}
+        """Each executor warning (numbers aside): when it was last journalled."""
+        self._alert = alert
+        self._policy = policy
+        self._lease = lease
+        self._save = save
+        """Persist the job's record."""
+        self._replicator = replicator
+        self._incident = incident
+        self._progress = progress
+        """Tell the console of a Progress message (it journals some)."""
+        self._move = move
+        """Ask for a planned move off the host: (reason, why)."""
+        self._acts = acts
+        """False for a read-only console: messages update the view, and nothing is done about
+        them (no incident opened, no drain, no restart count reset)."""
+        self._pace = ClockPace(inv.console.lease_s)
+        self._warned = 0
+        self.ended = asyncio.Event()
+        """Set when a message says the run ended while the executor stays (``RunEnded``)."""
+
+    def new_executor(self) -> None:
+        """Another executor, another clock: its pace is measured afresh."""
+        self._pace = ClockPace(self._inv.console.lease_s)
+
+    def on_message(self, msg: ExecutorMessage) -> None:
+        job = self._live
+        assert job.host is not None
+        if isinstance(msg, Heartbeat):
+            job.last_seen = time.monotonic()
+            self._fleet.seen(job.host)
+            self._check_pace(msg.clock)
+        elif isinstance(msg, Progress):
+            job.last_seen = time.monotonic()
+            job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
+            job.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
+            if (
+                job.incident is not None
+                and job.resumed_step is not None
+                and trained_past(msg, job.resumed_step)
+            ):
+                self._incident.phase("first_step", step=msg.step)
+                job.incident = None
+            self._progress(msg)
+        elif isinstance(msg, CheckpointSaved):
+            job.checkpoint = msg.manifest
+            job.checkpoint_path = checkpoint_file(
+                self._inv.host_root(job.host), job.name, msg.manifest.step
+            )
+            job.checkpoints.append((job.host, msg.manifest))
+            self._journal.record(
+                Kind.CHECKPOINT,
+                f"{job.name}: checkpoint step {msg.manifest.step} on {job.host}",
+                job=job.name,
+                host=job.host,
+                data={
+                    "step": msg.manifest.step,
+                    "bytes": msg.manifest.size,
+                    "stall_s": msg.stall_s,
+                    "write_s": msg.write_s,
+                    "epoch": msg.manifest.epoch,
+                    **journal_fields(msg.manifest),
+                },
+            )
+            if msg.manifest.epoch == job.epoch:
+                self._replicator.submit(
+                    job.name, job.spares, Source(job.host, job.checkpoint_path, msg.manifest)
+                )
+                if self._acts and job.rec.restarts and msg.manifest.step > (job.resumed_step or 0):
+                    self._restarts_paid_off(msg.manifest.step)
+        elif isinstance(msg, Resumed):
+            job.resumed_step = msg.step
+            self._incident.phase(
+                "loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint
+            )
+        elif isinstance(msg, Health):
+            self._on_health(msg)
+        elif isinstance(msg, Fault):
+            job.log_tail.append(f"{_clock()} FAULT {msg.fault}: {msg.message}")
+            self._on_fault(msg)
+        elif isinstance(msg, Log):
+            job.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
+            if msg.level in ("warning", "error") and self._fresh_warning(msg.text):
+                self._journal.record(
+                    Kind.WARNING,
+                    f"{job.name} on {self._live.host}: {msg.text}",
+                    job=job.name,
+                    host=self._live.host,
+                    data={"level": msg.level},
+                )
+        elif isinstance(msg, Finished):
+            job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
+        elif isinstance(msg, Stopped):
+            job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+        elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one
+            job.log_tail.append(f"{_clock()} RUN ENDED {msg.fault}: {msg.message}")
+            job.exit = from_run_ended(msg.fault, msg.message, msg.step)
+            job.faulted = job.link
+            self.ended.set()
+
+    def _fresh_warning(self, text: str) -> bool:
+        """An executor's warning is journalled (the command's own lines never are), the same
+        one (numbers aside: "120 lines dropped") at most once a minute."""
+        key = re.sub(r"\d+", "#", text)
+        now = time.monotonic()
+        if now - self._journalled.get(key, -WARN_EVERY_S) < WARN_EVERY_S:
+            return False
+        self._journalled[key] = now
+        return True
+
+    def _check_pace(self, executor_clock: float) -> None:
+        drift = self._pace.sample(executor_clock, clock.mono())
+        skew = self._inv.console.clock_skew_s
+        if drift is not None and abs(drift) > skew:
+            self._alert(
+                f"{self._live.host}: its clock and the console's drifted {drift:+.2f} s apart "
+                f"over one lease, more than clock_skew_s ({skew:g} s): leases may not hold; "
+                "raise clock_skew_s or check the host's clock",
+                host=self._live.host,
+            )
+
+    def _restarts_paid_off(self, step: int) -> None:
+        """A checkpoint past the step a restart resumed from: the job got over that crash, so
+        ``restart_limit`` counts again from zero (it bounds a crash loop, not crashes ever)."""
+        job = self._live
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{job.name}: checkpoint at step {step} after {job.rec.restarts} restart(s); "
+            "the restart count starts again",
+            job=job.name,
+            host=job.host,
+            data={"restarts": job.rec.restarts, "step": step},
+        )
+        job.rec.restarts = 0
+        self._save()
+
+    def _on_fault(self, msg: Fault) -> None:
+        job = self._live
+        assert job.host is not None
+        text, data = f"{job.name} on {job.host}: {msg.fault}: {msg.message}", {}
+        if msg.fault == FaultKind.LEASE_LOST.value:
+            data = self._lease.evidence(job.host, job.link)
+            text += f" ({lapse_note(data)})"
+        self._journal.record(
+            Kind.FAULT,
+            text,
+            job=job.name,
+            host=job.host,
+            data={"fault": msg.fault, "step": msg.step, **data},
+        )
+        if not self._acts:
+            return
+        if msg.fault == FaultKind.PREEMPTED and job.incident is None:
+            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
+        if msg.fault in (FaultKind.NAN, FaultKind.OOM) and job.incident is None:
+            self._incident.in_executor(msg.fault, msg.step, msg.message)
+        if msg.fault == FaultKind.CONFIG:
+            job.exit = Outcome(Exit.CONFIG, msg.message)
+
+    def _on_health(self, msg: Health) -> None:
+        job, fleet = self._live, self._fleet
+        host = job.host
+        assert host is not None
+        fleet.observe(host, msg)
+        if not self._acts:
+            return
+        failing = fleet.failing(host)
+        if failing and job.state is JobState.RUNNING:
+            why = "; ".join(f.message for f in failing)
+            self._alert(f"{host}: GPU FAIL ({why}): draining and moving {job.name}", host=host)
+            fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {why}")
+            self._move("gpu_fail", f"GPU FAIL on {host}: {why}")
+        warns = [
+            f
+            for f in fleet.hosts[host].findings
+            if f.rule in ("throttle", "temperature", "pcie_replays")
+        ]
+        self._warned = self._warned + 1 if warns else 0
+        if self._warned == 5 and self._policy().value == "auto" and job.state is JobState.RUNNING:
+            self._move("migrate", f"GPU WARN on {host}: {warns[0].message}")

@@ -1,0 +1,257 @@
+"""What a job supervisor does once an executor's run has ended: the fault table of docs/guarantees.md.
+
+transient -> relink (in watch); executor crash or hang -> restart in place up to N times;
+host lost, GPU FAIL, drain, preemption -> fail over (same region first); config -> fail fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from console.fleet.hosts import Fleet
+from console.records.journal import Journal, Kind
+from console.spares.targets import Targets
+from console.states import FailureKind, HostState, JobState
+from console.supervise.approval import approved
+from console.supervise.finish import finish
+from console.supervise.incident import PREEMPTED_WHY, OpenIncident
+from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
+from console.supervise.policy import Policy
+from console.supervise.standby import Prepared, Standby
+from console.supervise.twin import Twin
+from console.supervise.unless_down import HostLost, unless_down
+
+
+def _last(job: LiveJob, outcome: Outcome) -> int:
+    """The last step the run completed: its last Progress, its newest checkpoint (a fast job
+    checkpoints between Progress messages), or what its end said, whichever is latest."""
+    saved = job.checkpoint.step if job.checkpoint is not None else 0
+    return max(job.step, saved, outcome.step or 0, outcome.checkpoint_step or 0)
+
+
+class Recovery:
+    """Recovery decisions once a run has ended: finish, fail, restart in place or fail over."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        states: Transitions,
+        incident: OpenIncident,
+        standby: Standby,
+        twin: Twin,
+        targets: Targets,
+        fleet: Fleet,
+        journal: Journal,
+        alert: Alert,
+        save: Callable[[], object],
+        policy: Callable[[], Policy],
+        restart_limit: int,
+        wait_for_hosts: Callable[[], Awaitable[None]],
+        reap: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        self._live = live
+        self._states = states
+        self._incident = incident
+        self._standby = standby
+        self._twin = twin
+        self._targets = targets
+        self._fleet = fleet
+        self._journal = journal
+        self._alert = alert
+        self._save = save
+        """Persist the job's record."""
+        self._policy = policy
+        self._restart_limit = restart_limit
+        self._wait_for_hosts = wait_for_hosts
+        """Until the fleet may have a usable host again (or a while has passed)."""
+        self._reap = reap
+        """Kill what is left of the run on a host the console can reach (``Probe.reap``)."""
+
+    # ---------------------------------------------------------------- recover
+
+    async def recover(self, outcome: Outcome) -> tuple[str, bool] | None:
+        """Act on how a run ended; returns where to launch next (host, promote a replica), or None."""
+        job, fleet = self._live, self._fleet
+        host = job.host
+        faulted, job.faulted = job.faulted, None
+        if outcome.exit is not Exit.HOST_LOST:
+            await self._standby.cancel_preparation()
+        said = (
+            f"{job.name}: the run on {host} ended, its executor stays: {outcome.said()}"
+            if outcome.exit is Exit.RUN_CRASHED and faulted is not None
+            else f"{job.name}: executor on {host} ended: {outcome.said()}"
+        )
+        self._journal.record(
+            Kind.EXECUTOR,
+            said,
+            job=job.name,
+            host=host,
+            data={"exit": outcome.exit.value, "step": outcome.step},
+        )
+        if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
+            await self._standby.drop_warm()
+            await self._twin.drop()
+        if outcome.exit is Exit.FINISHED:
+            finish(
+                job,
+                step=outcome.step or job.step,
+                sha256=outcome.sha256 or "",
+                warnings=list(outcome.warnings),
+                host=host,
+                members=None,
+                states=self._states,
+                journal=self._journal,
+                alert=self._alert,
+                save=self._save,
+            )
+            self.release()
+            return None
+        if outcome.exit is Exit.CONFIG:
+            self._states.fail(FailureKind.CONFIG, outcome.why)
+            self.release()
+            return None
+        if outcome.exit is Exit.STOPPED:
+            if job.stop_requested:  # an operator's stop, not an executor's own
+                job.rec.stopped = True
+                self._save()
+            self._states.fail(FailureKind.STOPPED, outcome.why)
+            self.release()
+            return None
+        assert host is not None
+        if outcome.exit in RESTART_IN_PLACE and self._may_restart(host):
+            self._incident.open(outcome.exit.value, outcome.why)
+            if job.rec.restarts < self._restart_limit:
+                job.rec.restarts += 1
+                self._save()
+                self._states.move(
+                    JobState.RESTARTING,
+                    f"{outcome.why}; restart {job.rec.restarts} of {self._restart_limit} on {host}",
+                )
+                self._incident.phase(
+                    "decided", action="restart", host=host, last_step=_last(job, outcome)
+                )
+                if faulted is not None:  # the executor waits: the restart is a Start, in place
+                    self._standby.prepared = Prepared(host, faulted, promoted=True)
+                elif (
+                    outcome.exit in (*CRASHES, Exit.HUNG)
+                    and (twin := self._twin.take(host)) is not None
+                ):
+                    # the executor's process is gone (its lock seen free, or killed as hung):
+                    # the warm twin takes over in its own process (it refuses if the lock is
+                    # held after all)
+                    self._standby.prepared = Prepared(host, twin, promoted=True)
+                return host, False
+            self._states.move(JobState.RESTARTING, "restart limit reached")
+        await self._twin.drop()  # not restarted on this host: no twin lingers there
+        if faulted is not None:  # not restarted there: it must not wait out its lease
+            await self._standby.discard(Prepared(host, faulted))
+        if outcome.exit is Exit.HOST_LOST:
+            self._incident.open("host_lost", outcome.why)
+            fleet.set_state(host, HostState.DOWN, outcome.why)
+        if outcome.preempted:  # its Fault not read before the link closed: the same incident
+            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
+        elif outcome.exit is Exit.PLANNED:
+            self._incident.open("planned", outcome.why, planned=True)
+            if fleet.hosts[host].state is HostState.DRAINING:
+                fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
+        if (
+            outcome.exit is not Exit.HOST_LOST
+            and self._reap is not None
+            and fleet.hosts[host].state is not HostState.DOWN
+        ):
+            await self._reap(host)  # the old run gone before the next epoch trains anywhere
+        return await self._failover(outcome)
+
+    def _may_restart(self, host: str) -> bool:
+        """May the run restart in place on ``host``? Up or suspect, or cordoned by an operator
+        (a cordon is no new work; a job there keeps its host). Never on one being released or
+        released: its release command takes it away (the job fails over instead)."""
+        rt = self._fleet.hosts[host]
+        if rt.leaving:
+            self._journal.record(
+                Kind.ACTION,
+                f"{self._live.name}: not restarted on {host}: it is being released; failing over",
+                job=self._live.name,
+                host=host,
+            )
+            return False
+        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+
+    def release(self) -> None:
+        """The job is over (finished, failed, stopped): its host and spares are free."""
+        job, fleet = self._live, self._fleet
+        if job.host and fleet.hosts[job.host].job == job.name:
+            fleet.hosts[job.host].job = None
+        job.spares = []
+        fleet.changed.set()
+
+    # --------------------------------------------------------------- failover
+
+    async def _failover(self, outcome: Outcome) -> tuple[str, bool] | None:
+        job, fleet, standby = self._live, self._fleet, self._standby
+        old = job.host
+        self._states.move(JobState.FAILING_OVER, outcome.why)
+        if not await approved(
+            job,
+            policy=self._policy(),
+            states=self._states,
+            alert=self._alert,
+            save=self._save,
+            release=self.release,
+            why=outcome.why,
+            asks=f"{job.name} needs a failover off {old} ({outcome.why})",
+        ):
+            return None
+        if old is not None and fleet.hosts[old].job == job.name:
+            fleet.hosts[old].job = None
+        # a host lost may be chosen again once it is back; one the job leaves up (a crash past
+        # the restart limit, a preemption, a drain) is not
+        back = old is not None and fleet.hosts[old].state is HostState.DOWN
+        target = await standby.take_prepared(old)
+        while True:
+            while target is None:
+                target = await self._targets.pick(old, back=back)
+                if target is not None or job.stop_requested:
+                    break
+                self._states.wait_note(f"no spare left for {job.name}: it waits for a host")
+                await self._wait_for_hosts()
+            job.target = None
+            if target is None:  # an operator stopped the job while it waited for a host
+                return old or "", False
+            job.rec.restarts = 0
+            self._incident.phase(
+                "decided", action="failover", host=target, last_step=_last(job, outcome)
+            )
+            prepared = standby.prepared
+            if prepared is not None and prepared.host == target and prepared.promoted:
+                return target, False
+            # the newest checkpoint (a planned move's: the one at its stop) goes to the target
+            # only, once it is chosen: a copy to a spare that is not the target (one that died
+            # with the fault, say) would hold up the move for nothing
+            try:
+                copied = await unless_down(fleet, target, self._targets.ensure_replica(target))
+            except HostLost:  # a fault during the recovery: the target was found down
+                why = "was lost"
+            else:
+                if not fleet.hosts[target].leaving:
+                    break
+                why = "is being released"
+            self._journal.record(
+                Kind.ACTION,
+                f"{job.name}: {target} {why} while the failover readied it; choosing again",
+                job=job.name,
+                host=target,
+            )
+            if fleet.hosts[target].job == job.name:
+                fleet.hosts[target].job = None
+            standby.prepared = None
+            target = None
+        if not copied and outcome.exit is Exit.PLANNED and job.checkpoint is not None:
+            self._alert(
+                f"{job.name}: the checkpoint at the stop (step {job.checkpoint.step}) did not "
+                f"reach {target}; it resumes from an older replica and loses steps",
+                job=job.name,
+            )
+        return target, True

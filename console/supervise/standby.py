@@ -1,0 +1,409 @@
+"""Executors readied on another host: a failover's target while the old lease runs out, and
+the warm standby. Each link has one reader for its whole life, so a readied executor's link
+becomes the job's link without a gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from console.fleet.hosts import Fleet
+from console.fleet.link import ExecutorLink, LinkError
+from console.reach.transport.base import TransportError
+from console.records.journal import Journal, Kind
+from console.spares.targets import Targets
+from console.states import JobState
+from console.supervise.incident import OpenIncident
+from console.supervise.launcher import Launcher
+from console.supervise.live import LiveJob
+from console.supervise.outcome import Exit, Outcome
+from console.supervise.probe import Probe
+from console.supervise.unless_down import HostLost, unless_down
+from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
+
+
+@dataclass
+class Prepared:
+    """An idle executor on a host other than the job's, ready to be told Start."""
+
+    host: str
+    link: ExecutorLink
+    promoted: bool = False
+    """The newest replica is already in place as its checkpoint."""
+
+
+class Standby:
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        fleet: Fleet,
+        journal: Journal,
+        launcher: Launcher,
+        targets: Targets,
+        probe: Probe,
+        incident: OpenIncident,
+        on_message: Callable[[ExecutorMessage], None],
+    ) -> None:
+        self._live = live
+        self._fleet = fleet
+        self._journal = journal
+        self._launcher = launcher
+        self._targets = targets
+        self._probe = probe
+        self._incident = incident
+        self._on_message = on_message
+        """Where the messages of the job's own link go."""
+        self.prepared: Prepared | None = None
+        """An idle executor readied on the failover target while the old lease runs out."""
+        self._preparing: asyncio.Task[Prepared | None] | None = None
+        self._preparing_on: str | None = None
+        """The host being readied, once chosen."""
+        self.warm: Prepared | None = None
+        """The warm standby on the first spare, when the job asks for one."""
+        self._warm_task: asyncio.Task[None] | None = None
+        self._warm_on: str | None = None
+        """The host the newest warm standby was started on."""
+        self._pumps: dict[int, asyncio.Task[str]] = {}
+        self._keeping = False
+        """The job keeps a warm standby (``keep_warm`` was called): it follows the spares."""
+
+    # ------------------------------------------------------------- starting
+
+    async def start(
+        self, host: str, promote_replica: bool, *, standby: bool = False
+    ) -> ExecutorLink | Outcome:
+        """An idle executor on ``host``, linked and pumped; or why not (``standby``: the warm
+        standby's, whose coming up is no incident's phase)."""
+        started = await self._launcher.start(
+            host,
+            promote_upto=self._live.epoch if promote_replica else None,
+            released=self._freed,
+            standby=standby,
+        )
+        if isinstance(started, ExecutorLink):
+            self.pump(started)
+        return started
+
+    async def executor_on(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
+        """The executor to launch the job with on ``host``: the one prepared there if it is
+        still up, otherwise a new one (a prepared one elsewhere is discarded)."""
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared.host == host and self.pumping(prepared.link):
+            if promote_replica and not prepared.promoted:
+                try:
+                    await self._launcher.promote(host, self._live.epoch)
+                except TransportError as e:
+                    return Outcome(Exit.HOST_LOST, f"cannot promote the replica on {host}: {e}")
+            return prepared.link
+        if prepared is not None:
+            await self.discard(prepared)
+        return await self.start(host, promote_replica)
+
+    def _freed(self, host: str) -> None:
+        """A host readied for this job and then not used is free for others again."""
+        rt = self._fleet.hosts[host]
+        if rt.job == self._live.name and host != self._live.host:
+            rt.job = None
+        self._fleet.changed.set()
+
+    # ------------------------------------------------------------ preparation
+
+    @property
+    def preparing(self) -> bool:
+        """A failover target is being readied (or was, and not yet taken or called off)."""
+        return self._preparing is not None
+
+    def begin_preparation(self, old: str) -> None:
+        """Ready a failover target now, while ``old``'s lease runs out (an idle executor
+        trains nothing); a blip calls it off."""
+        self._preparing = asyncio.create_task(self.prepare_failover(old))
+
+    async def prepare_failover(self, old: str) -> Prepared | None:
+        """While the lost host's lease runs out: replica in place and an idle executor up on the target.
+
+        Nothing trains until Start, which is sent only after the lease has ended.
+        """
+        job, fleet = self._live, self._fleet
+        starting = self._warm_task
+        if starting is not None and not starting.done():
+            # a standby being started now is the target: not a second executor beside it
+            # (the launcher would adopt the standby's process twice); watched as a readying
+            self._preparing_on = self._warm_on
+            await asyncio.wait({starting})
+        warm = self.warm
+        if warm is not None and warm.host != old and self._usable(warm):
+            self._preparing_on = warm.host
+            fleet.hosts[warm.host].job = job.name
+            try:
+                await self._targets.ensure_replica(warm.host)
+                await self._launcher.promote(warm.host, job.epoch)
+            except TransportError:
+                return None
+            self.warm = None
+            return Prepared(warm.host, warm.link, promoted=True)
+        target = await self._targets.pick(old)
+        if target is None:
+            return None
+        self._preparing_on = target
+        fleet.hosts[target].job = job.name
+        fleet.readying.add(target)  # watched for reachability while nothing reports from it
+        started: ExecutorLink | object = None
+        try:
+            await self._targets.ensure_replica(target)
+            started = await self.start(target, promote_replica=True)
+        except TransportError:
+            pass
+        finally:  # also when cancelled: the target is free again unless readied
+            fleet.readying.discard(target)
+            if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == job.name:
+                fleet.hosts[target].job = None
+        return (
+            Prepared(target, started, promoted=True) if isinstance(started, ExecutorLink) else None
+        )
+
+    async def cancel_preparation(self) -> None:
+        self._incident.forget_early()
+        task, self._preparing = self._preparing, None
+        self._preparing_on = None
+        if task is None:
+            return
+        task.cancel()
+        result = await asyncio.gather(task, return_exceptions=True)
+        if isinstance(result[0], Prepared):
+            await self.discard(result[0])
+
+    async def take_prepared(self, old: str | None) -> str | None:
+        """The target readied during the lease wait (or the warm standby), if it is still fit
+        to use; it becomes ``prepared``. A readying whose host is found down meanwhile is
+        given up, not waited for (a frozen host would hold it up for its timeouts)."""
+        task, self._preparing = self._preparing, None
+        prepared: object = None
+        starting = self._warm_task
+        if task is None and starting is not None and not starting.done():
+            # a standby still starting is this failover's to take: a second executor started
+            # beside it on its workdir ended the job (one was told 'not needed' under it)
+            with contextlib.suppress(HostLost):
+                await unless_down(
+                    self._fleet,
+                    lambda: self._warm_on,
+                    asyncio.gather(starting, return_exceptions=True),
+                )
+        if task is not None:
+            try:
+                on = lambda: self._preparing_on  # noqa: E731
+                (prepared,) = await unless_down(
+                    self._fleet, on, asyncio.gather(task, return_exceptions=True)
+                )
+            except HostLost as e:
+                self._journal.record(
+                    Kind.ACTION,
+                    f"{self._live.name}: {e.host} was lost while it was readied; not used",
+                    job=self._live.name,
+                    host=e.host,
+                )
+        self._preparing_on = None
+        warm = not isinstance(prepared, Prepared)
+        if warm:
+            prepared = self.warm
+            if prepared is None:
+                return None
+        assert isinstance(prepared, Prepared)
+        if prepared.host != old and self._usable(prepared):
+            if warm:
+                self.warm = None
+            self.prepared = prepared
+            self._fleet.hosts[prepared.host].job = self._live.name
+            return prepared.host
+        if warm and self._live.target not in (None, prepared.host) and prepared.host != old:
+            return None  # an operator chose another target: the standby stays where it is
+        if warm:
+            self.warm = None
+        await self.discard(prepared)
+        return None
+
+    def _runs_the_job(self, prepared: Prepared) -> bool:
+        """Is ``prepared``'s process the job's own executor now?"""
+        live = self._live.link
+        return (
+            prepared.host == self._live.host
+            and live is not None
+            and live.hello is not None
+            and prepared.link.hello is not None
+            and live.hello.pid == prepared.link.hello.pid
+        )
+
+    def _usable(self, prepared: Prepared) -> bool:
+        """A readied executor the job may still start on: linked, its host fit and not taken
+        by another job meanwhile (a warm standby does not hold its spare: the spare serves
+        every job that names it), and the target an operator chose, if one did."""
+        rt = self._fleet.hosts[prepared.host]
+        return (
+            self.pumping(prepared.link)
+            and self._fleet.fit(prepared.host)
+            and rt.job in (None, self._live.name)
+            and self._live.target in (None, prepared.host)
+        )
+
+    async def discard(self, prepared: Prepared) -> None:
+        """Stop a readied executor that will not be used, and wait until it has let go of the
+        workdir: the next executor started there (a failover may pick the same host again)
+        must not find it still holding the lock and serving the socket."""
+        if self._runs_the_job(prepared):
+            if prepared.link is not self._live.link:
+                prepared.link.close()
+            return  # taken for the job (by another link to it): never told to stop
+        if prepared.link.hello is not None:
+            self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
+        told = ""
+        try:
+            await prepared.link.send(Stop(reason="not needed", checkpoint=False))
+        except LinkError as e:
+            told = f" (the Stop was not sent: {e})"
+        prepared.link.close()
+        if prepared.host == self._live.host:
+            return
+        gone = await self._probe.wait_gone(prepared.host)
+        if gone is not True:
+            # it never heard the Stop (fresh-clone runs: the standby on a spare whose GPU fell
+            # off sat there until its idle exit), or a loaded machine could not tell (the probe
+            # unanswered: a second such run): ended by the pid that holds its lock, if any
+            seen = "did not stop" if gone is False else "could not be seen to stop"
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._live.name}: the idle executor on {prepared.host} {seen} when told it "
+                f"is not needed{told}; killing it",
+                job=self._live.name,
+                host=prepared.host,
+            )
+            await self._probe.kill(prepared.host, self._probe.workdir(prepared.host))
+        rt = self._fleet.hosts[prepared.host]
+        if rt.job == self._live.name and prepared.host != self._live.host:
+            rt.job = None
+
+    # ------------------------------------------------------------------ pumps
+
+    def pump(self, link: ExecutorLink) -> asyncio.Task[str]:
+        """One reader per link for its whole life, so a standby's link can become the job's link."""
+        task = self._pumps.get(id(link))
+        if task is None:
+            task = asyncio.create_task(link.pump(lambda msg: self._route(link, msg)))
+            self._pumps[id(link)] = task
+        return task
+
+    def pumping(self, link: ExecutorLink) -> bool:
+        task = self._pumps.get(id(link))
+        return link.hello is not None and task is not None and not task.done()
+
+    def _route(self, link: ExecutorLink, msg: ExecutorMessage) -> None:
+        if link is self._live.link:
+            self._on_message(msg)
+            return
+        host = link.transport.name
+        if isinstance(msg, Heartbeat):
+            self._fleet.seen(host)
+        elif isinstance(msg, Health):
+            self._fleet.observe(host, msg)
+
+    # ------------------------------------------------------------ warm standby
+
+    def keep_warm(self) -> None:
+        """Ready the warm standby in the background (see ``_keep_warm``)."""
+        self._keeping = True
+        self._warm_task = asyncio.create_task(self._keep_warm(), name=f"{self._live.name} standby")
+
+    async def _keep_warm(self) -> None:
+        """An idle executor on the first free, fit spare, readied for the job (``Prepare``: torch
+        imported and warmed up, a command's zygote importing), waiting for Start. It does not
+        take the spare (``HostRuntime.job``): another job that names it may still go there."""
+        job = self._live
+        spare = self._first_fit_spare()
+        current = self.warm
+        if current is not None and current.host == spare and self.pumping(current.link):
+            return
+        if current is not None:
+            self.warm = None
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{job.name}: warm standby on {current.host} stopped: {self._unfit(current)}",
+                job=job.name,
+                host=current.host,
+                data={"standby": True},
+            )
+            await self.discard(current)
+        self._warm_on = spare
+        if spare is None:
+            return
+        started = await self.start(spare, promote_replica=False, standby=True)
+        if isinstance(started, ExecutorLink):
+            self.warm = Prepared(spare, started)
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{job.name}: warm standby ready on {spare}",
+                job=job.name,
+                host=spare,
+                data={"standby": True},
+            )
+
+    def _first_fit_spare(self) -> str | None:
+        job, fleet = self._live, self._fleet
+        return next(
+            (s for s in job.spares if fleet.fit(s) and fleet.hosts[s].job in (None, job.name)),
+            None,
+        )
+
+    def _unfit(self, warm: Prepared) -> str:
+        """Why the standby ``warm`` is given up (for the journal)."""
+        host = warm.host
+        if not self.pumping(warm.link):
+            return "its executor is gone"
+        if host not in self._live.spares:
+            return f"{host} is no longer a spare of the job"
+        failing = self._fleet.failing(host)
+        if failing:
+            return "; ".join(f.message for f in failing)
+        if not self._fleet.fit(host):
+            return f"{host} is {self._fleet.hosts[host].state.value}"
+        return f"the first fit spare is {self._first_fit_spare()}"
+
+    def follow_spares(self) -> None:
+        """Each round of the spare keeper while the job trains: a standby whose host became
+        unfit (a GPU fell off, drained, down, taken) or that is no spare any more is stopped
+        and one is readied on the first fit spare; a job without one gets one once a spare is
+        fit (healthy again, or a new spare). A standby that is fine stays where it is (no move
+        back when a spare ahead of it is healthy again), and a spare the last try failed on is
+        not tried every round. Nothing is done while a failover readies or a standby starts."""
+        job = self._live
+        if not self._keeping or self.preparing or job.incident is not None:
+            return
+        if job.state is not JobState.RUNNING:
+            return
+        if self._warm_task is not None and not self._warm_task.done():
+            return
+        current = self.warm
+        if current is not None:
+            if current.host in job.spares and self._usable(current):
+                return
+        else:
+            spare = self._first_fit_spare()
+            if spare is None or spare == self._warm_on:
+                return
+        self.keep_warm()
+
+    async def cancel_warm(self) -> None:
+        """The readying of a standby is called off (its supervision ends): a task of this job
+        never outlives it (one did, and wrote to the journal its console had closed). A
+        standby already ready is left to its idle exit, as every executor is left running."""
+        task, self._warm_task = self._warm_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def drop_warm(self) -> None:
+        await self.cancel_warm()
+        warm, self.warm = self.warm, None
+        if warm is not None:
+            await self.discard(warm)
