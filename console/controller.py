@@ -33,10 +33,11 @@ from console.states import HOST_ORDERS, HostState, JobState, host_order_refusal
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.incident import carry_on
 from console.supervise.observe import FOLLOW_EVERY_S
+from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.refusal import Refused
 from console.supervise.services import JobServices
-from console.supervise.supervisor import JobSupervisor, Supervisor
+from console.supervise.supervisor import Supervisor
 from console.webhook import Webhook
 from protocol.messages import Progress
 

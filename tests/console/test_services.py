@@ -17,9 +17,9 @@ from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
 from console.states import JobState
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
-from console.supervise.supervisor import JobSupervisor
 
 CONSOLE = Path(__file__).resolve().parents[2] / "console"
 ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
