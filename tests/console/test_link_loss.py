@@ -21,7 +21,7 @@ import pytest
 from console.fleet.detect import DetectionSettings
 from console.fleet.link import ExecutorLink, LinkError
 from console.states import HostState
-from console.supervise.link_loss import LinkLoss
+from console.supervise.link_loss import PROBE_MIN_S, LinkLoss
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.probe import Answer
 from protocol.messages import ExecutorHello
@@ -57,6 +57,8 @@ class Script:
     online: list[bool] = field(default_factory=lambda: [True])
     left_s: float = 2.5
     said: list[str] = field(default_factory=list)
+    budgets: list[float] = field(default_factory=list)
+    """What each ask of the host was given."""
     closed: int = 0
 
     @staticmethod
@@ -68,6 +70,7 @@ class Script:
         return f"/{host}/jobs/j"
 
     async def ask(self, host: str, workdir: str, budget: float) -> Answer:
+        self.budgets.append(budget)
         self.left_s -= TICK
         answer = self._next(self.answers)
         self.said.append(f"ask:{answer.why or answer.alive}")
@@ -230,6 +233,10 @@ async def test_a_console_cut_off_from_every_host_decides_nothing_and_asks_again_
     back = script.said.index("online:True")
     assert script.said[back + 1].startswith("ask:"), "asked again once back online"
     assert script.said[-1] == "lost:host_lost"
+    # near the lease's end an ask is cut short; the first once back online is a first ask
+    asks_before = sum(s.startswith("ask:") for s in script.said[:back])
+    assert script.budgets[0] == PROBE_MIN_S and script.budgets[1] < PROBE_MIN_S
+    assert script.budgets[asks_before] == PROBE_MIN_S, script.budgets
 
 
 async def test_a_run_that_ended_while_unlinked_is_its_ended_run_not_a_hang() -> None:
