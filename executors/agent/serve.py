@@ -34,8 +34,7 @@ from executors.durable import atomic_write
 from executors.fencing.guard import LeaseGuard
 from executors.fencing.publish import seal
 from executors.fencing.term import TermFence
-from executors.kinds import load_kind
-from executors.kinds.torch.warm import read_ahead_until, warm_up
+from executors.kinds import Idle, load_idle, load_kind
 from executors.threadname import name_os_thread
 from protocol.errors import ConfigError, ProtocolError
 from protocol.faults import FaultKind
@@ -87,15 +86,6 @@ _FINAL = {
 }
 
 
-def _import_torch() -> None:
-    """Import torch before serving, not only on the warm-up thread: the import holds the GIL
-    for seconds at a time on a loaded machine (loading the library: 1.3 s at load 18 on 2
-    cores, 3.7 s with two more busy loops), and on that thread it silenced the heartbeats of
-    an executor already Started, past its lease (a group's members killed as hung 2 s into
-    their first epoch). Before the socket exists no console holds a lease on it."""
-    import torch  # noqa: F401
-
-
 class Server:
     def __init__(
         self,
@@ -134,7 +124,7 @@ class Server:
         self._preparing: threading.Thread | None = None
         """Readying a start told by ``Prepare`` (``_prepare``)."""
         self._warmed = threading.Event()
-        """The idle torch executor's warm-up (its imports) is done."""
+        """The idle executor's warm-up (its kind's imports) is done."""
         self._ending = threading.Event()
         """Set as the process ends: what ``Prepare`` runs (a command's setup) stops."""
         self._warmup_s = 0.0
@@ -158,8 +148,9 @@ class Server:
         self._done: asyncio.Future[int] = self._loop.create_future()
         if self.twin is None:  # we hold the workdir lock (a twin its own), so a socket is stale
             atomic_write(self.workdir / PID, f"{os.getpid()}\n".encode())  # before the socket
-        if autostart is None and self.kind == "torch":
-            _import_torch()
+        idle = load_idle(self.kind) if autostart is None else None
+        if idle is not None:
+            idle.before_serving()
         self._serve(self.workdir / (TWIN_SOCKET if self.twin else SOCKET))
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
@@ -168,10 +159,10 @@ class Server:
         ]
         if autostart is not None:
             self._start(Start(spec=autostart))
-        elif self.kind == "torch":
+        elif idle is not None:
             self._warmup_s = Injections.from_env().slow_warmup_s
             self._warmup = threading.Thread(
-                target=self._while_idle, name="hotspare-warmup", daemon=True
+                target=self._while_idle, args=(idle,), name="hotspare-warmup", daemon=True
             )
             self._warmup.start()
         try:
@@ -358,16 +349,17 @@ class Server:
         finally:
             self._loop.call_soon_threadsafe(self._trainer_done, control, code, reason)
 
-    def _while_idle(self) -> None:
-        """The idle torch executor's thread: warm up, then read the newest checkpoint ahead."""
+    def _while_idle(self, idle: Idle) -> None:
+        """An idle executor's thread, for a kind with idle work: warm up, then ready what a
+        Start will load (the torch kind: the newest checkpoint, read ahead)."""
         name_os_thread("hotspare-warmup")
         try:
-            warm_up(self._idle_over, self._warmup_s)
+            idle.warm_up(self._idle_over, self._warmup_s)
         finally:
             self._warmed.set()
         if self.twin is not None:
             self.twin.warmed()
-        read_ahead_until(self._idle_over, self.workdir / "checkpoints")
+        idle.until_started(self._idle_over, self.workdir)
 
     def _trainer_done(self, control: Control, code: int, reason: str) -> None:
         if (

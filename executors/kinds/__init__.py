@@ -4,13 +4,16 @@ A kind is a class with ``name`` and ``runner(spec, workdir, emit, *, control, de
 injections)`` returning an object whose ``run()`` gives an ``Outcome``; it may also have
 ``prepare(spec, workdir, emit, stopped)``, called on an idle executor told ``Prepare`` (a start
 of ``spec`` may follow) to ready what that start needs without training (``stopped``: the
-executor is ending). The built-ins
-resolve without package metadata, because a host runs the executor from a copied bundle.
+executor is ending). A kind may also have idle work (``Idle``): what an executor of it does
+while it waits for Start, found apart from the kind (the ``hotspare.executors.idle`` group) so
+that finding it imports nothing of the runner. The built-ins resolve without package
+metadata, because a host runs the executor from a copied bundle.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -29,6 +32,9 @@ BUILTIN = {
     "torch": "executors.kinds.torch.torch_kind:TorchKind",
     "command": "executors.kinds.command.command_kind:CommandKind",
 }
+IDLE_GROUP = "hotspare.executors.idle"
+BUILTIN_IDLE = {"torch": "executors.kinds.torch.warm:TorchIdle"}
+"""The command kind has none: its idle work is ``prepare`` (a job's zygote), told by Prepare."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,26 @@ class Outcome:
 
 class Runner(Protocol):
     def run(self) -> Outcome: ...
+
+
+class Idle(Protocol):
+    """What an idle executor of a kind does before any Start (a spare waiting for one)."""
+
+    def before_serving(self) -> None:
+        """On the main thread, before the executor's socket exists (no console holds a lease
+        on it yet): what must not run beside a Started run, such as an import that holds the
+        GIL for seconds."""
+        ...
+
+    def warm_up(self, over: threading.Event, repeat_s: float) -> None:
+        """On its own thread: pay what the first step would (imports, lazy kernel setup).
+        ``repeat_s``: the ``slow_warmup@S`` test hook; return early once ``over`` is set."""
+        ...
+
+    def until_started(self, started: threading.Event, workdir: Path) -> None:
+        """After the warm-up, until ``started`` is set: ready what a Start will load (the
+        newest checkpoint in ``workdir``, read ahead and verified)."""
+        ...
 
 
 class ExecutorKind(Protocol):
@@ -80,4 +106,19 @@ def load_kind(name: str) -> ExecutorKind:
     except Exception as e:  # noqa: BLE001 - a broken plug-in is a config error, reported in one line
         raise ConfigError(
             f"executor: plug-in {name!r} failed to load: {type(e).__name__}: {e}"
+        ) from None
+
+
+def load_idle(name: str) -> Idle | None:
+    """The idle work of the kind called ``name``, if it has any (importing nothing heavy)."""
+    if name in BUILTIN_IDLE:
+        return _load(BUILTIN_IDLE[name])()  # type: ignore[no-any-return]
+    found = {ep.name: ep for ep in entry_points(group=IDLE_GROUP)}
+    if name not in found:
+        return None
+    try:
+        return found[name].load()()  # type: ignore[no-any-return]
+    except Exception as e:  # noqa: BLE001 - a broken plug-in is a config error, reported in one line
+        raise ConfigError(
+            f"executor: plug-in {name!r}'s idle work failed to load: {type(e).__name__}: {e}"
         ) from None

@@ -1,5 +1,6 @@
 """What an idle torch executor (a spare waiting for Start) does meanwhile, on its own thread:
-warm torch up, then keep the newest checkpoint read and verified for the load after Start."""
+warm torch up, then keep the newest checkpoint read and verified for the load after Start
+(``TorchIdle``, the torch kind's ``executors.kinds.Idle``)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,21 @@ def warm_up(over: threading.Event, repeat_s: float = 0.0) -> None:
         busy, until = torch.nn.Linear(256, 256), time.monotonic() + repeat_s
         while not over.is_set() and time.monotonic() < until:
             busy(torch.randn(64, 256)).sum().backward()
+
+
+class TorchIdle:
+    """The torch kind's idle work (``executors.kinds.Idle``)."""
+
+    def before_serving(self) -> None:
+        """Import torch before serving, not only on the warm-up thread: the import holds the GIL
+        for seconds at a time on a loaded machine (loading the library: 1.3 s at load 18 on 2
+        cores, 3.7 s with two more busy loops), and on that thread it silenced the heartbeats of
+        an executor already Started, past its lease (a group's members killed as hung 2 s into
+        their first epoch). Before the socket exists no console holds a lease on it."""
+        import torch  # noqa: F401
+
+    def warm_up(self, over: threading.Event, repeat_s: float) -> None:
+        warm_up(over, repeat_s)
+
+    def until_started(self, started: threading.Event, workdir: Path) -> None:
+        read_ahead_until(started, workdir / "checkpoints")
