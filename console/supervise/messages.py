@@ -10,12 +10,10 @@ finish, a stop or a run that ended under a live executor say how the run ended (
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 
 from console import clock
-from console.fleet.detect import ClockPace
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
@@ -23,6 +21,7 @@ from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
+from console.supervise.heard import Heard
 from console.supervise.incident import PREEMPTED_WHY, OpenIncident, trained_past
 from console.supervise.lease import JobLease, lapse_note
 from console.supervise.live import Alert, LiveJob
@@ -42,9 +41,6 @@ from protocol.messages import (
     RunEnded,
     Stopped,
 )
-
-WARN_EVERY_S = 60.0
-"""The same executor warning is journalled at most this often."""
 
 
 def _clock() -> str:
@@ -75,8 +71,6 @@ class JobMessages:
         self._inv = inv
         self._fleet = fleet
         self._journal = journal
-        self._journalled: dict[str, float] = {}
-        """Each executor warning (numbers aside): when it was last journalled."""
         self._alert = alert
         self._policy = policy
         self._lease = lease
@@ -91,14 +85,22 @@ class JobMessages:
         self._acts = acts
         """False for a read-only console: messages update the view, and nothing is done about
         them (no incident opened, no drain, no restart count reset)."""
-        self._pace = ClockPace(inv.console.lease_s)
+        self._heard = Heard(
+            live.name,
+            journal=journal,
+            alert=alert,
+            lease_s=inv.console.lease_s,
+            skew_s=inv.console.clock_skew_s,
+        )
+        """Warnings journalled and clocks checked, as for every job's executors."""
         self._warned = 0
         self.ended = asyncio.Event()
         """Set when a message says the run ended while the executor stays (``RunEnded``)."""
 
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
-        self._pace = ClockPace(self._inv.console.lease_s)
+        if self._live.host is not None:
+            self._heard.new_executor(self._live.host)
 
     def on_message(self, msg: ExecutorMessage) -> None:
         job = self._live
@@ -106,7 +108,7 @@ class JobMessages:
         if isinstance(msg, Heartbeat):
             job.last_seen = time.monotonic()
             self._fleet.seen(job.host)
-            self._check_pace(msg.clock)
+            self._heard.clock(job.host, msg.clock)
         elif isinstance(msg, Progress):
             job.last_seen = time.monotonic()
             job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
@@ -157,14 +159,7 @@ class JobMessages:
             self._on_fault(msg)
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
-            if msg.level in ("warning", "error") and self._fresh_warning(msg.text):
-                self._journal.record(
-                    Kind.WARNING,
-                    f"{job.name} on {self._live.host}: {msg.text}",
-                    job=job.name,
-                    host=self._live.host,
-                    data={"level": msg.level},
-                )
+            self._heard.log(job.host, msg)
         elif isinstance(msg, Finished):
             job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
         elif isinstance(msg, Stopped):
@@ -174,27 +169,6 @@ class JobMessages:
             job.exit = from_run_ended(msg.fault, msg.message, msg.step)
             job.faulted = job.link
             self.ended.set()
-
-    def _fresh_warning(self, text: str) -> bool:
-        """An executor's warning is journalled (the command's own lines never are), the same
-        one (numbers aside: "120 lines dropped") at most once a minute."""
-        key = re.sub(r"\d+", "#", text)
-        now = time.monotonic()
-        if now - self._journalled.get(key, -WARN_EVERY_S) < WARN_EVERY_S:
-            return False
-        self._journalled[key] = now
-        return True
-
-    def _check_pace(self, executor_clock: float) -> None:
-        drift = self._pace.sample(executor_clock, clock.mono())
-        skew = self._inv.console.clock_skew_s
-        if drift is not None and abs(drift) > skew:
-            self._alert(
-                f"{self._live.host}: its clock and the console's drifted {drift:+.2f} s apart "
-                f"over one lease, more than clock_skew_s ({skew:g} s): leases may not hold; "
-                "raise clock_skew_s or check the host's clock",
-                host=self._live.host,
-            )
 
     def _restarts_paid_off(self, step: int) -> None:
         """A checkpoint past the step a restart resumed from: the job got over that crash, so

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fleetbed import job_table, local_host, write_inventory
 
+from console import clock
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.inventory import load
 from console.records.incidents import IncidentLog
-from console.records.journal import Journal
+from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
 from console.states import JobState
+from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
+from protocol.messages import ExecutorMessage, ExecutorState, Heartbeat, Log, LogLevel
 
 CONSOLE = Path(__file__).resolve().parents[2] / "console"
 ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
@@ -130,3 +135,44 @@ def test_a_group_stopped_before_its_next_epoch_frees_every_member(tmp_path: Path
     assert group._stop_before_start()
     assert group.state is JobState.STOPPED and svc.store.job("g").stopped
     assert {h for h, rt in svc.fleet.hosts.items() if rt.job == "g"} == set()
+
+
+@pytest.mark.parametrize("kind", ["one host", "group member"])
+def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifting_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Found in the merge of the two message paths: a group's members had neither (their
+    warnings reached the log tail only, their clocks were never checked against the lease's
+    assumption). The console's clock is driven here; the executor's runs 20% slow."""
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    now = [1000.0]
+    monkeypatch.setattr(clock, "mono", lambda: now[0])
+    say: Callable[[ExecutorMessage], None]
+    if kind == "one host":
+        one = JobSupervisor(svc, "j")
+        one.live.host, host = "a", "a"
+        say = one._job_messages.on_message
+    else:
+        group, member = GroupSupervisor(svc, "g"), Member(1, "b")
+        host = "b"
+
+        def say(msg: ExecutorMessage) -> None:
+            group._messages.on_message(member, msg)
+
+    say(Log(level=LogLevel.WARNING, text="120 lines of command output dropped"))
+    say(Log(level=LogLevel.WARNING, text="130 lines of command output dropped"))  # the same
+    say(Log(level=LogLevel.STDERR, text="a line of the command's own"))
+    warnings = [e for e in read(svc.inv.state_dir / "journal.jsonl") if e.kind is Kind.WARNING]
+    assert [(e.host, e.msg.split(": ", 1)[1]) for e in warnings] == [
+        (host, "120 lines of command output dropped")
+    ]
+    lease = svc.inv.console.lease_s
+    for i in range(int(3 * lease) + 1):
+        now[0] = 1000.0 + i
+        beat = Heartbeat(
+            seq=i, t=0.0, state=ExecutorState.TRAINING, step=0, epoch=1, clock=500.0 + 0.8 * i
+        )
+        say(beat)
+    drifted = [args[0] for name, args in calls.made if name == "alert" and "drifted" in args[0]]
+    assert drifted and drifted[0].startswith(f"{host}: its clock"), calls.made

@@ -23,6 +23,7 @@ from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
 from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
+from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease, lapse_note
 from console.supervise.live import Alert, LiveJob, Transitions
@@ -75,6 +76,14 @@ class MemberMessages:
     ) -> None:
         self._live = live
         self._lease = lease
+        self._heard = Heard(
+            live.name,
+            journal=journal,
+            alert=alert,
+            lease_s=inv.console.lease_s,
+            skew_s=inv.console.clock_skew_s,
+        )
+        """Each member's warnings journalled and clock checked, as for every job's executors."""
         self._before = JobState.RUNNING
         """What the job read before a member's silence made it unreachable."""
         """The job's lease: its evidence goes with a member's lease_lost."""
@@ -95,10 +104,17 @@ class MemberMessages:
         self._refused = refused
         """A member on this host could not load this step: the next resume chooses another."""
 
+    def new_epoch(self, hosts: list[str]) -> None:
+        """An epoch starts on ``hosts``: a member's executor may be new (a replacement), so
+        each clock's pace is measured afresh."""
+        for host in hosts:
+            self._heard.new_executor(host)
+
     def on_message(self, m: Member, msg: ExecutorMessage) -> None:
         job = self._live
         if isinstance(msg, Heartbeat):
             self._fleet.seen(m.host)
+            self._heard.clock(m.host, msg.clock)
             if m.node_rank == 0:
                 job.last_seen = time.monotonic()
         elif isinstance(msg, Progress):
@@ -145,6 +161,7 @@ class MemberMessages:
                 )
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {m.host} {msg.level.upper()} {msg.text}")
+            self._heard.log(m.host, msg)
         elif isinstance(msg, RunEnded):
             job.log_tail.append(f"{_clock()} {m.host} RUN ENDED {msg.fault}: {msg.message}")
 

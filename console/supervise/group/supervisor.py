@@ -244,6 +244,7 @@ class GroupSupervisor(Supervisor):
         job.rec.epoch += 1
         self._save()
         epoch = job.rec.epoch
+        self._messages.new_epoch(plan)
         self.commits.new_epoch(epoch, len(plan))
         now = time.monotonic()
         members = [Member(r, h, last_seen=now) for r, h in enumerate(plan)]
