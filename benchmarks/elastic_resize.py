@@ -3,7 +3,7 @@ same global batch, gets a host added and grows back to 3; plain reduce and
 ``deterministic_reduce`` side by side, and torchrun ``--nnodes 2:3`` on the same loss.
 
 hotspare: local demo hosts a, b, c (tests/fleetbed.py ``local_host``) and the console
-(``Controller``, ``Policy.AUTO``) in this process, as tests/console/test_elastic_group.py runs
+(``Controller``, ``Policy.AUTO``) in this process, as tests/console/supervise/group/test_elastic_group.py runs
 them. One job: ``hosts = [a, b, c]``, ``min_hosts = 2``, no spare, the torch kind training
 charlm (``CONFIG``: 3 logical ranks of 4 rows, global batch 12). Once step ``P`` is done, b
 is killed (``Controller.kill_host``: its executor SIGKILLed, the host unreachable); the console

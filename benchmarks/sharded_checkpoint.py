@@ -14,7 +14,7 @@ Per mode: the bytes each member writes per checkpoint, the step loop's stall per
 (from Progress), the stall as a share of the training time between two checkpoints; then the
 MTTR of a member's loss (host c, node rank 2, killed once its part is on the spare: the
 incident's fault to first step, from the console's journal) and whether the run finished
-(its state; bit-exactness is proven by the tests, ``tests/console/test_fsdp_group.py``).
+(its state; bit-exactness is proven by the tests, ``tests/console/supervise/group/test_fsdp_group.py``).
 
     python benchmarks/sharded_checkpoint.py [--quick] [--json] [--keep DIR]
 """

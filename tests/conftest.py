@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import sshbed
+from helpers import tmpfs
+
+SMALL_DISK = 4 << 20
 
 
 @pytest.fixture
@@ -19,6 +23,13 @@ def ssh_bed() -> Iterator[sshbed.SshBed]:
 def ssh_hosts(ssh_bed: sshbed.SshBed) -> Callable[[int], list[sshbed.SshHost]]:
     """``ssh_hosts(n)``: n started sshd hosts on 127.0.0.2, .3, ... of this test's bed."""
     return lambda n: [ssh_bed.host() for _ in range(n)]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs, unmounted after the test (root needed)."""
+    with tmpfs(tmp_path / "disk", str(SMALL_DISK)) as where:
+        yield where
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -6,7 +6,7 @@ that takes over: it reattaches to the same executors within their lease, so noth
 nothing moves (the harness's fencing checks hold it to that, as for every fault). An etcd
 member's death, with the other two up, must cause nothing at all: a blip. Only one member is
 down at a time (two would be a loss of quorum, where no lease is granted by design:
-tests/console/test_standby.py proves that on its own).
+tests/console/supervise/test_standby.py proves that on its own).
 """
 
 from __future__ import annotations

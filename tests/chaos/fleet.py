@@ -42,7 +42,7 @@ LAYOUT = (("a", True, "r1", "primary"), ("b", True, "r1", "spare"), ("c", True, 
 LAYOUT += (("d", False, "r2", "primary"),)
 STANDBY_LEASE_S = 8.0
 STANDBY_TTL_S = 2.0
-"""Standby controllers (``--standby``): the settings tests/console/test_standby.py proves, a
+"""Standby controllers (``--standby``): the settings tests/console/supervise/test_standby.py proves, a
 lease long enough for a standby on this machine to take over and renew inside it."""
 SLOTS = ("state", "state-2")
 """Each controller's state dir (its own machine's, in a real fleet); one slot without etcd."""

@@ -4,7 +4,7 @@ faults in a seeded order, one at a time, rank 0's host among the victims (see ch
 More faults and seeds run in the long mode (scripts/chaos --group).
 
 The elastic seed (long: the default suite proves shrink and grow over sshd in
-tests/console/test_elastic_ssh.py, and the elastic checks in test_group_checks.py): the same job
+tests/console/supervise/group/test_elastic_ssh.py, and the elastic checks in test_group_checks.py): the same job
 with min_hosts 2 and deterministic_reduce on its three hosts alone, rank 0's host killed (the
 group shrinks to b and c, renumbered), healed and grown back onto, then an executor killed."""
 
@@ -23,7 +23,7 @@ SPEC = {"steps": 240, "checkpoint_every_steps": 20}
 """groupbed.group_job's own: the uninterrupted run is the one the other group tests compute."""
 ELASTIC_SEED = 2
 ELASTIC_SPEC = {"steps": 400, "checkpoint_every_steps": 20, **ELASTIC}
-"""tests/console/test_elastic_ssh.py's job: its uninterrupted run is computed once per session."""
+"""tests/console/supervise/group/test_elastic_ssh.py's job: its uninterrupted run is computed once per session."""
 
 
 @pytest.mark.chaos

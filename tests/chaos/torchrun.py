@@ -5,7 +5,7 @@ EPIPE ends a worker whose executor is gone: only the run's fence does.
 What the harness reads of such a job besides what it reads of a torch job:
 
 - its final parameters, hashed here from the final checkpoint's bytes (model and optimizer
-  tensors, as tests/console/test_fence_torchrun.py does): the command kind's own
+  tensors, as tests/console/supervise/test_fence_torchrun.py does): the command kind's own
   params_sha256 is the sha256 of the checkpoint file, whose pickled layout differs after a
   resume although every tensor is equal;
 - its processes by the epoch in their environment (/proc, ``chaos.epochs``): none of an

@@ -38,7 +38,7 @@ from console.spares.host_supply import HostSupply
 from console.states import HostState, JobState
 from console.supervise.policy import Policy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "examples" / "provision_local.py"
 
 SLOW_RELEASE = r"""

@@ -12,13 +12,13 @@ import errno
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fleetbed import job_table, local_host, write_inventory
-from helpers import fill_disk, tmpfs
+from helpers import fill_disk
 
 from console.controller import Controller
 from console.inventory import load
@@ -34,16 +34,8 @@ from console.ui.view_detail import replica_lines
 from protocol.spec import CheckpointManifest
 from protocol.units import size
 
-DISK = 4 << 20
 SIZE = 300_000
-"""A checkpoint: the 4 MiB disk holds about a dozen."""
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs, unmounted after the test."""
-    with tmpfs(tmp_path / "disk", str(DISK)) as where:
-        yield where
+"""A checkpoint: the 4 MiB disk (conftest's ``small_disk``) holds about a dozen."""
 
 
 def fill(disk: Path) -> Path:

@@ -26,7 +26,7 @@ from console.supervise.policy import Policy
 from console.supervise.services import JobServices
 from protocol.messages import ExecutorMessage, ExecutorState, Heartbeat, Log, LogLevel
 
-CONSOLE = Path(__file__).resolve().parents[2] / "console"
+CONSOLE = Path(__file__).resolve().parents[3] / "console"
 ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
 """Where a job's supervision and what it uses live: none of it imports the controller."""
 

@@ -32,7 +32,7 @@ from console.records.journal import Kind, read
 from console.states import JobState
 from console.supervise.policy import Policy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.long  # test_provision_ssh proves the same over sshd; this adds the second host

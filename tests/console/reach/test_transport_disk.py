@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fleetbed import write_inventory
-from test_spare_disk import fill, small_disk  # noqa: F401 - the fixture
+from helpers import fill_disk as fill
 
 from console.inventory import load
 from console.reach.transport.base import Transport, TransportError
@@ -37,7 +37,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[]
 
 async def test_a_full_disk_is_enospc_and_other_failures_are_not(
     make: Callable[[], Transport],
-    small_disk: Path,  # noqa: F811
+    small_disk: Path,
 ) -> None:
     async with make() as t:
         fill(small_disk)
@@ -54,7 +54,7 @@ async def test_a_full_disk_is_enospc_and_other_failures_are_not(
 
 async def test_disk_usage_and_listdir_match_the_disk(
     make: Callable[[], Transport],
-    small_disk: Path,  # noqa: F811
+    small_disk: Path,
 ) -> None:
     names = ["a.pt", "b c.json", "d.part"]
     for name in names:

@@ -50,7 +50,7 @@ async def test_a_console_that_reaches_no_host_fails_nothing_over_and_carries_on_
             "c": local_host(tmp_path / "c", role="spare"),
         },
         # no warm standby: nothing may start on a spare while offline (a standby is started
-        # before; tests/console/test_warm_standby_default.py covers it)
+        # before; tests/console/supervise/test_warm_standby_default.py covers it)
         jobs={
             "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
         },

@@ -25,7 +25,7 @@ from console.reach.check import ready_host
 from console.reach.deploy import MARKER, build_bundle, bundle_dir
 from console.records.journal import Journal, Kind, read
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "examples" / "provision_local.py"
 
 

@@ -29,7 +29,7 @@ from console.states import JobState
 from console.supervise.policy import Policy
 from executors.testing.gpu_fake import write_state
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "examples" / "provision_local.py"
 HEALTHY = {"devices": [{"name": "Fake H100", "temp_c": 45}]}
 

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 from fleetbed import job_table, local_host, until, write_inventory
-from test_spare_disk import fill, small_disk  # noqa: F401 - the fixture
+from helpers import fill_disk as fill
 
 from console import clock
 from console.controller import Controller
@@ -171,7 +171,7 @@ async def test_a_corrupt_stream_is_refused_and_leaves_nothing(bed: Bed) -> None:
 
 async def test_a_full_spare_writes_nothing_and_says_so(  # type: ignore[no-untyped-def]
     tmp_path: Path,
-    small_disk: Path,  # noqa: F811
+    small_disk: Path,
     ssh_hosts,
 ) -> None:
     (h,) = ssh_hosts(1)
