@@ -87,7 +87,6 @@ HERE = ROOT / "benchmarks"
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from common import Figure, at_most, emit  # noqa: E402
-from fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 from restart_vs_torchrun import (  # noqa: E402
     _cmdline,
     _end,
@@ -96,6 +95,7 @@ from restart_vs_torchrun import (  # noqa: E402
     journal_first_step,
     last_journal_line,
 )
+from support.fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 
 from console.inventory import ConsoleSettings  # noqa: E402
 from console.reach.transport import local_host as host_procs  # noqa: E402

@@ -37,8 +37,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from chaos.observe import executor_events, last_step  # noqa: E402
 from common import Figure, at_least, emit  # noqa: E402
-from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory  # noqa: E402
 from lease_under_load import observe, quantile, settings  # noqa: E402
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory  # noqa: E402
 
 from console.fleet.link import ExecutorLink  # noqa: E402
 from console.inventory import load  # noqa: E402

@@ -56,12 +56,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import multihost_torchrun as mht  # noqa: E402
-import netbed  # noqa: E402
 import tomli_w  # noqa: E402
 import torch  # noqa: E402
 from common import Figure, emit, fmt_value  # noqa: E402
 from ddp_plain import GLOBAL_BATCH as DDP_GLOBAL_BATCH  # noqa: E402
-from fleetbed import FAST_CONSOLE, job_table, local_host  # noqa: E402
+from support import netbed  # noqa: E402
+from support.fleetbed import FAST_CONSOLE, job_table, local_host  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402

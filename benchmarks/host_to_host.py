@@ -41,9 +41,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-import sshbed  # noqa: E402
 from common import Figure, at_least, to_json  # noqa: E402
-from fleetbed import job_table, write_inventory  # noqa: E402
+from support import sshbed  # noqa: E402
+from support.fleetbed import job_table, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from common import Figure, emit  # noqa: E402
-from fleetbed import (  # noqa: E402
+from support.fleetbed import (  # noqa: E402
     EXECUTOR_ENV,
     FAST_CONSOLE,
     job_table,

@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-import sshbed  # noqa: E402
 from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model)
 from common import Figure, at_most, to_json  # noqa: E402
-from fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
+from support import sshbed  # noqa: E402
+from support.fleetbed import EXECUTOR_ENV, until, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402

@@ -28,10 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import multihost_torchrun as mht  # noqa: E402
-import netbed  # noqa: E402
-import sshbed  # noqa: E402
 import tomli_w  # noqa: E402
-from groupbed import group_job  # noqa: E402
+from support import netbed, sshbed  # noqa: E402
+from support.groupbed import group_job  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import ConsoleSettings, load  # noqa: E402

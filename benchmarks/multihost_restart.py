@@ -48,10 +48,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 import multihost_hotspare as mhh  # noqa: E402
 import multihost_torchrun as mht  # noqa: E402
-import netbed  # noqa: E402
-import sshbed  # noqa: E402
 from common import Figure, at_least, at_most, emit  # noqa: E402
 from multihost_hotspare import LABEL, SCENARIOS, SPLIT, TORCH_KIND, Restart  # noqa: E402
+from support import netbed, sshbed  # noqa: E402
 
 from console.inventory import ConsoleSettings  # noqa: E402
 

@@ -55,8 +55,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "benchmarks"
 sys.path[:0] = [str(ROOT / "tests")]
 
-import netbed  # noqa: E402
 from common import Figure, emit  # noqa: E402
+from support import netbed  # noqa: E402
 
 SCRIPT = HERE / "ddp_plain.py"
 SCENARIOS = ("worker", "store")

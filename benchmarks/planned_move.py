@@ -59,7 +59,7 @@ from byo_script import (  # noqa: E402
     wait_for,
 )
 from common import Figure, at_most, emit  # noqa: E402
-from fleetbed import local_host, write_inventory  # noqa: E402
+from support.fleetbed import local_host, write_inventory  # noqa: E402
 
 from console.reach.transport import local_host as host_procs  # noqa: E402
 from console.service.client import Remote  # noqa: E402

@@ -37,10 +37,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-import sshbed  # noqa: E402
 from checkpoint_cost import CONFIG  # noqa: E402  (the same 60 MB model as mttr.py)
 from common import Figure, to_json  # noqa: E402
-from fleetbed import EXECUTOR_ENV, add_provisioner, until, write_inventory  # noqa: E402
+from support import sshbed  # noqa: E402
+from support.fleetbed import EXECUTOR_ENV, add_provisioner, until, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402

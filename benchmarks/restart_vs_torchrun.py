@@ -66,7 +66,7 @@ HERE = ROOT / "benchmarks"
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from common import Figure, at_most, emit  # noqa: E402
-from fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
+from support.fleetbed import FAST_CONSOLE, local_host, write_inventory  # noqa: E402
 
 SCRIPT = HERE / "restart_plain.py"
 SUPERVISORS = (

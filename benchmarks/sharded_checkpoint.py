@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from common import Figure, at_most, emit  # noqa: E402
-from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory  # noqa: E402
+from support.fleetbed import EXECUTOR_ENV, local_host, until, write_inventory  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
 from console.inventory import load  # noqa: E402

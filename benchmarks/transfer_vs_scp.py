@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "benchmarks")]
 
 import asyncssh  # noqa: E402
-import sshbed  # noqa: E402
 from common import Figure, at_least, to_json  # noqa: E402
+from support import sshbed  # noqa: E402
 
 from console.reach.transport.files import transfer  # noqa: E402
 from console.reach.transport.ssh import SshTarget, SshTransport, SshTuning  # noqa: E402

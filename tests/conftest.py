@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import sshbed
-from helpers import tmpfs
+from support import sshbed
+from support.helpers import tmpfs
 
 SMALL_DISK = 4 << 20
 

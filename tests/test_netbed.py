@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import netbed
 import pytest
+from support import netbed
 
 pytestmark = pytest.mark.skipif(netbed.unavailable() is not None, reason=str(netbed.unavailable()))
 
@@ -21,7 +21,7 @@ MAKER = """
 import os, sys
 os.getpid = lambda: 4242  # the same starting point in both makers: the worst case
 sys.path.insert(0, sys.argv[1])
-import netbed
+from support import netbed
 made = []
 try:
     for _ in range(6):

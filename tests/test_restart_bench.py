@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import REPO, wait_for
+from support.helpers import REPO, wait_for
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetbed import EXECUTOR_ENV
-from helpers import REPO, env_with
+from support.fleetbed import EXECUTOR_ENV
+from support.helpers import REPO, env_with
 
 from chaos import ending, fencing, torchrun
 from chaos import invariants as inv

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from netbed import NsSshHost
+from support.netbed import NsSshHost
 
 from chaos.fleet import FAILING_GPU, HEALTHY_GPU, Fleet
 from chaos.observe import events_size

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetbed import FAST_CONSOLE
-from netbed import NsSshHost
+from support.fleetbed import FAST_CONSOLE
+from support.netbed import NsSshHost
 
 from chaos.faults import Injected, Target, _pid
 from chaos.fencing import PROGRESS_S

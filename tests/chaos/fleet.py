@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etcdbed import EtcdCluster
-from fleetbed import EXECUTOR_ENV, write_inventory
-from helpers import REPO, TINY_CONFIG, env_with
-from netbed import NsSshHost
-from sshbed import SshBed, SshHost
+from support.etcdbed import EtcdCluster
+from support.fleetbed import EXECUTOR_ENV, write_inventory
+from support.helpers import REPO, TINY_CONFIG, env_with
+from support.netbed import NsSshHost
+from support.sshbed import SshBed, SshHost
 
 from chaos import torchrun
 from chaos.observe import journal

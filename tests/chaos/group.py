@@ -36,10 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import netbed
-from fleetbed import EXECUTOR_ENV, write_inventory
-from groupbed import group_baseline, group_job
-from sshbed import SshBed
+from support import netbed
+from support.fleetbed import EXECUTOR_ENV, write_inventory
+from support.groupbed import group_baseline, group_job
+from support.sshbed import SshBed
 
 from chaos import ending, fencing
 from chaos import faults as fz

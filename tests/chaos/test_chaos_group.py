@@ -10,8 +10,8 @@ group shrinks to b and c, renumbered), healed and grown back onto, then an execu
 
 from __future__ import annotations
 
-import netbed
 import pytest
+from support import netbed
 
 from chaos.episode import Config
 from chaos.group import ELASTIC, GroupEpisode

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
-from groupbed import controller, group_job, local_group
-from helpers import REPO, env_with
+from support.fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from support.groupbed import controller, group_job, local_group
+from support.helpers import REPO, env_with
 
 from console.records.incidents import incidents
 from console.records.journal import Kind, read

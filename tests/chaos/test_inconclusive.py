@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from netbed import NsSshHost
+from support.netbed import NsSshHost
 
 from chaos import faults_fencing as ff
 from chaos import invariants as inv

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.fleet.link import ExecutorLink
@@ -115,8 +115,8 @@ async def test_a_partitioned_host_is_suspected_within_seconds_not_at_the_keepali
     a partition was detected ~18 s late. The close now ends the read at once."""
     import time
 
-    import sshbed
-    from netbed import ns_host
+    from support import sshbed
+    from support.netbed import ns_host
 
     with sshbed.ssh_bed() as bed:
         a, b = ns_host(bed, "a"), bed.host(name="b")

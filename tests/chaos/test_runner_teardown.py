@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REPO, env_with, wait_for
+from support.helpers import REPO, env_with, wait_for
 
 
 def _namespaces(prefix: str) -> list[str]:

@@ -7,7 +7,7 @@ import random
 import shutil
 from pathlib import Path
 
-from etcdbed import EtcdCluster
+from support.etcdbed import EtcdCluster
 
 from chaos import invariants as inv
 from chaos.faults import Injected

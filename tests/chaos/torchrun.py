@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers import REPO
+from support.helpers import REPO
 
 from chaos.disk import DiskWatch
 from chaos.epochs import SAMPLE_S, EpochSampler, Stale

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.observe import executor_events
-from fleetbed import local_host, until, write_inventory
-from helpers import REPO
-from lease_bounds import LeaseBounds
+from support.fleetbed import local_host, until, write_inventory
+from support.helpers import REPO
+from support.lease_bounds import LeaseBounds
 
 from console.controller import Controller
 from console.inventory import load

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 
 from console.cli import main
 from console.inventory import load

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import REPO, env_with
+from support.helpers import REPO, env_with
 
 HOSTS = ["local-a", "local-b", "local-c"]
 PYTHON_VERSION = "{}.{}.{}".format(*sys.version_info[:3])

@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 
 import executors
 from console.cli import main

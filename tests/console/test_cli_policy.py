@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fleetbed import local_host, write_inventory
+from support.fleetbed import local_host, write_inventory
 
 from console.cli import main
 from console.controller import Controller

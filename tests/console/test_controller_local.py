@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from chaos.procs import Sampler
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_params,
     baseline_sha,
@@ -25,8 +25,8 @@ from fleetbed import (
     until,
     write_inventory,
 )
-from helpers import PLAIN_SCRIPT, plain_command
-from lease_bounds import LeaseBounds
+from support.helpers import PLAIN_SCRIPT, plain_command
+from support.lease_bounds import LeaseBounds
 
 from console.controller import Controller
 from console.fleet.link import ExecutorLink
@@ -504,7 +504,7 @@ async def test_an_idle_executor_left_on_the_host_is_retired_not_adopted(
     import subprocess
     import sys
 
-    from helpers import REPO, env_with
+    from support.helpers import REPO, env_with
 
     from console.records.state_store import StateStore
     from executors import exitcodes

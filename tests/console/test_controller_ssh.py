@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sshbed
 from chaos.procs import Sampler, Window
-from fleetbed import (
+from support import sshbed
+from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_sha,
     cut_until_fenced,
@@ -21,8 +21,8 @@ from fleetbed import (
     until,
     write_inventory,
 )
-from lease_bounds import LeaseBounds
-from netbed import ns_host
+from support.lease_bounds import LeaseBounds
+from support.netbed import ns_host
 
 from console.controller import Controller
 from console.inventory import load

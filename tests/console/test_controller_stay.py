@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from chaos.observe import executor_events
-from fleetbed import local_host, until, write_inventory
-from helpers import REPO
+from support.fleetbed import local_host, until, write_inventory
+from support.helpers import REPO
 
 from console.controller import Controller
 from console.inventory import load

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, write_inventory
-from helpers import REPO, env_with
+from support.fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, write_inventory
+from support.helpers import REPO, env_with
 
 
 def hotspare(

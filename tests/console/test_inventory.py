@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from helpers import REPO, env_with, wait_for
+from support.helpers import REPO, env_with, wait_for
 
 from console.inventory import Inventory, append_host, load, remove_host
 from console.reach.deploy import build_bundle, bundle_dir, deploy

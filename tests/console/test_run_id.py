@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetbed import local_host, run_until, until, write_inventory
+from support.fleetbed import local_host, run_until, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

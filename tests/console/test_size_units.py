@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fleetbed import local_host, write_inventory
+from support.fleetbed import local_host, write_inventory
 
 from console.controller import Controller
 from console.fleet.health_rules import evaluate

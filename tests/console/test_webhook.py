@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from fleetbed import until
+from support.fleetbed import until
 
 from console.webhook import Webhook
 

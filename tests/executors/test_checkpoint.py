@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import torch
-from helpers import tmpfs
+from support.helpers import tmpfs
 
 from executors.checkpoints.checkpoint import CheckpointManager, checkpoint_name
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, wait_for
+from support.helpers import REPO, wait_for
 
 from executors.agent.control import Control
 from executors.agent.inject import Injections

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import tomli_w
-from helpers import REPO, ExecutorProcess, run_job, wait_for
+from support.helpers import REPO, ExecutorProcess, run_job, wait_for
 
 from executors.agent.workdir import kill_command
 from executors.kinds.command.command_files import Candidate, Publisher, Watcher, clear

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import pytest
 import tomli_w
-from helpers import ExecutorProcess, env_with, run_job, wait_for
+from support.helpers import ExecutorProcess, env_with, run_job, wait_for
 
 from executors import clock, exitcodes
 from executors.agent.control import Control

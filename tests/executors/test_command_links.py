@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import run_job
+from support.helpers import run_job
 
 from executors.kinds.command.command_files import Publisher, Watcher
 from executors.kinds.command.command_tree import How, clone_file

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import msgspec
 import pytest
-from helpers import REPO, ExecutorProcess, wait_for
+from support.helpers import REPO, ExecutorProcess, wait_for
 
 from executors import exitcodes
 from executors.agent.control import Control

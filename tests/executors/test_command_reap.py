@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
+from support.helpers import WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
 from executors import exitcodes
 from executors.agent.workdir import (

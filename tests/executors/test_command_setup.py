@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 import tomli_w
-from helpers import ExecutorProcess, run_job, wait_for
+from support.helpers import ExecutorProcess, run_job, wait_for
 from test_command_zygote import Client, children, proc_stat
 
 from executors import exitcodes

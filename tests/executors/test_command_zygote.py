@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 import tomli_w
-from helpers import (
+from support.helpers import (
     WORKER_TREE,
     ExecutorProcess,
     maps_torch,

@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
 from executors.kinds.torch.dist import GLOO_IFNAME, interface_of, joined

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from helpers import TINY_CONFIG, env_with
+from support.helpers import TINY_CONFIG, env_with
 from test_dist_train import Member, finished, kill_all, manifests, serve, start
 
 from executors import exitcodes

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import tomli_w
-from helpers import ExecutorProcess, alive, wait_for
+from support.helpers import ExecutorProcess, alive, wait_for
 
 from executors import clock
 from executors.fencing import cgroup

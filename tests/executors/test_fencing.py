@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import clock, exitcodes
 from executors.fencing.publish import PUBLISH_MARGIN_S, Fenced, LeaseCheck, publish

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG, env_with
+from support.helpers import TINY_CONFIG, env_with
 from test_dist_train import (
     Member,
     Reference,

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import psutil
 import pytest
-from helpers import cgroup_here
+from support.helpers import cgroup_here
 
 from executors.health import health as health_mod
 from executors.health.gpu import FAKE_NVML_ENV, GpuSampler, _handle_key, load_nvml, throttle_names

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import msgspec
-from helpers import REPO, env_with
+from support.helpers import REPO, env_with
 
 from executors.health.gpu import FAKE_NVML_ENV
 from executors.testing.gpu_fake import write_state

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 import tomli_w
-from helpers import REPO, env_with, run_job, write_spec
+from support.helpers import REPO, env_with, run_job, write_spec
 
 from executors.checkpoints.lineage import data_source, git_state, module_files, workload_code
 from executors.kinds.torch.workload import resolve

@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 import torch
-from helpers import REPO, ExecutorProcess, env_with, run_job, write_spec
+from support.helpers import REPO, ExecutorProcess, env_with, run_job, write_spec
 
 STEPS = 60
 ENV = env_with(PYTHONPATH=f"{REPO}:{REPO / 'tests'}")

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import ExecutorProcess, env_with, run_job, wait_for, write_spec
+from support.helpers import ExecutorProcess, env_with, run_job, wait_for, write_spec
 
 from executors import exitcodes
 

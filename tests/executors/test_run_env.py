@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG
+from support.helpers import TINY_CONFIG
 
 from executors.agent.control import Control
 from executors.agent.inject import Injections

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, encode_frame, recv_message, send_message

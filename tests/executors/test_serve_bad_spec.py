@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, env_with
+from support.helpers import REPO, env_with
 
 from executors import exitcodes
 

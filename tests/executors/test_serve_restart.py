@@ -19,7 +19,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, maps_torch, plain_command, wait_for
+from support.helpers import (
+    TINY_CONFIG,
+    ExecutorProcess,
+    env_with,
+    maps_torch,
+    plain_command,
+    wait_for,
+)
 
 from console.supervise.outcome import Exit, from_events_tail
 from executors import exitcodes

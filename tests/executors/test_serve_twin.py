@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers import TINY_CONFIG, ExecutorProcess, wait_for
+from support.helpers import TINY_CONFIG, ExecutorProcess, wait_for
 
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message

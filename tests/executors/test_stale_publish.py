@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from support.helpers import REPO
 from test_checkpoint import Events, manager, save_steps
 
 from console.reach.remote import list_manifests

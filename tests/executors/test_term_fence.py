@@ -12,7 +12,7 @@ import json
 import socket
 from pathlib import Path
 
-from helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import clock, exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message

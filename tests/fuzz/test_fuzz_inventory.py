@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers import REPO
+from support.helpers import REPO
 
 from console.inventory import Inventory, load
 from protocol.errors import ConfigError

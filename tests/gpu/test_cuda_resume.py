@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ExecutorProcess, write_spec
+from support.helpers import ExecutorProcess, write_spec
 
 pytestmark = [
     pytest.mark.gpu,

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetbed import local_host, write_inventory
-from helpers import REPO, env_with
+from support.fleetbed import local_host, write_inventory
+from support.helpers import REPO, env_with
 
 from console.inventory import load
 from executors.kinds.command.command_files import Watcher

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 from textual.pilot import Pilot
 
 from console.controller import Controller

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

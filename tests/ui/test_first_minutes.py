@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 from textual.widgets import Input, Label, Select, Static
 
 from console.controller import Controller

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 from test_app import notified, table, wait_for
 
 from console.controller import Controller

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-from groupbed import controller, local_group
+from support.groupbed import controller, local_group
 
 from console.replication.replicator import ReplicaState
 from console.states import HostState

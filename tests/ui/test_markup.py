@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetbed import EXECUTOR_ENV, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, write_inventory
 from test_app import reap_executors, wait_for  # noqa: F401 - the autouse fixture
 from textual.widget import Widget
 from textual.widgets import Static

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 from test_first_minutes import SIZES
 from test_row_marks import colour_of, colours
 

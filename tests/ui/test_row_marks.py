@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetbed import job_table, local_host, write_inventory
 from rich.color import Color
+from support.fleetbed import job_table, local_host, write_inventory
 from test_app import wait_for
 from textual.app import App, ComposeResult
 

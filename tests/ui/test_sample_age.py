@@ -11,7 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.fleet.hosts import STALE_AFTER_SAMPLES

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from helpers import cgroup_here
+from support.helpers import cgroup_here
 from test_app import console_app, fleet, notified, reap_executors, table, wait_for  # noqa: F401
 from textual.widgets import Input, Markdown, OptionList, Sparkline, Static
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 from test_first_minutes import SIZES
 from test_replica_lag import manifest
 from test_view_bar import screen_lines, view_bar

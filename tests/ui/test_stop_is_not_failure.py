@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 from test_app import console_app, reap_executors, table, wait_for  # noqa: F401
 
 from console.records.journal import Kind

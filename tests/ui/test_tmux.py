@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetbed import POLL_S, job_table, local_host, write_inventory
+from support.fleetbed import POLL_S, job_table, local_host, write_inventory
 from test_app import fleet, reap, reap_executors  # noqa: F401
 
 from console.records.incidents import incidents

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 from test_app import console_app, notified, table, wait_for
 from textual.widgets import OptionList
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
 
 pytest.importorskip("tensorboardX")
 from tensorboard.backend.event_processing.event_accumulator import (

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sshbed
+from support import sshbed
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.reach.transport.base import Transport

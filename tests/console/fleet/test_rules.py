@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fleetbed import local_host, write_inventory
+from support.fleetbed import local_host, write_inventory
 
 from console.fleet.detect import DetectionSettings, is_suspect
 from console.fleet.health_rules import Severity, evaluate

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import job_table, local_host, write_inventory
-from helpers import REPO, env_with
+from support.fleetbed import job_table, local_host, write_inventory
+from support.helpers import REPO, env_with
 
 PYTHON = sys.executable
 

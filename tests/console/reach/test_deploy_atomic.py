@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fleetbed import write_inventory
+from support.fleetbed import write_inventory
 
 from console.inventory import load
 from console.reach.deploy import MARKER, Bundle, build_bundle, bundle_dir, deploy

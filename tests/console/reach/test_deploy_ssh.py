@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetbed import write_inventory
-from helpers import REPO, env_with
+from support.fleetbed import write_inventory
+from support.helpers import REPO, env_with
 
 from console.inventory import load
 from console.reach.deploy import build_bundle, deploy

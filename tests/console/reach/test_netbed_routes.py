@@ -10,8 +10,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-import netbed
 import pytest
+from support import netbed
 
 pytestmark = pytest.mark.skipif(netbed.unavailable() is not None, reason=str(netbed.unavailable()))
 

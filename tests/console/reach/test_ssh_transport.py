@@ -14,7 +14,7 @@ from typing import Any
 import asyncssh
 import psutil
 import pytest
-from sshbed import SshBed, SshHost
+from support.sshbed import SshBed, SshHost
 
 from console.reach.transport import ssh as ssh_module
 from console.reach.transport.base import PermanentTransportError, TemporaryTransportError

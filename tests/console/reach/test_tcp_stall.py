@@ -12,8 +12,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-import netbed
 import pytest
+from support import netbed
 
 from console.reach.transport.tcp_stall import stalled
 

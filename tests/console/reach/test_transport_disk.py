@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleetbed import write_inventory
-from helpers import fill_disk as fill
+from support.fleetbed import write_inventory
+from support.helpers import fill_disk as fill
 
 from console.inventory import load
 from console.reach.transport.base import Transport, TransportError

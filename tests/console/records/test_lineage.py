@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, write_inventory
 
 from console.cli import main
 from console.controller import Controller

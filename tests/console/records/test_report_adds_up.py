@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

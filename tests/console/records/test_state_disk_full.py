@@ -22,8 +22,15 @@ from typing import Any
 
 import pytest
 from chaos.observe import executor_events
-from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
-from helpers import fill_disk, tmpfs
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    FAST_CONSOLE,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
+from support.helpers import fill_disk, tmpfs
 
 from console import clock
 from console.controller import Controller

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, env_with, fill_disk, tmpfs
+from support.helpers import REPO, env_with, fill_disk, tmpfs
 
 from console import clock
 from console.records.journal import Journal, Kind, read

@@ -20,8 +20,8 @@ from typing import Any
 import asyncssh
 import msgspec
 import pytest
-import sshbed
-from fleetbed import job_table, write_inventory
+from support import sshbed
+from support.fleetbed import job_table, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from fleetbed import job_table, local_host, until, write_inventory
-from helpers import fill_disk as fill
+from support.fleetbed import job_table, local_host, until, write_inventory
+from support.helpers import fill_disk as fill
 
 from console import clock
 from console.controller import Controller

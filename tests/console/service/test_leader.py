@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
+from support.etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
 
 from console.records.state_store import Unsaved
 from console.service.etcd import Etcd

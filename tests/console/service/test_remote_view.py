@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import sshbed
 from chaos.observe import executor_events, last_step
+from support import sshbed
 from test_service import HOTSPARE, LEASE_S, env, inventory, reap, start_time, wait  # noqa: F401
 
 from console.reach.transport.ssh_dial import SshTarget

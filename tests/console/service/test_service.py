@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from fleetbed import EXECUTOR_ENV, POLL_S, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, POLL_S, job_table, local_host, write_inventory
 
 from console.records.console_lock import held
 from console.records.journal import Kind, read

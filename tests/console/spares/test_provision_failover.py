@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     add_provisioner,
     baseline_sha,

@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 from chaos.observe import executor_events
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     add_provisioner,
     job_table,

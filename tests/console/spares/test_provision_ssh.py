@@ -17,8 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sshbed
-from fleetbed import EXECUTOR_ENV, add_provisioner, baseline_sha, job_table, until, write_inventory
+from support import sshbed
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    add_provisioner,
+    baseline_sha,
+    job_table,
+    until,
+    write_inventory,
+)
 
 from console.controller import Controller
 from console.inventory import load

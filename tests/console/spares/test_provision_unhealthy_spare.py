@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     add_provisioner,
     baseline_sha,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import local_host, until, write_inventory
+from support.fleetbed import local_host, until, write_inventory
 
 from console.fleet.provision import Provisioner
 from console.inventory import ProvisionerSettings, with_host

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import job_table, local_host, write_inventory
-from helpers import fill_disk
+from support.fleetbed import job_table, local_host, write_inventory
+from support.helpers import fill_disk
 
 from console.controller import Controller
 from console.inventory import load

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
-from helpers import REPO, alive, env_with, serving, tmpfs
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.helpers import REPO, alive, env_with, serving, tmpfs
 
 from console.controller import Controller
 from console.inventory import load

@@ -18,9 +18,9 @@ import os
 import signal
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
-from groupbed import controller as group_controller
-from groupbed import local_group
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from support.groupbed import controller as group_controller
+from support.groupbed import local_group
 
 from console.controller import Controller
 from console.inventory import load

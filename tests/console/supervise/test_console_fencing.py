@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from chaos.observe import executor_events, last_step
 from chaos.procs import Sampler
-from fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
-from helpers import REPO, env_with
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.helpers import REPO, env_with
 
 from console import clock
 from console.controller import Controller

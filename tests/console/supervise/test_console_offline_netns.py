@@ -13,10 +13,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-import netbed
 import pytest
-import sshbed
-from fleetbed import EXECUTOR_ENV, job_table, slow_python, until, write_inventory
+from support import netbed, sshbed
+from support.fleetbed import EXECUTOR_ENV, job_table, slow_python, until, write_inventory
 from test_console_offline import OFFLINE, executors_under
 
 from console.controller import Controller

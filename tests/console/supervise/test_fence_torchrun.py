@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 from chaos.epochs import EpochSampler, run_processes
-from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
-from helpers import REPO, alive
+from support.fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from support.helpers import REPO, alive
 
 from console.controller import Controller
 from console.inventory import load

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import msgspec
-from fleetbed import local_host, until, write_inventory
-from helpers import REPO
+from support.fleetbed import local_host, until, write_inventory
+from support.helpers import REPO
 
 from console.controller import Controller
 from console.inventory import load

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-import sshbed
-from fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
+from support import sshbed
+from support.fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

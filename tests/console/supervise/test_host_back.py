@@ -16,7 +16,7 @@ import os
 import signal
 from pathlib import Path
 
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_params,
     checkpoint_params,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
+from support.helpers import REPO, WORKER_TREE, ExecutorProcess, env_with, wait_for, worker_tree_pids
 
 from console.reach.deploy import job_dir
 from console.reach.remote import KillStatus, executor_alive, kill_executor

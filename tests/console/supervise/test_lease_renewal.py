@@ -13,8 +13,8 @@ import posixpath
 import time
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
-from groupbed import group_job
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from support.groupbed import group_job
 
 from console.controller import Controller
 from console.fleet.link import ExecutorLink

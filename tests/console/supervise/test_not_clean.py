@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetbed import local_host, write_inventory
-from helpers import PLAIN_SCRIPT, REPO, env_with
+from support.fleetbed import local_host, write_inventory
+from support.helpers import PLAIN_SCRIPT, REPO, env_with
 
 
 def hotspare(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetbed import local_host, write_inventory
+from support.fleetbed import local_host, write_inventory
 from test_probe_starved import HOLD_LOCK
 
 from console.inventory import load

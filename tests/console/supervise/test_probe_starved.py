@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
-from fleetbed import (
+from support.fleetbed import (
     EXECUTOR_ENV,
     job_table,
     local_host,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from fleetbed import local_host, until, write_inventory
+from support.fleetbed import local_host, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load

@@ -12,8 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
-from helpers import PLAIN_SCRIPT, maps_torch, plain_command
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    baseline_sha,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
+from support.helpers import PLAIN_SCRIPT, maps_torch, plain_command
 
 from console.controller import Controller
 from console.inventory import load

@@ -27,8 +27,15 @@ from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
-from fleetbed import EXECUTOR_ENV, POLL_S, baseline_sha, job_table, local_host, write_inventory
+from support.etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    POLL_S,
+    baseline_sha,
+    job_table,
+    local_host,
+    write_inventory,
+)
 
 from console.records.console_lock import held
 from console.records.incidents import Resolution, incidents

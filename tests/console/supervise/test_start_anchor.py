@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import EXECUTOR_ENV, FAST_CONSOLE, job_table, local_host, until, write_inventory
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    FAST_CONSOLE,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
 
 from console import clock
 from console.controller import Controller

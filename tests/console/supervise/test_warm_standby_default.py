@@ -9,8 +9,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, job_table, local_host, slow_python, until, write_inventory
-from helpers import alive
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    job_table,
+    local_host,
+    slow_python,
+    until,
+    write_inventory,
+)
+from support.helpers import alive
 
 from console.controller import Controller
 from console.fleet.link import ExecutorLink

@@ -10,7 +10,14 @@ import os
 import signal
 from pathlib import Path
 
-from fleetbed import EXECUTOR_ENV, baseline_sha, job_table, local_host, until, write_inventory
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    baseline_sha,
+    job_table,
+    local_host,
+    until,
+    write_inventory,
+)
 
 from console.controller import Controller
 from console.inventory import load

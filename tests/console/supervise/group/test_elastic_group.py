@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from chaos.observe import executor_events
-from fleetbed import cancelled, local_host, run_until, until, write_inventory
-from groupbed import controller, group_baseline, group_job, shards
+from support.fleetbed import cancelled, local_host, run_until, until, write_inventory
+from support.groupbed import controller, group_baseline, group_job, shards
 
 from console.records.incidents import incidents
 from console.records.journal import Event, Kind, read

@@ -15,11 +15,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import netbed
 import pytest
-import sshbed
-from fleetbed import EXECUTOR_ENV, cut_until_fenced, local_host, mtimes, until, write_inventory
-from groupbed import controller, group_job
+from support import netbed, sshbed
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    cut_until_fenced,
+    local_host,
+    mtimes,
+    until,
+    write_inventory,
+)
+from support.groupbed import controller, group_job
 
 from console.controller import Controller
 from console.inventory import load

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetbed import local_host, run_until, until, write_inventory
-from groupbed import controller, group_baseline, group_job, shards
+from support.fleetbed import local_host, run_until, until, write_inventory
+from support.groupbed import controller, group_baseline, group_job, shards
 
 from console.records.incidents import incidents
 from console.records.journal import read

@@ -12,12 +12,11 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import netbed
 import pytest
-import sshbed
 from chaos.procs import Sampler
-from fleetbed import EXECUTOR_ENV, cut_until_fenced, until, write_inventory
-from groupbed import group_baseline, group_job, shards
+from support import netbed, sshbed
+from support.fleetbed import EXECUTOR_ENV, cut_until_fenced, until, write_inventory
+from support.groupbed import group_baseline, group_job, shards
 
 from console.controller import Controller
 from console.inventory import load

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
-from helpers import REPO
+from support.fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from support.helpers import REPO
 
 from console.controller import Controller
 from console.inventory import load

@@ -16,9 +16,9 @@ import psutil
 import pytest
 import tomli_w
 from chaos.procs import Sampler
-from fleetbed import run_until, slow_python, until
-from groupbed import controller, group_baseline, local_group, shards
-from lease_bounds import LeaseBounds
+from support.fleetbed import run_until, slow_python, until
+from support.groupbed import controller, group_baseline, local_group, shards
+from support.lease_bounds import LeaseBounds
 
 from console.records.incidents import incidents
 from console.records.journal import Kind, read

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetbed import local_host, write_inventory
-from groupbed import controller, group_job
+from support.fleetbed import local_host, write_inventory
+from support.groupbed import controller, group_job
 
 from console.supervise.group.supervisor import PORTS, GroupSupervisor, next_port
 

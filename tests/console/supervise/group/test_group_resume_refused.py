@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from chaos.observe import executor_events
-from fleetbed import run_until
-from groupbed import controller, group_baseline, local_group
+from support.fleetbed import run_until
+from support.groupbed import controller, group_baseline, local_group
 
 from console.records.journal import Event
 from console.states import JobState

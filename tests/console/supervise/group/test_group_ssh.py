@@ -10,13 +10,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import netbed
 import pytest
-import sshbed
 from chaos.procs import Sampler
-from fleetbed import EXECUTOR_ENV, cut_until_fenced, executor_proc, gone, until, write_inventory
-from groupbed import group_baseline, group_job, shards
-from lease_bounds import LeaseBounds
+from support import netbed, sshbed
+from support.fleetbed import (
+    EXECUTOR_ENV,
+    cut_until_fenced,
+    executor_proc,
+    gone,
+    until,
+    write_inventory,
+)
+from support.groupbed import group_baseline, group_job, shards
+from support.lease_bounds import LeaseBounds
 
 from console.controller import Controller
 from console.inventory import load

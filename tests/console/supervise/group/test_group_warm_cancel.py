@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from fleetbed import until
+from support.fleetbed import until
 
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.launcher import Launcher

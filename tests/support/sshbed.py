@@ -26,7 +26,7 @@ import asyncssh
 import psutil
 
 SSHD = "/usr/sbin/sshd"
-SSHD_PROVISIONER = Path(__file__).resolve().parent.parent / "examples" / "provision_sshd.py"
+SSHD_PROVISIONER = Path(__file__).resolve().parents[2] / "examples" / "provision_sshd.py"
 """The shipped provisioner that starts a fresh sshd host on this machine."""
 START_TIMEOUT = 10.0
 

@@ -16,7 +16,7 @@ from typing import Any
 import tomli_w
 
 EXECUTOR = [sys.executable, "-m", "executors.cli"]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 TINY_CONFIG = {
     "n_layer": 1,

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sshbed import SshBed, SshHost
+from support.sshbed import SshBed, SshHost
 
 NETWORK = "10.213.0.0/16"
 RULE_PREF = 2130

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
 from console.states import JobState
 from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 
 GROUP_CONFIG = {"global_batch": 6, "micro_batch": 2}
 MEMBERS = ["a", "b", "c"]

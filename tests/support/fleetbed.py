@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 import psutil
 import tomli_w
-from helpers import REPO, TINY_CONFIG, env_with
+
+from support.helpers import REPO, TINY_CONFIG, env_with
 
 # Fast detection for tests: heartbeat 0.25 s, suspect after 1 s, lease 3 s.
 FAST_CONSOLE = {

@@ -1,0 +1,5 @@
+"""What the tests stand on: real sshd hosts (sshbed), network namespaces (netbed), a fleet of
+local or sshd hosts with their inventory (fleetbed), a three-member job (groupbed), an etcd
+cluster (etcdbed), the lease bounds the fencing tests hold a run to (lease_bounds), watching an
+executor's events (event_watch), and small helpers (helpers: polling with a deadline, disks).
+"""
