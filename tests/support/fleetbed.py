@@ -19,6 +19,7 @@ import psutil
 import tomli_w
 
 from support.helpers import REPO, TINY_CONFIG, env_with
+from support.wait import until as until  # re-exported: the tests import it from here too
 
 # Fast detection for tests: heartbeat 0.25 s, suspect after 1 s, lease 3 s.
 FAST_CONSOLE = {
@@ -165,18 +166,6 @@ def slow_python(folder: Path, delay_s: float = 0.8) -> tuple[Path, Path]:
     )
     wrapper.chmod(0o755)
     return wrapper, flag
-
-
-async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Wait for a condition with a deadline (the event loop keeps running meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(POLL_S)
 
 
 async def run_until(

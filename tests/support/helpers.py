@@ -15,6 +15,8 @@ from typing import Any
 
 import tomli_w
 
+from support.wait import wait_for as wait_for  # re-exported: the tests import it from here too
+
 EXECUTOR = [sys.executable, "-m", "executors.cli"]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,20 +47,6 @@ def write_spec(path: Path, **overrides: Any) -> Path:
     spec["config"].update(config)
     path.write_text(tomli_w.dumps(spec))
     return path
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02
-) -> Any:
-    """Poll ``predicate`` until it is truthy; fail the test naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def env_with(**extra: str) -> dict[str, str]:

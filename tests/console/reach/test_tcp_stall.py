@@ -10,10 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from support import netbed
+from support.wait import wait_for as until
 
 from console.reach.transport.tcp_stall import stalled
 
@@ -45,13 +46,6 @@ def peer_in_namespace() -> Iterator[tuple[netbed.NetNs, subprocess.Popen[bytes],
         proc.kill()
         proc.wait(timeout=10)
         ns.delete()
-
-
-def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_data_unacknowledged_past_the_stall_time_over_a_cut_link_is_stalled() -> None:

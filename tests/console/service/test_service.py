@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from support.fleetbed import EXECUTOR_ENV, POLL_S, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.wait import wait_for as wait
 
 from console.records.console_lock import held
 from console.records.journal import Kind, read
@@ -33,17 +34,6 @@ HOTSPARE = Path(sys.executable).with_name("hotspare")
 LEASE_S = 8.0
 """Long enough for a controller's restart on a busy 2-core machine (an interpreter, imports,
 the inventory) to land inside it: the figure is measured by benchmarks/console_restart.py."""
-
-
-def wait(predicate: object, timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()  # type: ignore[operator]
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL_S)  # polling, bounded by the deadline above
 
 
 def inventory(tmp_path: Path, **console: object) -> Path:

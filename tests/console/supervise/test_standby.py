@@ -30,12 +30,12 @@ from chaos.observe import executor_events, last_step
 from support.etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - the fixture
 from support.fleetbed import (
     EXECUTOR_ENV,
-    POLL_S,
     baseline_sha,
     job_table,
     local_host,
     write_inventory,
 )
+from support.wait import wait_for as wait
 
 from console.records.console_lock import held
 from console.records.incidents import Resolution, incidents
@@ -58,17 +58,6 @@ def trained_on(root: Path) -> list[str]:
     lines = path.read_text().splitlines() if path.exists() else []
     training = {"progress", "resumed", "checkpoint", "finished", "run_ended"}
     return [k for x in lines if (k := json.loads(x).get("kind")) in training]
-
-
-def wait(predicate: object, timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()  # type: ignore[operator]
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(POLL_S)  # polling, bounded by the deadline above
 
 
 def inventories(tmp_path: Path, cluster: EtcdCluster, steps: int) -> list[Path]:
