@@ -168,6 +168,14 @@ class Replicator:
                 return await self._look(job, spare, src.shard)
             return await self._copy(job, spare, src, saved_at)
 
+    async def look(self, job: str, spares: list[str], shards: list[int | None]) -> None:
+        """A read-only console's first sight of a job's replicas: what each spare holds now
+        (the owning console's copies), before any checkpoint is heard of."""
+        for spare in spares:
+            for shard in shards:
+                async with self.folder_lock(job, spare, shard):
+                    await self._look(job, spare, shard)
+
     async def _look(self, job: str, spare: str, shard: int | None) -> bool:
         """What a read-only console does instead of a copy: list the spare's replicas (the
         owning console's copies) and show the newest, as seen now. True when there is one."""

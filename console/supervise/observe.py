@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
@@ -30,6 +31,7 @@ class Observe:
         fleet: Fleet,
         link: Callable[[str], ExecutorLink],
         on_message: Callable[[ExecutorMessage], None],
+        look: Callable[[JobRecord], Coroutine[Any, Any, None]],
     ) -> None:
         self._live = live
         self._record = record
@@ -38,11 +40,18 @@ class Observe:
         self._link = link
         """A new, unopened link to the job's executor on a host."""
         self._on_message = on_message
+        self._look = look
+        """Read the replicas the record's spares hold now (the owning console's copies)."""
+        self._looked: list[str] | None = None
+        """The spares whose replicas were read last: read again when the record names others."""
 
     async def observe(self) -> None:
         job = self._live
         while True:
             job.rec = self._record()
+            if job.rec.spares != self._looked:  # at start, and when the owner chose others
+                self._looked = list(job.rec.spares)
+                await self._look(job.rec)
             host = job.rec.host
             if job.rec.finished:
                 job.sha256, job.step = job.rec.finished_sha256, job.rec.finished_step or 0

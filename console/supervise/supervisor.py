@@ -179,12 +179,18 @@ class Supervisor(ABC):
             move=self._orders.request_move,
             acts=not services.read_only,
         )
+
+        async def look(rec: JobRecord) -> None:
+            shards: list[int | None] = list(range(len(rec.members))) if rec.members else [None]
+            await services.replicator.look(name, rec.spares, shards)
+
         self._observe = Observe(
             self.live,
             record=lambda: store.job(name),
             fleet=fleet,
             link=self.launcher.link,
             on_message=self._job_messages.on_message,
+            look=look,
         )
 
     # ---------------------------------------------------------------- state

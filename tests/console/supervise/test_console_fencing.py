@@ -300,3 +300,36 @@ async def test_a_read_only_console_alone_copies_no_replica_and_drains_nothing(
     finally:
         await _stop(watcher, watching)
         _kill_executors(tmp_path / "a")
+
+
+async def test_a_read_only_console_shows_the_replicas_the_spares_already_hold(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, item 5: a read-only console started after the owner's copies read 'no
+    replica yet' until the next checkpoint was heard of (it looked at a spare only when one
+    was); a finished job, or one between checkpoints, showed none at all. It reads what each
+    spare holds as it starts. Evidence: the manifests in b's replica folder on disk."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=60)}},
+    )
+    owner = _console(inventory)
+    await asyncio.wait_for(owner.run(), 120)  # the job trains to its end; replicas on b
+    await owner.close()
+    replicas = tmp_path / "b" / "replicas" / "j"
+    on_disk = sorted(
+        json.loads(p.read_text())["step"]
+        for p in replicas.glob("*.json")
+        if "step" in p.read_text()
+    )
+    assert on_disk, "the owner copied checkpoints to b"
+    watcher = Controller(load(inventory), Policy.AUTO, read_only=True)
+    watching: asyncio.Task[object] = asyncio.create_task(watcher.run(stay=True))
+    try:
+        replica = watcher.replicator.replica("j", "b")
+        await until(lambda: replica.manifest is not None, 30, "b's replicas read")
+        assert replica.manifest is not None and replica.manifest.step == on_disk[-1]
+        assert replica.kept == on_disk
+    finally:
+        await _stop(watcher, watching)
