@@ -1,7 +1,8 @@
 """What a job does with what any of its executors says, one host or a group's member alike: an
-executor's warning is journalled (the same one, numbers aside, at most once a minute), and an
-executor's clock that drifts from the console's by more than ``clock_skew_s`` over one lease is
-alerted (a lease assumes the two agree to within it).
+executor's warning is journalled (the same one, numbers aside, at most once a minute), a fault
+is journalled (a lost lease with the evidence that tells a lapse under load from a real loss),
+and an executor's clock that drifts from the console's by more than ``clock_skew_s`` over one
+lease is alerted (a lease assumes the two agree to within it).
 
 Found in the merge of the two message paths (issue 30): a group's members had neither. Their
 warnings reached the log tail only, never the journal, and a member's drifting clock went
@@ -15,9 +16,12 @@ import time
 
 from console import clock
 from console.fleet.detect import ClockPace
+from console.fleet.link import ExecutorLink
 from console.records.journal import Journal, Kind
+from console.supervise.lease import JobLease, lapse_note
 from console.supervise.live import Alert
-from protocol.messages import Log, LogLevel
+from protocol.faults import FaultKind
+from protocol.messages import Fault, Log, LogLevel
 
 WARN_EVERY_S = 60.0
 """The same executor warning is journalled at most this often."""
@@ -29,9 +33,18 @@ class Heard:
     """One job's executors' warnings and clocks, by host."""
 
     def __init__(
-        self, job: str, *, journal: Journal, alert: Alert, lease_s: float, skew_s: float
+        self,
+        job: str,
+        *,
+        journal: Journal,
+        alert: Alert,
+        lease: JobLease,
+        lease_s: float,
+        skew_s: float,
     ) -> None:
         self._job = job
+        self._lease = lease
+        """The job's lease: its evidence goes with a lost lease's fault."""
         self._journal = journal
         self._alert = alert
         self._lease_s = lease_s
@@ -66,6 +79,20 @@ class Heard:
             job=self._job,
             host=host,
             data={"level": msg.level},
+        )
+
+    def fault(self, host: str, msg: Fault, link: ExecutorLink | None, **extra: int | str) -> None:
+        """A Fault from the executor on ``host`` (over ``link``), journalled with ``extra``."""
+        text, data = f"{self._job} on {host}: {msg.fault}: {msg.message}", {}
+        if msg.fault == FaultKind.LEASE_LOST:
+            data = self._lease.evidence(host, link)
+            text += f" ({lapse_note(data)})"
+        self._journal.record(
+            Kind.FAULT,
+            text,
+            job=self._job,
+            host=host,
+            data={"fault": msg.fault, "step": msg.step, **extra, **data},
         )
 
     def _fresh(self, text: str) -> bool:

@@ -23,7 +23,7 @@ from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
 from console.supervise.heard import Heard
 from console.supervise.incident import PREEMPTED_WHY, OpenIncident, trained_past
-from console.supervise.lease import JobLease, lapse_note
+from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
 from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.supervise.policy import Policy
@@ -73,7 +73,6 @@ class JobMessages:
         self._journal = journal
         self._alert = alert
         self._policy = policy
-        self._lease = lease
         self._save = save
         """Persist the job's record."""
         self._replicator = replicator
@@ -89,6 +88,7 @@ class JobMessages:
             live.name,
             journal=journal,
             alert=alert,
+            lease=lease,
             lease_s=inv.console.lease_s,
             skew_s=inv.console.clock_skew_s,
         )
@@ -188,17 +188,7 @@ class JobMessages:
     def _on_fault(self, msg: Fault) -> None:
         job = self._live
         assert job.host is not None
-        text, data = f"{job.name} on {job.host}: {msg.fault}: {msg.message}", {}
-        if msg.fault == FaultKind.LEASE_LOST.value:
-            data = self._lease.evidence(job.host, job.link)
-            text += f" ({lapse_note(data)})"
-        self._journal.record(
-            Kind.FAULT,
-            text,
-            job=job.name,
-            host=job.host,
-            data={"fault": msg.fault, "step": msg.step, **data},
-        )
+        self._heard.fault(job.host, msg, job.link)
         if not self._acts:
             return
         if msg.fault == FaultKind.PREEMPTED and job.incident is None:

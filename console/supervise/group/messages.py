@@ -25,7 +25,7 @@ from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident, trained_past
-from console.supervise.lease import JobLease, lapse_note
+from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
 from protocol.faults import FaultKind
 from protocol.messages import (
@@ -75,18 +75,18 @@ class MemberMessages:
         lease: JobLease,
     ) -> None:
         self._live = live
-        self._lease = lease
         self._heard = Heard(
             live.name,
             journal=journal,
             alert=alert,
+            lease=lease,
             lease_s=inv.console.lease_s,
             skew_s=inv.console.clock_skew_s,
         )
-        """Each member's warnings journalled and clock checked, as for every job's executors."""
+        """Each member's warnings and faults journalled and clock checked, as for every job's
+        executors (a lost lease's fault with the job's lease evidence)."""
         self._before = JobState.RUNNING
         """What the job read before a member's silence made it unreachable."""
-        """The job's lease: its evidence goes with a member's lease_lost."""
         self._name = live.name
         self._states = states
         self._inv = inv
@@ -142,17 +142,7 @@ class MemberMessages:
             self._on_health(m, msg)
         elif isinstance(msg, Fault):
             job.log_tail.append(f"{_clock()} {m.host} FAULT {msg.fault}: {msg.message}")
-            text, data = f"{self._name} on {m.host}: {msg.fault}: {msg.message}", {}
-            if msg.fault == FaultKind.LEASE_LOST.value:
-                data = self._lease.evidence(m.host, m.link)
-                text += f" ({lapse_note(data)})"
-            self._journal.record(
-                Kind.FAULT,
-                text,
-                job=self._name,
-                host=m.host,
-                data={"fault": msg.fault, "step": msg.step, "node_rank": m.node_rank, **data},
-            )
+            self._heard.fault(m.host, msg, m.link, node_rank=m.node_rank)
             if msg.fault == FaultKind.RESUME_FAILED.value:
                 self._refused(m.host, msg.step)
             if msg.fault == FaultKind.PREEMPTED:

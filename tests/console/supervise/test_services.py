@@ -24,7 +24,8 @@ from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
-from protocol.messages import ExecutorMessage, ExecutorState, Heartbeat, Log, LogLevel
+from protocol.faults import FaultKind
+from protocol.messages import ExecutorMessage, ExecutorState, Fault, Heartbeat, Log, LogLevel
 
 CONSOLE = Path(__file__).resolve().parents[3] / "console"
 ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
@@ -138,7 +139,7 @@ def test_a_group_stopped_before_its_next_epoch_frees_every_member(tmp_path: Path
 
 
 @pytest.mark.parametrize("kind", ["one host", "group member"])
-def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifting_clock(
+async def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifting_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """Found in the merge of the two message paths: a group's members had neither (their
@@ -176,3 +177,10 @@ def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifting_clo
         say(beat)
     drifted = [args[0] for name, args in calls.made if name == "alert" and "drifted" in args[0]]
     assert drifted and drifted[0].startswith(f"{host}: its clock"), calls.made
+
+    # a lost lease's fault is journalled with the evidence that tells a lapse from a loss
+    say(Fault(fault=FaultKind.LEASE_LOST, message="lease ended", step=7))
+    faults = [e for e in read(svc.inv.state_dir / "journal.jsonl") if e.kind is Kind.FAULT]
+    assert [(e.host, e.data["fault"], e.data["step"]) for e in faults] == [(host, "lease_lost", 7)]
+    assert {"granted_ago_s", "grant_gap_s", "loop_stall_s"} <= set(faults[0].data)
+    assert faults[0].data.get("node_rank") == (None if kind == "one host" else 1)
