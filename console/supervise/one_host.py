@@ -294,13 +294,18 @@ class JobSupervisor(Supervisor):
         link = await self._standby.executor_on(host, promote_replica)
         if isinstance(link, Outcome):
             return link
+        if job.stop_requested:  # asked while the executor was readied: it is not Started
+            return await self._stopped_before_start(link, host)
         job.rec.epoch += 1
         self._save()
         job.link = link
         self._watch.new_executor()
         job.last_seen = time.monotonic()
         try:
-            await link.send(await self._first_lease(link, host))
+            start = await self._first_lease(link, host)
+            if job.stop_requested:  # asked while its lease was being granted
+                return await self._stopped_before_start(link, host)
+            await link.send(start)
         except LinkError as e:
             return Outcome(Exit.CRASHED, f"executor on {host} went away before Start: {e}")
         self._states.move(JobState.RUNNING, f"on {host}, epoch {job.epoch}")
@@ -308,6 +313,16 @@ class JobSupervisor(Supervisor):
             self._standby.keep_warm()
         self._keep_twin()
         return None
+
+    async def _stopped_before_start(self, link: ExecutorLink, host: str) -> Outcome:
+        """An operator's stop that came while the job was being launched (its executor started,
+        linked, its lease granted): the idle executor is told to go, nothing is Started. It was
+        honoured only before the next launch, so a stop during a restart's deploy was lost and
+        the job trained on to its end."""
+        await self._retire(link, host, why="the job was stopped by an operator")
+        link.close()
+        self.live.link = None
+        return Outcome(Exit.STOPPED, "stopped by an operator before its start")
 
     async def _first_lease(self, link: ExecutorLink, host: str) -> Start:
         """The Start, once its lease's bound (with the new epoch) is on disk. While the state

@@ -269,12 +269,15 @@ class Supervisor(ABC):
         """The job is over: its hosts and spares are free."""
         raise NotImplementedError
 
-    async def _retire(self, link: ExecutorLink, host: str) -> None:
-        """An executor this console cannot adopt (idle, or of another epoch): stop it, wait for its lock."""
+    async def _retire(
+        self, link: ExecutorLink, host: str, why: str = "not adopted by the console"
+    ) -> None:
+        """An executor this console will not Start (idle, or of another epoch): stop it, wait
+        for its lock."""
         if link.hello is not None:
             self.dismissed.add((host, link.hello.pid))
         with contextlib.suppress(LinkError):
-            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+            await link.send(Stop(reason=why, checkpoint=False))
         await self._probe.wait_gone(host)
 
     def _stop_before_start(self) -> bool:

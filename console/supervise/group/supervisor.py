@@ -260,6 +260,13 @@ class GroupSupervisor(Supervisor):
             for m in members:
                 run.ended(m, Outcome(Exit.CRASHED, "the group did not start"))
             return run
+        if job.stop_requested:  # asked while the members were readied: none is Started
+            for m, g in zip(members, got, strict=True):
+                if isinstance(g, ExecutorLink):
+                    await self._retire(g, m.host, why="the job was stopped by an operator")
+                    g.close()
+                run.ended(m, Outcome(Exit.STOPPED, "stopped by an operator before its start"))
+            return run
         rdv = Rendezvous(
             node_rank=0,
             addresses=[self._inv.data_address(h) for h in plan],
