@@ -25,9 +25,6 @@ from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
 from console.supervise.probe import Probe
 from console.supervise.standby import Standby
-from protocol.messages import (
-    ExecutorMessage,
-)
 
 POLL_S = 0.2
 LEAVE_TIMEOUT_S = 2.0
@@ -83,9 +80,6 @@ class Watch:
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
         self._messages.new_executor()
-
-    def on_message(self, msg: ExecutorMessage) -> None:
-        self._messages.on_message(msg)
 
     # ---------------------------------------------------------------- watch
 
@@ -150,7 +144,7 @@ class Watch:
             host=job.host,
             data={"step": saved.manifest.step, "read_back": True},
         )
-        self.on_message(saved)
+        self._messages.on_message(saved)
 
     async def _leave(self) -> None:
         """The console quits cleanly: a last lease of ``unattended_s`` (persisted like any), so
