@@ -35,6 +35,7 @@ from executors.kinds.command.command_io import (
     MAX_LINE_BYTES,
     MAX_LINE_CHARS,
     LineLog,
+    Meter,
     build_argv,
     read_lines,
 )
@@ -514,6 +515,29 @@ def test_a_chatty_command_cannot_flood_the_event_stream() -> None:
     lines: list[str] = []
     read_lines(io.BytesIO(b"a" * (3 * MAX_LINE_BYTES) + b"\nnext\n"), lines.append)
     assert [len(x) for x in lines] == [MAX_LINE_BYTES, 4], "a huge line is cut, the next one kept"
+
+
+def test_steps_read_in_batches_are_timed_by_their_batches_not_as_a_million_per_second() -> None:
+    """A script writing to a pipe (block buffered) or a metrics file read at once delivers its
+    step lines in batches, microseconds apart: the rate is the steps between batches over the
+    time between them (50 steps/s here), and unknown (0.0, no ETA) until a second has passed.
+    Timing each line reported ~1e6 steps/s (the 60-fault torchrun chaos run saw it)."""
+    t = [100.0]
+    sent: list[ExecutorMessage] = []
+    meter = Meter(1000, 1, sent.append, interval_s=0.0, now=lambda: t[0])
+    step = 0
+    for batch in range(4):
+        t[0] = 100.0 + batch
+        for _ in range(50):
+            step += 1
+            t[0] += 1e-6
+            meter.update(step, 0.5)
+        meter.maybe_emit(force=True)
+    rates = [m.steps_per_s for m in sent if isinstance(m, Progress)]
+    etas = [m.eta_s for m in sent if isinstance(m, Progress)]
+    assert rates[0] == 0.0 and etas[0] is None, "one batch alone says nothing of the rate"
+    assert rates[1:] == pytest.approx([50.0, 50.0, 50.0], rel=1e-3)
+    assert etas[-1] == pytest.approx((1000 - 200) / 50.0, rel=1e-3)
 
 
 def test_a_finish_with_no_checkpoint_ever_taken_is_a_warning_not_silence(tmp_path: Path) -> None:

@@ -236,7 +236,17 @@ def start_reader(name: str, stream: IO[bytes], on_line: Callable[[str], None]) -
 class Meter:
     """Steps and loss as the command reports them; Progress events at most every ``interval_s``
     (the first one at once: it ends a recovery). Nothing is counted or reported once the lease
-    has ended: a console that moved on must not count a stale run's steps."""
+    has ended: a console that moved on must not count a stale run's steps.
+
+    The rate is timed over when lines *arrived*, which for a script writing to a pipe (block
+    buffered) or a metrics file read in one go is in batches: many steps within microseconds.
+    So steps are sampled in buckets of at least ``RATE_BUCKET_S`` (a bucket's time is when its
+    first line came, its step the latest), and no rate is given (0.0: unknown) until the
+    samples span ``RATE_MIN_SPAN_S``. Timing each line would report a batch of 32 lines read
+    at once as ~1e6 steps/s."""
+
+    RATE_BUCKET_S = 0.1
+    RATE_MIN_SPAN_S = 1.0
 
     def __init__(
         self,
@@ -246,15 +256,18 @@ class Meter:
         interval_s: float = 0.5,
         *,
         lease_valid: LeaseCheck | None = None,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.steps, self.epoch, self._emit, self.interval_s = steps, epoch, emit, interval_s
         self._lease_valid = lease_valid
+        self._now = now
         self._lock = threading.Lock()
         self.step = 0
         self.loss = math.nan
-        self.last_advance = time.monotonic()
+        self.last_advance = now()
         """When the step last changed (or a checkpoint arrived): what hang detection watches."""
-        self._rate: deque[tuple[float, int]] = deque(maxlen=32)
+        self._rate: deque[tuple[float, int]] = deque(maxlen=64)
+        """(when a bucket's first line came, its latest step): 64 buckets span >= 6.4 s."""
         self._updates = 0
         self._emitted_updates = 0
         self._last_emit = -math.inf
@@ -272,10 +285,13 @@ class Meter:
         if not self._in_lease():
             return
         with self._lock:
-            now = time.monotonic()
+            now = self._now()
             if step != self.step or not self._updates:
                 self.last_advance, self._advanced = now, True
-                self._rate.append((now, step))
+                if self._rate and now - self._rate[-1][0] < self.RATE_BUCKET_S:
+                    self._rate[-1] = (self._rate[-1][0], step)
+                else:
+                    self._rate.append((now, step))
             self.step = step
             if loss is not None:
                 self.loss = loss
@@ -283,7 +299,7 @@ class Meter:
 
     def touch(self, *, advanced: bool = True) -> None:
         with self._lock:
-            self.last_advance = time.monotonic()
+            self.last_advance = self._now()
             self._advanced = self._advanced or advanced
 
     def maybe_emit(self, force: bool = False) -> None:
@@ -291,7 +307,7 @@ class Meter:
         if not self._in_lease():
             return
         with self._lock:
-            now = time.monotonic()
+            now = self._now()
             fresh = self._updates != self._emitted_updates
             first = self._emitted_updates == 0
             due = force or first or now - self._last_emit >= self.interval_s
@@ -301,7 +317,8 @@ class Meter:
             rate = 0.0
             if len(self._rate) >= 2:
                 (t0, s0), (t1, s1) = self._rate[0], self._rate[-1]
-                rate = (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else 0.0
+                span = t1 - t0
+                rate = (s1 - s0) / span if span >= self.RATE_MIN_SPAN_S and s1 > s0 else 0.0
             left = max(0, self.steps - self.step)
             msg = Progress(
                 step=self.step,
