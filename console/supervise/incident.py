@@ -12,10 +12,12 @@ from typing import Any
 from console import clock
 from console.records.incidents import Incident, IncidentLog, Resolution
 from console.supervise.live import LiveJob
-from protocol.messages import Progress
+from protocol.messages import Fault, FaultKind, Progress
 
-PREEMPTED_WHY = "SIGTERM: checkpoint now, then migrate"
-"""A preemption's incident, whether its Fault was read or only its Stopped."""
+
+def preempted_why(host: str) -> str:
+    """A preemption's incident, whether its Fault was read or only its Stopped."""
+    return f"SIGTERM on {host}: checkpoint now, then move"
 
 
 class OpenIncident:
@@ -26,20 +28,29 @@ class OpenIncident:
         """Whether a failover is being prepared (its phases may come before the incident)."""
         self._early: list[tuple[str, float, dict[str, object]]] = []
 
-    def open(self, fault_class: str, why: str, *, planned: bool = False) -> None:
+    def open(
+        self,
+        fault_class: str,
+        why: str,
+        *,
+        planned: bool = False,
+        member: tuple[str, float] | None = None,
+    ) -> None:
+        """Open the job's incident (none if one is open). ``member``: the host that failed and
+        when it was last heard from (a group's member), else the job's host and its last
+        word; the fault time is that word's."""
         job = self._live
-        if job.incident is not None or job.host is None:
+        host, last_seen = member if member is not None else (job.host, job.last_seen)
+        if job.incident is not None or host is None:
             return
         fault_at = (
-            clock.wall() - max(0.0, time.monotonic() - job.last_seen)
-            if job.last_seen
-            else clock.wall()
+            clock.wall() - max(0.0, time.monotonic() - last_seen) if last_seen else clock.wall()
         )
         job.resumed_step = None
         early, self._early = self._early, []
         job.incident = self._log.open(
             job.name,
-            job.host,
+            host,
             fault_class,
             fault_at=fault_at,
             # A checkpoint at step N means step N was completed, whatever Progress said last.
@@ -77,12 +88,24 @@ class OpenIncident:
         """A preparation was called off: its phases belong to no incident."""
         self._early = []
 
-    def in_executor(self, fault: str, step: int, why: str) -> None:
+    def of_fault(self, msg: Fault, host: str, last_seen: float) -> None:
+        """The incident an executor's own Fault opens, the same for a single host and a
+        group's member (``host``, heard from at ``last_seen``): a preemption (planned; its
+        move follows), a NaN or an OOM (handled in the executor). Other faults' incidents are
+        opened by what the supervisor does about them (a restart, a failover)."""
+        member = (host, last_seen)
+        if msg.fault == FaultKind.PREEMPTED:
+            self.open("preemption", preempted_why(host), planned=True, member=member)
+        elif msg.fault in (FaultKind.NAN, FaultKind.OOM) and self._live.incident is None:
+            self._in_executor(msg.fault, msg.step, msg.message, member)
+
+    def _in_executor(self, fault: str, step: int, why: str, member: tuple[str, float]) -> None:
         """NaN and OOM are handled inside the executor (roll back and skip the batch; halve the
-        micro-batch): no restart, but an incident all the same, resolved at the next step."""
+        micro-batch): no restart, but an incident all the same, resolved at the next step. In
+        a group every member sees a NaN (the loss is reduced): the first one heard opens it."""
         job = self._live
         job.step = max(job.step, step - 1)  # the executor got this far before the fault
-        self.open(fault, why)
+        self.open(fault, why, member=member)
         if fault == "oom":
             self.phase("decided", action="halve the micro-batch")
             job.resumed_step = step - 1  # the step is retried, nothing is lost

@@ -22,7 +22,7 @@ from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
 from console.supervise.heard import Heard
-from console.supervise.incident import PREEMPTED_WHY, OpenIncident, trained_past
+from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
 from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
@@ -191,10 +191,7 @@ class JobMessages:
         self._heard.fault(job.host, msg, job.link)
         if not self._acts:
             return
-        if msg.fault == FaultKind.PREEMPTED and job.incident is None:
-            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
-        if msg.fault in (FaultKind.NAN, FaultKind.OOM) and job.incident is None:
-            self._incident.in_executor(msg.fault, msg.step, msg.message)
+        self._incident.of_fault(msg, job.host, job.last_seen)
         if msg.fault == FaultKind.CONFIG:
             job.exit = Outcome(Exit.CONFIG, msg.message)
 

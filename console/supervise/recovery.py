@@ -14,7 +14,7 @@ from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
 from console.supervise.finish import finish
-from console.supervise.incident import PREEMPTED_WHY, OpenIncident
+from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
 from console.supervise.policy import Policy
@@ -151,7 +151,7 @@ class Recovery:
             self._incident.open("host_lost", outcome.why)
             fleet.set_state(host, HostState.DOWN, outcome.why)
         if outcome.preempted:  # its Fault not read before the link closed: the same incident
-            self._incident.open("preemption", PREEMPTED_WHY, planned=True)
+            self._incident.open("preemption", preempted_why(host), planned=True)
         elif outcome.exit is Exit.PLANNED:
             self._incident.open("planned", outcome.why, planned=True)
             if fleet.hosts[host].state is HostState.DRAINING:

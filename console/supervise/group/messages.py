@@ -145,10 +145,7 @@ class MemberMessages:
             self._heard.fault(m.host, msg, m.link, node_rank=m.node_rank)
             if msg.fault == FaultKind.RESUME_FAILED.value:
                 self._refused(m.host, msg.step)
-            if msg.fault == FaultKind.PREEMPTED:
-                self.open_incident(
-                    m, "preemption", f"SIGTERM on {m.host}: checkpoint now, then move", planned=True
-                )
+            self._incident.of_fault(msg, m.host, m.last_seen)
         elif isinstance(msg, Log):
             job.log_tail.append(f"{_clock()} {m.host} {msg.level.upper()} {msg.text}")
             self._heard.log(m.host, msg)
@@ -229,13 +226,5 @@ class MemberMessages:
         self.open_incident(m, fault_class, f"{m.host}: {why}")
 
     def open_incident(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None:
-        job = self._live
-        if job.incident is not None:
-            return
         # the incident names the member that failed, and its fault time is when it went silent
-        rank0 = job.host, job.last_seen
-        job.host, job.last_seen = m.host, m.last_seen
-        try:
-            self._incident.open(fault_class, why, planned=planned)
-        finally:
-            job.host, job.last_seen = rank0
+        self._incident.open(fault_class, why, planned=planned, member=(m.host, m.last_seen))

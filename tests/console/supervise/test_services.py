@@ -14,7 +14,7 @@ from console import clock
 from console.fleet.detect import DetectionSettings
 from console.fleet.hosts import Fleet
 from console.inventory import load
-from console.records.incidents import IncidentLog
+from console.records.incidents import IncidentLog, Resolution, incidents
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
@@ -25,7 +25,16 @@ from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
 from protocol.faults import FaultKind
-from protocol.messages import ExecutorMessage, ExecutorState, Fault, Heartbeat, Log, LogLevel
+from protocol.messages import (
+    ExecutorMessage,
+    ExecutorState,
+    Fault,
+    Heartbeat,
+    Log,
+    LogLevel,
+    Progress,
+    Resumed,
+)
 
 CONSOLE = Path(__file__).resolve().parents[3] / "console"
 ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
@@ -184,3 +193,50 @@ async def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifti
     assert [(e.host, e.data["fault"], e.data["step"]) for e in faults] == [(host, "lease_lost", 7)]
     assert {"granted_ago_s", "grant_gap_s", "loop_stall_s"} <= set(faults[0].data)
     assert faults[0].data.get("node_rank") == (None if kind == "one host" else 1)
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+def test_every_kind_opens_an_incident_for_a_nan_an_oom_and_a_preemption_its_executor_reports(
+    tmp_path: Path, kind: str
+) -> None:
+    """A NaN and an OOM are handled inside the executor (roll back, halve the micro-batch):
+    an incident all the same, of the host that saw it, resolved at the first step trained after
+    it. A group's members had none (only a single host's did): its report left them out. In a
+    group every member sees a NaN (the loss is reduced): one incident, of the first heard."""
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    say: Callable[[ExecutorMessage], None]
+    if kind == "one host":
+        one = JobSupervisor(svc, "j")
+        one.live.host, host = "a", "a"
+        say = one._job_messages.on_message
+    else:
+        group, host = GroupSupervisor(svc, "g"), "b"
+        rank0, rank1 = Member(0, "a"), Member(1, "b")
+        group.live.host = "a"
+
+        def say(msg: ExecutorMessage) -> None:  # rank 1 is heard first, then rank 0
+            for m in (rank1, rank0) if isinstance(msg, Fault) else (rank0, rank1):
+                group._messages.on_message(m, msg)
+
+    def progress(step: int) -> Progress:
+        return Progress(step=step, steps=240, loss=1.0, steps_per_s=10.0)
+
+    say(progress(50))
+    say(Fault(fault=FaultKind.NAN, message="loss nan at step 51", step=51))
+    say(Resumed(step=40, checkpoint=None, epoch=1, load_s=0.0))
+    say(progress(41))
+    say(Fault(fault=FaultKind.OOM, message="out of memory at step 60", step=60))
+    say(progress(60))
+    say(Fault(fault=FaultKind.PREEMPTED, message="SIGTERM", step=70))
+    found = incidents(read(svc.inv.state_dir / "journal.jsonl"))
+    assert [(i.fault_class, i.host, i.planned) for i in found] == [
+        ("nan", host, False),
+        ("oom", host, False),
+        ("preemption", host, True),
+    ]
+    nan, oom, preempted = found
+    assert (nan.resolution, nan.resumed_step, nan.last_step) == (Resolution.RECOVERED, 40, 50)
+    assert (oom.resolution, oom.lost_steps) == (Resolution.RECOVERED, 0)
+    assert preempted.resolution is Resolution.OPEN, "its move is still to come"
+    assert f"SIGTERM on {host}" in preempted.lines[0].msg

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 import tomli_w
+from chaos.observe import executor_events
 from chaos.procs import Sampler
 from support.fleetbed import run_until, slow_python, until
 from support.groupbed import controller, group_baseline, local_group, shards
@@ -385,3 +386,41 @@ async def test_a_member_slow_to_start_does_not_spend_the_others_first_lease(
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.sha256 == baseline
     assert ctl.store.job("j").epoch == 1, "the first epoch trained to the end"
+
+
+async def test_a_nan_and_an_oom_inside_a_group_are_its_incidents_and_every_member_agrees(
+    tmp_path: Path,
+) -> None:
+    """A NaN on one member's loss (reduced: every member sees it) rolls every member back to
+    the same step and skips that batch; an OOM on another halves that member's micro-batch
+    alone. No restart, the job finishes, and its report has both incidents, recovered, as a
+    single host's has (a group's had neither). Evidence of the faults and the rollback from
+    each executor's events.jsonl, not from the console."""
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    ctl.executor_env["b"]["HOTSPARE_INJECT"] = "nan@70"
+    ctl.executor_env["c"]["HOTSPARE_INJECT"] = "oom@130"
+    await asyncio.wait_for(ctl.run(), 240)
+    await ctl.close()
+    sup = ctl.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    seen = {h: executor_events(tmp_path / h / "jobs" / "j") for h in "abc"}
+    faults = {
+        h: sorted((e["fault"], e["step"]) for e in ev if e["kind"] == "fault")
+        for h, ev in seen.items()
+    }
+    assert faults == {"a": [("nan", 70)], "b": [("nan", 70)], "c": [("nan", 70), ("oom", 130)]}
+    resumed = {h: [e["step"] for e in ev if e["kind"] == "resumed"] for h, ev in seen.items()}
+    assert resumed == {h: [0, 60] for h in "abc"}, "each started at 0, each rolled back to 60"
+    assert {e["epoch"] for ev in seen.values() for e in ev if e["kind"] == "resumed"} == {1}, (
+        "no member was restarted"
+    )
+    finals = {
+        h: [e["params_sha256"] for e in ev if e["kind"] == "finished"] for h, ev in seen.items()
+    }
+    assert len({tuple(f) for f in finals.values()}) == 1 and len(finals["a"]) == 1, (
+        "every member ended with the same parameters"
+    )
+    found = incidents(journal(inv))
+    assert [(i.fault_class, i.resolved) for i in found] == [("nan", True), ("oom", True)]
+    assert found[1].host == "c" and found[1].lost_steps == 0
