@@ -83,6 +83,9 @@ class LiveJob:
     its control socket): the view's own observer leaves them alone."""
     target: str | None = None
     """An operator's chosen failover host."""
+    leave: set[str] = field(default_factory=set)
+    """Hosts a group's ranks leave at its next epoch though they are fit (a GPU that warned
+    sample after sample, under the auto policy); emptied once they are replaced."""
     stop_requested: bool = False
     """An operator asked this job to stop (remembered across consoles once it has)."""
     move_kept: tuple[str, str, str | None] | None = None

@@ -21,6 +21,7 @@ from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
+from console.supervise.gpu_health import GpuMove, GpuWatch
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
@@ -72,7 +73,6 @@ class JobMessages:
         self._fleet = fleet
         self._journal = journal
         self._alert = alert
-        self._policy = policy
         self._save = save
         """Persist the job's record."""
         self._replicator = replicator
@@ -93,7 +93,8 @@ class JobMessages:
             skew_s=inv.console.clock_skew_s,
         )
         """Warnings journalled and clocks checked, as for every job's executors."""
-        self._warned = 0
+        self._gpu = GpuWatch(fleet, policy, acts=acts)
+        """What the host's GPU health asks of the job, as for every job's hosts."""
         self.ended = asyncio.Event()
         """Set when a message says the run ended while the executor stays (``RunEnded``)."""
 
@@ -196,23 +197,13 @@ class JobMessages:
             job.exit = Outcome(Exit.CONFIG, msg.message)
 
     def _on_health(self, msg: Health) -> None:
-        job, fleet = self._live, self._fleet
+        job = self._live
         host = job.host
         assert host is not None
-        fleet.observe(host, msg)
-        if not self._acts:
+        call = self._gpu.heard(host, msg)
+        if call is None or job.state is not JobState.RUNNING:
             return
-        failing = fleet.failing(host)
-        if failing and job.state is JobState.RUNNING:
-            why = "; ".join(f.message for f in failing)
-            self._alert(f"{host}: GPU FAIL ({why}): draining and moving {job.name}", host=host)
-            fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {why}")
-            self._move("gpu_fail", f"GPU FAIL on {host}: {why}")
-        warns = [
-            f
-            for f in fleet.hosts[host].findings
-            if f.rule in ("throttle", "temperature", "pcie_replays")
-        ]
-        self._warned = self._warned + 1 if warns else 0
-        if self._warned == 5 and self._policy().value == "auto" and job.state is JobState.RUNNING:
-            self._move("migrate", f"GPU WARN on {host}: {warns[0].message}")
+        if call.move is GpuMove.FAIL:
+            self._alert(f"{host}: GPU FAIL ({call.why}): draining and moving {job.name}", host=host)
+            self._fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {call.why}")
+        self._move(call.move.value, call.said(host))

@@ -21,12 +21,14 @@ from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
+from console.supervise.gpu_health import GpuMove, GpuWatch
 from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.policy import Policy
 from protocol.faults import FaultKind
 from protocol.messages import (
     CheckpointSaved,
@@ -73,6 +75,7 @@ class MemberMessages:
         members: Callable[[], list[str]],
         refused: Callable[[str, int], None],
         lease: JobLease,
+        policy: Callable[[], Policy],
     ) -> None:
         self._live = live
         self._heard = Heard(
@@ -85,6 +88,8 @@ class MemberMessages:
         )
         """Each member's warnings and faults journalled and clock checked, as for every job's
         executors (a lost lease's fault with the job's lease evidence)."""
+        self._gpu = GpuWatch(fleet, policy)
+        """What a member's GPU health asks of its rank, as for every job's hosts."""
         self._before = JobState.RUNNING
         """What the job read before a member's silence made it unreachable."""
         self._name = live.name
@@ -193,17 +198,20 @@ class MemberMessages:
             self._save()
 
     def _on_health(self, m: Member, msg: Health) -> None:
-        fleet = self._fleet
-        fleet.observe(m.host, msg)
-        failing = fleet.failing(m.host)
-        if failing and self._live.state is JobState.RUNNING and m.link is not None:
-            why = "; ".join(f.message for f in failing)
-            self._alert(f"{m.host}: GPU FAIL ({why}): draining it out of {self._name}", host=m.host)
-            fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {why}")
-            self.open_incident(m, "gpu_fail", f"GPU FAIL on {m.host}: {why}", planned=True)
-            self._states.move(JobState.CHECKPOINTING, f"GPU FAIL on {m.host}")
-            link = m.link
-            asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason="gpu_fail")))
+        call = self._gpu.heard(m.host, msg)
+        if call is None or self._live.state is not JobState.RUNNING or m.link is None:
+            return
+        if call.move is GpuMove.FAIL:
+            why = f"{m.host}: GPU FAIL ({call.why}): draining it out of {self._name}"
+            self._alert(why, host=m.host)
+            self._fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {call.why}")
+        else:
+            self._alert(f"{m.host}: {call.said(m.host)}: moving its rank off", host=m.host)
+            self._live.leave.add(m.host)
+        self.open_incident(m, call.move.value, call.said(m.host), planned=True)
+        self._states.move(JobState.CHECKPOINTING, call.said(m.host))
+        link = m.link
+        asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason=call.move.value)))
 
     def silent(self, m: Member) -> None:
         """``m`` went silent: the job waits out its lease (it reads unreachable meanwhile)."""

@@ -167,6 +167,7 @@ class GroupRecovery:
             if newcomer is not None and newcomer not in plan:
                 plan.append(newcomer)
             job.rec.restarts = 0
+            job.leave -= {m.host for m in replace}
             for m in replace:
                 if fleet.hosts[m.host].state is HostState.DRAINING:
                     fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
@@ -224,11 +225,14 @@ class GroupRecovery:
 
     def _member_fit(self, m: Member) -> bool:
         """May this member's host take its rank again? Not once lost, failing a health rule,
-        drained, preempted (its executor was told its host is going away), or being released
-        (a provisioner's release takes it away; an operator's cordon keeps the rank there)."""
+        drained, preempted (its executor was told its host is going away), moved off for a
+        lasting GPU warning (``LiveJob.leave``), or being released (a provisioner's release
+        takes it away; an operator's cordon keeps the rank there)."""
         assert m.exit is not None
         rt = self._fleet.hosts[m.host]
         if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host) or rt.leaving:
+            return False
+        if m.host in self._live.leave:
             return False
         if m.exit.preempted:
             return False

@@ -104,6 +104,7 @@ class GroupSupervisor(Supervisor):
             members=members,
             refused=self._resume.refuse,
             lease=self.lease,
+            policy=self._policy,
         )
         self._executors = WarmExecutors(
             self.live,

@@ -5,25 +5,18 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support.fleetbed import job_table, local_host, write_inventory
+from support.jobbed import Calls, services
 
 from console import clock
-from console.fleet.detect import DetectionSettings
-from console.fleet.hosts import Fleet
-from console.inventory import load
-from console.records.incidents import IncidentLog, Resolution, incidents
-from console.records.journal import Journal, Kind, read
-from console.records.state_store import StateStore
-from console.replication.replicator import Replicator
+from console.records.incidents import Resolution, incidents
+from console.records.journal import Kind, read
 from console.states import JobState
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
-from console.supervise.services import JobServices
 from protocol.faults import FaultKind
 from protocol.messages import (
     ExecutorMessage,
@@ -57,68 +50,6 @@ def test_nothing_a_job_uses_imports_the_controller() -> None:
     assert len(files) > 30
     users = [str(p.relative_to(CONSOLE)) for p in files if "console.controller" in imported(p)]
     assert users == []
-
-
-class Calls:
-    """Stand-ins for the controller's decisions that record every call."""
-
-    def __init__(self) -> None:
-        self.made: list[tuple[str, tuple[Any, ...]]] = []
-        self.policy = Policy.MANUAL
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any, **kw: Any) -> Any:
-            self.made.append((name, args))
-
-        return call
-
-
-def services(tmp_path: Path, calls: Calls) -> JobServices:
-    inv = load(
-        write_inventory(
-            tmp_path / "inventory.toml",
-            hosts={h: local_host(tmp_path / h) for h in "abc"},
-            jobs={
-                "j": {"host": "a", "spares": ["c"], **job_table()},
-                "g": {"hosts": ["a", "b"], "spares": ["c"], **job_table()},
-            },
-        )
-    )
-    journal = Journal(inv.state_dir / "journal.jsonl")
-    store = StateStore(inv.state_dir)
-    fleet = Fleet(inv, journal, store)
-    incidents = IncidentLog(journal, store)
-    c = inv.console
-    return JobServices(
-        inv=inv,
-        fleet=fleet,
-        journal=journal,
-        store=store,
-        incidents=incidents,
-        replicator=Replicator(
-            inv,
-            transport=lambda h: fleet.hosts[h].transport,
-            journal=journal,
-            incidents=incidents,
-            step_of=lambda job: None,
-        ),
-        detection=DetectionSettings(
-            c.heartbeat_s, c.missed_heartbeats, c.suspect_after_s, c.lease_s, c.clock_skew_s
-        ),
-        read_only=False,
-        console_id="test:1",
-        term=0,
-        executor_env={},
-        policy=lambda: calls.policy,
-        alert=calls.alert,
-        alerted=lambda msg: False,
-        reserved=lambda job: {},
-        priorities=lambda: {},
-        take_spare=calls.take_spare,
-        need_host=calls.need_host,
-        wait_for_hosts=calls.wait_for_hosts,
-        on_progress=calls.on_progress,
-    )
 
 
 def test_a_supervisor_of_either_kind_is_built_from_the_services_alone(tmp_path: Path) -> None:

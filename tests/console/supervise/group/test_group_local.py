@@ -322,6 +322,35 @@ async def test_a_gpu_fail_on_one_member_drains_it_and_moves_its_rank(
     assert inc.lost_steps == 0
 
 
+@pytest.mark.long
+async def test_a_lasting_gpu_warn_on_one_member_moves_its_rank_and_keeps_its_host(
+    tmp_path: Path, baseline: str
+) -> None:
+    """A member's GPU throttles sample after sample (auto policy, spare d free): its rank is
+    drained out to d with no step lost, and b stays up (a warning drains nothing)."""
+    from executors.testing.gpu_fake import write_state
+
+    nvml = tmp_path / "nvml-b.json"
+    write_state(nvml, {"devices": [{"name": "Fake H100", "temp_c": 50}]})
+    inv = local_group(tmp_path)
+    ctl = controller(inv)
+    ctl.executor_env["b"]["HOTSPARE_FAKE_NVML"] = str(nvml)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
+    hot = {"name": "Fake H100", "temp_c": 91, "throttle": ["hw_thermal"]}
+    write_state(nvml, {"devices": [hot]})
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "d", "c"]
+    assert ctl.fleet.hosts["b"].state is HostState.UP
+    (inc,) = incidents(journal(inv))
+    assert (inc.fault_class, inc.host, inc.planned) == ("migrate", "b", True)
+    assert inc.lost_steps == 0
+    assert {m.node_rank for m in shards(tmp_path / "d")} == {1}
+
+
 @pytest.fixture(scope="module")
 def long_baseline() -> str:
     return group_baseline(steps=LONG_RUN)

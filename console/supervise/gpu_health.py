@@ -1,0 +1,84 @@
+"""What a host's GPU health asks of the job on it, the same for a single host's job and a
+group's member: a FAIL finding (lost GPU, uncorrectable ECC, a fatal XID) drains the host and
+moves the job (or the member's rank) off it; a warning (throttle, temperature, PCIe replays)
+in ``WARN_IN_A_ROW`` samples in a row moves it off under the auto policy, the host kept,
+where a fit host is free to take it (else it trains on, slower, and the journal says why: a
+warning is no reason to stop training).
+
+Found in the merge of the two message paths (issue 30): a group's member whose GPU warned
+sample after sample was never moved; only a single host's job was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from console.fleet.hosts import Fleet
+from console.records.journal import Kind
+from console.supervise.policy import Policy
+from protocol.messages import Health
+
+WARN_IN_A_ROW = 5
+"""Health samples in a row with a GPU warning before the job is moved: one is a blip."""
+WARN_RULES = ("throttle", "temperature", "pcie_replays")
+
+
+class GpuMove(StrEnum):
+    """Why the job leaves the host: the Drain's reason (and the incident's class)."""
+
+    FAIL = "gpu_fail"
+    """The GPU fails a health rule: the host is drained too."""
+    WARN = "migrate"
+    """The GPU warned in every one of the last ``WARN_IN_A_ROW`` samples (auto policy only,
+    a fit host free)."""
+
+
+@dataclass(frozen=True)
+class GpuCall:
+    move: GpuMove
+    why: str
+    """The findings, as the alert and the incident say them."""
+
+    def said(self, host: str) -> str:
+        word = "GPU FAIL" if self.move is GpuMove.FAIL else "GPU WARN"
+        return f"{word} on {host}: {self.why}"
+
+
+class GpuWatch:
+    """Each host's Health samples into the fleet, and what they ask of the job."""
+
+    def __init__(self, fleet: Fleet, policy: Callable[[], Policy], *, acts: bool = True) -> None:
+        self._fleet = fleet
+        self._policy = policy
+        self._acts = acts
+        """False for a read-only console: samples are recorded, nothing is asked or journalled."""
+        self._warned: dict[str, int] = {}
+        """Samples in a row with a GPU warning, by host."""
+
+    def heard(self, host: str, msg: Health) -> GpuCall | None:
+        """Record the sample (always: a read-only console shows it too) and say whether the
+        job must leave ``host``: a FAIL at every sample; a lasting warning once per streak,
+        under the auto policy, where a fit host is free."""
+        fleet = self._fleet
+        fleet.observe(host, msg)
+        failing = fleet.failing(host)
+        warns = [f for f in fleet.hosts[host].findings if f.rule in WARN_RULES]
+        self._warned[host] = self._warned.get(host, 0) + 1 if warns and not failing else 0
+        if not self._acts:
+            return None
+        if failing:
+            return GpuCall(GpuMove.FAIL, "; ".join(f.message for f in failing))
+        if self._warned[host] != WARN_IN_A_ROW or self._policy() is not Policy.AUTO:
+            return None
+        if not fleet.usable():
+            fleet.journal.record(
+                Kind.ACTION,
+                f"{host}: GPU WARN in {WARN_IN_A_ROW} samples in a row ({warns[0].message}): "
+                "no fit host is free to move to; it trains on",
+                host=host,
+                data={"rule": warns[0].rule, "moved": False},
+            )
+            return None
+        return GpuCall(GpuMove.WARN, warns[0].message)
