@@ -8,6 +8,11 @@ Without this, a spare that broke after placement kept receiving replicas (or fai
 a failover went to another host that held none. A spare is replaced only when there is a host
 to replace it with (else the host monitor's alert says the job has no healthy spare); a spare
 another job holds is never taken here.
+
+The same for a single host's job and a group (issue 30): ``hosts`` are the hosts the job trains
+on (a group's members, none of which is chosen as a spare), and ``send_newest`` sends the
+newest checkpoint there (a group's: every member's newest shard). A group's unfit spare was
+never replaced: a member lost later failed over to a host that held no replica of its shard.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ class SpareKeeper:
         inv: Inventory,
         fleet: Fleet,
         journal: Journal,
-        replicator: Replicator,
+        hosts: Callable[[], list[str]],
+        send_newest: Callable[[list[str]], None],
         reserved: Callable[[], dict[str, str]],
         priorities: Callable[[], dict[str, int]],
         save: Callable[[], object],
@@ -57,7 +63,10 @@ class SpareKeeper:
         self._inv = inv
         self._fleet = fleet
         self._journal = journal
-        self._replicator = replicator
+        self._hosts = hosts
+        """The hosts the job trains on now (a group's members by node rank): never its spares."""
+        self._send_newest = send_newest
+        """Send the job's newest checkpoint (every member's shard) to these new spares."""
         self._reserved = reserved
         """Spares held by other live jobs: host -> job."""
         self._priorities = priorities
@@ -91,11 +100,12 @@ class SpareKeeper:
         """Replace the spares unfit for ``GRACE_S`` that a usable host can replace, or take one
         for a job that has none; returns old -> new (old "" for one taken)."""
         job = self._live
-        if job.host is None or job.state is not JobState.RUNNING:
+        hosts = self._hosts()
+        if not hosts or job.state is not JobState.RUNNING:
             return {}
         now = time.monotonic() if now is None else now
         if not job.spares:
-            return self._take_one()
+            return self._take_one(hosts)
         unfit = {s: w for s in job.spares if (w := self.unfit(s)) is not None}
         for s in set(self._unfit_since) - set(unfit):
             del self._unfit_since[s]
@@ -105,7 +115,8 @@ class SpareKeeper:
         if not why:
             return {}
         keep = [s for s in job.spares if s not in why]
-        replaced = dict(zip(why, self._choose({job.host, *keep}, len(why)), strict=False))
+        chosen = self._choose(hosts, {*hosts, *keep}, len(why))
+        replaced = dict(zip(why, chosen, strict=False))
         if not replaced:
             return {}
         job.spares = [replaced.get(s, s) for s in job.spares]
@@ -122,12 +133,11 @@ class SpareKeeper:
         self._send_newest(list(replaced.values()))
         return replaced
 
-    def _take_one(self) -> dict[str, str]:
+    def _take_one(self, hosts: list[str]) -> dict[str, str]:
         """A job with no spare at all takes a usable host no other job holds, once there is one
         (added, provisioned, back up), and sends it the newest checkpoint."""
         job = self._live
-        assert job.host is not None
-        chosen = self._choose({job.host}, 1)
+        chosen = self._choose(hosts, set(hosts), 1)
         if not chosen:
             return {}
         job.spares = chosen
@@ -143,10 +153,10 @@ class SpareKeeper:
         self._send_newest(job.spares)
         return {"": job.spares[0]}
 
-    def _choose(self, exclude: set[str], count: int) -> list[str]:
-        """Up to ``count`` usable hosts not in ``exclude`` that no other job holds, best first."""
+    def _choose(self, hosts: list[str], exclude: set[str], count: int) -> list[str]:
+        """Up to ``count`` usable hosts not in ``exclude`` that no other job holds, best first
+        (nearest the job's first host)."""
         job = self._live
-        assert job.host is not None
         others = self._reserved()
         usable = {
             h for h in self._fleet.usable(exclude=exclude) if others.get(h) in (None, job.name)
@@ -154,15 +164,20 @@ class SpareKeeper:
         return choose_spares(
             self._inv,
             job.name,
-            job.host,
+            hosts[0],
             usable=usable,
             reserved=others,
             priority=self._priorities(),
             count=count,
         ).spares
 
-    def _send_newest(self, spares: list[str]) -> None:
-        job = self._live
-        if job.checkpoint is not None and job.checkpoint_path is not None and job.host:
-            source = Source(job.host, job.checkpoint_path, job.checkpoint)
-            self._replicator.submit(job.name, spares, source)
+
+def send_newest(live: LiveJob, replicator: Replicator) -> Callable[[list[str]], None]:
+    """A single host's job: its newest checkpoint, from its host, to new spares."""
+
+    def send(spares: list[str]) -> None:
+        if live.checkpoint is not None and live.checkpoint_path is not None and live.host:
+            source = Source(live.host, live.checkpoint_path, live.checkpoint)
+            replicator.submit(live.name, spares, source)
+
+    return send

@@ -23,7 +23,7 @@ from console import clock
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.spares.placement import choose_primary, choose_spares
-from console.spares.spare_keeper import SpareKeeper
+from console.spares.spare_keeper import SpareKeeper, send_newest
 from console.spares.targets import Targets
 from console.states import JobState
 from console.supervise.lease import NoAnchor, Unpersisted, fresh_anchor
@@ -79,7 +79,8 @@ class JobSupervisor(Supervisor):
             inv=inv,
             fleet=fleet,
             journal=journal,
-            replicator=services.replicator,
+            hosts=lambda: [self.live.host] if self.live.host else [],
+            send_newest=send_newest(self.live, services.replicator),
             reserved=self._reserved,
             priorities=self._priorities,
             save=store.save,

@@ -88,6 +88,8 @@ class MemberMessages:
         )
         """Each member's warnings and faults journalled and clock checked, as for every job's
         executors (a lost lease's fault with the job's lease evidence)."""
+        self._newest: dict[int, Source] = {}
+        """Each member's newest shard written this epoch, by node rank."""
         self._gpu = GpuWatch(fleet, policy)
         """What a member's GPU health asks of its rank, as for every job's hosts."""
         self._before = JobState.RUNNING
@@ -112,8 +114,14 @@ class MemberMessages:
     def new_epoch(self, hosts: list[str]) -> None:
         """An epoch starts on ``hosts``: a member's executor may be new (a replacement), so
         each clock's pace is measured afresh."""
+        self._newest.clear()
         for host in hosts:
             self._heard.new_executor(host)
+
+    def send_newest(self, spares: list[str]) -> None:
+        """Every member's newest shard of this epoch to new spares (the spare keeper's)."""
+        for source in self._newest.values():
+            self._replicator.submit(self._name, spares, source)
 
     def on_message(self, m: Member, msg: ExecutorMessage) -> None:
         job = self._live
@@ -178,9 +186,9 @@ class MemberMessages:
         )
         if man.epoch != job.epoch:
             return
-        self._replicator.submit(
-            self._name, job.spares, Source(m.host, path, man, shard=m.node_rank)
-        )
+        source = Source(m.host, path, man, shard=m.node_rank)
+        self._newest[m.node_rank] = source
+        self._replicator.submit(self._name, job.spares, source)
         if self._commits.saved(m.node_rank, man.step, man.epoch) is None:
             return
         job.checkpoint, job.checkpoint_path = man, path

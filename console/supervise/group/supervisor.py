@@ -30,6 +30,7 @@ import msgspec
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.spares.placement import choose_spares
+from console.spares.spare_keeper import SpareKeeper
 from console.states import JobState
 from console.supervise.group.commit import Commits
 from console.supervise.group.elastic import Growth
@@ -127,6 +128,17 @@ class GroupSupervisor(Supervisor):
             move=lambda reason, why: self.request_move(reason, why),
             save=services.store.save,
         )
+        self._keeper = SpareKeeper(
+            self.live,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            hosts=lambda: list(self.members),
+            send_newest=self._messages.send_newest,
+            reserved=self._reserved,
+            priorities=self._priorities,
+            save=services.store.save,
+        )
         self._group_recovery = GroupRecovery(
             self.live,
             states=self._states,
@@ -171,12 +183,16 @@ class GroupSupervisor(Supervisor):
                     if self._stop_before_start():
                         return
                     run = await self._launch_epoch(resume)
-                grow = asyncio.create_task(self.growth.watch(), name=f"grow {self.name}")
+                beside = [
+                    asyncio.create_task(self.growth.watch(), name=f"grow {self.name}"),
+                    asyncio.create_task(self._keeper.keep(), name=f"spares {self.name}"),
+                ]
                 try:
                     await run.watch()
                 finally:
-                    grow.cancel()
-                    await asyncio.gather(grow, return_exceptions=True)
+                    for task in beside:
+                        task.cancel()
+                    await asyncio.gather(*beside, return_exceptions=True)
                 self.epoch_run = None
                 nxt = await self._group_recovery.recover(run)
                 if nxt is None:

@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
@@ -24,8 +25,13 @@ from console.supervise.policy import Policy
 
 def verified_replicas(root: Path, job: str) -> list[int]:
     """Steps of the replicas on a host's disk whose bytes match their manifest."""
+    return verified_in(root / "replicas" / job)
+
+
+def verified_in(folder: Path) -> list[int]:
+    """Steps of the replicas in ``folder`` whose bytes match their manifest."""
     steps = []
-    for manifest in sorted((root / "replicas" / job).glob("step-*.json")):
+    for manifest in sorted(folder.glob("step-*.json")):
         m = json.loads(manifest.read_text())
         data = manifest.with_suffix(".pt")
         if data.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == m["sha256"]:
@@ -88,31 +94,41 @@ async def test_an_unfit_spare_is_replaced_and_the_new_one_holds_a_replica_for_th
         await ctl.close()
 
 
+@pytest.mark.parametrize("kind", ["one host", "group"])
 def test_a_spare_down_for_one_probe_is_kept_and_one_down_past_the_grace_is_replaced(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
-    """A flap (one failed reachability probe) must not move a job's replicas elsewhere."""
+    """A flap (one failed reachability probe) must not move a job's replicas elsewhere. The
+    same keeper for a group (its spares were never replaced): no member is chosen as a spare,
+    and every member's newest shard goes to the new one."""
+    members = ["a"] if kind == "one host" else ["a", "d"]
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={
             "a": local_host(tmp_path / "a"),
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", role="spare"),
+            "d": local_host(tmp_path / "d"),
         },
         jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
     )
     ctl = Controller(load(inventory), Policy.AUTO)
     sup = ctl.jobs["j"]
     sup.host, sup.spares = "a", ["b"]
-    ctl.fleet.hosts["a"].job = "j"
+    for h in "abcd":
+        ctl.fleet.set_state(h, HostState.UP, "test")
+    for h in members:
+        ctl.fleet.hosts[h].job = "j"
     sup.live.machine.move(JobState.DEPLOYING)
     sup.live.machine.move(JobState.RUNNING)
+    sent: list[list[str]] = []
     keeper = SpareKeeper(
         sup.live,
         inv=ctl.inv,
         fleet=ctl.fleet,
         journal=ctl.journal,
-        replicator=ctl.replicator,
+        hosts=lambda: members,
+        send_newest=sent.append,
         reserved=dict,
         priorities=ctl.priorities,
         save=ctl.store.save,
@@ -124,8 +140,63 @@ def test_a_spare_down_for_one_probe_is_kept_and_one_down_past_the_grace_is_repla
     assert keeper.check(t + GRACE_S + 1) == {} and sup.spares == ["b"]
     ctl.fleet.set_state("b", HostState.DOWN, "unreachable")
     assert keeper.check(t + 10) == {}, "the grace starts again at the new fall"
-    assert keeper.check(t + 10 + GRACE_S) == {"b": "c"}
+    ctl.fleet.hosts["d"].job = "j" if kind == "group" else None
+    got = keeper.check(t + 10 + GRACE_S)
+    assert got == {"b": "c"}, "c, not the member d (d is free for a single host's job)" + str(got)
     assert sup.spares == ["c"] and sup.rec.spares == ["c"]
+    assert sent == [["c"]]
+
+
+def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
+    tmp_path: Path,
+) -> None:
+    from support.jobbed import Calls, services
+
+    from console.replication.replicator import Source
+    from console.supervise.group.epoch import Member
+    from console.supervise.group.supervisor import GroupSupervisor
+    from protocol.messages import CheckpointSaved
+    from protocol.spec import CheckpointManifest
+
+    svc = services(tmp_path, Calls())
+    group = GroupSupervisor(svc, "g")
+    submitted: list[tuple[list[str], Source]] = []
+    svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
+    group.live.rec.epoch = 2
+    group._messages.new_epoch(["a", "b"])
+    group.commits.new_epoch(2, 2)
+
+    def saved(rank: int, host: str, step: int, epoch: int = 2) -> None:
+        man = CheckpointManifest(
+            job="g",
+            step=step,
+            file=f"step-{step:010d}.pt",
+            size=1,
+            sha256="0" * 64,
+            epoch=epoch,
+            spec_hash="x",
+            code_version="x",
+            created_at=0.0,
+            node_rank=rank,
+            nnodes=2,
+        )
+        msg = CheckpointSaved(manifest=man, path="p", manifest_path="m", write_s=0.0, stall_s=0.0)
+        group._messages.on_message(Member(rank, host), msg)
+
+    saved(0, "a", 20)
+    saved(1, "b", 20)
+    saved(0, "a", 40)
+    saved(1, "b", 10, epoch=1)  # an older epoch's report: not this epoch's shard
+    submitted.clear()
+    group._messages.send_newest(["c"])
+    assert sorted((s, src.host, src.manifest.step, src.shard) for s, src in submitted) == [
+        (["c"], "a", 40, 0),
+        (["c"], "b", 20, 1),
+    ]
+    group._messages.new_epoch(["a", "b"])
+    submitted.clear()
+    group._messages.send_newest(["c"])
+    assert submitted == [], "a new epoch's spares get its own shards, none of the last one's"
 
 
 async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there(
@@ -164,3 +235,66 @@ async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await ctl.close()
+
+
+@pytest.fixture
+def group_800() -> str:
+    """The uninterrupted three-host run of the group below."""
+    from support.groupbed import group_baseline
+
+    return group_baseline(steps=800)
+
+
+async def test_a_groups_unfit_spare_is_replaced_and_a_member_lost_later_resumes_there(
+    tmp_path: Path, group_800: str
+) -> None:
+    """A three-member group's spare d is cordoned while it trains: e replaces it and receives
+    every member's shard (on e's disk, checked against their manifests); c's host is then
+    killed and its rank resumes on e, bit-exact. Before, a group's spares were never kept."""
+    from support.groupbed import controller, group_job
+
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            **{h: local_host(tmp_path / h) for h in "abc"},
+            "d": local_host(tmp_path / "d", role="spare"),
+            "e": local_host(tmp_path / "e", role="spare"),
+        },
+        jobs={"j": group_job(steps=800)},
+    )
+    ctl = controller(inventory, hosts=("a", "b", "c", "d", "e"))
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+
+    def shards_on(host: str) -> set[str]:
+        """The members whose shard has a whole replica on ``host`` (bytes against manifest)."""
+        return {
+            node.name
+            for node in (tmp_path / host / "replicas" / "j").glob("node-*")
+            if verified_in(node)
+        }
+
+    try:
+        await until(
+            lambda: (sup.state is JobState.RUNNING and sup.step >= 40) or task.done(),
+            120,
+            "step 40",
+        )
+        assert sup.spares == ["d"] and not task.done(), task
+        ctl.cordon("d")
+        await until(lambda: sup.spares == ["e"] or task.done(), 30, "d replaced by e")
+        await until(
+            lambda: shards_on("e") == {"node-0", "node-1", "node-2"} or task.done(),
+            60,
+            "every member's shard on e",
+        )
+        assert not task.done() and sup.step < 700, "c is killed while the group trains"
+        ctl.kill_host("c")
+        await asyncio.wait_for(task, 240)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert ctl.store.job("j").members == ["a", "b", "e"], "e took c's rank"
+    assert sup.sha256 == group_800
