@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
-from textual.pilot import Pilot
+from support.uibed import console_app, fleet, notified, table, wait_for
 
 from console.controller import Controller
-from console.inventory import load
 from console.records.journal import Event, Kind, read
 from console.states import HostState
 from console.supervise.policy import Policy
@@ -28,88 +21,12 @@ from console.ui.screens.jobs import JobsScreen
 from console.ui.widgets.live_table import LiveTable
 
 SIZE = (120, 40)
-
-
-@pytest.fixture(autouse=True)
-def reap_executors(tmp_path: Path) -> Iterator[None]:
-    """Quitting a view leaves the controller and its executors running on purpose; this
-    test's own (every process named with its folder: executors, controllers, views) are
-    killed after."""
-    yield
-    reap(tmp_path)
-
-
-def reap(tmp_path: Path) -> None:
-    """SIGKILL every process named with ``tmp_path`` but this one and tmux's: the tmux server
-    keeps the argv of the client that started it, and every test's sessions live in it."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError, ValueError):
-            args = cmdline.read_bytes().split(b"\0")
-            pid = int(cmdline.parent.name)
-            if pid == os.getpid() or os.readlink(f"/proc/{pid}/exe").endswith("/tmux"):
-                continue
-            if any(str(tmp_path).encode() in a for a in args):
-                os.kill(pid, signal.SIGKILL)
-
-
-UI_LEASE_S = 10.0
-"""The lease these apps' controllers hold: the shipped default, not the controller tests' 3 s.
-
-Here the controller runs inside the Textual app, on the app's loop, an arrangement the product
-no longer has (``hotspare`` is a view of a controller service in its own process; its copy is
-read-only and holds no lease). A screen's mount and render runs on that loop too: under two
-CPU burners it stalled the loop 2.5-2.9 s (the journal's lapse evidence, the loop watch's
-measure, at 40f5ea5), and a 3 s lease lapsed under a healthy executor. The leases under a
-stalled loop are the controller tests' and benchmarks/lease_under_load.py's subject, not the
-screens'."""
-
-
-def fleet(tmp_path: Path, **job: Any) -> Path:
-    return write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={
-            "a": local_host(tmp_path / "a"),
-            "b": local_host(tmp_path / "b", role="spare"),
-            "c": local_host(tmp_path / "c", region="r2", role="spare"),
-        },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
-        lease_s=UI_LEASE_S,
-    )
-
-
-def console_app(
-    inventory: Path, policy: Policy = Policy.AUTO, *, read_only: bool = False
-) -> tuple[HotspareApp, list[Event]]:
-    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
-    ctl = Controller(load(inventory), policy, executor_env=env, read_only=read_only)
-    events: list[Event] = []
-    ctl.journal.subscribe(events.append)
-    return HotspareApp(ctl), events
-
-
-async def wait_for(
-    pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float, what: str
-) -> Any:
-    """Let the app run until ``predicate`` holds, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
-    return value
-
-
-def table(app: HotspareApp) -> LiveTable:
-    return app.screen.query_one(LiveTable)
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 
 
 def step_shown(app: HotspareApp) -> int:
     """The step in the Jobs view's progress cell, e.g. '███░░ 120/3000  4%' -> 120."""
     return int(table(app).cell("j", "progress").split()[1].split("/")[0])
-
-
-def notified(app: HotspareApp, text: str) -> bool:
-    return any(text in str(n.message) for n in app._notifications)
 
 
 def replica_on_b(ctl: Controller) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from support.fleetbed import job_table, local_host, write_inventory
-from test_app import wait_for
+from support.uibed import wait_for
 from textual.widgets._toast import Toast
 
 from console.controller import Controller

@@ -9,35 +9,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support.fleetbed import job_table, local_host, write_inventory
+from support.uibed import SIZES, demo_app
 from textual.widgets import Input, Label, Select, Static
 
-from console.controller import Controller
-from console.inventory import Host, load
+from console.inventory import Host
 from console.states import HostState
-from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.add_host import FIELDS, AddHostScreen
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.jobs import JobsScreen
 from console.ui.widgets.live_table import LiveTable
-
-SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 50), id="200x50")]
-
-
-def demo_app(tmp_path: Path, *, read_only: bool = False) -> HotspareApp:
-    """The shipped demo's shape: local-a trains demo, local-b its spare, local-c elsewhere."""
-    inventory = write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={
-            "local-a": local_host(tmp_path / "a"),
-            "local-b": local_host(tmp_path / "b", role="spare"),
-            "local-c": local_host(tmp_path / "c", region="r2", role="spare"),
-        },
-        jobs={"demo": {"host": "local-a", "spares": ["local-b"], **job_table()}},
-    )
-    ctl = Controller(load(inventory), Policy.AUTO, read_only=read_only)
-    return HotspareApp(ctl, supervise=False)
 
 
 def hint(app: HotspareApp) -> str | None:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
-from test_app import notified, table, wait_for
+from support.uibed import notified, table, wait_for
 
 from console.controller import Controller
 from console.inventory import load

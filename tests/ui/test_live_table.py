@@ -178,7 +178,7 @@ def test_a_newer_progress_event_replaces_a_queued_one_for_the_same_job() -> None
 
 
 async def test_a_redraw_tick_while_the_app_shuts_down_is_ignored(tmp_path: Path) -> None:
-    from test_snapshots import fixed_app
+    from support.uibed import fixed_app
 
     app = fixed_app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

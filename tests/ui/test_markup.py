@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, local_host, write_inventory
-from test_app import reap_executors, wait_for  # noqa: F401 - the autouse fixture
+from support.uibed import wait_for
 from textual.widget import Widget
 from textual.widgets import Static
 from textual.widgets._toast import Toast
@@ -24,6 +25,7 @@ from console.ui.app import HotspareApp
 from console.ui.screens.job_detail import JobDetailScreen
 from console.ui.screens.jobs import JobsScreen
 
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 HOSTILE = "[/] and [bold red]x[/]"
 SCRIPT = f"import sys; print({HOSTILE!r}, file=sys.stderr); sys.exit(3)"
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_snapshots import fixed_app
-from test_view_bar import screen_lines
+from support.uibed import fixed_app, screen_lines
 
 from console.ui.app import HotspareApp
 from console.ui.screens.base import ViewScreen

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_first_minutes import SIZES, demo_app
+from support.uibed import SIZES, demo_app
 from textual.pilot import Pilot
 
 from console.ui.app import HotspareApp

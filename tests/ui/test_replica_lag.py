@@ -9,27 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_first_minutes import demo_app
-from test_view_bar import screen_lines
+from support.uibed import demo_app, manifest, screen_lines
 
 from console.replication.replicator import ReplicaState
 from console.ui.app import HotspareApp
 from console.ui.widgets.live_table import LiveTable
-from protocol.spec import CheckpointManifest
-
-
-def manifest(step: int, at: float) -> CheckpointManifest:
-    return CheckpointManifest(
-        job="demo",
-        step=step,
-        file=f"step-{step:010d}.pt",
-        size=1,
-        sha256=f"{step:064d}",
-        epoch=1,
-        spec_hash="x",
-        code_version="y",
-        created_at=at,
-    )
 
 
 def replica(app: HotspareApp) -> str:

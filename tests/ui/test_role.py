@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_first_minutes import SIZES, demo_app
-from test_view_bar import screen_lines
+from support.uibed import SIZES, demo_app, screen_lines
 
 from console.states import HostState
 from console.ui.app import HotspareApp

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import job_table, local_host, write_inventory
-from test_first_minutes import SIZES
-from test_row_marks import colour_of, colours
+from support.uibed import SIZES, colour_of, colours
 
 from console.controller import Controller
 from console.fleet.health_rules import Finding, Severity

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.color import Color
 from support.fleetbed import job_table, local_host, write_inventory
-from test_app import wait_for
+from support.uibed import colour_of, colours, wait_for
 from textual.app import App, ComposeResult
 
 from console.controller import Controller
@@ -17,16 +16,6 @@ from console.supervise.policy import Policy
 from console.ui.app import HotspareApp
 from console.ui.screens.fleet import FleetScreen
 from console.ui.widgets.live_table import LiveTable
-
-
-def colours(t: LiveTable, key: str) -> set[Color | None]:
-    """The colours a row's text is drawn in."""
-    line = t.render_line(t.get_row_index(key) + 1)
-    return {seg.style.color for seg in line if seg.style and seg.text.strip()}
-
-
-def colour_of(t: LiveTable, mark: str) -> Color | None:
-    return t.get_component_rich_style(f"live-table--{mark}").color
 
 
 class TableApp(App[None]):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from support.helpers import cgroup_here
-from test_app import console_app, fleet, notified, reap_executors, table, wait_for  # noqa: F401
+from support.uibed import console_app, fleet, notified, table, wait_for
 from textual.widgets import Input, Markdown, OptionList, Sparkline, Static
 
 from console.states import JobState
@@ -22,6 +23,7 @@ from console.ui.screens.jobs import JobsScreen
 from console.ui.widgets.live_table import LiveTable
 
 SIZE = (120, 40)
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 
 
 def text(app: object, selector: str) -> str:

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import job_table, local_host, write_inventory
-from test_first_minutes import SIZES
-from test_replica_lag import manifest
-from test_view_bar import screen_lines, view_bar
+from support.uibed import SIZES, manifest, screen_lines, view_bar
 
 from console.controller import Controller
 from console.inventory import load

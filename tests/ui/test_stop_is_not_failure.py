@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import job_table, local_host, write_inventory
-from test_app import console_app, reap_executors, table, wait_for  # noqa: F401
+from support.uibed import console_app, table, wait_for
 
 from console.records.journal import Kind
 from console.states import JobState
@@ -20,6 +20,7 @@ from console.supervise.policy import Policy
 from console.ui.screens.confirm import ConfirmScreen
 
 SIZE = (120, 40)
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 DONE = "marker: every alert before this one was posted"
 
 

@@ -7,26 +7,20 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from support.fleetbed import POLL_S, job_table, local_host, write_inventory
-from test_app import fleet, reap, reap_executors  # noqa: F401
+from support.tmuxbed import HOTSPARE, lock_holder, stop_controller, tmux
+from support.uibed import fleet, reap
 
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 
-HOTSPARE = Path(sys.executable).with_name("hotspare")
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 SESSION = f"hotspare-test-{os.getpid()}"  # apart from a test run beside this one
-
-
-def tmux(*args: str) -> str:
-    return subprocess.run(
-        ["tmux", *args], capture_output=True, text=True, timeout=10, check=True
-    ).stdout
 
 
 def screen() -> str:
@@ -41,18 +35,6 @@ def pane_history() -> str:
 def quit_note_shown(_: str) -> bool:
     """The note printed after the view exits (it may have scrolled off the screen)."""
     return "keeps every job training" in pane_history()
-
-
-def stop_controller(inventory: Path) -> str:
-    """``hotspare stop``, as an operator types it; its one line."""
-    done = subprocess.run(
-        [str(HOTSPARE), "--inventory", str(inventory), "stop"],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stderr
 
 
 def until(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
@@ -187,17 +169,6 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     until(quit_note_shown, 30, "the third quit note")
     stop_controller(inventory)
     assert len(incidents(read(journal))) == before, "no incident for a controller stopped cleanly"
-
-
-def lock_holder(state_dir: Path) -> int | None:
-    """The pid holding the flock on the state dir's console.lock, from /proc/locks."""
-    st = (state_dir / "console.lock").stat()
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in Path("/proc/locks").read_text().splitlines():
-        words = line.split()
-        if "FLOCK" in words and want in words:
-            return int(words[words.index("FLOCK") + 3])
-    return None
 
 
 def job_step(shown: str) -> int | None:

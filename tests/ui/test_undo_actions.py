@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from support.fleetbed import job_table, local_host, write_inventory
-from test_app import console_app, notified, table, wait_for
+from support.uibed import console_app, notified, table, wait_for
 from textual.widgets import OptionList
 
 from console.records.journal import Event, Kind

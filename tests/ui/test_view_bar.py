@@ -6,23 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_first_minutes import SIZES, demo_app
-from textual.strip import Strip
-from textual.widgets import Static
+from support.uibed import SIZES, demo_app, screen_lines, view_bar
 
-from console.ui.app import HotspareApp
 from console.ui.screens.fleet import FleetScreen
 from console.ui.screens.incidents import IncidentsScreen
 from console.ui.screens.jobs import JobsScreen
-
-
-def screen_lines(app: HotspareApp) -> list[str]:
-    """The terminal's lines as a person sees them."""
-    return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
-def view_bar(app: HotspareApp) -> Strip:
-    return app.screen.query_one(".view-title", Static).render_line(0)
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from test_app import fleet, reap_executors  # noqa: F401
-from test_tmux import HOTSPARE, lock_holder, stop_controller, tmux
+from support.tmuxbed import HOTSPARE, lock_holder, stop_controller, tmux
+from support.uibed import fleet
 
 from console.records.console_lock import held
 from console.records.journal import Kind, read
@@ -25,6 +25,7 @@ from console.records.journal import Kind, read
 ACTING = f"hotspare-acting-{os.getpid()}"
 WATCHING = f"hotspare-watching-{os.getpid()}"
 LEASE_S = 3.0  # the tests' inventory (fleetbed.FAST_CONSOLE)
+pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
 
 
 def screen(session: str) -> str:
