@@ -11,42 +11,12 @@ from pathlib import Path
 import msgspec
 import pytest
 import torch
+from support.checkpointbed import Events, manager, save_steps, state
 from support.helpers import tmpfs
 
-from executors.checkpoints.checkpoint import CheckpointManager, checkpoint_name
-from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
+from executors.checkpoints.checkpoint import checkpoint_name
+from protocol.messages import CheckpointSaved
 from protocol.spec import CheckpointManifest
-
-
-class Events(list):
-    def __call__(self, msg: ExecutorMessage) -> None:
-        self.append(msg)
-
-    def faults(self) -> list[Fault]:
-        return [m for m in self if isinstance(m, Fault)]
-
-
-def manager(folder: Path, events: Events, **kw: object) -> CheckpointManager:
-    args: dict = {
-        "job": "j",
-        "spec_hash": "h1",
-        "keep": 3,
-        "epoch": 0,
-        "code_version": "test",
-        "emit": events,
-    }
-    args.update(kw)
-    return CheckpointManager(folder, **args)
-
-
-def state(step: int, size: int = 1000) -> dict:
-    return {"model": {"w": torch.full((size,), float(step))}, "train": {"step": step}}
-
-
-def save_steps(m: CheckpointManager, *steps: int, size: int = 1000) -> None:
-    for s in steps:
-        m.save(s, state(s, size))
-    m.wait()
 
 
 def test_save_is_async_verified_and_loads_back(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 import tomli_w
+from support.commandbed import Client, children, proc_stat
 from support.helpers import ExecutorProcess, run_job, wait_for
-from test_command_zygote import Client, children, proc_stat
 
 from executors import exitcodes
 from executors.agent.workdir import COMMAND_GROUP

@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import tomli_w
+from support.commandbed import Client, children, proc_stat
 from support.helpers import (
     WORKER_TREE,
     ExecutorProcess,
@@ -34,11 +34,8 @@ from support.helpers import (
 
 from executors import exitcodes
 from executors.agent.workdir import COMMAND_GROUP, TOKEN_ENV
-from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol import send_message
 from protocol.messages import (
-    ConsoleHello,
-    ExecutorHello,
-    ExecutorMessage,
     Finished,
     Log,
     Prepare,
@@ -79,20 +76,6 @@ while True:
 """
 
 
-def proc_stat(pid: int) -> dict[str, Any] | None:
-    """state, ppid, pgid, sid from /proc; None once the process is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return {
-        "state": fields[0],
-        "ppid": int(fields[1]),
-        "pgid": int(fields[2]),
-        "sid": int(fields[3]),
-    }
-
-
 def alive(pid: int) -> bool:
     st = proc_stat(pid)
     return st is not None and st["state"] not in ("Z", "X")
@@ -120,33 +103,6 @@ def job_file(tmp_path: Path, argv: list[str], **command: Any) -> Path:
 
 def logs(proc: ExecutorProcess, level: str | None = None) -> list[str]:
     return [e["text"] for e in proc.of("log") if level in (None, e["level"])]
-
-
-class Client:
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(30)
-        self.sock.connect(str(path))
-        send_message(self.sock, ConsoleHello(version=PROTOCOL_VERSION, console_id="test"))
-        assert isinstance(recv_message(self.sock, EXECUTOR_MESSAGES), ExecutorHello)
-        self.seen: list[ExecutorMessage] = []
-
-    def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
-            assert msg is not None, "the executor closed the connection"
-            self.seen.append(msg)
-            if pred(msg):
-                return msg
-        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
-
-    def started(self, timeout: float = 60) -> Log:
-        msg = self.until(
-            lambda m: isinstance(m, Log) and m.text.startswith("command started"), timeout
-        )
-        assert isinstance(msg, Log)
-        return msg
 
 
 @pytest.fixture
@@ -363,17 +319,6 @@ def test_a_warm_run_exits_with_its_systemexit_code(tmp_path: Path) -> None:
 def test_preload_names_modules(bad: str) -> None:
     with pytest.raises(msgspec.ValidationError, match="preload"):
         msgspec.convert({"argv": ["python", "x.py"], "preload": [bad]}, CommandSpec)
-
-
-def children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = proc_stat(int(entry.name))
-            if st is not None and st["ppid"] == pid and st["state"] not in ("Z", "X"):
-                found.append(int(entry.name))
-    return found
 
 
 def plain_spec() -> JobSpec:

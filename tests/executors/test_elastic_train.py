@@ -1,9 +1,9 @@
 """Elastic multi-host jobs (issue 16): a job of 3 logical ranks trains on 3, 2, then 3 members.
 
-Real ``serve`` executors and real gloo on loopback, as in ``test_dist_train`` (whose helpers
-these are). A shrunk group renumbers its members, so a member loads a shard another node rank
-wrote at another group size; a grown one gives its new member a copy of a shard, as the
-console promotes a replica. The checks read the checkpoints on disk and the events.
+Real ``serve`` executors and real gloo on loopback, as in ``test_dist_train`` (its helpers,
+in ``support.distbed``). A shrunk group renumbers its members, so a member loads a shard
+another node rank wrote at another group size; a grown one gives its new member a copy of a
+shard, as the console promotes a replica. The checks read the checkpoints on disk and the events.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+from support.distbed import Member, finished, kill_all, manifests, serve, start
 from support.helpers import TINY_CONFIG, env_with
-from test_dist_train import Member, finished, kill_all, manifests, serve, start
 
 from executors import exitcodes
 from executors.fencing.publish import checkpoint_name

@@ -18,6 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import tomli_w
+from support.fencingbed import start_serving
 from support.helpers import ExecutorProcess, alive, wait_for
 
 from executors import clock
@@ -25,7 +26,6 @@ from executors.fencing import cgroup
 from executors.fencing.run import launch
 from protocol.messages import Heartbeat, Lease, Start
 from protocol.spec import CommandSpec, JobSpec
-from tests.executors.test_fencing import start_serving
 
 ESCAPER = r"""
 import os, sys, time

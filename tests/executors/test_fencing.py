@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -26,15 +25,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
+from support.fencingbed import Client, start_serving
+from support.helpers import TINY_CONFIG, ExecutorProcess, wait_for
 
 from executors import clock, exitcodes
 from executors.fencing.publish import PUBLISH_MARGIN_S, Fenced, LeaseCheck, publish
-from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import (
     CheckpointSaved,
-    ConsoleHello,
-    ExecutorMessage,
     Heartbeat,
     Lease,
     Progress,
@@ -44,28 +41,6 @@ from protocol.spec import CheckpointManifest, CommandSpec, JobSpec
 
 TTL = 2.0
 SCRIPT = Path(__file__).resolve().parent.parent / "train_plain.py"
-
-
-class Client:
-    """A console's side of the socket, reading with a short timeout so renewals keep pace."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(str(path))
-        send_message(self.sock, ConsoleHello(version=PROTOCOL_VERSION, console_id="fencing"))
-        recv_message(self.sock, EXECUTOR_MESSAGES)
-
-    def send(self, msg: object) -> None:
-        send_message(self.sock, msg)
-
-    def recv(self) -> ExecutorMessage:
-        msg = recv_message(self.sock, EXECUTOR_MESSAGES)
-        assert msg is not None, "the executor closed the connection"
-        return msg
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass(frozen=True)
@@ -146,21 +121,6 @@ def published(work: Path) -> dict[str, bytes]:
         for p in folder.iterdir()
         if not p.name.startswith(".")
     }
-
-
-def start_serving(work: Path, inject: str) -> tuple[ExecutorProcess, Client]:
-    env = env_with(HOTSPARE_INJECT=inject) if inject else env_with()
-    proc = ExecutorProcess(["serve", "--workdir", str(work), "--heartbeat-s", "0.2"], env=env)
-
-    def answers() -> Client | None:
-        if proc.proc.poll() is not None:
-            raise AssertionError(f"the executor exited: {proc.finish()[1][-2000:]}")
-        try:  # a socket file a killed predecessor left may be there before this one serves
-            return Client(work / "executor.sock")
-        except OSError:
-            return None
-
-    return proc, wait_for(answers, 60, "the executor to serve")
 
 
 def train_under_leases(c: Client, spec: JobSpec, epoch: int) -> float:

@@ -1,9 +1,9 @@
 """``parallel = "fsdp"`` (issue 31): the torch kind shards the model over a group's members and
 each member checkpoints its part through torch.distributed.checkpoint.
 
-Real ``serve`` executors and real gloo on loopback, as in ``test_dist_train`` (whose helpers
-these are). The checks read the parts on disk (their files and sizes), the events and the
-final parameters' digest, not the executors' account of themselves.
+Real ``serve`` executors and real gloo on loopback, as in ``test_dist_train`` (its helpers,
+in ``support.distbed``). The checks read the parts on disk (their files and sizes), the events
+and the final parameters' digest, not the executors' account of themselves.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support.helpers import TINY_CONFIG, env_with
-from test_dist_train import (
+from support.distbed import (
     Member,
     Reference,
     finished,
@@ -27,6 +26,7 @@ from test_dist_train import (
     start,
     uninterrupted,
 )
+from support.helpers import TINY_CONFIG, env_with
 
 from executors import exitcodes
 from executors.fencing.publish import CorruptCheckpoint, checkpoint_name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_checkpoint import Events, manager, save_steps
+from support.checkpointbed import Events, manager, save_steps
 
 from executors.checkpoints import verified
 from executors.checkpoints.checkpoint import checkpoint_name

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.checkpointbed import Events, manager, save_steps
 from support.helpers import REPO
-from test_checkpoint import Events, manager, save_steps
 
 from console.reach.remote import list_manifests
 from console.reach.transport.local import LocalTransport
