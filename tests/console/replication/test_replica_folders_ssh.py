@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_replica_folders import Bed, manifest_of, write_folder
-from test_replica_ssh import Counting
+from support.replicabed import Bed, Counting, manifest_of, write_folder
 
 from console.reach.transport.base import TemporaryTransportError
 from console.reach.transport.local import LocalTransport

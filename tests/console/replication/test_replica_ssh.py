@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from support.fleetbed import job_table, local_host, until, write_inventory
 from support.helpers import fill_disk as fill
+from support.replicabed import Counting
 
 from console import clock
 from console.controller import Controller
@@ -35,16 +36,6 @@ from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
 
 SIZE = 300_000
-
-
-class Counting(SshTransport):
-    """Counts the commands (exec channels) opened on the host."""
-
-    channels = 0
-
-    async def _process(self, command: str, what: str, timeout: float) -> Any:
-        self.channels += 1
-        return await super()._process(command, what, timeout)
 
 
 class Bed:

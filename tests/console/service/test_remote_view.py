@@ -23,7 +23,8 @@ import psutil
 import pytest
 from chaos.observe import executor_events, last_step
 from support import sshbed
-from test_service import HOTSPARE, LEASE_S, env, inventory, reap, start_time, wait  # noqa: F401
+from support.servicebed import HOTSPARE, LEASE_S, env, inventory, start_time
+from support.wait import wait_for as wait
 
 from console.reach.transport.ssh_dial import SshTarget
 from console.records.journal import Kind, read
@@ -116,7 +117,7 @@ def journal_has(journal: Path, kind: Kind, text: str) -> bool:
 
 def test_views_over_ssh_one_acting_one_read_only_and_neither_a_cut_link_nor_a_kill_pauses_training(
     tmp_path: Path,
-    reap: list[subprocess.Popen[bytes]],  # noqa: F811
+    reap: list[subprocess.Popen[bytes]],
     host: sshbed.SshHost,
     session: None,
 ) -> None:

@@ -8,46 +8,24 @@ executor's pid and its own events, the state dir's lock, the socket's mode.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import stat
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.servicebed import HOTSPARE, LEASE_S, env, inventory, start_time
 from support.wait import wait_for as wait
 
 from console.records.console_lock import held
 from console.records.journal import Kind, read
 from console.service.client import Remote
 from console.service.wire import SOCKET_NAME
-
-HOTSPARE = Path(sys.executable).with_name("hotspare")
-LEASE_S = 8.0
-"""Long enough for a controller's restart on a busy 2-core machine (an interpreter, imports,
-the inventory) to land inside it: the figure is measured by benchmarks/console_restart.py."""
-
-
-def inventory(tmp_path: Path, **console: object) -> Path:
-    return write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=400_000)}},
-        **console,
-    )
-
-
-def env() -> dict[str, str]:
-    hook = json.dumps({h: dict(EXECUTOR_ENV) for h in ("a", "b")})
-    return {**os.environ, "HOTSPARE_EXECUTOR_ENV": hook, "OMP_NUM_THREADS": "1"}
 
 
 def children(pid: int) -> list[int]:
@@ -58,37 +36,12 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks (``/proc/PID/stat`` field 22): the same pid
-    with the same start time is the same process."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except OSError:
-        return None
-
-
 def ended(pid: int) -> bool:
     """Gone, or a zombie (an orphan waits for init to reap it)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
     except OSError:
         return True
-
-
-@pytest.fixture
-def reap(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Whatever the test started (a supervisor loop, controllers, executors) is killed after."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError, ValueError):
-            args = cmdline.read_bytes().split(b"\0")
-            if any(str(tmp_path).encode() in a for a in args):
-                os.kill(int(cmdline.parent.name), signal.SIGKILL)
 
 
 def supervised(inv: Path, started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.offlinebed import OFFLINE, executors_under
 
 from console.controller import Controller
 from console.inventory import load
@@ -19,24 +20,6 @@ from console.reach.transport.local import LocalTransport
 from console.records.journal import Event, Kind
 from console.states import JobState
 from console.supervise.policy import Policy
-
-OFFLINE = "the console reaches no host at all"
-
-
-def executors_under(root: Path) -> list[int]:
-    """Pids of executors (``executors.cli serve``) whose command line names ``root``, from
-    /proc; the console's short-lived probes (``executors.cli health``) are not executors."""
-    pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            args = cmdline.read_bytes().split(b"\0")
-            if (
-                b"executors.cli" in args
-                and b"serve" in args
-                and any(str(root).encode() in a for a in args)
-            ):
-                pids.append(int(cmdline.parent.name))
-    return pids
 
 
 async def test_a_console_that_reaches_no_host_fails_nothing_over_and_carries_on_after(

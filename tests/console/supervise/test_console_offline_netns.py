@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import netbed, sshbed
 from support.fleetbed import EXECUTOR_ENV, job_table, slow_python, until, write_inventory
-from test_console_offline import OFFLINE, executors_under
+from support.offlinebed import OFFLINE, executors_under
 
 from console.controller import Controller
 from console.inventory import load

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from support.fleetbed import local_host, write_inventory
-from test_probe_starved import HOLD_LOCK
+from support.probebed import HOLD_LOCK
 
 from console.inventory import load
 from console.reach.transport.factory import open_transport

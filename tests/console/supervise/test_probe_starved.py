@@ -28,6 +28,7 @@ from support.fleetbed import (
     until,
     write_inventory,
 )
+from support.probebed import HOLD_LOCK
 
 from console.controller import Controller
 from console.inventory import load
@@ -38,14 +39,6 @@ from console.states import JobState
 from console.supervise.policy import Policy
 from console.supervise.probe import Probe
 
-HOLD_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.read()
-"""
-"""Holds a workdir's executor lock, as a live executor does, until its stdin closes."""
 SPUN_S = 0.3
 """CPU seconds each busy loop has burnt before the block runs: past its own start, spinning."""
 
