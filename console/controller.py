@@ -39,6 +39,7 @@ from console.supervise.refusal import Refused
 from console.supervise.services import JobServices
 from console.supervise.supervisor import Supervisor
 from console.webhook import Webhook
+from protocol.faults import StopReason
 from protocol.messages import Progress
 
 ALERT_REPEAT_S = 60.0
@@ -510,7 +511,7 @@ class Controller:
         self._act(what, job=job)
         sup = self.jobs[job]
         if not sup.answer(True, target):
-            sup.request_move("migrate", f"operator: fail over {job}", target)
+            sup.request_move(StopReason.MIGRATE, f"operator: fail over {job}", target)
 
     def approve(self, job: str) -> bool:
         self._answer(f"approve failover of {job}", job)
@@ -566,7 +567,7 @@ class Controller:
         ]
         self.fleet.set_state(host, HostState.DRAINING, "operator")
         for sup in jobs:
-            sup.request_move("drain", f"operator drained {host}")
+            sup.request_move(StopReason.DRAIN, f"operator drained {host}")
         if not jobs:
             self.fleet.set_state(host, HostState.DRAINED, "no jobs to move")
 

@@ -17,7 +17,7 @@ from types import FrameType
 from executors import exitcodes
 from executors.agent.workdir import EVENTS, PID, WorkdirBusy, acquire, read_command, reap_command
 from protocol.errors import ConfigError
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import ExecutorMessage, LogLevel
 from protocol.version import VersionAction
 
@@ -142,13 +142,15 @@ def _run(args: argparse.Namespace) -> int:
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGTERM:
             control.request_stop(
-                "preempted",
+                StopReason.PREEMPTED,
                 checkpoint=True,
                 exit_code=exitcodes.PREEMPTED,
                 fault=FaultKind.PREEMPTED,
             )
         else:
-            control.request_stop("interrupted", checkpoint=True, exit_code=exitcodes.INTERRUPTED)
+            control.request_stop(
+                StopReason.INTERRUPTED, checkpoint=True, exit_code=exitcodes.INTERRUPTED
+            )
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -38,3 +38,51 @@ class FaultKind(StrEnum):
     restarted, the job fails with the message."""
     PROTOCOL = "protocol"
     """A peer sent something that is not a valid frame or message."""
+
+
+class StopReason(StrEnum):
+    """Why an executor stops: what a ``Stop`` or ``Drain`` asks and what its ``Stopped`` says
+    (the console classifies the ending by it: ``console.supervise.outcome``)."""
+
+    OPERATOR = "operator"
+    """An operator's stop (``s``, ``hotspare stop``)."""
+    NOT_NEEDED = "not_needed"
+    """An idle executor the console has no use for (a twin, a standby, one it did not adopt)."""
+    DRAIN = "drain"
+    """An operator drained the host: checkpoint, stop, move."""
+    MIGRATE = "migrate"
+    """A planned move: an operator's failover, or a GPU that warns sample after sample."""
+    GPU_FAIL = "gpu_fail"
+    """The host's GPU fails a health rule: the host is drained and the job moves."""
+    GROWN = "grown"
+    """An elastic group stops at a step to start again one host larger."""
+    PREEMPTED = "preempted"
+    """SIGTERM to the executor: its host is going away."""
+    INTERRUPTED = "interrupted"
+    """SIGINT to the executor (a foreground run's Ctrl-C)."""
+    LEASE_LOST = "lease_lost"
+    """Its lease ended before a renewal came."""
+    STALE_EPOCH = "stale_epoch"
+    """A newer epoch of the job was granted: this one stops without a checkpoint."""
+    WORKDIR_BUSY = "workdir_busy"
+    """A warm twin was told to Start while the job's executor still held the workdir."""
+    DISK_FULL = "disk_full"
+    """Checkpoints keep failing on a full disk."""
+    NO_CONSOLE = "no_console"
+    """An idle executor no console linked to within its wait."""
+    PEER_STOPPED = "peer_stopped"
+    """A group's member stops at the step its group agreed on: another member's stop."""
+
+
+PLANNED_STOPS = frozenset(
+    {
+        StopReason.PREEMPTED,
+        StopReason.DRAIN,
+        StopReason.MIGRATE,
+        StopReason.GPU_FAIL,
+        StopReason.INTERRUPTED,
+        StopReason.GROWN,
+    }
+)
+"""Stops that end a run on purpose with a checkpoint at the step: the job moves or restarts
+with no step lost."""

@@ -11,10 +11,10 @@ from enum import StrEnum
 
 import msgspec
 
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.spec import CheckpointManifest, JobSpec
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class ExecutorState(StrEnum):
@@ -159,14 +159,14 @@ class CheckpointNow(_Msg, tag="checkpoint_now"):
 class Stop(_Msg, tag="stop"):
     """Stop training; with ``checkpoint`` write one at the current step first."""
 
-    reason: str = "operator"
+    reason: StopReason = StopReason.OPERATOR
     checkpoint: bool = True
 
 
 class Drain(_Msg, tag="drain"):
     """Planned migration: checkpoint at the current step, report it, then stop (0 lost steps)."""
 
-    reason: str = "drain"
+    reason: StopReason = StopReason.DRAIN
 
 
 class Ping(_Msg, tag="ping"):
@@ -332,7 +332,7 @@ class Stopped(_Msg, tag="stopped"):
     """The executor stopped before the last step; ``checkpoint_step`` is where it can resume."""
 
     step: int
-    reason: str
+    reason: StopReason
     checkpoint_step: int | None = None
     exit_code: int = 0
 
@@ -343,7 +343,7 @@ class RunEnded(_Msg, tag="run_ended"):
     the end of its lease. ``fault`` is the class (``crash``, ``hang``), ``message`` the why."""
 
     step: int
-    fault: str
+    fault: FaultKind
     message: str
     exit_code: int
     checkpoint_step: int | None = None

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind
 from console.supervise.policy import Policy
+from protocol.faults import StopReason
 from protocol.messages import Health
 
 WARN_IN_A_ROW = 5
@@ -25,24 +25,16 @@ WARN_IN_A_ROW = 5
 WARN_RULES = ("throttle", "temperature", "pcie_replays")
 
 
-class GpuMove(StrEnum):
-    """Why the job leaves the host: the Drain's reason (and the incident's class)."""
-
-    FAIL = "gpu_fail"
-    """The GPU fails a health rule: the host is drained too."""
-    WARN = "migrate"
-    """The GPU warned in every one of the last ``WARN_IN_A_ROW`` samples (auto policy only,
-    a fit host free)."""
-
-
 @dataclass(frozen=True)
 class GpuCall:
-    move: GpuMove
+    move: StopReason
+    """``GPU_FAIL`` (the host is drained too) or ``MIGRATE`` (a warning in every one of the
+    last ``WARN_IN_A_ROW`` samples: auto policy only, a fit host free)."""
     why: str
     """The findings, as the alert and the incident say them."""
 
     def said(self, host: str) -> str:
-        word = "GPU FAIL" if self.move is GpuMove.FAIL else "GPU WARN"
+        word = "GPU FAIL" if self.move is StopReason.GPU_FAIL else "GPU WARN"
         return f"{word} on {host}: {self.why}"
 
 
@@ -69,7 +61,7 @@ class GpuWatch:
         if not self._acts:
             return None
         if failing:
-            return GpuCall(GpuMove.FAIL, "; ".join(f.message for f in failing))
+            return GpuCall(StopReason.GPU_FAIL, "; ".join(f.message for f in failing))
         if self._warned[host] != WARN_IN_A_ROW or self._policy() is not Policy.AUTO:
             return None
         if not fleet.usable():
@@ -81,4 +73,4 @@ class GpuWatch:
                 data={"rule": warns[0].rule, "moved": False},
             )
             return None
-        return GpuCall(GpuMove.WARN, warns[0].message)
+        return GpuCall(StopReason.MIGRATE, warns[0].message)

@@ -22,6 +22,7 @@ from console.reach.remote import list_manifests, promote
 from console.reach.transport.base import Transport, TransportError
 from console.records.journal import Journal, Kind
 from console.supervise.outcome import Exit, Outcome
+from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Prepare, Stop
 
 START_TIMEOUT_S = 90.0
@@ -211,7 +212,7 @@ class Launcher:
             return link
         self.dismissed.add((host, hello.pid))
         with contextlib.suppress(LinkError):
-            await link.send(Stop(reason="not adopted by the console", checkpoint=False))
+            await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
         link.close()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(START_TIMEOUT_S / 3):
@@ -293,7 +294,7 @@ class Launcher:
                     with contextlib.suppress(LinkError):
                         hello = await link.open(timeout=5)
                         if hello.pid == pid:
-                            await link.send(Stop(reason="not needed", checkpoint=False))
+                            await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
                     link.close()
                     await asyncio.sleep(POLL_S)
         except TimeoutError:

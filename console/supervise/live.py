@@ -19,6 +19,7 @@ from console.records.journal import Journal, Kind
 from console.records.state_store import JobRecord
 from console.states import JOB_TRANSITIONS, FailureKind, JobState, Machine
 from console.supervise.outcome import Outcome
+from protocol.faults import StopReason
 from protocol.spec import CheckpointManifest, JobSpec
 
 HISTORY_LEN = 600
@@ -88,7 +89,7 @@ class LiveJob:
     sample after sample, under the auto policy); emptied once they are replaced."""
     stop_requested: bool = False
     """An operator asked this job to stop (remembered across consoles once it has)."""
-    move_kept: tuple[str, str, str | None] | None = None
+    move_kept: tuple[StopReason, str, str | None] | None = None
     """(reason, why, target) of a move asked for while the job was on its way to training
     (deploying, restarting, failing over): made once it trains (``Orders.trains``)."""
 

@@ -21,14 +21,14 @@ from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
-from console.supervise.gpu_health import GpuMove, GpuWatch
+from console.supervise.gpu_health import GpuWatch
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
 from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.supervise.policy import Policy
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
     ExecutorMessage,
@@ -65,7 +65,7 @@ class JobMessages:
         replicator: Replicator,
         incident: OpenIncident,
         progress: Callable[[Progress], None],
-        move: Callable[[str, str], None],
+        move: Callable[[StopReason, str], None],
         acts: bool = True,
     ) -> None:
         self._live = live
@@ -163,6 +163,7 @@ class JobMessages:
             self._heard.log(job.host, msg)
         elif isinstance(msg, Finished):
             job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
+            self._incident.finished(msg.step)
         elif isinstance(msg, Stopped):
             job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
         elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one
@@ -203,7 +204,7 @@ class JobMessages:
         call = self._gpu.heard(host, msg)
         if call is None or job.state is not JobState.RUNNING:
             return
-        if call.move is GpuMove.FAIL:
+        if call.move is StopReason.GPU_FAIL:
             self._alert(f"{host}: GPU FAIL ({call.why}): draining and moving {job.name}", host=host)
             self._fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {call.why}")
-        self._move(call.move.value, call.said(host))
+        self._move(call.move, call.said(host))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from console import clock
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
-from console.spares.placement import choose_primary, choose_spares
+from console.spares.placement import choose_primary
 from console.spares.spare_keeper import SpareKeeper, send_newest
 from console.spares.targets import Targets
 from console.states import JobState
@@ -32,6 +32,7 @@ from console.supervise.recovery import Recovery
 from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.watch import Watch
+from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Start
 
 if TYPE_CHECKING:
@@ -254,44 +255,11 @@ class JobSupervisor(Supervisor):
 
     # --------------------------------------------------------------- launch
 
-    def _assign(self, host: str) -> None:
-        job, fleet = self.live, self._fleet
-        if job.host and job.host != host and fleet.hosts[job.host].job == self.name:
-            fleet.hosts[job.host].job = None
-        job.host = host
-        fleet.hosts[host].job = self.name
-        choice = choose_spares(
-            self._inv,
-            self.name,
-            host,
-            usable=fleet.usable(),
-            reserved=self._reserved(),
-            priority=self._priorities(),
-            count=max(1, len(self._inv.jobs[self.name].placement.spares)),
-        )
-        for spare, other in choice.taken:
-            self._take_spare(spare, other, by=self.name)
-        job.spares = choice.spares
-        job.rec.host, job.rec.spares = host, list(choice.spares)
-        self._save()
-        self._journal.record(
-            Kind.PLACEMENT,
-            f"{self.name}: on {host}, spares {', '.join(job.spares) or 'none'}",
-            job=self.name,
-            host=host,
-            data={"spares": job.spares},
-        )
-        if not job.spares:
-            self._alert(
-                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
-            )
-            self._need_host(f"job {self.name} has no spare")
-
     async def _launch(self, host: str, promote_replica: bool) -> Outcome | None:
         """Deploy, start and link an executor on ``host`` (unless one was prepared there), then Start it."""
         job = self.live
         self._states.move(JobState.DEPLOYING, f"on {host}")
-        self._assign(host)
+        self._assign([host])
         link = await self._standby.executor_on(host, promote_replica)
         if isinstance(link, Outcome):
             return link
@@ -320,7 +288,7 @@ class JobSupervisor(Supervisor):
         linked, its lease granted): the idle executor is told to go, nothing is Started. It was
         honoured only before the next launch, so a stop during a restart's deploy was lost and
         the job trained on to its end."""
-        await self._retire(link, host, why="the job was stopped by an operator")
+        await self._retire(link, host, why=StopReason.OPERATOR)
         link.close()
         self.live.link = None
         return Outcome(Exit.STOPPED, "stopped by an operator before its start")

@@ -12,6 +12,7 @@ from console.records.journal import Journal, Kind
 from console.states import JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.live import Alert, LiveJob, Transitions
+from protocol.faults import StopReason
 from protocol.messages import CheckpointNow, ConsoleMessage, Drain, Stop
 
 ON_ITS_WAY = frozenset(
@@ -42,7 +43,7 @@ class Orders:
         self._wake = wake
         """Wake whatever waits for the fleet to change (a supervisor waiting for a host)."""
 
-    def request_move(self, reason: str, why: str, target: str | None = None) -> None:
+    def request_move(self, reason: StopReason, why: str, target: str | None = None) -> None:
         """Planned migration: checkpoint at the current step, stop, then move (0 lost steps).
 
         Only a job that trains can be moved so. One on its way to training (being deployed,
@@ -113,7 +114,7 @@ class Orders:
             self.answer(False)
             self._wake()  # wakes a supervisor waiting for a host
             return
-        self._send(Stop(reason="operator", checkpoint=True), "stop")
+        self._send(Stop(reason=StopReason.OPERATOR, checkpoint=True), "stop")
 
     def answer(self, approved: bool, target: str | None = None) -> bool:
         job = self._live

@@ -9,7 +9,7 @@ from enum import StrEnum
 
 import msgspec
 
-from protocol.faults import FaultKind
+from protocol.faults import PLANNED_STOPS, FaultKind, StopReason
 from protocol.messages import CheckpointSaved
 
 
@@ -60,7 +60,7 @@ class Outcome:
     @property
     def preempted(self) -> bool:
         """Stopped because its host is going away (SIGTERM): a move that must not come back."""
-        return self.exit is Exit.PLANNED and self.reason == "preempted"
+        return self.exit is Exit.PLANNED and self.reason == StopReason.PREEMPTED
 
     def said(self) -> str:
         """The exit class and why, each word once: ``finished``, ``stopped: operator``,
@@ -80,19 +80,24 @@ def from_stopped(reason: str, step: int, checkpoint_step: int | None) -> Outcome
 
 
 def _stop_class(reason: str) -> tuple[Exit, str]:
-    """A Stopped reason's exit class and what it says."""
-    if reason in ("preempted", "drain", "migrate", "gpu_fail", "interrupted", "grown"):
-        return Exit.PLANNED, f"stopped for {reason}"
-    if reason in ("lease_lost", "stale_epoch"):
-        return Exit.LEASE_LOST, f"stopped: {reason}"
-    if reason == "workdir_busy":  # a warm twin refused a Start: the job's executor still ran
+    """A Stopped reason's exit class and what it says (a reason this console does not know,
+    read back from an older executor's events, is a plain stop)."""
+    try:
+        known = StopReason(reason)
+    except ValueError:
+        return Exit.STOPPED, f"stopped: {reason}"
+    if known in PLANNED_STOPS:
+        return Exit.PLANNED, f"stopped for {known}"
+    if known in (StopReason.LEASE_LOST, StopReason.STALE_EPOCH):
+        return Exit.LEASE_LOST, f"stopped: {known}"
+    if known is StopReason.WORKDIR_BUSY:  # a warm twin refused a Start: the job's executor ran
         return (
             Exit.CRASHED,
             "the warm twin refused the restart: the job's executor still held the workdir",
         )
-    if reason == "disk_full":
+    if known is StopReason.DISK_FULL:
         return Exit.CRASHED, "checkpoints keep failing: disk full"
-    return Exit.STOPPED, f"stopped: {reason}"
+    return Exit.STOPPED, f"stopped: {known}"
 
 
 def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:

@@ -22,6 +22,7 @@ from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.probe import Probe
 from console.supervise.unless_down import HostLost, unless_down
+from protocol.faults import StopReason
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
 
@@ -260,7 +261,7 @@ class Standby:
             self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
         told = ""
         try:
-            await prepared.link.send(Stop(reason="not needed", checkpoint=False))
+            await prepared.link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
         except LinkError as e:
             told = f" (the Stop was not sent: {e})"
         prepared.link.close()

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.reach.transport.base import Transport
+from console.records.journal import Kind
 from console.records.state_store import JobRecord
+from console.spares.placement import choose_spares
 from console.states import FailureKind, JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
@@ -32,6 +34,7 @@ from console.supervise.observe import Observe
 from console.supervise.orders import Orders
 from console.supervise.probe import Probe
 from console.supervise.standby import Prepared
+from protocol.faults import StopReason
 from protocol.messages import Progress, Stop
 from protocol.spec import CheckpointManifest
 
@@ -224,7 +227,7 @@ class Supervisor(ABC):
         self._services.on_progress(self, msg)
         self._orders.trains()
 
-    def request_move(self, reason: str, why: str, target: str | None = None) -> None:
+    def request_move(self, reason: StopReason, why: str, target: str | None = None) -> None:
         """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
         self._orders.request_move(reason, why, target)
 
@@ -270,7 +273,7 @@ class Supervisor(ABC):
         raise NotImplementedError
 
     async def _retire(
-        self, link: ExecutorLink, host: str, why: str = "not adopted by the console"
+        self, link: ExecutorLink, host: str, why: StopReason = StopReason.NOT_NEEDED
     ) -> None:
         """An executor this console will not Start (idle, or of another epoch): stop it, wait
         for its lock."""
@@ -279,6 +282,58 @@ class Supervisor(ABC):
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason=why, checkpoint=False))
         await self._probe.wait_gone(host)
+
+    def _assign(self, hosts: list[str]) -> None:
+        """The job trains on ``hosts`` now (one, or a group's members by node rank): they are
+        its and the hosts it left are free. Its spares are kept where still fit and free (they
+        hold its replicas), and filled up to the count it asks for (its named spares first,
+        then the nearest: ``choose_spares``); journalled, alerted when it has none.
+
+        One rule for both kinds (issue 30): a single host's job chose its spares afresh at each
+        launch, dropping a spare that held its replicas for another ranked higher; a group kept
+        its spares, and chose only once none was left."""
+        job, fleet = self.live, self._fleet
+        for h, rt in fleet.hosts.items():
+            if rt.job == self.name and h not in hosts:
+                rt.job = None
+        for h in hosts:
+            fleet.hosts[h].job = self.name
+        job.host = hosts[0]
+        wanted = max(1, len(self._inv.jobs[self.name].placement.spares))
+        kept = [
+            s
+            for s in job.spares
+            if s not in hosts and s in fleet.hosts and fleet.fit(s) and fleet.hosts[s].job is None
+        ][:wanted]
+        if len(kept) < wanted:
+            choice = choose_spares(
+                self._inv,
+                self.name,
+                hosts[0],
+                usable=fleet.usable(exclude=set(kept)),
+                reserved=self._reserved(),
+                priority=self._priorities(),
+                count=wanted - len(kept),
+            )
+            for spare, other in choice.taken:
+                self._take_spare(spare, other, by=self.name)
+            kept += choice.spares
+        job.spares = kept
+        job.rec.host, job.rec.spares = hosts[0], list(kept)
+        self._save()
+        ranks = f" (node ranks 0..{len(hosts) - 1})" if len(hosts) > 1 else ""
+        self._journal.record(
+            Kind.PLACEMENT,
+            f"{self.name}: on {', '.join(hosts)}{ranks}, spares {', '.join(kept) or 'none'}",
+            job=self.name,
+            host=hosts[0],
+            data={"members": list(hosts), "spares": list(kept)},
+        )
+        if not kept:
+            self._alert(
+                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
+            )
+            self._need_host(f"job {self.name} has no spare")
 
     def _stop_before_start(self) -> bool:
         """An operator's stop that found no executor to tell is honoured here, before any start."""

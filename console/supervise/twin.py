@@ -17,6 +17,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Journal, Kind
 from console.supervise.launcher import Launcher
 from console.supervise.live import LiveJob
+from protocol.faults import StopReason
 from protocol.messages import Stop
 
 POLL_S = 0.2
@@ -130,7 +131,7 @@ class Twin:
         async def stop() -> None:
             with contextlib.suppress(LinkError, TimeoutError):
                 async with asyncio.timeout(5):
-                    await link.send(Stop(reason="twin not needed", checkpoint=False))
+                    await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
             link.close()
 
         self._launcher.outlive(stop())

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from executors import clock
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import Rendezvous
 
 
 @dataclass(frozen=True)
 class StopRequest:
-    reason: str
+    reason: StopReason
     checkpoint: bool
     exit_code: int
     fault: FaultKind | None = None
@@ -71,7 +71,12 @@ class Control:
             return reason
 
     def request_stop(
-        self, reason: str, *, checkpoint: bool, exit_code: int, fault: FaultKind | None = None
+        self,
+        reason: StopReason,
+        *,
+        checkpoint: bool,
+        exit_code: int,
+        fault: FaultKind | None = None,
     ) -> None:
         """The first stop request wins; a later one (say, a second signal) does not change it."""
         if self._stop is None:

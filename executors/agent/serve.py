@@ -37,7 +37,7 @@ from executors.fencing.term import TermFence
 from executors.kinds import Idle, load_idle, load_kind
 from executors.threadname import name_os_thread
 from protocol.errors import ConfigError, ProtocolError
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.framing import (
     CONSOLE_MESSAGES,
     check_hello,
@@ -206,7 +206,7 @@ class Server:
         except WorkdirBusy as e:
             text = f"warm twin: Start refused, the job's executor still runs ({e})"
             self.emit(Fault(fault=FaultKind.WORKDIR_BUSY, message=text))
-            self._finish_idle("workdir_busy", exitcodes.BUSY)
+            self._finish_idle(StopReason.WORKDIR_BUSY, exitcodes.BUSY)
             return False
         self._serve(self.workdir / SOCKET)  # a later console reattaches here as to any executor
         for listening in self._servers[:1]:
@@ -220,26 +220,27 @@ class Server:
     def _on_signal(self, sig: int) -> None:
         if self.state is ExecutorState.FAULTED:
             self._end_faulted(
-                "preempted" if sig == signal.SIGTERM else "interrupted",
+                StopReason.PREEMPTED if sig == signal.SIGTERM else StopReason.INTERRUPTED,
                 exitcodes.PREEMPTED if sig == signal.SIGTERM else exitcodes.INTERRUPTED,
             )
         elif self.control is None:
             self._finish_idle(
-                "preempted" if sig == signal.SIGTERM else "interrupted", exitcodes.PREEMPTED
+                StopReason.PREEMPTED if sig == signal.SIGTERM else StopReason.INTERRUPTED,
+                exitcodes.PREEMPTED,
             )
         elif sig == signal.SIGTERM:
             self.control.request_stop(
-                "preempted",
+                StopReason.PREEMPTED,
                 checkpoint=True,
                 exit_code=exitcodes.PREEMPTED,
                 fault=FaultKind.PREEMPTED,
             )
         else:
             self.control.request_stop(
-                "interrupted", checkpoint=True, exit_code=exitcodes.INTERRUPTED
+                StopReason.INTERRUPTED, checkpoint=True, exit_code=exitcodes.INTERRUPTED
             )
 
-    def _finish_idle(self, reason: str, code: int) -> None:
+    def _finish_idle(self, reason: StopReason, code: int) -> None:
         self.emit(Stopped(step=0, reason=reason, exit_code=code))
         self.state = ExecutorState.STOPPED
         self._loop.call_soon(self._resolve, code)
@@ -249,7 +250,7 @@ class Server:
         if not self._done.done():
             self._done.set_result(code)
 
-    def _end_faulted(self, reason: str, code: int) -> None:
+    def _end_faulted(self, reason: StopReason, code: int) -> None:
         """A faulted executor told to stop (or whose lease ended): nothing runs; end the process."""
         self.emit(
             Stopped(
@@ -375,7 +376,7 @@ class Server:
             self.emit(
                 RunEnded(
                     step=self.step,
-                    fault=reason,
+                    fault=FaultKind(reason),
                     message=fault.message if fault is not None else reason,
                     exit_code=code,
                     checkpoint_step=self._checkpoint_step,
@@ -503,7 +504,9 @@ class Server:
                     "without writing anything more",
                 )
             )
-            control.request_stop("stale_epoch", checkpoint=False, exit_code=exitcodes.LEASE_LOST)
+            control.request_stop(
+                StopReason.STALE_EPOCH, checkpoint=False, exit_code=exitcodes.LEASE_LOST
+            )
             self.state = ExecutorState.STOPPING
 
     async def _flush_clients(self) -> None:
@@ -566,10 +569,12 @@ class Server:
             if self.control is not None or self._clients:
                 alone_since = time.monotonic()
             elif time.monotonic() - alone_since > self.idle_exit_s and not self._done.done():
-                self._finish_idle("idle: no console", exitcodes.STOPPED)
+                self._finish_idle(StopReason.NO_CONSOLE, exitcodes.STOPPED)
             ended = self.control is not None and LeaseGuard(self.control).ended()
             if self.state is ExecutorState.FAULTED and ended:
-                self._end_faulted("lease_lost", exitcodes.LEASE_LOST)  # no restart came in time
+                self._end_faulted(
+                    StopReason.LEASE_LOST, exitcodes.LEASE_LOST
+                )  # no restart came in time
                 continue
             if ended and self._thread is not None and self._thread.is_alive():
                 seal()

@@ -111,6 +111,22 @@ def _incident(n: int, t: float, host: str, cls: str, resolved: float) -> list[Ev
     ]
 
 
+def test_a_console_restarted_soon_after_another_is_matched_to_its_own_console() -> None:
+    """Chaos seed 49 of the 200-fault torchrun run at a44d1cf: two console restarts 2.9 s
+    apart; the first one's console started 1.8 s before the second was injected, within the
+    slack the second's window took from its start, so the second's incident (opened 1 s after
+    it by its own console) fell outside its window: "no console_restart incident". A console
+    restart's own console starts after its injection (the injector kills, then starts)."""
+    events = [*_console_restart(6, 101.19), *_console_restart(7, 103.97)]
+    report = "| 6 | j | c | console_restart |\n| 7 | j | c | console_restart |"
+    first = Injected("console_restart", "j", "c", 100.1, ("console_restart",), recovered_at=101.8)
+    second = Injected("console_restart", "j", "c", 103.0, ("console_restart",), recovered_at=104.6)
+    matches, leftover, _ = inv.match_incidents(events, [first, second], report)
+    got = [(m.fault.t, m.ok, m.incident.id if m.incident else None) for m in matches]
+    assert got == [(100.1, True, 6), (103.0, True, 7)], got
+    assert leftover == []
+
+
 def test_a_fault_seen_through_does_not_take_the_next_faults_incident() -> None:
     """Chaos seed 7 of the 60-fault torchrun run at bfbbf87: a corrupt_replica on b (host
     killed) overlapped by a console restart, both absorbed in the restart's incident and seen

@@ -41,6 +41,7 @@ from executors.kinds.command.command_io import (
 )
 from executors.kinds.command.command_kind import CommandKind
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.faults import StopReason
 from protocol.messages import ConsoleHello, ExecutorMessage, Log, Progress, Start, Stop, Stopped
 from protocol.spec import CheckpointManifest, CommandSpec, JobSpec
 
@@ -354,12 +355,12 @@ def test_stop_sends_sigterm_and_the_script_checkpoints_within_its_grace(tmp_path
         send_message(c.sock, Start(spec=_job_spec(extra=["--step-s", "0.05"]), epoch=1))
         c.until(lambda m: isinstance(m, Progress) and m.step >= 12, 60)
         t0 = time.monotonic()
-        send_message(c.sock, Stop(reason="test"))
+        send_message(c.sock, Stop(reason=StopReason.OPERATOR))
         stopped = c.until(lambda m: isinstance(m, Stopped), 30)
         took = time.monotonic() - t0
         logs = [m.text for m in c.seen if isinstance(m, Log)]
         assert isinstance(stopped, Stopped)
-        assert (stopped.reason, stopped.exit_code) == ("test", exitcodes.STOPPED)
+        assert (stopped.reason, stopped.exit_code) == (StopReason.OPERATOR, exitcodes.STOPPED)
         assert f"got SIGTERM; saved step {stopped.step}, exiting" in logs
         assert "command exited with code 0" in logs
         assert took < 5, f"the script took {took:.1f}s (grace 10s): it was not sent SIGTERM"

@@ -35,6 +35,7 @@ from support.helpers import (
 from executors import exitcodes
 from executors.agent.workdir import COMMAND_GROUP, TOKEN_ENV
 from protocol import send_message
+from protocol.faults import StopReason
 from protocol.messages import (
     Finished,
     Log,
@@ -251,7 +252,7 @@ def test_a_stop_kills_a_forked_run_that_ignores_sigterm_within_its_grace(
     child = started_pid(c.started().text)
     c.until(lambda m: isinstance(m, Progress), 30)
     t0 = time.monotonic()
-    send_message(c.sock, Stop(reason="operator"))
+    send_message(c.sock, Stop(reason=StopReason.OPERATOR))
     stopped = c.until(lambda m: isinstance(m, Stopped), 10)
     assert isinstance(stopped, Stopped) and stopped.reason == "operator"
     assert time.monotonic() - t0 < 0.5 + 3
@@ -373,7 +374,7 @@ def test_a_prepared_executor_told_to_stop_leaves_no_zygote_and_ran_nothing(
     send_message(c.sock, Prepare(spec=spec))
     zygote = readied_zygote(executor.proc.pid)
     spare = children(zygote)
-    send_message(c.sock, Stop(reason="not needed", checkpoint=False))
+    send_message(c.sock, Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
     assert executor.finish(30)[0] == exitcodes.STOPPED
     wait_for(lambda: not any(alive(p) for p in [zygote, *spare]), 10, "zygote and spare gone")
     assert not (work / COMMAND_GROUP).exists(), "the command never ran"

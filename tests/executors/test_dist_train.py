@@ -37,6 +37,7 @@ from executors import exitcodes
 from executors.kinds.torch.dist import GLOO_IFNAME, interface_of, joined
 from executors.kinds.torch.logical import plan
 from protocol.errors import ConfigError
+from protocol.faults import StopReason
 from protocol.messages import (
     CheckpointSaved,
     Fault,
@@ -165,7 +166,7 @@ def test_resuming_a_step_a_member_lacks_or_another_member_wrote_is_a_clear_fault
     assert (works[0] / "checkpoints" / "step-0000000020.json").exists(), "nothing loaded or lost"
     assert not (works[0] / "checkpoints" / "step-0000000030.json").exists(), "uncommitted"
 
-    members[0].client.send(Stop(reason="test"))
+    members[0].client.send(Stop(reason=StopReason.OPERATOR))
     rv = Rendezvous(node_rank=1, addresses=["127.0.0.1"] * 2, master_port=1, procs_per_host=2)
     members[1].client.send(Start(spec=SPEC, epoch=2, rendezvous=rv))
     refused = members[1].client.until(lambda x: isinstance(x, Fault) and x.fault == "config", 10)
@@ -198,7 +199,7 @@ def test_a_stop_sent_to_one_rank_stops_both_at_the_same_step(
     if address is not None:
         for m in members:
             assert local_ips(m.proc.proc.pid) == {address}
-    members[1].client.send(Stop(reason="operator"))
+    members[1].client.send(Stop(reason=StopReason.OPERATOR))
     stops = [m.client.until(lambda x: isinstance(x, (Stopped, RunEnded)), 30) for m in members]
     assert all(isinstance(s, Stopped) for s in stops), stops
     first, second = (s for s in stops if isinstance(s, Stopped))

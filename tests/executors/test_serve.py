@@ -15,6 +15,7 @@ from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, encode_frame, recv_message, send_message
+from protocol.faults import StopReason
 from protocol.messages import (
     CheckpointNow,
     CheckpointSaved,
@@ -131,10 +132,10 @@ def test_serve_round_trip(served: tuple[ExecutorProcess, Path]) -> None:
     assert isinstance(again, ExecutorHello)
     assert (again.state, again.job) == ("training", "tiny")
     assert again.step > step_at_disconnect
-    c.send(Stop(reason="test"))
+    c.send(Stop(reason=StopReason.OPERATOR))
     stopped = c.until(lambda m: isinstance(m, Stopped), 30, "Stopped")
     assert isinstance(stopped, Stopped)
-    assert stopped.reason == "test"
+    assert stopped.reason is StopReason.OPERATOR, "the reason told, decoded as the enum"
     assert stopped.checkpoint_step == stopped.step
     rc, _ = proc.finish(30)
     assert rc == exitcodes.STOPPED
@@ -260,7 +261,7 @@ def test_an_idle_executor_nobody_talks_to_exits(tmp_path: Path) -> None:
     assert rc == exitcodes.STOPPED, err
     assert (
         json.loads((work / "events.jsonl").read_text().splitlines()[-1])["reason"]
-        == "idle: no console"
+        == StopReason.NO_CONSOLE
     )
 
 

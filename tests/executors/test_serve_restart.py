@@ -31,6 +31,7 @@ from support.helpers import (
 from console.supervise.outcome import Exit, from_events_tail
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.faults import StopReason
 from protocol.messages import (
     ConsoleHello,
     ExecutorHello,
@@ -245,7 +246,7 @@ def test_a_faulted_executor_stops_when_told(tmp_path: Path, cleanup: list[Execut
     c = Client(work / "executor.sock")
     c.send(Start(spec=TORCH_JOB, epoch=1, lease_s=30))
     c.until(lambda m: isinstance(m, RunEnded), 60)
-    c.send(Stop(reason="not restarted", checkpoint=False))
+    c.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
     stopped = c.until(lambda m: isinstance(m, Stopped), 10)
     assert isinstance(stopped, Stopped) and stopped.checkpoint_step == 10
     rc, err = proc.finish(30)

@@ -16,6 +16,7 @@ from support.helpers import TINY_CONFIG, ExecutorProcess, wait_for
 
 from executors import exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.faults import StopReason
 from protocol.messages import (
     ConsoleHello,
     ExecutorHello,
@@ -141,7 +142,7 @@ def test_a_twin_refuses_while_the_executor_lives_and_takes_over_once_it_is_gone(
             "training",
             2,
         )
-        again.send(Stop(reason="test"))
+        again.send(Stop(reason=StopReason.OPERATOR))
         assert warm.finish(30)[0] == exitcodes.STOPPED
         assert not (work / "executor.sock").exists() and not (work / "executor.pid").exists()
     finally:

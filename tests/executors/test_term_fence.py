@@ -16,6 +16,7 @@ from support.helpers import TINY_CONFIG, ExecutorProcess, env_with, wait_for
 
 from executors import clock, exitcodes
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
+from protocol.faults import StopReason
 from protocol.messages import ConsoleHello, ExecutorHello, Lease, Start, Stop
 from protocol.spec import JobSpec
 
@@ -84,7 +85,7 @@ def test_orders_from_a_lower_term_are_refused_and_the_term_outlives_the_executor
         assert (work / "term").read_text().strip() == "5"
 
         old.send(Lease(epoch=1, ttl_s=TTL, anchor=clock.now()))
-        old.send(Stop(reason="a deposed leader's stop", checkpoint=False))
+        old.send(Stop(reason=StopReason.OPERATOR, checkpoint=False))
         wait_for(lambda: len(refusals(work)) >= 2, 30, "both orders refused")
         said = refusals(work)
         assert "Lease refused" in said[0] and "term 4" in said[0] and "term 5" in said[0]
@@ -94,7 +95,7 @@ def test_orders_from_a_lower_term_are_refused_and_the_term_outlives_the_executor
         assert proc.proc.poll() is None and Path(f"/proc/{proc.proc.pid}").exists()
         assert not [e for e in events(work) if e.get("kind") == "stopped"]
 
-        new.send(Stop(reason="the leader's stop", checkpoint=False))  # obeyed
+        new.send(Stop(reason=StopReason.OPERATOR, checkpoint=False))  # obeyed
         code, _ = proc.finish(60)
         assert code == exitcodes.STOPPED
     finally:

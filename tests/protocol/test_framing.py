@@ -37,6 +37,7 @@ from protocol import (
     send_message,
     write_message,
 )
+from protocol.faults import FaultKind, StopReason
 from protocol.framing import MessageDecoder
 from protocol.messages import (
     CheckpointNow,
@@ -130,8 +131,8 @@ CONSOLE_EXAMPLES: list[Any] = [
     Lease(epoch=7, ttl_s=15.0),
     CheckpointNow(reason="replicate before drain"),
     CheckpointNow(),
-    Stop(reason="operator", checkpoint=False),
-    Drain(reason="GPU warning: thermal throttle"),
+    Stop(reason=StopReason.OPERATOR, checkpoint=False),
+    Drain(reason=StopReason.MIGRATE),
     Ping(nonce=2**63 - 1),
     Prepare(spec=SPEC),
 ]
@@ -202,9 +203,11 @@ EXECUTOR_EXAMPLES: list[Any] = [
     Fault(fault="oom", message="CUDA out of memory; micro-batch 8 -> 4", step=1502, fatal=False),
     Log(level="warning", text="line one\nline two\x00 with NUL and ünïcödé"),
     Finished(step=2000, params_sha256="ab" * 32),
-    Stopped(step=1510, reason="lease_lost", checkpoint_step=1510, exit_code=75),
-    RunEnded(step=1510, fault="crash", message="exit 137 (SIGKILL)", exit_code=1),
-    RunEnded(step=0, fault="hang", message="no progress", exit_code=1, checkpoint_step=None),
+    Stopped(step=1510, reason=StopReason.LEASE_LOST, checkpoint_step=1510, exit_code=75),
+    RunEnded(step=1510, fault=FaultKind.CRASH, message="exit 137 (SIGKILL)", exit_code=1),
+    RunEnded(
+        step=0, fault=FaultKind.HANG, message="no progress", exit_code=1, checkpoint_step=None
+    ),
 ]
 
 
@@ -523,6 +526,32 @@ BAD_PAYLOADS = [
         CONSOLE_MESSAGES,
         "Invalid enum value 'mpi' - at `$.rendezvous.backend`",
         id="unknown-backend",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode({"kind": "stop", "reason": "a deposed leader's stop"}),
+        CONSOLE_MESSAGES,
+        'Invalid enum value "a deposed leader\'s stop" - at `$.reason`',
+        id="unknown-stop-reason",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode({"kind": "drain", "reason": "GPU warning"}),
+        CONSOLE_MESSAGES,
+        "Invalid enum value 'GPU warning' - at `$.reason`",
+        id="unknown-drain-reason",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode({"kind": "stopped", "step": 1, "reason": "idle: no console"}),
+        EXECUTOR_MESSAGES,
+        "Invalid enum value 'idle: no console' - at `$.reason`",
+        id="unknown-stopped-reason",
+    ),
+    pytest.param(
+        msgspec.msgpack.encode(
+            {"kind": "run_ended", "step": 1, "fault": "crashed", "message": "m", "exit_code": 1}
+        ),
+        EXECUTOR_MESSAGES,
+        "Invalid enum value 'crashed' - at `$.fault`",
+        id="unknown-run-ended-fault",
     ),
     pytest.param(
         msgspec.msgpack.encode([1, 2, 3]),

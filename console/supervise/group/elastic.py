@@ -25,6 +25,7 @@ from console.spares.placement import rank
 from console.states import JobState
 from console.supervise.live import LiveJob
 from console.supervise.policy import Policy
+from protocol.faults import StopReason
 
 CHECK_EVERY_S = 1.0
 """How often a shrunk group looks for a host to grow back onto (and when the fleet changes)."""
@@ -44,7 +45,7 @@ class Growth:
         policy: Callable[[], Policy],
         members: Callable[[], list[str]],
         reserved: Callable[[], dict[str, str]],
-        move: Callable[[str, str], None],
+        move: Callable[[StopReason, str], None],
         save: Callable[[], object],
     ) -> None:
         self._live = live
@@ -130,4 +131,4 @@ class Growth:
             host=host,
             data={"grow": host, "members": members, "planned": self.planned},
         )
-        self._move("grown", f"{host} is free: growing {size}")
+        self._move(StopReason.GROWN, f"{host} is free: growing {size}")

@@ -21,7 +21,7 @@ from console.records.journal import Journal, Kind
 from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
-from console.supervise.gpu_health import GpuMove, GpuWatch
+from console.supervise.gpu_health import GpuWatch
 from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
 from console.supervise.heard import Heard
@@ -29,12 +29,13 @@ from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.policy import Policy
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
     Drain,
     ExecutorMessage,
     Fault,
+    Finished,
     Health,
     Heartbeat,
     Log,
@@ -164,6 +165,8 @@ class MemberMessages:
             self._heard.log(m.host, msg)
         elif isinstance(msg, RunEnded):
             job.log_tail.append(f"{_clock()} {m.host} RUN ENDED {msg.fault}: {msg.message}")
+        elif isinstance(msg, Finished) and m.node_rank == 0:
+            self._incident.finished(msg.step)
 
     def _on_checkpoint(self, m: Member, msg: CheckpointSaved) -> None:
         job, man = self._live, msg.manifest
@@ -209,7 +212,7 @@ class MemberMessages:
         call = self._gpu.heard(m.host, msg)
         if call is None or self._live.state is not JobState.RUNNING or m.link is None:
             return
-        if call.move is GpuMove.FAIL:
+        if call.move is StopReason.GPU_FAIL:
             why = f"{m.host}: GPU FAIL ({call.why}): draining it out of {self._name}"
             self._alert(why, host=m.host)
             self._fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {call.why}")
@@ -219,7 +222,7 @@ class MemberMessages:
         self.open_incident(m, call.move.value, call.said(m.host), planned=True)
         self._states.move(JobState.CHECKPOINTING, call.said(m.host))
         link = m.link
-        asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason=call.move.value)))
+        asyncio.get_running_loop().create_task(send_quietly(link, Drain(reason=call.move)))
 
     def silent(self, m: Member) -> None:
         """``m`` went silent: the job waits out its lease (it reads unreachable meanwhile)."""

@@ -29,7 +29,6 @@ import msgspec
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
-from console.spares.placement import choose_spares
 from console.spares.spare_keeper import SpareKeeper
 from console.states import JobState
 from console.supervise.group.commit import Commits
@@ -42,6 +41,7 @@ from console.supervise.group.warm import WarmExecutors
 from console.supervise.lease import NoAnchor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.supervisor import Supervisor
+from protocol.faults import StopReason
 from protocol.messages import Backend, ExecutorState, Rendezvous
 
 if TYPE_CHECKING:
@@ -206,43 +206,9 @@ class GroupSupervisor(Supervisor):
     # --------------------------------------------------------------- launch
 
     def _assign_members(self, plan: list[str]) -> None:
-        job, fleet = self.live, self._fleet
-        for h, rt in fleet.hosts.items():
-            if rt.job == self.name and h not in plan:
-                rt.job = None
-        for h in plan:
-            fleet.hosts[h].job = self.name
         self.members = list(plan)
-        job.host = plan[0]
-        job.spares = [s for s in job.spares if s not in plan]
-        if not job.spares:
-            choice = choose_spares(
-                self._inv,
-                self.name,
-                plan[0],
-                usable=fleet.usable(),
-                reserved=self._reserved(),
-                priority=self._priorities(),
-                count=max(1, len(self.placement.spares)),
-            )
-            for spare, other in choice.taken:
-                self._take_spare(spare, other, by=self.name)
-            job.spares = choice.spares
-        job.rec.host, job.rec.members, job.rec.spares = plan[0], list(plan), list(job.spares)
-        self._save()
-        self._journal.record(
-            Kind.PLACEMENT,
-            f"{self.name}: on {', '.join(plan)} (node ranks 0..{len(plan) - 1}), "
-            f"spares {', '.join(job.spares) or 'none'}",
-            job=self.name,
-            host=plan[0],
-            data={"members": plan, "spares": job.spares},
-        )
-        if not job.spares:
-            self._alert(
-                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
-            )
-            self._need_host(f"job {self.name} has no spare")
+        self.live.rec.members = list(plan)
+        self._assign(plan)
 
     async def _launch_epoch(self, resume: int | None) -> GroupEpoch:
         job = self.live
@@ -280,7 +246,7 @@ class GroupSupervisor(Supervisor):
         if job.stop_requested:  # asked while the members were readied: none is Started
             for m, g in zip(members, got, strict=True):
                 if isinstance(g, ExecutorLink):
-                    await self._retire(g, m.host, why="the job was stopped by an operator")
+                    await self._retire(g, m.host, why=StopReason.OPERATOR)
                     g.close()
                 run.ended(m, Outcome(Exit.STOPPED, "stopped by an operator before its start"))
             return run

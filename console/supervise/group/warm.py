@@ -22,6 +22,7 @@ from console.supervise.lease import JobLease, NoAnchor
 from console.supervise.live import LiveJob
 from console.supervise.outcome import CRASHES, Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
+from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Stop
 
 
@@ -95,7 +96,7 @@ class WarmExecutors:
                 continue
             got = task.result() if not task.cancelled() else None
             if isinstance(got, ExecutorLink):
-                await send_quietly(got, Stop(reason="not needed", checkpoint=False))
+                await send_quietly(got, Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
                 got.close()
 
     async def fresh(self, host: str, link: ExecutorLink | Outcome) -> ExecutorLink | Outcome:

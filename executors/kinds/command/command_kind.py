@@ -88,7 +88,7 @@ from executors.kinds.command.command_warm import WarmStart
 from executors.kinds.command.command_writers import Writers, run_pids
 from executors.kinds.command.zygote import ForkedRun
 from protocol.errors import ConfigError
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import ExecutorMessage, Fault, Finished, Log, LogLevel, Resumed, Stopped
 from protocol.spec import CommandSpec, JobSpec
 
@@ -284,7 +284,7 @@ class CommandRunner:
                 f"lease of epoch {self.control.epoch} ended during the set-up "
                 f"({time.perf_counter() - t0:.1f}s); the command is not started"
             )
-            return self._stopped("lease_lost", exitcodes.LEASE_LOST)
+            return self._stopped(StopReason.LEASE_LOST, exitcodes.LEASE_LOST)
         if self.cs.metrics_file:
             self._metrics = MetricsTail(self.workdir / self.cs.metrics_file)
         self.proc = self.warm.launch(argv, env, warm) if self.warm is not None else None
@@ -481,13 +481,13 @@ class CommandRunner:
                 f"lease of epoch {self.control.epoch} has ended; killing the command "
                 "without taking its checkpoints"
             )
-            return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=False)
+            return self._stop(StopReason.LEASE_LOST, exitcodes.LEASE_LOST, publish=False)
         if verdict is Verdict.ENDING:
             self._lease_fault(
                 f"lease of epoch {self.control.epoch} ends in {self.lease.left() or 0:.1f}s "
                 "without renewal; stopping the command"
             )
-            return self._stop("lease_lost", exitcodes.LEASE_LOST, publish=True)
+            return self._stop(StopReason.LEASE_LOST, exitcodes.LEASE_LOST, publish=True)
         timeout = self.cs.hang_timeout_s
         if timeout is not None and not self.meter.advanced:
             timeout = self.cs.startup_timeout_s or timeout
@@ -511,13 +511,13 @@ class CommandRunner:
 
     # ---------------------------------------------------------------- ends
 
-    def _stop(self, reason: str, exit_code: int, *, publish: bool) -> Outcome:
+    def _stop(self, reason: StopReason, exit_code: int, *, publish: bool) -> Outcome:
         self._publishing = self._publishing and publish
         self._terminate()
         self._after_end(self.proc.returncode if self.proc else None)
         return self._stopped(reason, exit_code)
 
-    def _stopped(self, reason: str, exit_code: int) -> Outcome:
+    def _stopped(self, reason: StopReason, exit_code: int) -> Outcome:
         step, saved = self.meter.step, self.pub.step
         self.emit(Stopped(step=step, reason=reason, checkpoint_step=saved, exit_code=exit_code))
         return Outcome(exit_code, step, reason)

@@ -17,7 +17,7 @@ from executors import exitcodes
 from executors.agent.control import Control
 from executors.fencing.guard import PUBLISH_MARGIN_S, LeaseGuard, Verdict
 from executors.kinds.torch.dist import Group
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import Fault
 
 MAX_CHECKPOINT_FAILURES = 3
@@ -27,7 +27,7 @@ MAX_CHECKPOINT_FAILURES = 3
 class Halt:
     """Why the step loop stops at a boundary, and the fault to report when it does."""
 
-    reason: str
+    reason: StopReason
     exit_code: int
     checkpoint: bool
     fault: Fault | None = None
@@ -74,7 +74,7 @@ class Boundary:
         if reason is not None:
             self._save(reason)
         if self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
-            return Halt("disk_full", exitcodes.DISK_FULL, checkpoint=False)
+            return Halt(StopReason.DISK_FULL, exitcodes.DISK_FULL, checkpoint=False)
         return None
 
     def _agreed(self, step: int, group: Group) -> Halt | None:
@@ -82,7 +82,7 @@ class Boundary:
         wait in the next collective: one rank's wish (save, stop) is agreed on by all."""
         halt = self.halt_wanted(step)
         if halt is None and self.ckpt.consecutive_failures >= MAX_CHECKPOINT_FAILURES:
-            halt = Halt("disk_full", exitcodes.DISK_FULL, checkpoint=False)
+            halt = Halt(StopReason.DISK_FULL, exitcodes.DISK_FULL, checkpoint=False)
         reason, self.save_due = self.control.take_checkpoint_request() or self.save_due, None
         agreed = group.agree(
             save=reason is not None,
@@ -90,7 +90,7 @@ class Boundary:
             checkpoint=halt is not None and halt.checkpoint,
         )
         if agreed.stop:
-            halt = halt or Halt("peer_stopped", exitcodes.STOPPED, checkpoint=True)
+            halt = halt or Halt(StopReason.PEER_STOPPED, exitcodes.STOPPED, checkpoint=True)
             # a rank whose lease has ended writes nothing (publishing would refuse it anyway)
             keep = agreed.checkpoint and self.lease.valid()
             return replace(halt, checkpoint=keep)
@@ -114,13 +114,13 @@ class Boundary:
                 "without renewal; checkpointing and stopping"
             )
             fault = Fault(fault=FaultKind.LEASE_LOST, step=step, message=text)
-            return Halt("lease_lost", exitcodes.LEASE_LOST, True, fault)
+            return Halt(StopReason.LEASE_LOST, exitcodes.LEASE_LOST, True, fault)
         return None
 
     def lease_ended(self, step: int) -> Halt:
         text = f"lease of epoch {self.control.epoch} has ended; stopping without writing"
         fault = Fault(fault=FaultKind.LEASE_LOST, step=step, message=text)
-        return Halt("lease_lost", exitcodes.LEASE_LOST, False, fault)
+        return Halt(StopReason.LEASE_LOST, exitcodes.LEASE_LOST, False, fault)
 
     def _stop_needs(self) -> float:
         """The room to stop cleanly: two steps and one checkpoint write, published with more

@@ -51,7 +51,7 @@ from executors.kinds.torch.device import is_oom, make_deterministic, pick_device
 from executors.kinds.torch.dist import Group, flatten, joined, trained
 from executors.kinds.torch.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.errors import ConfigError
-from protocol.faults import FaultKind
+from protocol.faults import FaultKind, StopReason
 from protocol.messages import Fault, Finished, Log, LogLevel, Resumed, Stopped
 from protocol.spec import JobSpec
 
@@ -296,7 +296,7 @@ class Trainer:
             self.emit(halt.fault)
         return self._stop(halt.reason, halt.exit_code, checkpoint=halt.checkpoint)
 
-    def _stop(self, reason: str, exit_code: int, *, checkpoint: bool) -> Outcome:
+    def _stop(self, reason: StopReason, exit_code: int, *, checkpoint: bool) -> Outcome:
         if checkpoint:
             self._save_new(reason)
         self.ckpt.wait()

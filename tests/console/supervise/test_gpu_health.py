@@ -17,12 +17,13 @@ from console.fleet.link import ExecutorLink
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from console.supervise.gpu_health import WARN_IN_A_ROW, GpuMove, GpuWatch
+from console.supervise.gpu_health import WARN_IN_A_ROW, GpuWatch
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain, GpuHealth, Health
 
 
@@ -62,13 +63,13 @@ def test_a_warning_moves_the_job_once_per_streak_a_failure_at_every_sample(
     said = [watch.heard("a", HOT) for _ in range(WARN_IN_A_ROW - 1)]
     assert said == [None] * (WARN_IN_A_ROW - 1), "fewer in a row is a blip"
     call = watch.heard("a", HOT)
-    assert call is not None and call.move is GpuMove.WARN and "95 C" in call.why
+    assert call is not None and call.move is StopReason.MIGRATE and "95 C" in call.why
     assert call.said("a").startswith("GPU WARN on a: ")
     assert [watch.heard("a", HOT) for _ in range(3)] == [None] * 3, "once per streak"
     watch.heard("a", OK)  # the streak is broken: a new one counts from one
     assert [watch.heard("a", HOT) for _ in range(WARN_IN_A_ROW)][-1] is not None
     fails = [watch.heard("b", FAILING) for _ in range(2)]
-    assert [c.move if c else None for c in fails] == [GpuMove.FAIL, GpuMove.FAIL]
+    assert [c.move if c else None for c in fails] == [StopReason.GPU_FAIL, StopReason.GPU_FAIL]
     calls.policy = Policy.MANUAL
     assert [watch.heard("c", HOT) for _ in range(WARN_IN_A_ROW)][-1] is None, "auto only"
 

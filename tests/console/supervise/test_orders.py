@@ -15,6 +15,7 @@ from console.states import JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.live import LiveJob, Transitions
 from console.supervise.orders import Orders
+from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain
 from protocol.spec import JobSpec
 
@@ -80,7 +81,7 @@ async def test_a_move_ordered_while_the_job_deploys_is_kept_and_made_once_it_tra
     """'f' pressed while j was redeployed (a loaded run): the order was dropped as not
     delivered (before that it raised IllegalTransition, deploying -> checkpointing)."""
     bed = Bed(tmp_path, JobState.DEPLOYING)
-    bed.orders.request_move("migrate", "operator: fail over j", "c")
+    bed.orders.request_move(StopReason.MIGRATE, "operator: fail over j", "c")
     assert bed.live.state is JobState.DEPLOYING, "nothing to checkpoint yet"
     assert bed.live.incident is None and bed.live.target is None
     assert bed.alerts == []
@@ -99,7 +100,7 @@ async def test_a_kept_move_waits_for_the_recovery_to_end(tmp_path: Path) -> None
     step), not at the restart's Start, where it joined the crash's incident."""
     bed = Bed(tmp_path, JobState.RESTARTING)
     bed.live.incident = 1
-    bed.orders.request_move("migrate", "operator: fail over j", "c")
+    bed.orders.request_move(StopReason.MIGRATE, "operator: fail over j", "c")
     link = bed.trains_on("a")
     await asyncio.sleep(0)
     assert link.sent == [] and bed.live.move_kept is not None, "the recovery goes on"
@@ -114,7 +115,7 @@ async def test_a_kept_move_waits_for_the_recovery_to_end(tmp_path: Path) -> None
 
 async def test_a_kept_move_to_the_host_the_job_came_up_on_is_moot(tmp_path: Path) -> None:
     bed = Bed(tmp_path, JobState.RESTARTING)
-    bed.orders.request_move("migrate", "operator: fail over j", "c")
+    bed.orders.request_move(StopReason.MIGRATE, "operator: fail over j", "c")
     link = bed.trains_on("c")
     await asyncio.sleep(0)
     assert link.sent == [] and bed.live.state is JobState.RUNNING
@@ -123,7 +124,7 @@ async def test_a_kept_move_to_the_host_the_job_came_up_on_is_moot(tmp_path: Path
 
 async def test_a_kept_move_of_a_job_told_to_stop_is_not_made(tmp_path: Path) -> None:
     bed = Bed(tmp_path, JobState.FAILING_OVER)
-    bed.orders.request_move("migrate", "operator: fail over j", None)
+    bed.orders.request_move(StopReason.MIGRATE, "operator: fail over j", None)
     bed.orders.request_stop()  # no link: deferred, the job stops before anything starts
     link = bed.trains_on("b")
     await asyncio.sleep(0)
@@ -135,7 +136,7 @@ async def test_a_move_ordered_while_the_job_checkpoints_is_reported_not_delivere
     tmp_path: Path,
 ) -> None:
     bed = Bed(tmp_path, JobState.CHECKPOINTING)
-    bed.orders.request_move("migrate", "operator: fail over j", "c")
+    bed.orders.request_move(StopReason.MIGRATE, "operator: fail over j", "c")
     assert bed.live.state is JobState.CHECKPOINTING and bed.live.move_kept is None
     assert bed.alerts == ["drain of j could not be delivered: j is checkpointing, not training"]
     (entry,) = bed.actions()

@@ -12,7 +12,7 @@ from support.jobbed import Calls, services
 from console import clock
 from console.records.incidents import Resolution, incidents
 from console.records.journal import Kind, read
-from console.states import JobState
+from console.states import HostState, JobState
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
@@ -22,6 +22,7 @@ from protocol.messages import (
     ExecutorMessage,
     ExecutorState,
     Fault,
+    Finished,
     Heartbeat,
     Log,
     LogLevel,
@@ -171,3 +172,65 @@ def test_every_kind_opens_an_incident_for_a_nan_an_oom_and_a_preemption_its_exec
     assert (oom.resolution, oom.lost_steps) == (Resolution.RECOVERED, 0)
     assert preempted.resolution is Resolution.OPEN, "its move is still to come"
     assert f"SIGTERM on {host}" in preempted.lines[0].msg
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+def test_every_kind_keeps_its_fit_spares_at_a_launch_and_replaces_the_unfit(
+    tmp_path: Path, kind: str
+) -> None:
+    """One placement rule (``Supervisor._assign``): a spare still fit and free is kept at the
+    next launch (it holds the job's replicas), an unfit one replaced, a member never one. A
+    single host's job chose afresh at each launch and left a spare holding its replicas for the
+    one its inventory names; a group kept even an unfit spare until none was left."""
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    sup: JobSupervisor | GroupSupervisor
+    if kind == "one host":
+        sup, hosts, spare, other = JobSupervisor(svc, "j"), ["a"], "b", "c"  # c is j's named spare
+    else:
+        sup, hosts, spare, other = GroupSupervisor(svc, "g"), ["a", "c"], "b", ""
+    sup.live.spares = [spare]
+    sup._assign(hosts)
+    assert sup.live.spares == [spare] and sup.live.rec.spares == [spare]
+    assert {h for h, rt in svc.fleet.hosts.items() if rt.job == sup.name} == set(hosts)
+    svc.fleet.set_state(spare, HostState.CORDONED, "an operator's cordon")
+    sup._assign(hosts)
+    assert sup.live.spares == ([other] if other else []), "the unfit spare is replaced"
+    if not other:
+        assert ("need_host", (f"job {sup.name} has no spare",)) in calls.made
+    placed = [e for e in read(svc.inv.state_dir / "journal.jsonl") if e.kind is Kind.PLACEMENT]
+    assert [e.data["members"] for e in placed] == [hosts, hosts]
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+def test_an_incident_whose_recovery_resumed_at_the_last_step_is_resolved_by_the_finish(
+    tmp_path: Path, kind: str
+) -> None:
+    """Chaos seed 30 of the 200-fault torchrun run: a host lost just after its job's last
+    step; the spare promoted that step's replica, loaded it and finished with no step left to
+    train, so no Progress came after, and the incident stayed open on a finished job."""
+    calls = Calls()
+    svc = services(tmp_path, calls)
+    say: Callable[[ExecutorMessage], None]
+    if kind == "one host":
+        one = JobSupervisor(svc, "j")
+        one.live.host = "a"
+        sup: JobSupervisor | GroupSupervisor = one
+        say = one._job_messages.on_message
+    else:
+        group = sup = GroupSupervisor(svc, "g")
+        group.live.host = "a"
+
+        def say(msg: ExecutorMessage) -> None:
+            for m in (Member(0, "a"), Member(1, "b")):
+                group._messages.on_message(m, msg)
+
+    sup.live.step = 9400
+    sup._incident.open("host_lost", "c unreachable past its lease")
+    say(Resumed(step=9400, checkpoint=None, epoch=2, load_s=0.0))
+    say(Finished(step=9400, params_sha256="ab" * 32))
+    (inc,) = incidents(read(svc.inv.state_dir / "journal.jsonl"))
+    assert inc.resolution is Resolution.RECOVERED and inc.lost_steps == 0
+    assert sup.live.incident is None

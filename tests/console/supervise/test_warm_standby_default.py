@@ -28,6 +28,7 @@ from console.states import JobState
 from console.supervise.launcher import Launcher
 from console.supervise.policy import Policy
 from console.supervise.probe import Probe
+from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Stop
 
 
@@ -220,7 +221,7 @@ async def test_a_standby_that_never_hears_its_stop_is_killed_not_left(
     lost: list[str] = []
 
     async def losing(self: ExecutorLink, msg: ConsoleMessage) -> None:
-        if isinstance(msg, Stop) and msg.reason == "not needed" and not lost:
+        if isinstance(msg, Stop) and msg.reason is StopReason.NOT_NEEDED and not lost:
             lost.append(self.transport.name)
             return
         await send(self, msg)
