@@ -54,7 +54,6 @@ class JobSupervisor(Supervisor):
     def __init__(self, services: JobServices, name: str) -> None:
         super().__init__(services, name)
         inv, fleet, journal, store = services.inv, services.fleet, services.journal, services.store
-        c = inv.console
         targets = Targets(
             self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
         )
@@ -114,7 +113,7 @@ class JobSupervisor(Supervisor):
             alert=services.alert,
             save=store.save,
             policy=services.policy,
-            restart_limit=c.restart_limit,
+            restarts=self._restarts,
             wait_for_hosts=services.wait_for_hosts,
             reap=self._probe.reap,
         )

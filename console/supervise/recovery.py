@@ -18,6 +18,7 @@ from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
 from console.supervise.policy import Policy
+from console.supervise.restart import RestartBudget, not_again_on
 from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
@@ -47,7 +48,7 @@ class Recovery:
         alert: Alert,
         save: Callable[[], object],
         policy: Callable[[], Policy],
-        restart_limit: int,
+        restarts: RestartBudget,
         wait_for_hosts: Callable[[], Awaitable[None]],
         reap: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
@@ -63,7 +64,7 @@ class Recovery:
         self._save = save
         """Persist the job's record."""
         self._policy = policy
-        self._restart_limit = restart_limit
+        self._restarts = restarts
         self._wait_for_hosts = wait_for_hosts
         """Until the fleet may have a usable host again (or a while has passed)."""
         self._reap = reap
@@ -122,16 +123,7 @@ class Recovery:
         assert host is not None
         if outcome.exit in RESTART_IN_PLACE and self._may_restart(host):
             self._incident.open(outcome.exit.value, outcome.why)
-            if job.rec.restarts < self._restart_limit:
-                job.rec.restarts += 1
-                self._save()
-                self._states.move(
-                    JobState.RESTARTING,
-                    f"{outcome.why}; restart {job.rec.restarts} of {self._restart_limit} on {host}",
-                )
-                self._incident.phase(
-                    "decided", action="restart", host=host, last_step=_last(job, outcome)
-                )
+            if self._restarts.take(host, outcome.why, _last(job, outcome)):
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
                 elif (
@@ -168,16 +160,16 @@ class Recovery:
         """May the run restart in place on ``host``? Up or suspect, or cordoned by an operator
         (a cordon is no new work; a job there keeps its host). Never on one being released or
         released: its release command takes it away (the job fails over instead)."""
-        rt = self._fleet.hosts[host]
-        if rt.leaving:
-            self._journal.record(
-                Kind.ACTION,
-                f"{self._live.name}: not restarted on {host}: it is being released; failing over",
-                job=self._live.name,
-                host=host,
-            )
-            return False
-        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+        why = not_again_on(self._fleet, host, self._live.leave)
+        if why is None:
+            return True
+        self._journal.record(
+            Kind.ACTION,
+            f"{self._live.name}: not restarted on {host}: {why}; failing over",
+            job=self._live.name,
+            host=host,
+        )
+        return False
 
     def release(self) -> None:
         """The job is over (finished, failed, stopped): its host and spares are free."""

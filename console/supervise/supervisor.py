@@ -33,6 +33,7 @@ from console.supervise.messages import JobMessages
 from console.supervise.observe import Observe
 from console.supervise.orders import Orders
 from console.supervise.probe import Probe
+from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared
 from protocol.faults import StopReason
 from protocol.messages import Progress, Stop
@@ -129,6 +130,14 @@ class Supervisor(ABC):
             self.live, journal=journal, alert=services.alert, alerted=services.alerted
         )
         self._incident = OpenIncident(self.live, log=services.incidents, preparing=self._preparing)
+        self._restarts = RestartBudget(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            save=store.save,
+            limit=c.restart_limit,
+        )
+        """Restarts in place left, one budget whichever kind the job is."""
 
         def transport(host: str) -> Transport:
             return fleet.hosts[host].transport  # read when used: a host's transport may change

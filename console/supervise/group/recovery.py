@@ -22,6 +22,7 @@ from console.supervise.incident import OpenIncident
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
+from console.supervise.restart import RestartBudget, not_again_on
 
 
 class OpenMemberIncident(Protocol):
@@ -46,7 +47,7 @@ class GroupRecovery:
         alert: Alert,
         save: Callable[[], object],
         policy: Callable[[], Policy],
-        restart_limit: int,
+        restarts: RestartBudget,
         reserved: Callable[[], dict[str, str]],
         wait_for_hosts: Callable[[], Awaitable[None]],
         stop_before_start: Callable[[], bool],
@@ -70,7 +71,7 @@ class GroupRecovery:
         self._save = save
         """Persist the job's record."""
         self._policy = policy
-        self._restart_limit = restart_limit
+        self._restarts = restarts
         self._reserved = reserved
         self._wait_for_hosts = wait_for_hosts
         """Until the fleet may have a usable host again (or a while has passed)."""
@@ -128,17 +129,7 @@ class GroupRecovery:
         cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
         self._open_incident(first, cls, f"{first.host}: {first.exit.why}", planned=planned)
         if not replace and not planned:
-            if job.rec.restarts < self._restart_limit:
-                job.rec.restarts += 1
-                self._save()
-                self._states.move(
-                    JobState.RESTARTING,
-                    f"{first.host}: {first.exit.why}; restart {job.rec.restarts} of "
-                    f"{self._restart_limit} in place",
-                )
-                self._incident.phase(
-                    "decided", action="restart", host=first.host, last_step=self._last(members)
-                )
+            if self._restarts.take(first.host, first.exit.why, self._last(members)):
                 return (await self._resume.step([]),)
             replace = [first]
         newcomer = self._growth.take() if planned else None
@@ -229,14 +220,9 @@ class GroupRecovery:
         lasting GPU warning (``LiveJob.leave``), or being released (a provisioner's release
         takes it away; an operator's cordon keeps the rank there)."""
         assert m.exit is not None
-        rt = self._fleet.hosts[m.host]
-        if m.exit.exit is Exit.HOST_LOST or self._fleet.failing(m.host) or rt.leaving:
+        if m.exit.exit is Exit.HOST_LOST or m.exit.preempted:
             return False
-        if m.host in self._live.leave:
-            return False
-        if m.exit.preempted:
-            return False
-        return rt.state in (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+        return not_again_on(self._fleet, m.host, self._live.leave) is None
 
     def _last(self, members: list[Member]) -> int:
         job = self._live

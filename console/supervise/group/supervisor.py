@@ -150,7 +150,7 @@ class GroupSupervisor(Supervisor):
             alert=services.alert,
             save=services.store.save,
             policy=self._policy,
-            restart_limit=inv.console.restart_limit,
+            restarts=self._restarts,
             reserved=self._reserved,
             wait_for_hosts=self._wait_for_hosts,
             stop_before_start=self._stop_before_start,

@@ -17,6 +17,7 @@ from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
 from console.supervise.policy import Policy
 from console.supervise.recovery import Recovery
+from console.supervise.restart import RestartBudget
 from protocol.spec import JobSpec
 
 
@@ -48,7 +49,7 @@ def recovery_of(job: LiveJob, journal: Journal, states: Any) -> Recovery:
         alert=lambda *a, **k: None,
         save=lambda: None,
         policy=lambda: Policy.AUTO,
-        restart_limit=1,
+        restarts=RestartBudget(job, states=states, incident=quiet, save=lambda: None, limit=1),
         wait_for_hosts=Standby().drop_warm,
     )
 

@@ -1,0 +1,72 @@
+"""Restart in place, one decision for a single host's job and a group's members alike: may the
+run start again on the host it ended on, and is there a restart left in the budget
+(``restart_limit`` in a row; a checkpoint past the step a restart resumed from pays them off:
+``JobMessages._restarts_paid_off``, ``MemberMessages._on_checkpoint``).
+
+Found in the merge of the two recoveries (issue 30): each had its own copy of both. A single
+host's job restarted on a host failing a health rule that was not (yet) drained; a group's
+member did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console.fleet.hosts import Fleet
+from console.states import HostState, JobState
+from console.supervise.incident import OpenIncident
+from console.supervise.live import LiveJob, Transitions
+
+MAY_RESTART = (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
+"""Host states a run may start again on: a cordon is no new work, a job there keeps its host."""
+
+
+def not_again_on(fleet: Fleet, host: str, leave: set[str]) -> str | None:
+    """Why the job's run may not start again on ``host`` (None: it may): being released (its
+    release command takes it away), failing a health rule, to be left (a GPU that warned sample
+    after sample: ``LiveJob.leave``), or down, draining or drained."""
+    rt = fleet.hosts[host]
+    if rt.leaving:
+        return "it is being released"
+    failing = fleet.failing(host)
+    if failing:
+        return f"it fails a health rule ({failing[0].message})"
+    if host in leave:
+        return "its GPU warned sample after sample"
+    if rt.state not in MAY_RESTART:
+        return f"it is {rt.state.value}"
+    return None
+
+
+class RestartBudget:
+    """The job's restarts in place, counted in its persisted record."""
+
+    def __init__(
+        self,
+        live: LiveJob,
+        *,
+        states: Transitions,
+        incident: OpenIncident,
+        save: Callable[[], object],
+        limit: int,
+    ) -> None:
+        self._live = live
+        self._states = states
+        self._incident = incident
+        self._save = save
+        self.limit = limit
+
+    def take(self, host: str, why: str, last_step: int) -> bool:
+        """One more restart in place on ``host``, if any is left: counted and persisted, the
+        job restarting, the incident's decision recorded. False: the limit is reached (the
+        caller moves the job off the host)."""
+        job = self._live
+        if job.rec.restarts >= self.limit:
+            return False
+        job.rec.restarts += 1
+        self._save()
+        self._states.move(
+            JobState.RESTARTING, f"{why}; restart {job.rec.restarts} of {self.limit} on {host}"
+        )
+        self._incident.phase("decided", action="restart", host=host, last_step=last_step)
+        return True

@@ -1,0 +1,80 @@
+"""Restart in place (``console.supervise.restart``): one decision for a single host's job and
+a group's member, decided from the fleet's state alone, no process started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.jobbed import Calls, services
+
+from console.fleet.hosts import Fleet
+from console.states import HostState, JobState
+from console.supervise.group.epoch import Member
+from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.one_host import JobSupervisor
+from console.supervise.outcome import Exit, Outcome
+from protocol.messages import GpuHealth, Health
+
+FAILING = Health(
+    t=0.0,
+    cpu_pct=1.0,
+    mem_used_pct=1.0,
+    mem_available_mb=1e4,
+    disk_free_mb=1e4,
+    disk_total_mb=2e4,
+    gpus=(GpuHealth(index=0, lost=True),),
+)
+
+
+def _up(fleet: Fleet, host: str) -> None:
+    fleet.set_state(host, HostState.UP, "test")
+
+
+CONDITIONS: dict[str, Callable[[Fleet, set[str]], None]] = {
+    "up": lambda fleet, leave: None,
+    "suspect": lambda fleet, leave: fleet.set_state("a", HostState.SUSPECT, "test"),
+    "cordoned": lambda fleet, leave: fleet.set_state("a", HostState.CORDONED, "test"),
+    "draining": lambda fleet, leave: fleet.set_state("a", HostState.DRAINING, "test"),
+    "down": lambda fleet, leave: fleet.set_state("a", HostState.DOWN, "test"),
+    "failing a health rule": lambda fleet, leave: fleet.observe("a", FAILING) and None,
+    "being released": lambda fleet, leave: setattr(fleet.hosts["a"], "releasing", True),
+    "to be left (GPU warned)": lambda fleet, leave: leave.add("a"),
+}
+STAYS = {"up", "suspect", "cordoned"}
+
+
+@pytest.mark.parametrize("condition", list(CONDITIONS))
+def test_a_single_host_and_a_groups_member_may_restart_on_the_same_hosts(
+    tmp_path: Path, condition: str
+) -> None:
+    """Found in the merge: a single host's job restarted on a host failing a health rule that
+    was not drained yet (a group's member moved off it)."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        _up(svc.fleet, h)
+    one, group = JobSupervisor(svc, "j"), GroupSupervisor(svc, "g")
+    CONDITIONS[condition](svc.fleet, one.live.leave)
+    group.live.leave = set(one.live.leave)
+    crashed = Member(0, "a", exit=Outcome(Exit.CRASHED, "crashed"))
+    assert one._recovery._may_restart("a") is (condition in STAYS)
+    assert group._group_recovery._member_fit(crashed) is (condition in STAYS)
+
+
+def test_the_restart_budget_counts_in_the_record_and_says_when_it_is_spent(
+    tmp_path: Path,
+) -> None:
+    svc = services(tmp_path, Calls())
+    one = JobSupervisor(svc, "j")
+    limit = svc.inv.console.restart_limit
+    for n in range(1, limit + 1):
+        one.live.machine.move(JobState.DEPLOYING)
+        one.live.machine.move(JobState.RUNNING)
+        assert one._restarts.take("a", "crashed", 10 * n)
+        assert one.live.rec.restarts == n and one.live.state is JobState.RESTARTING
+        assert one.live.why.endswith(f"restart {n} of {limit} on a")
+    one.live.machine.move(JobState.DEPLOYING)
+    one.live.machine.move(JobState.RUNNING)
+    assert not one._restarts.take("a", "crashed", 99), "the limit reached: the job moves"
+    assert one.live.state is JobState.RUNNING and one.live.rec.restarts == limit
