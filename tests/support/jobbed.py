@@ -33,11 +33,15 @@ class Calls:
         return call
 
 
-def services(tmp_path: Path, calls: Calls) -> JobServices:
+def services(tmp_path: Path, calls: Calls, more: dict[str, str] | None = None) -> JobServices:
+    """Hosts a, b, c (region r1), and ``more`` (name -> region); job j on a with spare c, the
+    group g on a and b with spare c."""
+    hosts = {h: local_host(tmp_path / h) for h in "abc"}
+    hosts |= {h: local_host(tmp_path / h, region=r) for h, r in (more or {}).items()}
     inv = load(
         write_inventory(
             tmp_path / "inventory.toml",
-            hosts={h: local_host(tmp_path / h) for h in "abc"},
+            hosts=hosts,
             jobs={
                 "j": {"host": "a", "spares": ["c"], **job_table()},
                 "g": {"hosts": ["a", "b"], "spares": ["c"], **job_table()},

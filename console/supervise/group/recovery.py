@@ -10,7 +10,7 @@ from typing import Protocol
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.records.journal import Journal, Kind
-from console.spares.placement import rank
+from console.spares.placement import automatic, failover_order
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
 from console.supervise.finish import finish
@@ -289,28 +289,20 @@ class GroupRecovery:
                     return [job.target]
             else:
                 chosen: list[str] = []
+                reserved = self._reserved()
                 for old in leaving:
-                    readied = [
-                        h for h in self._executors.readied if h in usable and h not in chosen
-                    ]
-                    spares = readied + [
-                        s for s in job.spares if s in usable and s not in chosen + readied
-                    ]
-                    others = rank(
-                        self._inv,
-                        self._inv.hosts[old].region,
-                        [
-                            h
-                            for h in usable
-                            if h not in spares
-                            and h not in chosen
-                            and self._reserved().get(h) is None
-                        ],
+                    # the single host's choice (Targets.pick), readied executors first
+                    free = usable - set(chosen)
+                    own = [h for h in self._executors.readied if h in free]
+                    own += [s for s in job.spares if s not in own]
+                    home = self._inv.hosts[old].region
+                    order = failover_order(
+                        self._inv, home, spares=own, usable=free, reserved=reserved
                     )
-                    pick = (spares + others)[:1]
-                    if not pick:
+                    pick = automatic(order, spares=own, reserved=reserved)
+                    if pick is None:
                         break
-                    chosen.append(pick[0])
+                    chosen.append(pick)
                 if len(chosen) == len(leaving):
                     job.target = None
                     return list(chosen)

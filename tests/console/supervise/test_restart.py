@@ -3,6 +3,7 @@ a group's member, decided from the fleet's state alone, no process started."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,3 +79,37 @@ def test_the_restart_budget_counts_in_the_record_and_says_when_it_is_spent(
     one.live.machine.move(JobState.RUNNING)
     assert not one._restarts.take("a", "crashed", 99), "the limit reached: the job moves"
     assert one.live.state is JobState.RUNNING and one.live.rec.restarts == limit
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [("spare fit", "c"), ("spare cordoned", "e"), ("e another job's spare", "d")],
+)
+async def test_a_single_host_and_a_groups_member_leaving_a_go_to_the_same_host(
+    tmp_path: Path, case: str, expected: str
+) -> None:
+    """One failover choice (``placement.failover_order`` and ``automatic``): the job's spare,
+    else the nearest free host (e shares a's region, d does not), never another job's spare.
+    The group's recovery had its own copy of that order."""
+    picks = []
+    for kind in ("one host", "group"):
+        (tmp_path / kind).mkdir()
+        svc = services(tmp_path / kind, Calls(), more={"d": "r2", "e": "r1"})
+        if case == "e another job's spare":
+            svc = dataclasses.replace(svc, reserved=lambda job: {"e": "other"})
+        for h in "abcde":
+            _up(svc.fleet, h)
+        if case != "spare fit":
+            svc.fleet.set_state("c", HostState.CORDONED, "test")
+        if kind == "one host":
+            one = JobSupervisor(svc, "j")
+            one._assign(["a"])
+            one.live.spares = ["c"]
+            svc.fleet.hosts["b"].job = "busy"  # as b trains the group's other rank
+            picks.append(await one._recovery._targets.pick("a"))
+        else:
+            group = GroupSupervisor(svc, "g")
+            group._assign_members(["a", "b"])
+            group.live.spares = ["c"]
+            picks.append((await group._group_recovery._targets(["a"], survivors=1) or [None])[0])
+    assert picks == [expected, expected]
