@@ -505,11 +505,20 @@ class Controller:
         self._act(what, host=host)
 
     def fail_over(self, job: str, target: str | None = None) -> None:
-        """Move a job now (to ``target`` or the best spare); approves a pending failover too."""
+        """Move a job now (to ``target`` or the best spare); approves a pending failover too.
+        A multi-host job's move is refused (only its pending failover is approved): a group's
+        Drain stops every member at a step and, every host still fit, its next epoch started
+        on the same hosts, so the order did nothing it said. A member's host is drained."""
         what = f"fail over {job}" + (f" to {target}" if target else "")
         self._live_job(what, job)
-        self._act(what, job=job)
         sup = self.jobs[job]
+        if self.inv.multi_host(job) and not sup.awaiting_approval:
+            self._refuse(
+                what,
+                f"{job} trains on several hosts: drain the host of the member to move",
+                job=job,
+            )
+        self._act(what, job=job)
         if not sup.answer(True, target):
             sup.request_move(StopReason.MIGRATE, f"operator: fail over {job}", target)
 
