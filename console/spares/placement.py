@@ -50,6 +50,20 @@ def automatic(order: list[str], *, spares: list[str], reserved: dict[str, str]) 
     return next((h for h in order if h in spares or h not in reserved), None)
 
 
+def failover_target(
+    inv: Inventory,
+    home_region: str,
+    *,
+    spares: list[str],
+    usable: set[str],
+    reserved: dict[str, str],
+) -> str | None:
+    """Where a failover the console decides goes, for a single host's job and a group's member
+    alike: ``automatic`` over ``failover_order``."""
+    order = failover_order(inv, home_region, spares=spares, usable=usable, reserved=reserved)
+    return automatic(order, spares=spares, reserved=reserved)
+
+
 @dataclass(frozen=True)
 class Choice:
     spares: list[str]

@@ -12,7 +12,7 @@ from console.reach.deploy import replica_dir, replica_file
 from console.reach.remote import list_manifests
 from console.reach.transport.base import TransportError
 from console.replication.replicator import Replicator, Source
-from console.spares.placement import automatic, failover_order
+from console.spares.placement import failover_target
 from console.states import HostState
 from console.supervise.live import LiveJob
 
@@ -49,9 +49,9 @@ class Targets:
         if job.target is not None:
             return job.target if job.target in usable else None
         home = self._inv.hosts[old].region if old else ""
-        reserved = self._reserved()
-        order = failover_order(self._inv, home, spares=job.spares, usable=usable, reserved=reserved)
-        return automatic(order, spares=job.spares, reserved=reserved)
+        return failover_target(
+            self._inv, home, spares=job.spares, usable=usable, reserved=self._reserved()
+        )
 
     async def ensure_replica(self, target: str) -> bool:
         """If ``target`` lacks the newest checkpoint another reachable host holds (the job's

@@ -309,17 +309,14 @@ class Supervisor(ABC):
             fleet.hosts[h].job = self.name
         job.host = hosts[0]
         wanted = max(1, len(self._inv.jobs[self.name].placement.spares))
-        kept = [
-            s
-            for s in job.spares
-            if s not in hosts and s in fleet.hosts and fleet.fit(s) and fleet.hosts[s].job is None
-        ][:wanted]
+        usable = fleet.usable()  # fit and free: never one of ``hosts``, taken just above
+        kept = [s for s in job.spares if s in usable][:wanted]
         if len(kept) < wanted:
             choice = choose_spares(
                 self._inv,
                 self.name,
                 hosts[0],
-                usable=fleet.usable(exclude=set(kept)),
+                usable=usable - set(kept),
                 reserved=self._reserved(),
                 priority=self._priorities(),
                 count=wanted - len(kept),

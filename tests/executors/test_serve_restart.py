@@ -27,6 +27,7 @@ from support.helpers import (
     plain_command,
     wait_for,
 )
+from support.wire import read_until
 
 from console.supervise.outcome import Exit, from_events_tail
 from executors import exitcodes
@@ -68,14 +69,7 @@ class Client:
         send_message(self.sock, msg)
 
     def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
-            assert msg is not None, "the executor closed the connection"
-            self.seen.append(msg)
-            if pred(msg):
-                return msg
-        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
+        return read_until(self.sock, self.seen, pred, timeout)
 
 
 def serve(work: Path, *extra: str, env: dict[str, str] | None = None) -> ExecutorProcess:

@@ -4,13 +4,13 @@ the command's start), and what ``/proc`` says of a process (its stat, its live c
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from protocol import EXECUTOR_MESSAGES, PROTOCOL_VERSION, recv_message, send_message
 from protocol.messages import ConsoleHello, ExecutorHello, ExecutorMessage, Log
+from support.wire import read_until
 
 
 def proc_stat(pid: int) -> dict[str, Any] | None:
@@ -37,14 +37,7 @@ class Client:
         self.seen: list[ExecutorMessage] = []
 
     def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
-            assert msg is not None, "the executor closed the connection"
-            self.seen.append(msg)
-            if pred(msg):
-                return msg
-        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
+        return read_until(self.sock, self.seen, pred, timeout)
 
     def started(self, timeout: float = 60) -> Log:
         msg = self.until(

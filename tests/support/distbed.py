@@ -5,7 +5,6 @@ and the uninterrupted run of a spec, which every interrupted one must end equal 
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from protocol.messages import (
 )
 from protocol.spec import CheckpointManifest, JobSpec
 from support.helpers import ExecutorProcess, wait_for
+from support.wire import read_until
 
 TIMEOUT_S = 15.0
 """The collective timeout: how long a member waits for a peer (its executor's start included)."""
@@ -57,14 +57,7 @@ class Client:
 
     def until(self, pred: Callable[[ExecutorMessage], bool], timeout: float) -> ExecutorMessage:
         """The next message to arrive within ``timeout`` that matches."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = recv_message(self.sock, EXECUTOR_MESSAGES)
-            assert msg is not None, "the executor closed the connection"
-            self.seen.append(msg)
-            if pred(msg):
-                return msg
-        raise AssertionError(f"nothing matched within {timeout}s; last: {self.seen[-3:]}")
+        return read_until(self.sock, self.seen, pred, timeout)
 
     def close(self) -> None:
         self.sock.close()

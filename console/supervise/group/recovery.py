@@ -10,7 +10,7 @@ from typing import Protocol
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.records.journal import Journal, Kind
-from console.spares.placement import automatic, failover_order
+from console.spares.placement import failover_target
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
 from console.supervise.finish import finish
@@ -296,10 +296,9 @@ class GroupRecovery:
                     own = [h for h in self._executors.readied if h in free]
                     own += [s for s in job.spares if s not in own]
                     home = self._inv.hosts[old].region
-                    order = failover_order(
+                    pick = failover_target(
                         self._inv, home, spares=own, usable=free, reserved=reserved
                     )
-                    pick = automatic(order, spares=own, reserved=reserved)
                     if pick is None:
                         break
                     chosen.append(pick)
