@@ -31,6 +31,7 @@ ELASTIC_SPEC = {"steps": 400, "checkpoint_every_steps": 20, **ELASTIC}
     netbed.unavailable() is not None or netbed.forward_blocked() is not None,
     reason=str(netbed.unavailable() or netbed.forward_blocked()),
 )
+@pytest.mark.long  # the suite's one short seed is tests/chaos/test_chaos.py; multi-host faults: tests/console/supervise/group
 def test_a_seeded_multi_host_chaos_run_keeps_every_guarantee(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -50,6 +50,7 @@ async def test_a_killed_members_incident_names_it_not_a_survivor_whose_collectiv
     assert inc.host == "b", inc.lines[0].msg
 
 
+@pytest.mark.long  # a chaos find; the suite reattaches a new console to every member (test_group_local)
 async def test_a_console_started_after_its_members_ended_restarts_them_in_place(
     tmp_path: Path,
 ) -> None:

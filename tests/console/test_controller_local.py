@@ -93,6 +93,7 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
     )
 
 
+@pytest.mark.long  # the suite proves a lost host's failover and its lease bound over sshd (test_controller_ssh)
 async def test_a_dead_host_fails_over_to_its_spare(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -166,6 +167,7 @@ def moved_without_loss(root: Path) -> tuple[int, int]:
     return int(stopped["step"]), int(resumed["step"])  # type: ignore[call-overload]
 
 
+@pytest.mark.long  # the suite drains a host with a GPU FAIL (in this file) and in test_report_adds_up
 async def test_draining_a_host_migrates_with_zero_lost_steps(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -185,6 +187,7 @@ async def test_draining_a_host_migrates_with_zero_lost_steps(
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
+@pytest.mark.long  # a kept move's decision: test_orders (no process)
 async def test_a_fail_over_ordered_while_the_job_restarts_is_made_once_it_trains(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -216,6 +219,7 @@ async def test_a_fail_over_ordered_while_the_job_restarts_is_made_once_it_trains
     assert move.fault_at > kept.t, "the move came after it was kept"
 
 
+@pytest.mark.long  # the suite proves a preemption's zero lost steps with its checkpoint dropped (in this file)
 async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -234,7 +238,14 @@ async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
-@pytest.mark.parametrize("lost", ["checkpoint_dropped", "nothing_read_after_the_fault"])
+@pytest.mark.parametrize(
+    "lost",
+    [
+        "checkpoint_dropped",
+        # the suite proves the harder case: its checkpoint read back though its message was dropped
+        pytest.param("nothing_read_after_the_fault", marks=pytest.mark.long),
+    ],
+)
 async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_loses_no_step(
     fleet: Path, baseline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: str
 ) -> None:
@@ -281,6 +292,7 @@ async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_lose
     assert inc.fault_class == "preemption" and inc.lost_steps == 0
 
 
+@pytest.mark.long  # the suite proves it in test_controller_stay, test_service and tests/ui/test_views.py
 async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -311,6 +323,7 @@ def executor_pid_from_journal(inventory: Path, host: str = "a") -> set[int]:
     }
 
 
+@pytest.mark.long  # the suite proves a host added later taken by a job with no spare (test_spare_keeper)
 async def test_with_no_spare_left_the_job_waits_and_alerts_then_resumes_when_a_host_is_added(
     tmp_path: Path,
 ) -> None:
@@ -527,6 +540,7 @@ async def test_an_idle_executor_left_on_the_host_is_retired_not_adopted(
     assert not any("reattached" in e.msg for e in journal(fleet))
 
 
+@pytest.mark.long  # the suite shows the lease wait in the real console (tests/ui/test_tmux.py)
 async def test_while_the_lease_runs_out_the_jobs_view_says_so_and_shows_no_rate(
     fleet: Path, tmp_path: Path
 ) -> None:

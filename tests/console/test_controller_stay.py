@@ -182,6 +182,7 @@ async def test_a_console_that_quits_leaves_training_going_and_the_next_reattache
     assert last.data["unattended_s"] == 60.0
 
 
+@pytest.mark.long  # the suite reattaches a console quietly (in this file) and a controller after SIGKILL (test_service)
 async def test_a_console_started_while_the_executor_is_slow_to_answer_reattaches_with_no_incident(
     tmp_path: Path,
 ) -> None:

@@ -94,6 +94,7 @@ async def fail_over(tmp_path: Path, command: dict[str, Any], steps: int, ref: li
     assert inc.resumed_step >= replica.step
 
 
+@pytest.mark.long  # the suite runs the Hugging Face Trainer's failover (in this file) and nanoGPT's (test_byo_script)
 async def test_a_lightning_script_fails_over_and_resumes_from_its_checkpoint(
     tmp_path: Path,
 ) -> None:

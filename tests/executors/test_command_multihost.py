@@ -232,6 +232,7 @@ def members(tmp_path: Path) -> Iterator[Callable[..., list[Member]]]:
         m.close()
 
 
+@pytest.mark.long  # the suite runs a torchrun group's failover bit-exact under the console (test_group_command)
 def test_two_hosts_train_one_group_and_a_killed_host_resumes_it_bit_exact(
     members: Callable[..., list[Member]], tmp_path: Path
 ) -> None:

@@ -199,6 +199,7 @@ def test_deterministic_reduce_ends_bit_exact_after_a_shrink_and_a_grow(
     assert resumed.step == 16 and resumed.checkpoint == str(checkpoint(new.work, 16))
 
 
+@pytest.mark.long  # the suite proves the resize bit-exact with deterministic_reduce (in this file)
 def test_plain_reduce_follows_the_reference_losses_and_keeps_the_global_batch(
     tmp_path: Path, references: Callable[[bool], Reference], cleanup: list[Member]
 ) -> None:

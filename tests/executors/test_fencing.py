@@ -236,6 +236,7 @@ SPEC = JobSpec(
 )
 
 
+@pytest.mark.long  # the suite proves the other order (trainer and writer first, below)
 def test_stopped_past_its_lease_it_publishes_nothing_when_the_watchdog_wakes_first(
     tmp_path: Path,
 ) -> None:

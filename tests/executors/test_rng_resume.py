@@ -12,6 +12,7 @@ import hashlib
 import signal
 from pathlib import Path
 
+import pytest
 import torch
 from support.helpers import REPO, ExecutorProcess, env_with, run_job, write_spec
 
@@ -37,6 +38,7 @@ def digest(work: Path) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.long  # the suite's bit-exact resumes train with dropout, so a wrong RNG changes params_sha256 (test_run)
 def test_a_sigkilled_run_resumes_every_rng_bit_exact(tmp_path: Path) -> None:
     job = spec(tmp_path)
     assert run_job(job, tmp_path / "base", env=ENV).returncode == 0

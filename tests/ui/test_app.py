@@ -85,6 +85,7 @@ async def test_the_views_show_the_fleet_by_region_and_the_job_training(tmp_path:
     assert stopped.kind is Kind.CONSOLE and stopped.msg == "console stopped", "closed on quit"
 
 
+@pytest.mark.long  # the suite kills a host and sees the failover in the real console (test_tmux)
 async def test_killing_the_primary_from_the_fleet_view_fails_the_job_over(tmp_path: Path) -> None:
     app, _ = console_app(fleet(tmp_path, steps=1500))
     ctl = app.ctl

@@ -170,6 +170,7 @@ async def trained_on_b(ctl: Controller) -> None:
     await until(lambda: ctl.jobs["j"].incident is None, 60, "the incident recovered")
 
 
+@pytest.mark.long  # the report's figures without a process: test_breakdown, test_incident_resolve; three real runs stay here
 async def test_a_denied_failover_ends_its_incident_and_a_start_later_recovers_it(
     tmp_path: Path,
 ) -> None:
@@ -256,6 +257,7 @@ async def test_a_job_resumed_from_step_0_lost_every_step_it_had_trained(
     assert f"(last step {inc['last_step']}, resumed at 0)" in text, text
 
 
+@pytest.mark.long  # the report's figures without a process: test_breakdown, test_incident_resolve; three real runs stay here
 async def test_a_stop_and_a_start_lose_nothing_and_open_no_incident(tmp_path: Path) -> None:
     """``s`` checkpoints at the stop; ``g`` resumes from that checkpoint on the same host."""
     ctl, task = controller(fleet(tmp_path), Policy.AUTO)
@@ -291,6 +293,7 @@ async def test_a_drain_moves_the_job_with_no_step_lost(tmp_path: Path) -> None:
     assert_lost_from_a(tmp_path, inc, b_resumed)
 
 
+@pytest.mark.long  # the report's figures without a process: test_breakdown, test_incident_resolve; three real runs stay here
 async def test_a_console_restart_during_an_incident_carries_it_on(tmp_path: Path) -> None:
     """The console dies while a failover waits for approval: the next console carries the
     open incident on (no second one), and its approval recovers it."""
@@ -314,6 +317,7 @@ async def test_a_console_restart_during_an_incident_carries_it_on(tmp_path: Path
     assert "console_restart" in phases, phases
 
 
+@pytest.mark.long  # the report's figures without a process: test_breakdown, test_incident_resolve; three real runs stay here
 async def test_a_host_lost_while_its_job_stood_stopped_is_recovered_from_the_stop(
     tmp_path: Path,
 ) -> None:

@@ -109,6 +109,7 @@ def fleet(tmp_path: Path, state: Path, lease_s: float = LEASE_S) -> Path:
     )
 
 
+@pytest.mark.long  # the suite proves the other side of the bound (in this file)
 async def test_a_full_state_disk_within_the_persisted_bound_stops_nothing(
     tmp_path: Path, state_disk: Path
 ) -> None:

@@ -115,6 +115,7 @@ def journal_has(journal: Path, kind: Kind, text: str) -> bool:
     return any(e.kind is kind and text in e.msg for e in read(journal))
 
 
+@pytest.mark.long  # the suite proves two views and their kill locally (tests/ui/test_views.py)
 def test_views_over_ssh_one_acting_one_read_only_and_neither_a_cut_link_nor_a_kill_pauses_training(
     tmp_path: Path,
     reap: list[subprocess.Popen[bytes]],

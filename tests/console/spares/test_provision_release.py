@@ -19,6 +19,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from chaos.observe import executor_events
 from support.fleetbed import (
     EXECUTOR_ENV,
@@ -143,6 +144,7 @@ def executors_ran(root: Path, job: str) -> bool:
     return (workdir / "executor.pid").exists() or bool(executor_events(workdir))
 
 
+@pytest.mark.long  # the suite proves a host chosen for release is out of use (in this file)
 async def test_a_failover_never_lands_on_a_host_being_released(tmp_path: Path) -> None:
     """j trains on a with spare b; p, provisioned and idle, is chosen for release and its
     release command hangs (a slow ``sky down``). a and b die: the failover finds p in the

@@ -237,6 +237,7 @@ async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there
         await ctl.close()
 
 
+@pytest.mark.long  # the suite proves it for one host (in this file); the group's choice is test_services' decision test
 async def test_a_groups_unfit_spare_is_replaced_and_a_member_lost_later_resumes_there(
     tmp_path: Path,
 ) -> None:

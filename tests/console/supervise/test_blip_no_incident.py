@@ -18,6 +18,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
 from support.groupbed import controller as group_controller
 from support.groupbed import local_group
@@ -90,6 +91,7 @@ async def test_a_frozen_executor_continued_within_its_lease_is_no_incident(tmp_p
     assert not spare.exists() or "progress" not in executor_kinds(tmp_path / "b"), "b trained"
 
 
+@pytest.mark.long  # the suite proves it for one executor (in this file) on the link-loss classifier both kinds share
 async def test_a_frozen_group_member_continued_within_its_lease_is_no_incident(
     tmp_path: Path,
 ) -> None:

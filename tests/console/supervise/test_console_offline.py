@@ -11,6 +11,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from support.offlinebed import OFFLINE, executors_under
 
@@ -22,6 +23,7 @@ from console.states import JobState
 from console.supervise.policy import Policy
 
 
+@pytest.mark.long  # the suite cuts every link in network namespaces (test_console_offline_netns)
 async def test_a_console_that_reaches_no_host_fails_nothing_over_and_carries_on_after(
     tmp_path: Path,
 ) -> None:

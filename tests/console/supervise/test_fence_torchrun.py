@@ -136,6 +136,7 @@ async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_nex
     assert final_params(tmp_path / "b") == baseline
 
 
+@pytest.mark.long  # the suite proves the fence under an executor SIGKILL (in this file)
 async def test_a_killed_local_host_leaves_nothing_of_the_run_alive(
     tmp_path: Path, baseline: str
 ) -> None:

@@ -119,6 +119,7 @@ async def _fault_with_b_frozen(
     return inc, events, c, sup.host
 
 
+@pytest.mark.long  # the suite proves it for a host lost (in this file), on the same readying path
 async def test_a_planned_move_gives_up_a_target_frozen_with_the_fault(
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_params,
@@ -43,6 +44,7 @@ def running_executor(root: Path) -> int | None:
     return pid if Path(f"/proc/{pid}").exists() else None
 
 
+@pytest.mark.long  # the suite proves a job with no spare resumes on a host added later (test_spare_keeper)
 async def test_a_job_whose_last_host_died_goes_back_to_it_once_it_is_up(tmp_path: Path) -> None:
     inventory = write_inventory(
         tmp_path / "inventory.toml",

@@ -13,6 +13,7 @@ import posixpath
 import time
 from pathlib import Path
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
 from support.groupbed import group_job
 
@@ -96,6 +97,7 @@ async def test_a_running_executor_is_renewed_at_each_of_its_clock_readings(
     check_renewed_at_each_reading(beats)
 
 
+@pytest.mark.long  # the suite proves it for one executor (in this file); a group renews on the same path
 async def test_every_member_of_a_group_is_renewed_at_each_of_its_clock_readings(
     tmp_path: Path,
 ) -> None:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
+import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
     job_table,
@@ -169,6 +170,7 @@ async def test_a_hung_executor_on_a_starved_machine_is_restarted_in_place_not_lo
     assert sup.host == "a", "restarted in place, not failed over to the spare"
 
 
+@pytest.mark.long  # the suite proves a starved machine's probe (in this file)
 async def test_a_hung_executor_on_a_host_slow_to_start_python_is_killed_in_place_not_lost(
     tmp_path: Path,
 ) -> None:

@@ -165,6 +165,7 @@ def lead_and_stand_by(
     return leader, standby, int((workdir / "executor.pid").read_text())
 
 
+@pytest.mark.long  # the suite kills the leader mid-failover (in this file): the standby takes over and finishes
 def test_the_leader_killed_the_standby_renews_and_the_job_finishes_bit_exact_in_place(
     tmp_path: Path, etcd_cluster: EtcdCluster, controllers: list[Serving], reap_executors: None
 ) -> None:

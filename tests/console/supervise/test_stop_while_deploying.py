@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
 from support.groupbed import controller as group_controller
 from support.groupbed import local_group
@@ -83,6 +84,7 @@ async def test_a_stop_while_the_job_deploys_starts_nothing(tmp_path: Path) -> No
     await stop_while_deploying(ctl, [tmp_path / "a"])
 
 
+@pytest.mark.long  # the suite proves it for one host (in this file)
 async def test_a_stop_while_a_group_deploys_starts_no_member(tmp_path: Path) -> None:
     inv = local_group(tmp_path, steps=5000)
     slow = slow_python(tmp_path)

@@ -10,6 +10,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_sha,
@@ -49,6 +50,7 @@ def warm_twin(workdir: Path) -> int | None:
     return pid if pid is not None and pid_in(workdir / "twin.warm") == pid and alive(pid) else None
 
 
+@pytest.mark.long  # warm_twin is opt-in; the suite proves the twin at the executor (test_serve_twin)
 async def test_a_killed_executor_is_replaced_by_its_warm_twin_and_a_host_kill_takes_both(
     tmp_path: Path,
 ) -> None:

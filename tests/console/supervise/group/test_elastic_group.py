@@ -130,6 +130,7 @@ async def test_two_hosts_lost_at_once_never_shrink_below_min_hosts(tmp_path: Pat
     assert sup.state is JobState.STOPPED and sup.live.failure is None
 
 
+@pytest.mark.long  # the suite shrinks and grows over sshd (test_elastic_ssh)
 async def test_a_console_restarted_mid_grow_grows_again_and_ends_bit_exact(
     tmp_path: Path, baseline: str
 ) -> None:

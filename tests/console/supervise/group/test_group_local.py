@@ -138,6 +138,7 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     assert started_pids(inv, "d") == {"d": [ready.data["pid"]]}, "and that one trained"
 
 
+@pytest.mark.long  # the suite replaces a killed member (in this file) and rank 0's part (test_fsdp_train)
 async def test_killing_rank_zeros_host_does_not_end_the_job(tmp_path: Path, baseline: str) -> None:
     inv = local_group(tmp_path)
     ctl = controller(inv)
@@ -175,6 +176,7 @@ async def test_an_executor_crash_restarts_the_group_in_place(tmp_path: Path, bas
     assert inc.fault_class == "executor_crash"
 
 
+@pytest.mark.long  # the suite fences a member cut off (test_group_ssh) and an executor SIGSTOPped past its lease (test_fencing)
 async def test_a_member_sigstopped_past_its_lease_is_killed_before_its_rank_runs_again(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -356,6 +358,7 @@ def long_baseline() -> str:
     return group_baseline(steps=LONG_RUN)
 
 
+@pytest.mark.long  # the suite reattaches a new console to every member (test_a_new_console_reattaches_to_every_member)
 async def test_steps_written_while_no_console_watched_are_resumed_from(
     tmp_path: Path, long_baseline: str
 ) -> None:

@@ -127,6 +127,7 @@ async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     assert not sampler.overlaps, "c and d never trained at once"
 
 
+@pytest.mark.long  # the suite proves it for one host (test_console_fencing); a group's lease path is the same
 async def test_a_console_restarted_while_a_member_is_cut_off_waits_out_its_lease(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
