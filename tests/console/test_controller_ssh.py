@@ -113,7 +113,7 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     # console that did not wait it out would be seen training b before the bound
     # (and steps enough that A, training on cut off until it stops at about half its lease,
     # does not finish the job in that time)
-    inv = inventory(tmp_path, a, b, lease_s=10.0, steps=4000)
+    inv = inventory(tmp_path, a, b, lease_s=10.0, steps=2000)
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
     ctl = controller(inv)
     sup = ctl.jobs["j"]
