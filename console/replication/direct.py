@@ -13,7 +13,9 @@ renamed into place, manifest last.
 When the pair cannot do that (no ssh client on the source, the spare refused or out of the
 source's reach, the key not installable) the copy goes through the console as before
 (``replica.py``), and so do the pair's copies for ``RELAY_FOR_S``; the journal says why.
-Local hosts and folder checkpoints always take the relay. A copy that failed after the
+A folder checkpoint (DCP's) goes the same way, its files one after another, the manifest
+naming them (the receiver checks they stay in the folder and add up). Local hosts always take
+the relay. A copy that failed after the
 spare answered is a failed copy, not a reason to relay: the receiver may still be finishing.
 When a job ends its keys are removed from its spares and sources (``revoke``).
 """
@@ -49,7 +51,6 @@ from console.replication.direct_keys import (
     tag,
 )
 from console.replication.replica import Measured, Received, ReplicaPlan
-from protocol.spec import CheckpointManifest
 
 RELAY_FOR_S = 600.0
 """How long a pair that could not copy host to host keeps to the relay before trying again."""
@@ -83,11 +84,10 @@ class DirectReplication:
         self._seen: dict[str, tuple[str, str]] = {}
         """spare -> (known_hosts line, login) as the console's verified connection saw it."""
 
-    def _eligible(self, source: str, spare: str, manifest: CheckpointManifest) -> bool:
+    def _eligible(self, source: str, spare: str) -> bool:
         hosts = self._inv.hosts
         return (
-            manifest.files is None
-            and hosts[spare].authorized_keys is not None
+            hosts[spare].authorized_keys is not None
             and isinstance(self._transport(source), SshTransport)
             and isinstance(self._transport(spare), SshTransport)
         )
@@ -98,17 +98,17 @@ class DirectReplication:
         spare: str,
         source: str,
         path: str,
-        manifest: CheckpointManifest,
         plan: ReplicaPlan,
         measured: Measured,
     ) -> Received | None:
         """The checkpoint at ``path`` on ``source`` into the spare's replica folder, host to
         host; None when the relay must take it (journalled when the pair falls back)."""
         pair = (source, spare)
-        if not self._eligible(source, spare, manifest):
+        if not self._eligible(source, spare):
             return None
         if clock.mono() < self._relay_until.get(pair, 0.0):
             return None
+        plan.check()  # a folder's files that would leave it: refused here, as the relay does
         try:
             key = load_or_make(self._state, job, plan.folder, source, spare)
         except (OSError, ValueError) as e:
@@ -257,8 +257,7 @@ class DirectReplication:
             "resume": False,
         }
         order = {
-            "path": path,
-            "size": plan.size,
+            "files": plan.sources(path),
             "cwd": folder,
             "ssh": self._ssh_argv(spare, login),
             "header": header,

@@ -3,7 +3,8 @@
 Its authorized_keys line fixes everything that names a place (``IDLE FOLDER KEPT FLOOR``
 as arguments; ``direct.py`` writes it), so the client holding the key chooses nothing but
 which checkpoint it sends: the header line on stdin may carry only step, size, sha256, the
-manifest and resume, each checked here; then ``replica_receiver``'s own ``receive`` (its
+manifest and resume, each checked here (a folder checkpoint's files are read from its
+manifest, and the receiver checks they stay inside the folder and add up); then ``replica_receiver``'s own ``receive`` (its
 source passed in as text, run in a namespace of its own) does the copy into that folder and
 answers as it always does. A client that asked for a command (``id``, scp, sftp) is refused
 before anything is read. The standard library only; written to the spare as a file, with a
@@ -18,6 +19,8 @@ import sys
 HEX64 = re.compile(r"[0-9a-f]{64}")
 ASKED = frozenset({"step", "size", "sha256", "manifest", "resume"})
 MAX_MANIFEST = 1 << 20
+MAX_FILES = 100_000
+"""The most files a folder checkpoint's manifest may list."""
 MAX_STEP = 10**10 - 1
 """A replica's name holds ten digits of its step."""
 
@@ -54,8 +57,11 @@ def checked(asked, folder, kept, floor):
         sha256,
     ):
         return None, "the manifest names another step, size or sha256"
-    if m.get("files") is not None:
-        return None, "a folder checkpoint is not received here"
+    files = m.get("files")
+    if files is not None:
+        files = folder_files(files)
+        if files is None:
+            return None, "the manifest's files must each be a path, a size and a sha256"
     header = {
         "folder": folder,
         "step": step,
@@ -65,9 +71,29 @@ def checked(asked, folder, kept, floor):
         "kept": kept,
         "floor": floor,
         "resume": resume,
-        "files": None,
+        "files": files,
     }
     return header, None
+
+
+def folder_files(files):
+    """A folder checkpoint's files as the receiver takes them ([path, size, sha256] each), from
+    its manifest's list; None when that list is not one. Whether the paths stay inside the
+    folder and add up to the manifest is the receiver's own check (``check_files``), made
+    before it writes anything."""
+    if not isinstance(files, list) or not files or len(files) > MAX_FILES:
+        return None
+    out = []
+    for f in files:
+        if not isinstance(f, dict) or set(f) != {"path", "size", "sha256"}:
+            return None
+        path, size, digest = f["path"], f["size"], f["sha256"]
+        if not isinstance(path, str) or not whole(size, 0, 1 << 50):
+            return None
+        if not isinstance(digest, str) or not HEX64.fullmatch(digest):
+            return None
+        out.append([path, size, digest])
+    return out
 
 
 def main(receiver):

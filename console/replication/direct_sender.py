@@ -1,14 +1,15 @@
 """The program that sends a replica from its source host straight to the spare, run on the
 source as ``python -I -S -c`` by the console, which reads its answers.
 
-Over stdin: one JSON line (the checkpoint's ``path`` and ``size``, the ``ssh`` argv that
+Over stdin: one JSON line (the checkpoint's ``files``, [path, size] each: one for a file, a
+folder checkpoint's in the order the receiver takes them; the ``ssh`` argv that
 reaches the spare's forced receiver with the job's key, run in ``cwd``, the folder holding
 that key, and the receiver's ``header``); after it
 the console keeps stdin open, and its end (the console gave up, or its connection died)
 kills the copy at once. The program relays the receiver's answer lines (``direct_receiver``:
-``ready``, then ``ok`` or what went wrong) and streams the file from the offset ``ready``
+``ready``, then ``ok`` or what went wrong) and streams the files, one after another, from the offset ``ready``
 names. Its own lines: ``reach`` (the receiver was never reached: no ssh client, refused,
-timed out, the key or host key refused), ``source`` (the file cannot be read as told, with
+timed out, the key or host key refused), ``source`` (a file cannot be read as told, with
 its errno), ``lost`` (the connection to the spare broke after it answered). The standard
 library only.
 """
@@ -85,19 +86,40 @@ def stream(f, fd, offset, size):
     return True
 
 
+def open_all(files):
+    """Each file opened and at least its size; None (said why) when one is not."""
+    opened = []
+    for path, size in files:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - held for the whole copy
+        except OSError as e:
+            say(source=path + ": " + (e.strerror or str(e)), errno=e.errno)
+            return None
+        opened.append((f, size))
+        if os.fstat(f.fileno()).st_size < size:
+            say(source=path + " is shorter than its manifest says", errno=None)
+            return None
+    return opened
+
+
+def stream_all(opened, fd, offset):
+    """The files' bytes, one after another, from ``offset`` of the whole into ``fd``."""
+    at = 0
+    for f, size in opened:
+        start, at = max(offset - at, 0), at + size
+        if start < size and not stream(f, fd, start, size):
+            return False
+    return True
+
+
 def main():
     order = read_order()
     ssh = shutil.which(order["ssh"][0])
     if ssh is None:
         say(reach="no ssh client (" + order["ssh"][0] + ") on this host")
         return 3
-    try:
-        f = open(order["path"], "rb")  # noqa: SIM115 - held for the whole copy
-        if os.fstat(f.fileno()).st_size < order["size"]:
-            say(source=order["path"] + " is shorter than its manifest says", errno=None)
-            return 4
-    except OSError as e:
-        say(source=order["path"] + ": " + (e.strerror or str(e)), errno=e.errno)
+    opened = open_all(order["files"])
+    if opened is None:
         return 4
     proc = subprocess.Popen(
         [ssh, *order["ssh"][1:]],
@@ -122,7 +144,7 @@ def main():
     os.write(1, line)
     answer = json.loads(line)
     if answer.get("ready"):
-        stream(f, proc.stdin.fileno(), int(answer["have"]), order["size"])
+        stream_all(opened, proc.stdin.fileno(), int(answer["have"]))
     close(proc.stdin)
     answered = False
     for line in proc.stdout:

@@ -265,7 +265,7 @@ class Replicator:
         def measured(disk: DiskUsage) -> None:
             self._measured(st, disk)
 
-        got = await self._direct.copy(job, spare, src.host, src.path, src.manifest, plan, measured)
+        got = await self._direct.copy(job, spare, src.host, src.path, plan, measured)
         if got is not None:
             return got, "direct"
         relayed = await receive(

@@ -22,6 +22,7 @@ import msgspec
 import pytest
 from support import sshbed
 from support.fleetbed import job_table, write_inventory
+from support.replicabed import manifest_of, tree, write_folder
 
 from console.controller import Controller
 from console.inventory import load
@@ -31,6 +32,7 @@ from console.records.journal import Event, Kind, read
 from console.replication import direct
 from console.replication.direct_keys import TAG, NotDirect, forced_command
 from console.replication.direct_receiver import checked
+from console.replication.replica_receiver import unsound
 from console.replication.replicator import Source
 from console.supervise.policy import Policy
 from protocol.spec import CheckpointManifest
@@ -84,6 +86,11 @@ class Pair:
 
     async def copy(self, step: int) -> bool:
         return await self.ctl.replicator.copy("j", "b", self.source(step))
+
+    def folder_source(self, step: int, files: dict[str, bytes]) -> Source:
+        """A folder checkpoint (DCP's layout: a metadata file and each rank's shards) on a."""
+        path = self.a.root / "jobs" / "j" / "checkpoints" / f"step-{step:010d}.pt"
+        return Source("a", str(path), manifest_of(step, write_folder(path, files)))
 
     def holds(self, *steps: int) -> None:
         want = sorted(f"step-{s:010d}.{ext}" for s in steps for ext in ("json", "pt"))
@@ -193,6 +200,35 @@ async def test_the_key_runs_only_the_receiver_into_its_folder(pair: Pair, tmp_pa
     pair.holds(100)
 
 
+async def test_a_folder_checkpoint_goes_host_to_host_whole_and_verified(pair: Pair) -> None:
+    files = {".metadata": os.urandom(5_000), "__0_0.distcp": os.urandom(SIZE)}
+    files |= {"__1_0.distcp": os.urandom(SIZE), "extra/state.json": b"{}"}
+    assert await pair.ctl.replicator.copy("j", "b", pair.folder_source(100, files))
+    assert pair.src.read == 0, "the folder's bytes crossed the console"
+    (ok,) = [e.data for e in pair.events(Kind.REPLICA)]
+    assert (ok["ok"], ok["route"], ok["bytes"]) == (True, "direct", sum(map(len, files.values())))
+    assert tree(pair.folder / "step-0000000100.pt") == tree(
+        pair.a.root / "jobs" / "j" / "checkpoints" / "step-0000000100.pt"
+    )
+    assert sorted(os.listdir(pair.folder)) == ["step-0000000100.json", "step-0000000100.pt"]
+    m = msgspec.json.decode((pair.folder / "step-0000000100.json").read_bytes())
+    assert sorted(f["path"] for f in m["files"]) == sorted(files)
+
+
+async def test_a_folder_whose_file_changed_on_the_source_is_refused_and_nothing_is_left(
+    pair: Pair,
+) -> None:
+    files = {".metadata": os.urandom(5_000), "__0_0.distcp": os.urandom(SIZE)}
+    src = pair.folder_source(100, files)
+    shard = Path(src.path) / "__0_0.distcp"
+    shard.write_bytes(b"x" + shard.read_bytes()[1:])  # same size, another sha256
+    assert not await pair.ctl.replicator.copy("j", "b", src)
+    (failed,) = [e.data for e in pair.events(Kind.REPLICA)]
+    assert failed["ok"] is False
+    assert not pair.folder.exists() or os.listdir(pair.folder) == [], "nothing left"
+    assert pair.src.read == 0, "not relayed instead: the copy failed, it was not refused"
+
+
 @pytest.mark.parametrize("cut", ["address", "no_ssh", "keys_file"])
 async def test_a_pair_that_cannot_reach_falls_back_to_the_relay(
     tmp_path: Path, bed: sshbed.SshBed, cut: str, monkeypatch: pytest.MonkeyPatch
@@ -224,6 +260,21 @@ async def test_a_pair_that_cannot_reach_falls_back_to_the_relay(
         await p.ctl.close()
 
 
+def test_the_forced_receiver_reads_a_folders_files_from_its_manifest_and_its_receiver_checks_them() -> (
+    None
+):
+    folder = [{"path": "../x", "size": 1, "sha256": "a" * 64}]
+    m = json.dumps({"step": 7, "size": 1, "sha256": "a" * 64, "files": folder})
+    header, why = checked({"step": 7, "size": 1, "sha256": "a" * 64, "manifest": m}, "/r", 2, 0)
+    assert why is None and header is not None and header["files"] == [["../x", 1, "a" * 64]]
+    assert "'../x'" in str(unsound(header)), "refused by the receiver before it writes"
+    for files in ([], [["x", 1, "a" * 64]], [{"path": "x", "size": -1, "sha256": "a" * 64}],
+                  [{"path": "x", "size": 1, "sha256": "a" * 64, "mode": 4}], "x"):  # fmt: skip
+        bad = json.dumps({"step": 7, "size": 1, "sha256": "a" * 64, "files": files})
+        asked = {"step": 7, "size": 1, "sha256": "a" * 64, "manifest": bad}
+        assert checked(asked, "/r", 2, 0)[0] is None, files
+
+
 def test_the_forced_receiver_takes_nothing_that_names_a_place() -> None:
     m = json.dumps({"step": 7, "size": 1, "sha256": "a" * 64})
     good = {"step": 7, "size": 1, "sha256": "a" * 64, "manifest": m}
@@ -234,7 +285,7 @@ def test_the_forced_receiver_takes_nothing_that_names_a_place() -> None:
         {**good, "folder": "/etc"}, {**good, "kept": 0}, {**good, "step": True},
         {**good, "step": -1}, {**good, "sha256": "A" * 64}, {**good, "resume": 1},
         {**good, "manifest": m.replace("7", "8")}, {"step": 7, "size": 1, "sha256": "a" * 64},
-        {**good, "manifest": json.dumps({**json.loads(m), "files": [["../x", 1, "a" * 64]]})},
+        {**good, "manifest": json.dumps({**json.loads(m), "files": [["x", 1, "a" * 64]]})},
     ):  # fmt: skip
         assert checked(bad, "/r/replicas/j", 2, 0)[0] is None, bad
     argv = ["python3", '/r/it\'s "x" $(y)']

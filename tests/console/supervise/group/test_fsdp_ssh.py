@@ -21,7 +21,7 @@ from support.groupbed import group_baseline, group_job, shards
 from console.controller import Controller
 from console.inventory import load
 from console.records.incidents import incidents
-from console.records.journal import read
+from console.records.journal import Kind, read
 from console.states import HostState, JobState
 from console.supervise.policy import Policy
 
@@ -49,12 +49,11 @@ async def test_a_cut_off_member_of_a_sharded_job_is_replaced_by_its_part_on_the_
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:
     hosts = {n: netbed.ns_host(bed, n, routed=True) for n in "abcd"}
+    # the spare takes each member's part (a DCP folder) host to host
+    spare = {"role": "spare", "authorized_keys": str(bed.authorized_keys)}
     inv = write_inventory(
         tmp_path / "inventory.toml",
-        hosts={
-            n: h.inventory_table("r1", **({"role": "spare"} if n == "d" else {}))
-            for n, h in hosts.items()
-        },
+        hosts={n: h.inventory_table("r1", **(spare if n == "d" else {})) for n, h in hosts.items()},
         jobs={"j": group_job(**FSDP)},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={n: dict(EXECUTOR_ENV) for n in hosts})
@@ -93,5 +92,10 @@ async def test_a_cut_off_member_of_a_sharded_job_is_replaced_by_its_part_on_the_
     events = [json.loads(x) for x in (d_dir / "events.jsonl").read_text().splitlines()]
     resumed = [e["step"] for e in events if e["kind"] == "resumed"]
     assert resumed and resumed[0] > 0, "d resumed from rank 2's part, not from step 0"
-    (inc,) = incidents(list(read(tmp_path / "state" / "journal.jsonl")))
+    journal = list(read(tmp_path / "state" / "journal.jsonl"))
+    copies = [e for e in journal if e.kind is Kind.REPLICA and e.data.get("ok")]
+    assert {e.data["shard"] for e in copies if e.data["route"] == "direct"} == {0, 1, 2}, (
+        "every member's part (a folder) went host to host"
+    )
+    (inc,) = incidents(journal)
     assert inc.fault_class == "host_lost"
