@@ -1,7 +1,8 @@
 """Replica copies host to host and through the console, against OpenSSH scp, one cipher.
 
-Two loopback sshd hosts (tests/sshbed.py): ``a`` holds a checkpoint of ``--mb`` MiB, ``b`` is
-the spare. Per round, interleaved, each from a clean destination:
+Two loopback sshd hosts (tests/sshbed.py): ``a`` holds a checkpoint of ``--mb`` MiB (with
+``--files N``: a folder of N files of that size in all, as DCP writes a part; the scp legs
+then copy the folder with ``-r``), ``b`` is the spare. Per round, interleaved, each from a clean destination:
 
 - hotspare direct: ``Replicator.copy`` with b's authorized_keys named, so a sends to b with
   the job's scoped key (``console/replication/direct.py``); the console reads none of the bytes.
@@ -16,7 +17,7 @@ byte, fsync, the renames and the manifest. Its consoles are warm (one untimed co
 first: the key installed, connections open), as a running console's are; each scp starts
 its connections. Prints a markdown table of MB/s (median) and the ratios.
 
-    python benchmarks/host_to_host.py [--mb 256] [--rounds 5] [--json]
+    python benchmarks/host_to_host.py [--mb 256] [--rounds 5] [--files N] [--json]
 
 The rounds are interleaved and the medians taken; the notes give the load average, since
 on a shared machine other work moves these figures more than anything here does.
@@ -30,6 +31,7 @@ import hashlib
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,7 +53,7 @@ from console.reach.deploy import replica_dir  # noqa: E402
 from console.records.journal import Kind, read  # noqa: E402
 from console.replication.replicator import Source  # noqa: E402
 from console.supervise.policy import Policy  # noqa: E402
-from protocol.spec import CheckpointManifest  # noqa: E402
+from protocol.spec import CheckpointManifest, FolderFile  # noqa: E402
 
 MB = 1 << 20
 CIPHER = "aes128-gcm@openssh.com"
@@ -67,12 +69,21 @@ TARGET = 0.9
 
 
 class Bench:
-    def __init__(self, folder: Path, bed: sshbed.SshBed, size: int) -> None:
+    def __init__(self, folder: Path, bed: sshbed.SshBed, size: int, files: int) -> None:
         self.bed, self.size = bed, size
         self.a, self.b = bed.host(name="a"), bed.host(name="b")
         self.src = self.a.root / "jobs" / "j" / "checkpoints" / "step.pt"
         self.src.parent.mkdir(parents=True)
-        self.sha256 = _random_file(self.src, size)
+        self.files: list[FolderFile] | None = None
+        if files:
+            self.src.mkdir()
+            self.files = [
+                FolderFile(path=name, size=n, sha256=_random_file(self.src / name, n))
+                for name, n in _parts(size, files)
+            ]
+            self.sha256 = _tree(self.files)
+        else:
+            self.sha256 = _random_file(self.src, size)
         self.dst = self.b.root / "scp.bin"
         self.step = 0
         self.consoles: dict[str, Controller] = {}
@@ -96,6 +107,7 @@ class Bench:
         m = CheckpointManifest(
             job=job, step=self.step, file=self.src.name, size=self.size, sha256=self.sha256,
             epoch=1, spec_hash="bench", code_version="bench", created_at=time.time(),
+            files=self.files,
         )  # fmt: skip
         ctl = self.consoles[route]
         if not await ctl.replicator.copy(job, "b", Source("a", str(self.src), m)):
@@ -105,7 +117,7 @@ class Bench:
             raise SystemExit(f"a {route} copy went {last.data.get('route')}: {ctl.journal.path}")
 
     def scp_on_a(self) -> None:
-        inner = ["scp", "-q", "-c", CIPHER, *self.bed.ssh_options(), "-P", str(self.b.port)]
+        inner = ["scp", "-q", "-r", "-c", CIPHER, *self.bed.ssh_options(), "-P", str(self.b.port)]
         inner += [str(self.src), f"root@{self.b.address}:{self.dst}"]
         outer = ["ssh", *self.bed.ssh_options(), "-c", CIPHER, "-p", str(self.a.port)]
         outer += [f"root@{self.a.address}", shlex.join(inner)]
@@ -113,16 +125,23 @@ class Bench:
 
     def scp3(self) -> None:
         subprocess.run(
-            ["scp", "-q", "-3", "-c", CIPHER, *self.bed.ssh_options(),
+            ["scp", "-q", "-r", "-3", "-c", CIPHER, *self.bed.ssh_options(),
              _uri(self.a, self.src), _uri(self.b, self.dst)],
             check=True, timeout=SCP_TIMEOUT,
         )  # fmt: skip
 
     def clean(self) -> None:
+        if self.dst.is_dir():
+            shutil.rmtree(self.dst)
         self.dst.unlink(missing_ok=True)
 
     def check_scp(self) -> None:
-        if _sha256(self.dst) != self.sha256:
+        if self.files is None:
+            got = _sha256(self.dst)
+        else:
+            got = _tree([FolderFile(path=f.path, size=f.size, sha256=_sha256(self.dst / f.path))
+                         for f in self.files])  # fmt: skip
+        if got != self.sha256:
             raise SystemExit(f"a corrupt scp copy at {self.dst}")
 
     async def close(self) -> None:
@@ -144,6 +163,20 @@ def _random_file(path: Path, size: int) -> str:
     return digest.hexdigest()
 
 
+def _parts(size: int, files: int) -> list[tuple[str, int]]:
+    """A DCP part's names: the index, then data files sharing the rest (whole MiB each)."""
+    index = MB
+    each = (size - index) // (files - 1) // MB * MB if files > 1 else 0
+    data = [(f"__{i}_0.distcp", each) for i in range(files - 1)]
+    return [(".metadata", size - each * (files - 1)), *data]
+
+
+def _tree(files: list[FolderFile]) -> str:
+    """The folder's sha256 as its manifest gives it: over ``SHA256 SIZE PATH`` lines, path order."""
+    lines = "".join(f"{f.sha256} {f.size} {f.path}\n" for f in sorted(files, key=lambda f: f.path))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -152,9 +185,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-async def measure(folder: Path, size: int, rounds: int) -> dict[str, list[float]]:
+async def measure(folder: Path, size: int, rounds: int, files: int) -> dict[str, list[float]]:
     with sshbed.ssh_bed(folder / "bed") as bed:
-        bench = Bench(folder, bed, size)
+        bench = Bench(folder, bed, size, files)
         try:
             for route in ("direct", "relay"):  # warm: key installed, connections open
                 await bench.hotspare(route)
@@ -188,17 +221,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=256, help="checkpoint size, MiB")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--files", type=int, default=0, help="a folder of this many files (0: one file)"
+    )
     ap.add_argument("--json", action="store_true", help="also print one JSON line last")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="h2h-", dir="/tmp") as d:
-        rates = asyncio.run(measure(Path(d), args.mb * MB, args.rounds))
+        rates = asyncio.run(measure(Path(d), args.mb * MB, args.rounds, args.files))
     load = f"load average {load:.1f} at start, {os.getloadavg()[0]:.1f} at end"
     med = {name: statistics.median(r) for name, r in rates.items()}
     direct, relay = med[DIRECT] / med[SCP], med[RELAY] / med[SCP3]
     ssh_v = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
     setup = (
-        f"{args.mb} MiB, {args.rounds} rounds, two loopback sshd hosts, {os.cpu_count()} CPUs, "
+        f"{args.mb} MiB"
+        + (f" in a folder of {args.files} files" if args.files else "")
+        + f", {args.rounds} rounds, two loopback sshd hosts, {os.cpu_count()} CPUs, "
         f"cipher {CIPHER}, {ssh_v}, Python {platform.python_version()}; {load}"
     )
     print(f"\n{setup}\n")
