@@ -151,7 +151,16 @@ class Server:
         idle = load_idle(self.kind) if autostart is None else None
         if idle is not None:
             idle.before_serving()
-        self._serve(self.workdir / (TWIN_SOCKET if self.twin else SOCKET))
+        try:
+            self._serve(self.workdir / (TWIN_SOCKET if self.twin else SOCKET))
+        except ConfigError as e:
+            # No socket, so no console hears this: the events file says why, for the console
+            # that finds the executor gone (else "died without a word", and started again)
+            self._log(Fault(fault=FaultKind.CONFIG, message=str(e), fatal=True))
+            self._log.close()
+            if self.twin is None:
+                (self.workdir / PID).unlink(missing_ok=True)
+            raise
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._loop.add_signal_handler(sig, self._on_signal, sig)
         tasks = [

@@ -44,7 +44,7 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=10_000)}},
     )
-    hosts = tmp_path / "provisioned"
+    hosts = tmp_path / "p"  # short: an executor socket under it fits in 107 bytes
     local = [sys.executable, str(ROOT / "examples" / "provision_local.py"), "--root", str(hosts)]
     add_provisioner(
         inventory,
@@ -105,7 +105,7 @@ async def test_min_spares_gets_a_region_a_host_of_its_own(tmp_path: Path) -> Non
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
     )
-    made = tmp_path / "made"
+    made = tmp_path / "p"  # short: an executor socket under it fits in 107 bytes
     local = [sys.executable, str(ROOT / "examples" / "provision_local.py"), "--root", str(made)]
     add_provisioner(inventory, local, min_spares={"r2": 1}, retry_s=0.5)
     ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})

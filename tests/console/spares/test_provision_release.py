@@ -150,7 +150,7 @@ async def test_a_failover_never_lands_on_a_host_being_released(tmp_path: Path) -
     release command hangs (a slow ``sky down``). a and b die: the failover finds p in the
     fleet but must not take it; a host is provisioned for j instead, and j trains there."""
     hosts = tmp_path / "hosts"
-    made = tmp_path / "made"
+    made = tmp_path / "p"  # short: an executor socket under it fits in 107 bytes
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={

@@ -4,11 +4,13 @@ keeper puts it in the unhealthy spare's place, the newest checkpoint reaches it,
 job's host dies the job moves there, never to the unhealthy spare, and finishes bit-exact.
 
 Evidence: the replica files on the new host's disk, the final parameters against the
-uninterrupted run's, and no workdir of the job on the unhealthy spare."""
+uninterrupted run's, and nothing trained or written by the job on the unhealthy spare (its warm
+standby idled there while it was fit)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -45,7 +47,7 @@ async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_hos
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=10_000)}},
         health_probe_s=0.5,
     )
-    made = tmp_path / "made"
+    made = tmp_path / "p"  # short: an executor socket under it fits in 107 bytes
     local = [sys.executable, str(LOCAL), "--root", str(made)]
     add_provisioner(
         inventory, [*local, "--region", "r1"], [*local, "--release"], max_hosts=1, retry_s=0.5
@@ -81,4 +83,10 @@ async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_hos
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.host == "prov-1"
     assert sup.sha256 == sha, "the same parameters as the uninterrupted run"
-    assert not (tmp_path / "b" / "jobs" / "j").exists(), "the unhealthy spare never ran it"
+    # b held the job's warm standby while it was fit (an idle executor in the job's workdir):
+    # it never trained there, wrote no checkpoint and reported no step
+    on_b = tmp_path / "b" / "jobs" / "j"
+    assert not any(on_b.glob("checkpoints/step-*")), "the unhealthy spare never ran it"
+    said = (on_b / "events.jsonl").read_text() if (on_b / "events.jsonl").exists() else ""
+    kinds = {json.loads(line)["kind"] for line in said.splitlines() if line.strip()}
+    assert not kinds & {"resumed", "progress", "checkpoint", "finished"}, kinds

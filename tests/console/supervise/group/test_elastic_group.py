@@ -230,7 +230,7 @@ async def test_a_group_with_no_spare_gets_a_provisioned_host_for_a_lost_rank(
     a member is lost, that host takes its rank (a survivor's shard copied there: it held no
     replica), so the group keeps its size instead of shrinking; bit-exact."""
     inv = elastic_group(tmp_path)
-    made = tmp_path / "provisioned"
+    made = tmp_path / "p"  # short: an executor socket under it fits in 107 bytes
     script = Path(__file__).resolve().parents[4] / "examples" / "provision_local.py"
     with inv.open("a") as f:
         f.write(
