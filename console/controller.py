@@ -36,6 +36,7 @@ from console.supervise.observe import FOLLOW_EVERY_S
 from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from console.supervise.refusal import Refused
+from console.supervise.restart import paid_off
 from console.supervise.services import JobServices
 from console.supervise.supervisor import Supervisor
 from console.webhook import Webhook
@@ -556,6 +557,7 @@ class Controller:
             self._refuse(f"start {job}", f"{job} is still winding down; try again", job=job)
         self._act(f"start {job}", job=job)
         sup.rec.stopped = False
+        paid_off(sup.rec)  # an operator's start: a crash loop's count is not held against it
         self.store.save()
         self.jobs[job] = self._supervisor(job)
         self.jobs[job].live.carry_from(sup.live)

@@ -42,6 +42,9 @@ class JobRecord(msgspec.Struct, kw_only=True):
     spares: list[str] = []
     epoch: int = 0
     restarts: int = 0
+    crash_looped: list[str] = []
+    """Hosts where ``restarts`` ran out since the run last checkpointed past a restart: a
+    second one fails the job (``console.supervise.restart``)."""
     finished_sha256: str | None = None
     finished_step: int | None = None
     finished_warnings: list[str] = []

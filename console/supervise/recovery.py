@@ -136,6 +136,15 @@ class Recovery:
                     self._standby.prepared = Prepared(host, twin, promoted=True)
                 return host, False
             self._states.move(JobState.RESTARTING, "restart limit reached")
+            loop = self._restarts.spent_on(host, outcome.why)
+            if loop is not None:
+                await self._standby.drop_warm()
+                await self._twin.drop()
+                if faulted is not None:
+                    await self._standby.discard(Prepared(host, faulted))
+                self._states.fail(FailureKind.CRASH_LOOP, loop)
+                self.release()
+                return None
         await self._twin.drop()  # not restarted on this host: no twin lingers there
         if faulted is not None:  # not restarted there: it must not wait out its lease
             await self._standby.discard(Prepared(host, faulted))

@@ -1,7 +1,10 @@
 """Restart in place, one decision for a single host's job and a group's members alike: may the
 run start again on the host it ended on, and is there a restart left in the budget
 (``restart_limit`` in a row; a checkpoint past the step a restart resumed from pays them off:
-``JobMessages._restarts_paid_off``, ``MemberMessages._on_checkpoint``).
+``JobMessages._restarts_paid_off``, ``MemberMessages._on_checkpoint``), and what follows when it
+is spent: the job moves off that host once; spent again on the next host before any checkpoint
+past the restart (a crash in the job's code or data, not in a host), the job fails as a crash
+loop instead of moving back and forth between hosts for ever.
 
 Found in the merge of the two recoveries (issue 30): each had its own copy of both. A single
 host's job restarted on a host failing a health rule that was not (yet) drained; a group's
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from console.fleet.hosts import Fleet
+from console.records.state_store import JobRecord
 from console.states import HostState, JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.live import LiveJob, Transitions
@@ -70,3 +74,26 @@ class RestartBudget:
         )
         self._incident.phase("decided", action="restart", host=host, last_step=last_step)
         return True
+
+    def spent_on(self, host: str, why: str) -> str | None:
+        """The budget ran out on ``host``: counted (persisted) among the hosts the run crash-
+        looped on. None: the job moves off it. Else why the job fails: the loop followed it to
+        a second host."""
+        rec = self._live.rec
+        if host not in rec.crash_looped:
+            rec.crash_looped.append(host)
+            self._save()
+        if len(rec.crash_looped) < 2:
+            return None
+        return (
+            f"the run crash-looped on {' and then '.join(rec.crash_looped)} ({self.limit} "
+            f"restarts on each, the last: {why}): the fault follows the job, not a host; "
+            "start it again once fixed"
+        )
+
+
+def paid_off(rec: JobRecord) -> None:
+    """A checkpoint past the step a restart resumed from: the run got over its crash, so the
+    restarts count from zero and no host is held against it."""
+    rec.restarts = 0
+    rec.crash_looped = []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +59,48 @@ def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_
     assert "run_crash" in text
     assert "## Incident 1: j on a" in text
     assert "MTTR" in text
+
+
+def test_a_crash_that_follows_the_job_to_its_spare_fails_it_as_a_crash_loop(
+    tmp_path: Path,
+) -> None:
+    """The same crash on every host (the job's code or data, not a host): restarted on a, moved
+    to b, restarted there, then failed, with the hosts named. It went back to a before, and on
+    between the two for ever."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200)}},
+        restart_limit=1,
+    )
+    crash = {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90,crash@91"}
+    run = hotspare(
+        "--inventory",
+        str(inv),
+        "run",
+        "--policy",
+        "auto",
+        "--json",
+        env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps({"a": crash, "b": crash})),
+        timeout=180,
+    )
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert "job j did not finish: crash_loop: the run crash-looped on a and then b" in run.stderr
+    events = [json.loads(line) for line in run.stdout.splitlines()]
+    assert not [e for e in events if e["kind"] == "finished"]
+    started = [e["host"] for e in events if e["kind"] == "executor" and " started " in e["msg"]]
+    assert "a" in started and "b" in started, started
+    for host in "ab":  # trained on each host, crashed there at step 91 and not again
+        said = (tmp_path / host / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+        ends = [json.loads(x) for x in said if '"run_ended"' in x]
+        assert [e["message"][-30:] for e in ends][-1].endswith("step 91 (HOTSPARE_INJECT)")
+    # Not asserted yet (a known bug, in the note of 2026-12-05): the warm standby readied on a
+    # after the failover outlives the job's failure; the restart in place on b replaced the
+    # standby's handle, and a second standby on a was refused the workdir lock. Reaped here by
+    # its recorded pid so it does not outlive the test.
+    pid_file = tmp_path / "a" / "jobs" / "j" / "executor.pid"
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def test_a_job_with_a_bad_config_fails_fast_with_a_reason(tmp_path: Path) -> None:

@@ -131,6 +131,11 @@ class GroupRecovery:
         if not replace and not planned:
             if self._restarts.take(first.host, first.exit.why, self._last(members)):
                 return (await self._resume.step([]),)
+            loop = self._restarts.spent_on(first.host, first.exit.why)
+            if loop is not None:
+                self._states.fail(FailureKind.CRASH_LOOP, loop)
+                self.release()
+                return None
             replace = [first]
         newcomer = self._growth.take() if planned else None
         before = list(self._members())

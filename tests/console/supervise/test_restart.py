@@ -3,19 +3,22 @@ a group's member, decided from the fleet's state alone, no process started."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.jobbed import Calls, services
 
 from console.fleet.hosts import Fleet
-from console.states import HostState, JobState
+from console.states import FailureKind, HostState, JobState
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.restart import paid_off
 from protocol.messages import GpuHealth, Health
 
 FAILING = Health(
@@ -113,3 +116,52 @@ async def test_a_single_host_and_a_groups_member_leaving_a_go_to_the_same_host(
             group.live.spares = ["c"]
             picks.append((await group._group_recovery._targets(["a"], survivors=1) or [None])[0])
     assert picks == [expected, expected]
+
+
+def test_a_budget_spent_on_a_second_host_is_a_crash_loop_and_a_checkpoint_forgives_it(
+    tmp_path: Path,
+) -> None:
+    svc = services(tmp_path, Calls())
+    one = JobSupervisor(svc, "j")
+    assert one._restarts.spent_on("a", "boom") is None, "the first host: the job moves"
+    assert one._restarts.spent_on("a", "boom") is None, "counted once"
+    assert one.live.rec.crash_looped == ["a"]
+    why = one._restarts.spent_on("c", "boom")
+    assert why is not None and "crash-looped on a and then c" in why and "boom" in why
+    paid_off(one.live.rec)
+    assert one.live.rec.crash_looped == [] and one.live.rec.restarts == 0
+    assert one._restarts.spent_on("c", "boom") is None
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+async def test_a_run_that_crash_loops_on_its_second_host_fails_the_job_not_moves_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """A crash in the job's code or data follows it to every host: after the restarts on a
+    and then on c, the job fails as a crash loop; before, it went back to a, then c, for ever
+    (scripts/test-long: a group between two provisioned hosts, 240 s, until the test's end)."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        _up(svc.fleet, h)
+    crashed = Outcome(Exit.CRASHED, "crashed: ValueError: bad batch")
+    if kind == "one host":
+        sup: JobSupervisor | GroupSupervisor = JobSupervisor(svc, "j")
+        sup._assign(["c"])
+    else:
+        sup = GroupSupervisor(svc, "g")
+        sup._assign_members(["c", "b"])
+    live = sup.live
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+    live.rec.crash_looped = ["a"]  # it ran out of restarts on a, and moved to c
+    live.rec.restarts = svc.inv.console.restart_limit  # and out of them on c too
+    # a recovery that moves the job waits for a host here (none is free): a deadline, not a hang
+    if isinstance(sup, JobSupervisor):
+        assert await asyncio.wait_for(sup._recovery.recover(crashed), 10) is None
+    else:
+        members = [Member(0, "c", exit=crashed), Member(1, "b", exit=crashed)]
+        run = SimpleNamespace(members=members, origin=lambda: members[0])
+        assert await asyncio.wait_for(sup._group_recovery.recover(run), 10) is None  # type: ignore[arg-type]
+    assert live.state is JobState.FAILED and live.failure is FailureKind.CRASH_LOOP
+    assert "crash-looped on a and then c" in live.why
+    assert live.rec.crash_looped == ["a", "c"]
