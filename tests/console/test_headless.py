@@ -27,6 +27,16 @@ def hotspare(
     )
 
 
+def run_auto(
+    inv: Path, hook: dict[str, dict[str, str]], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    """``hotspare run --policy auto --json``, each host's executors given ``hook``'s environment."""
+    env = env_with(HOTSPARE_EXECUTOR_ENV=json.dumps(hook))
+    return hotspare(
+        "--inventory", str(inv), "run", "--policy", "auto", "--json", env=env, timeout=timeout
+    )
+
+
 def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_path: Path) -> None:
     inv = write_inventory(
         tmp_path / "inventory.toml",
@@ -38,15 +48,7 @@ def test_a_crash_loop_on_one_host_ends_on_the_spare_and_the_report_lists_it(tmp_
     # Each injected fault fires once per executor process, and a crash is restarted in the same
     # process: resumed from step 80, the run crashes again at 91, past the one restart allowed.
     hook = {"a": {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90,crash@91"}, "b": EXECUTOR_ENV}
-    run = hotspare(
-        "--inventory",
-        str(inv),
-        "run",
-        "--policy",
-        "auto",
-        "--json",
-        env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps(hook)),
-    )
+    run = run_auto(inv, hook)
     assert run.returncode == 0, run.stderr[-2000:]
     events = [json.loads(line) for line in run.stdout.splitlines()]
     (finished,) = [e for e in events if e["kind"] == "finished"]
@@ -74,16 +76,7 @@ def test_a_crash_that_follows_the_job_to_its_spare_fails_it_as_a_crash_loop(
         restart_limit=1,
     )
     crash = {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90,crash@91"}
-    run = hotspare(
-        "--inventory",
-        str(inv),
-        "run",
-        "--policy",
-        "auto",
-        "--json",
-        env=env_with(HOTSPARE_EXECUTOR_ENV=json.dumps({"a": crash, "b": crash})),
-        timeout=180,
-    )
+    run = run_auto(inv, {"a": crash, "b": crash}, timeout=180)
     assert run.returncode == 1, run.stderr[-2000:]
     assert "job j did not finish: crash_loop: the run crash-looped on a and then b" in run.stderr
     events = [json.loads(line) for line in run.stdout.splitlines()]

@@ -16,6 +16,21 @@ from console.supervise.outcome import Exit, from_events_tail
 from executors import exitcodes
 
 
+def refused_in_one_line(said: str, *args: str) -> None:
+    """``hotspare-executor serve ARGS`` exits 2 (config) with one line on stderr saying ``said``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "executors.cli", "serve", *args],
+        cwd=REPO,
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == exitcodes.CONFIG, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], proc.stderr
+
+
 @pytest.mark.parametrize("existing", [False, True], ids=["new workdir", "existing workdir"])
 def test_serve_with_a_bad_spec_leaves_no_lock_and_no_pid(tmp_path: Path, existing: bool) -> None:
     spec = tmp_path / "job.toml"
@@ -23,18 +38,9 @@ def test_serve_with_a_bad_spec_leaves_no_lock_and_no_pid(tmp_path: Path, existin
     workdir = tmp_path / "w"
     if existing:
         workdir.mkdir()
-    serve = ["serve", "--workdir", str(workdir), "--spec", str(spec), "--idle-exit-s", "5"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "executors.cli", *serve],
-        cwd=REPO,
-        env=env_with(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    refused_in_one_line(
+        "TOML syntax error", "--workdir", str(workdir), "--spec", str(spec), "--idle-exit-s", "5"
     )
-    assert proc.returncode == exitcodes.CONFIG, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "TOML syntax error" in lines[0], proc.stderr
     assert not (workdir / "executor.lock").exists()
     assert not (workdir / "executor.pid").exists()
     assert workdir.exists() is existing, "a workdir is not made for a job refused"
@@ -45,17 +51,7 @@ def test_a_workdir_too_deep_for_its_socket_is_a_config_error_the_console_reads(
 ) -> None:
     workdir = tmp_path / ("d" * 60) / ("e" * 60) / "jobs" / "j"
     workdir.mkdir(parents=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "executors.cli", "serve", "--workdir", str(workdir)],
-        cwd=REPO,
-        env=env_with(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == exitcodes.CONFIG, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "socket path longer than" in lines[0], proc.stderr
+    refused_in_one_line("socket path longer than", "--workdir", str(workdir))
     assert not (workdir / "executor.pid").exists()
     outcome = from_events_tail((workdir / "events.jsonl").read_text())
     assert outcome.exit is Exit.CONFIG, outcome
