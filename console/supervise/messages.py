@@ -28,7 +28,7 @@ from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
 from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.supervise.policy import Policy
-from console.supervise.restart import paid_off
+from console.supervise.restart import owed, paid_off
 from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
@@ -147,8 +147,7 @@ class JobMessages:
                 self._replicator.submit(
                     job.name, job.spares, Source(job.host, job.checkpoint_path, msg.manifest)
                 )
-                owed = job.rec.restarts or job.rec.crash_looped
-                if self._acts and owed and msg.manifest.step > (job.resumed_step or 0):
+                if self._acts and owed(job.rec) and msg.manifest.step > (job.resumed_step or 0):
                     self._restarts_paid_off(msg.manifest.step)
         elif isinstance(msg, Resumed):
             job.resumed_step = msg.step

@@ -92,6 +92,11 @@ class RestartBudget:
         )
 
 
+def owed(rec: JobRecord) -> bool:
+    """Whether a checkpoint past the restart point has anything to pay off (``paid_off``)."""
+    return bool(rec.restarts or rec.crash_looped)
+
+
 def paid_off(rec: JobRecord) -> None:
     """A checkpoint past the step a restart resumed from: the run got over its crash, so the
     restarts count from zero and no host is held against it."""

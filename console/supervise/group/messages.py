@@ -29,7 +29,7 @@ from console.supervise.incident import OpenIncident, trained_past
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.policy import Policy
-from console.supervise.restart import paid_off
+from console.supervise.restart import owed, paid_off
 from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
@@ -205,7 +205,7 @@ class MemberMessages:
             host=members[0],
             data={"step": man.step, "committed": True, "epoch": man.epoch},
         )
-        if (job.rec.restarts or job.rec.crash_looped) and man.step > (job.resumed_step or 0):
+        if owed(job.rec) and man.step > (job.resumed_step or 0):
             paid_off(job.rec)
             self._save()
 
