@@ -319,3 +319,11 @@ class Launcher:
         task = asyncio.get_running_loop().create_task(run())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+
+    async def settle(self) -> None:
+        """Wait for the clean-ups still running (each bounded by its own timeouts): the job's
+        supervision ends only once every executor it started and did not use has been told to
+        go. A warm standby still coming up when a job failed was cancelled, its stop left to a
+        clean-up, and ``hotspare run`` returned with the standby alive until its idle exit."""
+        while self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)

@@ -312,8 +312,14 @@ class Standby:
     # ------------------------------------------------------------ warm standby
 
     def keep_warm(self) -> None:
-        """Ready the warm standby in the background (see ``_keep_warm``)."""
+        """Ready the warm standby in the background (see ``_keep_warm``). One readying at a
+        time: a restart in place launches the job again while the standby of its first launch
+        may still be starting, and a second task beside it started a second executor on the
+        spare's workdir (refused) and replaced the first task's handle, so dropping the
+        standby when the job ended missed the one that came up."""
         self._keeping = True
+        if self._warm_task is not None and not self._warm_task.done():
+            return
         self._warm_task = asyncio.create_task(self._keep_warm(), name=f"{self._live.name} standby")
 
     async def _keep_warm(self) -> None:

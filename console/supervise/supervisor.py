@@ -264,7 +264,10 @@ class Supervisor(ABC):
         if job.rec.stopped:
             self._states.stopped("stopped by an operator before this console started")
             return
-        await self._supervise()
+        try:
+            await self._supervise()
+        finally:
+            await self.launcher.settle()
 
     @abstractmethod
     def _last_host(self) -> str | None:
