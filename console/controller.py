@@ -188,7 +188,7 @@ class Controller:
             self._console_died(*died)
         background = [asyncio.create_task(self.monitor.run(), name="host monitor")]
         if self.supply is not None:
-            keep = self.supply.keep()
+            keep = self.supply.keep(self.monitor.settle)
             background.append(asyncio.create_task(keep, name="provisioned hosts"))
         if self.read_only:
             background.append(asyncio.create_task(self._follow_state(), name="follow state"))

@@ -119,6 +119,7 @@ class HostMonitor:
                 for n, rt in list(fleet.hosts.items())
                 if (rt.job is None or n in fleet.readying)
                 and not rt.released
+                and not rt.releasing
                 and now - rt.last_seen > REACH_EVERY_S
             ]
             began = time.monotonic()
@@ -163,11 +164,19 @@ class HostMonitor:
             last = self._probed_at.get(name, 0.0)
             if rt.sampled_at != self._ours.get(name):  # an executor's sample is the newest
                 last = max(last, rt.sampled_at)
-            if rt.released:
+            if rt.released or rt.releasing:  # given back, or about to be: nothing to learn
                 continue
             if rt.job is None and rt.state is not HostState.DOWN and now - last >= self.every_s:
                 out.append(name)
         return out
+
+    async def settle(self, name: str) -> None:
+        """Wait out a health probe of ``name`` in flight (bounded by its command timeout): a
+        host chosen for release was probed once more while its release command ran, and the
+        probe's deploy wrote its bundle folder back under the root just given back."""
+        task = self._probing.get(name)
+        if task is not None and not task.done():
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
 
     async def probe(self, name: str) -> None:
         """One health probe of ``name``; its sample or its failure lands in the fleet."""

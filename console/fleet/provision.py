@@ -91,13 +91,15 @@ class Provisioner:
         released: Callable[[str], None],
         *,
         releasing: Callable[[str], None],
+        quiet: Callable[[str], Awaitable[None]],
         chosen: Callable[[str], bool],
         every_s: float = RELEASE_CHECK_S,
     ) -> None:
         """Keep ``min_spares`` free hosts in each region named (provisioning one for a region
         short of it), and give back each provisioned host idle (``busy`` false: no job on
         it, no job's spare) past ``idle_release_s``, unless its region would then be short:
-        ``releasing`` (out of use for good, cordoned), then its release command, then
+        ``releasing`` (out of use for good, cordoned), ``quiet`` (what the console still
+        runs there, a health probe, is waited out), then its release command, then
         ``released`` (the console forgets it). A failed release is an alert and is tried again
         after a growing wait; the host stays out of use meanwhile (``chosen`` says so, also for
         one a console before this one chose).
@@ -139,6 +141,7 @@ class Provisioner:
                 elif now < at:
                     continue
                 idle = now - idle_since.setdefault(host, now)
+                await quiet(host)
                 if await self._release(host, idle):
                     released(host)
                     idle_since.pop(host, None)

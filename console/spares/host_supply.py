@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from console.fleet.hosts import Fleet
@@ -80,12 +80,16 @@ class HostSupply:
             if self._store.host(h).provisioned and not self._store.host(h).released
         }
 
-    async def keep(self, every_s: float = RELEASE_CHECK_S) -> None:
-        """``min_spares`` kept, idle made hosts released (``Provisioner.keep``)."""
+    async def keep(
+        self, quiet: Callable[[str], Awaitable[None]], every_s: float = RELEASE_CHECK_S
+    ) -> None:
+        """``min_spares`` kept, idle made hosts released (``Provisioner.keep``); ``quiet``
+        waits out what the console still runs on a host chosen for release."""
         await self.provisioner.keep(
             self._in_use,
             self._released,
             releasing=self._fleet.releasing,
+            quiet=quiet,
             chosen=lambda h: self._fleet.hosts[h].releasing,
             every_s=every_s,
         )

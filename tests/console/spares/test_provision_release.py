@@ -12,6 +12,7 @@ executors' pid files and events under the host roots, state.json on disk and the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -32,12 +33,14 @@ from support.fleetbed import (
 
 from console.controller import Controller
 from console.fleet.hosts import Fleet
+from console.fleet.monitor import HostMonitor
 from console.inventory import load
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore
 from console.spares.host_supply import HostSupply
 from console.states import HostState, JobState
 from console.supervise.policy import Policy
+from executors.health.gpu import FAKE_NVML_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL = ROOT / "examples" / "provision_local.py"
@@ -111,7 +114,7 @@ async def test_a_host_chosen_for_release_is_out_of_use_before_its_command_runs(
         alert=lambda msg, **_: alerts.append(msg),
     )
     assert fleet.fit("p") and "p" in fleet.usable()
-    keep = asyncio.create_task(supply.keep())
+    keep = asyncio.create_task(supply.keep(lambda _h: asyncio.sleep(0)))
     try:
         seen = await until(lambda: seen_at_release(tmp_path, "p"), 30, "the release to begin")
         # while the command runs: out of use in the fleet, and so on disk when it began
@@ -269,3 +272,108 @@ async def test_a_crash_on_a_host_being_released_fails_over_an_operator_s_cordon_
         e.kind is Kind.ACTION and "not restarted on a: it is being released" in e.msg
         for e in journal
     )
+
+
+FIFO_RELEASE = r"""
+import errno, os, shutil, sys
+from pathlib import Path
+
+fifo, out, root, host = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+try:  # a writer opens a FIFO without blocking only while a reader (the probe) waits on it
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    probing = True
+except OSError as e:
+    if e.errno != errno.ENXIO:
+        raise
+    probing = False
+(out / f"probing-{host}").write_text(str(probing))
+shutil.rmtree(root / host, ignore_errors=True)  # the machine is gone
+"""
+
+
+async def test_a_host_is_released_only_once_its_health_probe_in_flight_has_ended(
+    tmp_path: Path,
+) -> None:
+    """A health probe of a provisioned host was still running when its release command ran,
+    and the probe's deploy wrote the bundle folder back under the root just given back
+    (``p/prov-2/bundles`` left by a long run). The probe here is held by its fake GPU, a FIFO
+    nothing writes to yet; the release command records whether it still had a reader."""
+    hosts, out = tmp_path / "hosts", tmp_path / "out"
+    out.mkdir()
+    fifo = tmp_path / "gpu.fifo"
+    os.mkfifo(fifo)
+    script = tmp_path / "release.py"
+    script.write_text(FIFO_RELEASE)
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(hosts / "a"), "p": local_host(hosts / "p")},
+        jobs={},
+    )
+    add_provisioner(
+        inventory,
+        [sys.executable, "-c", "raise SystemExit('not asked to make one')"],
+        [sys.executable, str(script), str(fifo), str(out), str(hosts)],
+        idle_release_s=0.1,
+    )
+    (hosts / "p").mkdir(parents=True)
+    inv = load(inventory)
+    assert inv.provisioner is not None
+    journal = Journal(tmp_path / "state" / "journal.jsonl")
+    store = StateStore(tmp_path / "state")
+    store.host("p").provisioned = True
+    store.save()
+    fleet = Fleet(inv, journal, store)
+    monitor = HostMonitor(
+        fleet,
+        inv,
+        journal,
+        alert=lambda *_a, **_k: None,
+        spares=dict,
+        executor_env={"p": {**EXECUTOR_ENV, FAKE_NVML_ENV: str(fifo)}},
+    )
+    supply = HostSupply(
+        inv.provisioner,
+        inv=inv,
+        fleet=fleet,
+        store=store,
+        add_host=lambda _n, _t: None,
+        reserved=set,
+        busy=lambda _h: False,
+        journal=journal,
+        alert=lambda *_a, **_k: None,
+    )
+    quieted: list[str] = []
+
+    async def quiet(host: str) -> None:
+        quieted.append(host)
+        await monitor.settle(host)
+
+    def reader_waits() -> int | None:
+        with contextlib.suppress(OSError):
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        return None
+
+    watching = asyncio.create_task(monitor.run())
+    keep: asyncio.Task[None] | None = None
+    held: int | None = None
+    try:
+        # the probe has deployed and its fake GPU read waits; this writer keeps it waiting
+        held = await until(reader_waits, 60, "p's health probe reading its fake GPU")
+        keep = asyncio.create_task(supply.keep(quiet, every_s=0.05))
+        await until(lambda: quieted or (out / "probing-p").exists(), 30, "p chosen for release")
+        assert not (out / "probing-p").exists(), "released while its health probe ran"
+        assert fleet.hosts["p"].releasing and fleet.hosts["p"].state is HostState.CORDONED
+        os.write(held, json.dumps({"devices": [{"name": "Fake H100"}]}).encode())
+        os.close(held)
+        held = None
+        await until(lambda: store.host("p").released, 30, "p released")
+    finally:
+        if held is not None:
+            os.close(held)
+        for task in (keep, watching):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (keep, watching) if t), return_exceptions=True)
+        journal.close()
+    assert (out / "probing-p").read_text() == "False", "its probe still read when released"
+    assert not (hosts / "p").exists(), "nothing written back under the root given back"

@@ -82,6 +82,7 @@ class Bed:
             busy,
             released,
             releasing=self.leaving.add,
+            quiet=lambda _h: asyncio.sleep(0),
             chosen=self.leaving.__contains__,
             every_s=every_s,
         )
