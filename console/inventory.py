@@ -22,6 +22,7 @@ from protocol.config import _key_path, _one_line, convert, find_line, read_toml
 from protocol.errors import ConfigError
 from protocol.layouts import expand
 from protocol.spec import JOB_NAME_PATTERN, PLACEMENT_KEYS, JobSpec
+from protocol.workdirs import job_dir, too_long
 
 HostName = Annotated[str, msgspec.Meta(pattern=JOB_NAME_PATTERN)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -404,6 +405,7 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 inv.host_root(name)
             except (RuntimeError, ValueError, OSError) as e:
                 _fail(inv, text, [*keys, "root"], f"not a usable folder on this machine: {e}")
+        _check_socket_paths(inv, text, name)
     for name, job in inv.jobs.items():
         keys = ["jobs", name]
         p = job.placement
@@ -438,6 +440,19 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 _fail(inv, text, [*keys, "spares"], _known("host", spare, inv.hosts))
             if spare == p.host or spare in p.hosts:
                 _fail(inv, text, [*keys, "spares"], f"{spare!r} is one of the job's own hosts")
+
+
+def _check_socket_paths(inv: Inventory, text: str, name: str) -> None:
+    """Every job's executor sockets fit under host ``name``'s root (any job may fail over to
+    any host). A root the host expands (``~``, relative) is left to the executor's own check,
+    which fails the job at once with this reason."""
+    root = inv.host_root(name)
+    if not root.startswith("/"):
+        return
+    for job in inv.jobs:
+        why = too_long(job_dir(root, job))
+        if why is not None:
+            _fail(inv, text, ["hosts", name, "root"], f"too deep for job {job!r}: {why}")
 
 
 def _check_parallel(inv: Inventory, text: str, keys: list[str], job: Job) -> None:

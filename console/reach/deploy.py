@@ -24,6 +24,7 @@ from pathlib import Path
 from console.reach.host import extract, source
 from console.reach.transport.base import PermanentTransportError, Transport, TransportError
 from protocol.version import bundle_files, source_hash
+from protocol.workdirs import job_dir as job_dir
 
 EXTRACT = source(extract)
 
@@ -69,10 +70,6 @@ def build_bundle() -> Bundle:
 
 def bundle_dir(root: str, bundle: Bundle) -> str:
     return posixpath.join(root, "bundles", bundle.hash)
-
-
-def job_dir(root: str, job: str) -> str:
-    return posixpath.join(root, "jobs", job)
 
 
 def replica_dir(root: str, job: str) -> str:

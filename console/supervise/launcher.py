@@ -24,6 +24,7 @@ from console.records.journal import Journal, Kind
 from console.supervise.outcome import Exit, Outcome
 from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Prepare, Stop
+from protocol.workdirs import EXECUTOR_SOCKET, TWIN_SOCKET
 
 START_TIMEOUT_S = 90.0
 POLL_S = 0.2
@@ -70,7 +71,7 @@ class Launcher:
         self._cleanups: set[asyncio.Task[None]] = set()
 
     def socket(self, host: str) -> str:
-        return posixpath.join(self.workdir(host), "executor.sock")
+        return posixpath.join(self.workdir(host), EXECUTOR_SOCKET)
 
     def workdir(self, host: str) -> str:
         return job_dir(self._inv.host_root(host), self.job)
@@ -78,7 +79,7 @@ class Launcher:
     def link(self, host: str, *, twin: bool = False) -> ExecutorLink:
         """A new, unopened link to whatever serves the job's socket on ``host`` (``twin``: the
         warm twin's, ``twin.sock``)."""
-        path = posixpath.join(self.workdir(host), "twin.sock") if twin else self.socket(host)
+        path = posixpath.join(self.workdir(host), TWIN_SOCKET) if twin else self.socket(host)
         return ExecutorLink(self._transport(host), path, self._console_id, self._term)
 
     # ------------------------------------------------------------ starting

@@ -28,8 +28,8 @@ from executors import clock, exitcodes
 from executors.agent.control import Control
 from executors.agent.events import EventLog, report_crash
 from executors.agent.inject import Injections
-from executors.agent.twin import TWIN_EVENTS, TWIN_SOCKET, TwinSeat, listen
-from executors.agent.workdir import EVENTS, PID, SOCKET, WorkdirBusy, kill_command
+from executors.agent.twin import TWIN_EVENTS, TwinSeat, listen
+from executors.agent.workdir import EVENTS, PID, WorkdirBusy, kill_command
 from executors.durable import atomic_write
 from executors.fencing.guard import LeaseGuard
 from executors.fencing.publish import seal
@@ -69,6 +69,8 @@ from protocol.messages import (
     Stopped,
 )
 from protocol.spec import JobSpec
+from protocol.workdirs import EXECUTOR_SOCKET as SOCKET
+from protocol.workdirs import TWIN_SOCKET
 
 HELLO_TIMEOUT_S = 10.0
 MAX_CLIENT_BUFFER = 1 << 20

@@ -16,11 +16,11 @@ import os
 import socket
 from pathlib import Path
 
-from executors.agent.workdir import MAX_SOCKET_PATH, WorkdirBusy, acquire, hold, reap_command
+from executors.agent.workdir import WorkdirBusy, acquire, hold, reap_command
 from executors.durable import atomic_write
 from protocol.errors import ConfigError
+from protocol.workdirs import MAX_SOCKET_PATH, TWIN_SOCKET, staged
 
-TWIN_SOCKET = "twin.sock"
 TWIN_PID = "twin.pid"
 TWIN_LOCK = "twin.lock"
 TWIN_EVENTS = "twin-events.jsonl"
@@ -37,22 +37,24 @@ def listen(path: Path) -> socket.socket:
     stale: the caller holds the lock that goes with it). It is bound under a hidden name and
     renamed into place once listening, so a client that sees ``path`` is never refused (a
     fresh-clone run connected between bind and listen: ``ConnectionRefusedError``)."""
-    staged = path.with_name("." + path.name)
-    if len(str(staged)) > MAX_SOCKET_PATH:
+    staged_at = path.with_name(staged(path.name))
+    size = len(bytes(staged_at))
+    if size > MAX_SOCKET_PATH:
         raise ConfigError(
-            f"{path}: socket path longer than {MAX_SOCKET_PATH - 1} bytes; use a shorter workdir"
+            f"{staged_at}: socket path of {size} bytes, more than a Unix socket's "
+            f"{MAX_SOCKET_PATH}; use a shorter workdir"
         )
-    staged.unlink(missing_ok=True)
+    staged_at.unlink(missing_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        sock.bind(str(staged))
+        sock.bind(str(staged_at))
     finally:
         os.umask(old)
-    os.chmod(staged, 0o600)
+    os.chmod(staged_at, 0o600)
     sock.listen(64)
     sock.setblocking(False)
-    os.replace(staged, path)
+    os.replace(staged_at, path)
     return sock
 
 

@@ -27,7 +27,6 @@ from executors.durable import atomic_write
 from executors.fencing import cgroup
 from protocol.errors import HotspareError
 
-SOCKET = "executor.sock"
 PID = "executor.pid"
 LOCK = "executor.lock"
 EVENTS = "events.jsonl"
@@ -35,7 +34,6 @@ CRASH = "crash.log"
 CHECKPOINTS = "checkpoints"
 COMMAND_GROUP = "command.pgid"
 TOKEN_ENV = "HOTSPARE_RUN_TOKEN"
-MAX_SOCKET_PATH = 107
 REAP_TIMEOUT_S = 10.0
 
 

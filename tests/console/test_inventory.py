@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,15 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         "job-host-and-hosts",
         H + '[jobs.j]\nhost = "h"\nhosts = ["h", "h"]\nsteps = 1\n',
         ["{p}:8: jobs.j.hosts: give `host` or `hosts`, not both"],
+    ),
+    (  # the staged socket /srv/d.../jobs/j/.executor.sock is 108 bytes: one too many
+        "root-too-deep-for-a-socket",
+        '[regions.r]\n[hosts.h]\nregion = "r"\naddress = "10.0.0.1"\nroot = "/srv/ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"\n'
+        '[jobs.j]\nhost = "h"\nsteps = 1\n',
+        [
+            "{p}:5: hosts.h.root: too deep for job 'j': its executor socket would be "
+            "/srv/ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd/jobs/j/.executor.sock (108 bytes; a Unix socket path holds at most 107)"
+        ],
     ),
     (
         "job-hosts-one",
@@ -739,7 +749,13 @@ def test_hostile_names_are_refused(tmp_path: Path, kind: str, bad: str) -> None:
 HOSTILE_VALUE = "r o o t $(touch MARKER) `touch MARKER2` ;echo pwned; 'q\" \n nl | x & y"
 
 
-def test_hostile_values_that_are_legal_are_kept_verbatim(tmp_path: Path) -> None:
+def test_hostile_values_that_are_legal_are_kept_verbatim() -> None:
+    # a short folder: the hostile root under it still leaves room for a job's sockets
+    with tempfile.TemporaryDirectory(prefix="", dir="/tmp") as short:
+        _hostile_values_kept(Path(short))
+
+
+def _hostile_values_kept(tmp_path: Path) -> None:
     data = {
         "regions": {"r": {"notes": HOSTILE_VALUE}},
         "hosts": {
@@ -908,3 +924,24 @@ def test_a_host_a_job_names_is_not_removed(tmp_path: Path) -> None:
     assert path.read_text(encoding="utf-8") == body
     with pytest.raises(ConfigError, match=r"no table \[hosts.zz\]"):
         remove_host(path, "zz")
+
+
+def test_a_root_whose_sockets_just_fit_loads_and_one_byte_more_is_refused(tmp_path: Path) -> None:
+    """The limit is the kernel's: a staged socket path of 107 bytes binds (tests/executors/
+    test_listen.py binds one), 108 does not. A root the host expands is left to the executor."""
+
+    def body(root: str, job: str = "j") -> str:
+        return (
+            f'[regions.r]\n[hosts.h]\nregion = "r"\naddress = "10.0.0.1"\nroot = "{root}"\n'
+            f'[jobs.{job}]\nhost = "h"\nsteps = 1\n'
+        )
+
+    path = tmp_path / "inventory.toml"
+    fits = "/srv/" + "d" * 80  # /srv/d.../jobs/j/.executor.sock: 107 bytes
+    path.write_text(body(fits))
+    assert load(path).host_root("h") == fits
+    path.write_text(body(fits, job="jj"))  # a longer job name is a longer path
+    with pytest.raises(ConfigError, match=r"too deep for job 'jj'.*108 bytes"):
+        load(path)
+    path.write_text(body("~/" + "d" * 200))
+    assert load(path).host_root("h").startswith("~/")

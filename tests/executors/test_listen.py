@@ -12,6 +12,7 @@ import pytest
 
 from executors.agent.twin import listen
 from protocol.errors import ConfigError
+from protocol.workdirs import MAX_SOCKET_PATH, too_long
 
 
 def test_the_socket_path_is_never_there_before_it_listens(
@@ -54,5 +55,23 @@ def test_a_stale_file_at_either_name_is_replaced(tmp_path: Path) -> None:
 
 def test_a_path_too_long_for_a_socket_is_one_clear_error(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * (120 - len(str(tmp_path))))
-    with pytest.raises(ConfigError, match="socket path longer than"):
+    with pytest.raises(ConfigError, match="more than a Unix socket"):
         listen(deep / "executor.sock")
+
+
+def test_a_socket_path_of_107_bytes_binds_and_108_is_refused(tmp_path: Path) -> None:
+    """The limit the console checks inventories against (``protocol.workdirs``) is the
+    kernel's own: its hidden staged path at 107 bytes binds; at 108 it is refused first."""
+    for size, binds in ((MAX_SOCKET_PATH, True), (MAX_SOCKET_PATH + 1, False)):
+        pad = size - len(str(tmp_path)) - len("//.executor.sock")
+        folder = tmp_path / ("x" * pad if binds else "y" * pad)
+        folder.mkdir()
+        path = folder / "executor.sock"
+        assert len(bytes(path.with_name(".executor.sock"))) == size
+        assert (too_long(str(folder)) is None) is binds
+        if binds:
+            listen(path).close()
+            assert stat.S_ISSOCK(path.stat().st_mode)
+        else:
+            with pytest.raises(ConfigError, match=f"{size} bytes"):
+                listen(path)

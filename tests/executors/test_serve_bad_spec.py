@@ -51,8 +51,8 @@ def test_a_workdir_too_deep_for_its_socket_is_a_config_error_the_console_reads(
 ) -> None:
     workdir = tmp_path / ("d" * 60) / ("e" * 60) / "jobs" / "j"
     workdir.mkdir(parents=True)
-    refused_in_one_line("socket path longer than", "--workdir", str(workdir))
+    refused_in_one_line("more than a Unix socket", "--workdir", str(workdir))
     assert not (workdir / "executor.pid").exists()
     outcome = from_events_tail((workdir / "events.jsonl").read_text())
     assert outcome.exit is Exit.CONFIG, outcome
-    assert "socket path longer than" in outcome.why, "not 'died without a word'"
+    assert "more than a Unix socket" in outcome.why, "not 'died without a word'"
