@@ -13,22 +13,20 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from console import clock
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
-from console.records.journal import Journal, Kind
-from console.records.lineage import journal_fields
+from console.records.journal import Journal
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
 from console.supervise.gpu_health import GpuWatch
 from console.supervise.heard import Heard
-from console.supervise.incident import OpenIncident, trained_past
+from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
 from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
 from console.supervise.policy import Policy
-from console.supervise.restart import owed, paid_off
+from console.supervise.said import JobSaid
 from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
@@ -43,10 +41,6 @@ from protocol.messages import (
     RunEnded,
     Stopped,
 )
-
-
-def _clock() -> str:
-    return time.strftime("%H:%M:%S")
 
 
 class JobMessages:
@@ -72,14 +66,9 @@ class JobMessages:
         self._live = live
         self._inv = inv
         self._fleet = fleet
-        self._journal = journal
         self._alert = alert
-        self._save = save
-        """Persist the job's record."""
         self._replicator = replicator
         self._incident = incident
-        self._progress = progress
-        """Tell the console of a Progress message (it journals some)."""
         self._move = move
         """Ask for a planned move off the host: (reason, why)."""
         self._acts = acts
@@ -98,6 +87,8 @@ class JobMessages:
         """What the host's GPU health asks of the job, as for every job's hosts."""
         self.ended = asyncio.Event()
         """Set when a message says the run ended while the executor stays (``RunEnded``)."""
+        self._said = JobSaid(live, journal=journal, incident=incident, progress=progress, save=save)
+        """What it says that updates the job, as for every job's rank 0."""
 
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
@@ -112,55 +103,29 @@ class JobMessages:
             self._fleet.seen(job.host)
             self._heard.clock(job.host, msg.clock)
         elif isinstance(msg, Progress):
-            job.last_seen = time.monotonic()
-            job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
-            job.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
-            if (
-                job.incident is not None
-                and job.resumed_step is not None
-                and trained_past(msg, job.resumed_step)
-            ):
-                self._incident.phase("first_step", step=msg.step)
-                job.incident = None
-            self._progress(msg)
+            self._said.progressed(msg)
         elif isinstance(msg, CheckpointSaved):
             job.checkpoint = msg.manifest
             job.checkpoint_path = checkpoint_file(
                 self._inv.host_root(job.host), job.name, msg.manifest.step
             )
             job.checkpoints.append((job.host, msg.manifest))
-            self._journal.record(
-                Kind.CHECKPOINT,
-                f"{job.name}: checkpoint step {msg.manifest.step} on {job.host}",
-                job=job.name,
-                host=job.host,
-                data={
-                    "step": msg.manifest.step,
-                    "bytes": msg.manifest.size,
-                    "stall_s": msg.stall_s,
-                    "write_s": msg.write_s,
-                    "epoch": msg.manifest.epoch,
-                    **journal_fields(msg.manifest),
-                },
-            )
+            self._said.checkpoint(job.host, msg)
             if msg.manifest.epoch == job.epoch:
                 self._replicator.submit(
                     job.name, job.spares, Source(job.host, job.checkpoint_path, msg.manifest)
                 )
-                if self._acts and owed(job.rec) and msg.manifest.step > (job.resumed_step or 0):
-                    self._restarts_paid_off(msg.manifest.step)
+                if self._acts:  # one host's checkpoint is whole when written
+                    self._said.committed(msg.manifest.step, job.host)
         elif isinstance(msg, Resumed):
-            job.resumed_step = msg.step
-            self._incident.phase(
-                "loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint
-            )
+            self._said.resumed(msg)
         elif isinstance(msg, Health):
             self._on_health(msg)
         elif isinstance(msg, Fault):
-            job.log_tail.append(f"{_clock()} FAULT {msg.fault}: {msg.message}")
+            self._said.line(f"FAULT {msg.fault}: {msg.message}")
             self._on_fault(msg)
         elif isinstance(msg, Log):
-            job.log_tail.append(f"{_clock()} {msg.level.upper()} {msg.text}")
+            self._said.line(f"{msg.level.upper()} {msg.text}")
             self._heard.log(job.host, msg)
         elif isinstance(msg, Finished):
             job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
@@ -168,25 +133,10 @@ class JobMessages:
         elif isinstance(msg, Stopped):
             job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
         elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one
-            job.log_tail.append(f"{_clock()} RUN ENDED {msg.fault}: {msg.message}")
+            self._said.line(f"RUN ENDED {msg.fault}: {msg.message}")
             job.exit = from_run_ended(msg.fault, msg.message, msg.step)
             job.faulted = job.link
             self.ended.set()
-
-    def _restarts_paid_off(self, step: int) -> None:
-        """A checkpoint past the step a restart resumed from: the job got over that crash, so
-        ``restart_limit`` counts again from zero (it bounds a crash loop, not crashes ever)."""
-        job = self._live
-        self._journal.record(
-            Kind.EXECUTOR,
-            f"{job.name}: checkpoint at step {step} after {job.rec.restarts} restart(s); "
-            "the restart count starts again",
-            job=job.name,
-            host=job.host,
-            data={"restarts": job.rec.restarts, "step": step},
-        )
-        paid_off(job.rec)
-        self._save()
 
     def _on_fault(self, msg: Fault) -> None:
         job = self._live

@@ -12,24 +12,22 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from console import clock
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
-from console.records.lineage import journal_fields
 from console.replication.replicator import Replicator, Source
 from console.states import HostState, JobState
 from console.supervise.gpu_health import GpuWatch
 from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
 from console.supervise.heard import Heard
-from console.supervise.incident import OpenIncident, trained_past
+from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.policy import Policy
-from console.supervise.restart import owed, paid_off
+from console.supervise.said import JobSaid
 from protocol.faults import FaultKind, StopReason
 from protocol.messages import (
     CheckpointSaved,
@@ -45,10 +43,6 @@ from protocol.messages import (
     RunEnded,
     Stop,
 )
-
-
-def _clock() -> str:
-    return time.strftime("%H:%M:%S")
 
 
 async def send_quietly(link: ExecutorLink, msg: Drain | Stop) -> None:
@@ -105,11 +99,10 @@ class MemberMessages:
         self._incident = incident
         self._replicator = replicator
         self._commits = commits
-        self._save = save
-        """Persist the job's record."""
-        self._progress = progress
         self._members = members
         """The job's hosts now, by node rank."""
+        self._said = JobSaid(live, journal=journal, incident=incident, progress=progress, save=save)
+        """What members say that updates the job, as for a single host's executor."""
         self._refused = refused
         """A member on this host could not load this step: the next resume chooses another."""
 
@@ -133,39 +126,26 @@ class MemberMessages:
             if m.node_rank == 0:
                 job.last_seen = time.monotonic()
         elif isinstance(msg, Progress):
-            if m.node_rank != 0:
-                return
-            job.last_seen = time.monotonic()
-            job.step, job.loss, job.steps_per_s = msg.step, msg.loss, msg.steps_per_s
-            job.history.append((clock.wall(), msg.step, msg.loss, msg.steps_per_s))
-            if msg.steps_per_s > 0:
-                job.rates[msg.world_size] = (msg.steps_per_s, clock.wall())
-            resumed = job.resumed_step
-            if job.incident is not None and resumed is not None and trained_past(msg, resumed):
-                self._incident.phase("first_step", step=msg.step)
-                job.incident = None
-            self._progress(msg)
+            if m.node_rank == 0:
+                self._said.progressed(msg)
         elif isinstance(msg, CheckpointSaved):
             self._on_checkpoint(m, msg)
         elif isinstance(msg, Resumed):
             if m.node_rank == 0:
-                job.resumed_step = msg.step
-                self._incident.phase(
-                    "loaded", step=msg.step, load_s=msg.load_s, checkpoint=msg.checkpoint
-                )
+                self._said.resumed(msg)
         elif isinstance(msg, Health):
             self._on_health(m, msg)
         elif isinstance(msg, Fault):
-            job.log_tail.append(f"{_clock()} {m.host} FAULT {msg.fault}: {msg.message}")
+            self._said.line(f"FAULT {msg.fault}: {msg.message}", m.host)
             self._heard.fault(m.host, msg, m.link, node_rank=m.node_rank)
             if msg.fault == FaultKind.RESUME_FAILED.value:
                 self._refused(m.host, msg.step)
             self._incident.of_fault(msg, m.host, m.last_seen)
         elif isinstance(msg, Log):
-            job.log_tail.append(f"{_clock()} {m.host} {msg.level.upper()} {msg.text}")
+            self._said.line(f"{msg.level.upper()} {msg.text}", m.host)
             self._heard.log(m.host, msg)
         elif isinstance(msg, RunEnded):
-            job.log_tail.append(f"{_clock()} {m.host} RUN ENDED {msg.fault}: {msg.message}")
+            self._said.line(f"RUN ENDED {msg.fault}: {msg.message}", m.host)
         elif isinstance(msg, Finished) and m.node_rank == 0:
             self._incident.finished(msg.step)
 
@@ -173,21 +153,7 @@ class MemberMessages:
         job, man = self._live, msg.manifest
         # the path is derived from what the console knows, never taken from the host
         path = checkpoint_file(self._inv.host_root(m.host), self._name, man.step)
-        self._journal.record(
-            Kind.CHECKPOINT,
-            f"{self._name}: shard {m.node_rank} of step {man.step} on {m.host}",
-            job=self._name,
-            host=m.host,
-            data={
-                "step": man.step,
-                "bytes": man.size,
-                "stall_s": msg.stall_s,
-                "write_s": msg.write_s,
-                "epoch": man.epoch,
-                "shard": m.node_rank,
-                **journal_fields(man),
-            },
-        )
+        self._said.checkpoint(m.host, msg, shard=m.node_rank)
         if man.epoch != job.epoch:
             return
         source = Source(m.host, path, man, shard=m.node_rank)
@@ -205,9 +171,7 @@ class MemberMessages:
             host=members[0],
             data={"step": man.step, "committed": True, "epoch": man.epoch},
         )
-        if owed(job.rec) and man.step > (job.resumed_step or 0):
-            paid_off(job.rec)
-            self._save()
+        self._said.committed(man.step, members[0])
 
     def _on_health(self, m: Member, msg: Health) -> None:
         call = self._gpu.heard(m.host, msg)

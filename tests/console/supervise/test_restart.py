@@ -13,13 +13,15 @@ import pytest
 from support.jobbed import Calls, services
 
 from console.fleet.hosts import Fleet
+from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
-from protocol.messages import GpuHealth, Health
+from protocol.messages import CheckpointSaved, ExecutorMessage, GpuHealth, Health, Resumed
+from protocol.spec import CheckpointManifest
 
 FAILING = Health(
     t=0.0,
@@ -165,3 +167,64 @@ async def test_a_run_that_crash_loops_on_its_second_host_fails_the_job_not_moves
     assert live.state is JobState.FAILED and live.failure is FailureKind.CRASH_LOOP
     assert "crash-looped on a and then c" in live.why
     assert live.rec.crash_looped == ["a", "c"]
+
+
+def _saved(step: int, shard: int, nnodes: int) -> CheckpointSaved:
+    man = CheckpointManifest(
+        job="j",
+        step=step,
+        file=f"step-{step:010d}.pt",
+        size=1,
+        sha256="0" * 64,
+        epoch=1,
+        spec_hash="x",
+        code_version="y",
+        created_at=0.0,
+        node_rank=shard,
+        nnodes=nnodes,
+    )
+    return CheckpointSaved(manifest=man, path="-", manifest_path="-", write_s=0.0, stall_s=0.0)
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+async def test_a_whole_checkpoint_past_the_resumed_step_forgives_the_restarts_and_says_so(
+    tmp_path: Path, kind: str
+) -> None:
+    """One rule for both handlers (``console.supervise.said``): a checkpoint at the step the
+    restart resumed from forgives nothing; one past it, once whole (every shard of a group's
+    step), sets the count back to 0 and the journal says so. The group's handler reset the
+    count without a word."""
+    svc = services(tmp_path, Calls())
+    members = ["a"] if kind == "one host" else ["a", "b"]
+    if kind == "one host":
+        one = JobSupervisor(svc, "j")
+        one._assign(members)
+        live = one.live
+
+        def say(host: str, msg: ExecutorMessage) -> None:
+            one._job_messages.on_message(msg)
+    else:
+        group = GroupSupervisor(svc, "g")
+        group._assign_members(members)
+        group.commits.new_epoch(1, len(members))  # as the epoch's start does
+        live = group.live
+
+        def say(host: str, msg: ExecutorMessage) -> None:
+            m = Member(members.index(host), host)
+            group._messages.on_message(m, msg)
+
+    live.rec.epoch = 1
+    live.rec.restarts = 1
+    say("a", Resumed(step=40, checkpoint="step-40", epoch=1, load_s=0.1))
+    for host in members:
+        say(host, _saved(40, members.index(host), len(members)))
+    assert live.rec.restarts == 1, "the step it resumed from again: nothing new trained"
+    say("a", _saved(60, 0, len(members)))
+    if kind == "group":
+        assert live.rec.restarts == 1, "one shard of step 60: not yet a whole checkpoint"
+        say("b", _saved(60, 1, len(members)))
+    assert live.rec.restarts == 0
+    said = [e.msg for e in read(svc.journal.path) if e.kind is Kind.EXECUTOR]
+    assert said == [
+        f"{live.name}: checkpoint at step 60 after 1 restart(s); the restart count starts again"
+    ]
