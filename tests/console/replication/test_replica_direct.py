@@ -58,7 +58,8 @@ class Pair:
     def __init__(self, tmp: Path, bed: sshbed.SshBed, **spare: Any) -> None:
         a, b = bed.host(), bed.host()
         self.bed, self.a, self.b = bed, a, b
-        root = tmp / 'b root, it\'s "quoted" $(touch pwned) `touch pwned`'
+        # under the bed's short folder: the hostile name still leaves room for a job's socket
+        root = bed.folder / 'b root, it\'s "quoted" $(touch pwned) `touch pwned`'
         spare = {"authorized_keys": str(bed.authorized_keys), "root": str(root), **spare}
         self.inv = write_inventory(
             tmp / "inventory.toml",
@@ -142,6 +143,7 @@ async def pair(tmp_path: Path, bed: sshbed.SshBed) -> AsyncIterator[Pair]:
     finally:
         await p.ctl.close()
     assert not any(tmp_path.rglob("pwned")) and not Path("pwned").exists()
+    assert not any(bed.folder.rglob("pwned"))
 
 
 async def test_a_replica_goes_host_to_host_and_its_key_goes_with_the_job(pair: Pair) -> None:
