@@ -34,23 +34,39 @@ class Targets:
         self._reserved = reserved
         """Hosts other jobs hold as spares (host -> job)."""
 
-    async def pick(self, old: str | None, *, back: bool = False) -> str | None:
+    async def pick(
+        self,
+        old: str | None,
+        *,
+        back: bool = False,
+        taken: frozenset[str] = frozenset(),
+        first: tuple[str, ...] = (),
+        to_target: bool = True,
+    ) -> str | None:
         """The host the job goes to next, never ``old`` (the host it leaves) unless ``back``:
         ``old`` was lost, and once it is up and fit again it is a host like any other (a job
         whose only host rebooted, or whose failover target died as it started, goes back to it
-        rather than wait for a host forever)."""
+        rather than wait for a host forever).
+
+        One choice for a single host's job and each member a group replaces: an operator's
+        target, else the job's spares (``first``, a group's readied hosts, before them), else
+        the nearest usable host (``placement.failover_target``); never a host in ``taken``
+        (a group's members, and the hosts already chosen for its other leaving members).
+        ``to_target`` false: the operator's target is not this choice's (a group replacing
+        several members at once)."""
         job, fleet = self._live, self._fleet
-        avoid = old if old and not back else None
-        usable = fleet.usable(exclude={avoid} if avoid else None) | {
+        avoid = taken | ({old} if old and not back else set())
+        usable = fleet.usable(exclude=set(avoid)) | {
             h
             for h, rt in fleet.hosts.items()
-            if rt.job == job.name and h != avoid and fleet.fit(h)  # readied, and still fit
+            if rt.job == job.name and h not in avoid and fleet.fit(h)  # readied, and still fit
         }
-        if job.target is not None:
+        if job.target is not None and to_target:
             return job.target if job.target in usable else None
         home = self._inv.hosts[old].region if old else ""
+        spares = [*first, *(s for s in job.spares if s not in first)]
         return failover_target(
-            self._inv, home, spares=job.spares, usable=usable, reserved=self._reserved()
+            self._inv, home, spares=spares, usable=usable, reserved=self._reserved()
         )
 
     async def ensure_replica(self, target: str) -> bool:

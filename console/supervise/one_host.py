@@ -24,7 +24,6 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.spares.placement import choose_primary
 from console.spares.spare_keeper import SpareKeeper, send_newest
-from console.spares.targets import Targets
 from console.states import JobState
 from console.supervise.lease import NoAnchor, Unpersisted, fresh_anchor
 from console.supervise.outcome import Exit, Outcome
@@ -54,9 +53,7 @@ class JobSupervisor(Supervisor):
     def __init__(self, services: JobServices, name: str) -> None:
         super().__init__(services, name)
         inv, fleet, journal, store = services.inv, services.fleet, services.journal, services.store
-        targets = Targets(
-            self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
-        )
+        targets = self._targets
         self._standby = Standby(
             self.live,
             fleet=fleet,

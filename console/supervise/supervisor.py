@@ -23,6 +23,7 @@ from console.reach.transport.base import Transport
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.spares.placement import choose_spares
+from console.spares.targets import Targets
 from console.states import FailureKind, JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
@@ -166,6 +167,10 @@ class Supervisor(ABC):
             alert=services.alert,
         )
         """What a lost link to one of the job's executors means (single host or member)."""
+        self._targets = Targets(
+            self.live, inv=inv, fleet=fleet, replicator=services.replicator, reserved=self._reserved
+        )
+        """Where the job goes when it leaves a host: one choice whichever kind the job is."""
         self.dismissed = self.launcher.dismissed
         """(host, pid) of executors told they are not needed (see Launcher.dismissed)."""
         self._orders = Orders(

@@ -10,7 +10,6 @@ from typing import Protocol
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.records.journal import Journal, Kind
-from console.spares.placement import failover_target
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
 from console.supervise.finish import finish
@@ -23,6 +22,19 @@ from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget, not_again_on
+
+
+class Pick(Protocol):
+    """``Targets.pick``: the host a leaving member goes to, or None."""
+
+    async def __call__(
+        self,
+        old: str | None,
+        *,
+        taken: frozenset[str],
+        first: tuple[str, ...],
+        to_target: bool,
+    ) -> str | None: ...
 
 
 class OpenMemberIncident(Protocol):
@@ -48,7 +60,7 @@ class GroupRecovery:
         save: Callable[[], object],
         policy: Callable[[], Policy],
         restarts: RestartBudget,
-        reserved: Callable[[], dict[str, str]],
+        pick: Pick,
         wait_for_hosts: Callable[[], Awaitable[None]],
         stop_before_start: Callable[[], bool],
         executors: WarmExecutors,
@@ -72,7 +84,8 @@ class GroupRecovery:
         """Persist the job's record."""
         self._policy = policy
         self._restarts = restarts
-        self._reserved = reserved
+        self._pick = pick
+        """Where a leaving member goes (``Targets.pick``)."""
         self._wait_for_hosts = wait_for_hosts
         """Until the fleet may have a usable host again (or a while has passed)."""
         self._stop_before_start = stop_before_start
@@ -284,34 +297,28 @@ class GroupRecovery:
         )
 
     async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
-        """A host for each member leaving: the job's spares, then the nearest usable hosts. An
-        elastic job that has none for some (None) shrinks, if it keeps ``min_hosts``."""
-        job, fleet = self._live, self._fleet
+        """A host for each member leaving (``Targets.pick``, the single host's choice, readied
+        executors first). An elastic job that has none for some (None) shrinks, if it keeps
+        ``min_hosts``; an operator's target for a lone member is waited for."""
+        job = self._live
         while True:
-            usable = fleet.usable(exclude=set(self._members()))
-            if job.target is not None and len(leaving) == 1:
-                if job.target in usable:
-                    return [job.target]
-            else:
-                chosen: list[str] = []
-                reserved = self._reserved()
-                for old in leaving:
-                    # the single host's choice (Targets.pick), readied executors first
-                    free = usable - set(chosen)
-                    own = [h for h in self._executors.readied if h in free]
-                    own += [s for s in job.spares if s not in own]
-                    home = self._inv.hosts[old].region
-                    pick = failover_target(
-                        self._inv, home, spares=own, usable=free, reserved=reserved
-                    )
-                    if pick is None:
-                        break
-                    chosen.append(pick)
-                if len(chosen) == len(leaving):
-                    job.target = None
-                    return list(chosen)
-                if self._growth.may_shrink(survivors + len(chosen)):
-                    return [*chosen, *([None] * (len(leaving) - len(chosen)))]
+            lone = job.target is not None and len(leaving) == 1  # several: no one target
+            chosen: list[str] = []
+            for old in leaving:
+                pick = await self._pick(
+                    old,
+                    taken=frozenset(self._members()) | frozenset(chosen),
+                    first=tuple(self._executors.readied),
+                    to_target=lone,
+                )
+                if pick is None:
+                    break
+                chosen.append(pick)
+            if len(chosen) == len(leaving):
+                job.target = None
+                return list(chosen)
+            if not lone and self._growth.may_shrink(survivors + len(chosen)):
+                return [*chosen, *([None] * (len(leaving) - len(chosen)))]
             if job.stop_requested:
                 self._stop_before_start()
                 return None

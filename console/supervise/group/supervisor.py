@@ -151,7 +151,7 @@ class GroupSupervisor(Supervisor):
             save=services.store.save,
             policy=self._policy,
             restarts=self._restarts,
-            reserved=self._reserved,
+            pick=self._targets.pick,
             wait_for_hosts=self._wait_for_hosts,
             stop_before_start=self._stop_before_start,
             executors=self._executors,
