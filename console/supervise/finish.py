@@ -1,10 +1,12 @@
-"""A job's finish, told once for single-host jobs and groups: recorded, journalled, and when
-it is not clean (no checkpoint was ever taken, no params digest) alerted with why."""
+"""A job's end, told once for single-host jobs and groups: a finish recorded, journalled, and
+when it is not clean (no checkpoint was ever taken, no params digest) alerted with why; and
+the hosts an ended job held freed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from console.fleet.hosts import Fleet
 from console.records.journal import Journal, Kind
 from console.states import JobState
 from console.supervise.live import Alert, LiveJob, Transitions
@@ -45,3 +47,13 @@ def finish(
     )
     for text in job.rec.finished_warnings:
         alert(f"{job.name} finished, not clean: {text}", job=job.name, host=host)
+
+
+def release(job: LiveJob, fleet: Fleet) -> None:
+    """The job is over (finished, failed, stopped): every host it held is free again (its host
+    or members, and a target readied for it), and it keeps no spares."""
+    for rt in fleet.hosts.values():
+        if rt.job == job.name:
+            rt.job = None
+    job.spares = []
+    fleet.changed.set()

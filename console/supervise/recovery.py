@@ -13,7 +13,7 @@ from console.records.journal import Journal, Kind
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.finish import finish
+from console.supervise.finish import finish, release
 from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
@@ -181,12 +181,8 @@ class Recovery:
         return False
 
     def release(self) -> None:
-        """The job is over (finished, failed, stopped): its host and spares are free."""
-        job, fleet = self._live, self._fleet
-        if job.host and fleet.hosts[job.host].job == job.name:
-            fleet.hosts[job.host].job = None
-        job.spares = []
-        fleet.changed.set()
+        """The job is over: every host it held is free (``finish.release``)."""
+        release(self._live, self._fleet)
 
     # --------------------------------------------------------------- failover
 

@@ -12,7 +12,7 @@ from console.inventory import Inventory
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.finish import finish
+from console.supervise.finish import finish, release
 from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch, Member
 from console.supervise.group.resume import ResumeStep
@@ -275,13 +275,8 @@ class GroupRecovery:
         return None
 
     def release(self) -> None:
-        """The job is over: its hosts and spares are free."""
-        job, fleet = self._live, self._fleet
-        for rt in fleet.hosts.values():
-            if rt.job == self._name:
-                rt.job = None
-        job.spares = []
-        fleet.changed.set()
+        """The job is over: every host it held is free (``finish.release``)."""
+        release(self._live, self._fleet)
 
     async def _approved(self, first: Member) -> bool:
         assert first.exit is not None

@@ -228,3 +228,28 @@ async def test_a_whole_checkpoint_past_the_resumed_step_forgives_the_restarts_an
     assert said == [
         f"{live.name}: checkpoint at step 60 after 1 restart(s); the restart count starts again"
     ]
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+def test_an_ended_job_frees_every_host_it_held_and_keeps_no_spares(
+    tmp_path: Path, kind: str
+) -> None:
+    """One release for both kinds (``finish.release``): the job's own hosts and a target
+    readied for it are free for other jobs; the single host's freed its own host only."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        _up(svc.fleet, h)
+    if kind == "one host":
+        one = JobSupervisor(svc, "j")
+        one._assign(["a"])
+        live, release = one.live, one._recovery.release
+    else:
+        group = GroupSupervisor(svc, "g")
+        group._assign_members(["a", "b"])
+        live, release = group.live, group._group_recovery.release
+    live.spares = ["c"]
+    svc.fleet.hosts["c"].job = live.name  # readied as a failover's target when it ended
+    release()
+    assert {h: rt.job for h, rt in svc.fleet.hosts.items() if rt.job} == {}
+    assert live.spares == []
+    assert svc.fleet.usable() >= {"a", "c"}
