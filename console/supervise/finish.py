@@ -10,6 +10,16 @@ from console.fleet.hosts import Fleet
 from console.records.journal import Journal, Kind
 from console.states import JobState
 from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.outcome import Outcome
+
+
+def last_step(job: LiveJob, ends: list[Outcome]) -> int:
+    """The last step a run completed (an incident's ``last_step``, what a restart counts
+    from): its last Progress, its newest checkpoint (a fast job checkpoints between Progress
+    messages), or what the ends of its executors said, whichever is latest."""
+    saved = job.checkpoint.step if job.checkpoint is not None else 0
+    said = [max(o.step or 0, o.checkpoint_step or 0) for o in ends]
+    return max([job.step, saved, *said])
 
 
 def finish(

@@ -13,7 +13,7 @@ from console.records.journal import Journal, Kind
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.finish import finish, release
+from console.supervise.finish import finish, last_step, release
 from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
@@ -22,13 +22,6 @@ from console.supervise.restart import RestartBudget, not_again_on
 from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
-
-
-def _last(job: LiveJob, outcome: Outcome) -> int:
-    """The last step the run completed: its last Progress, its newest checkpoint (a fast job
-    checkpoints between Progress messages), or what its end said, whichever is latest."""
-    saved = job.checkpoint.step if job.checkpoint is not None else 0
-    return max(job.step, saved, outcome.step or 0, outcome.checkpoint_step or 0)
 
 
 class Recovery:
@@ -123,7 +116,7 @@ class Recovery:
         assert host is not None
         if outcome.exit in RESTART_IN_PLACE and self._may_restart(host):
             self._incident.open(outcome.exit.value, outcome.why)
-            if self._restarts.take(host, outcome.why, _last(job, outcome)):
+            if self._restarts.take(host, outcome.why, last_step(job, [outcome])):
                 if faulted is not None:  # the executor waits: the restart is a Start, in place
                     self._standby.prepared = Prepared(host, faulted, promoted=True)
                 elif (
@@ -219,7 +212,7 @@ class Recovery:
                 return old or "", False
             job.rec.restarts = 0
             self._incident.phase(
-                "decided", action="failover", host=target, last_step=_last(job, outcome)
+                "decided", action="failover", host=target, last_step=last_step(job, [outcome])
             )
             prepared = standby.prepared
             if prepared is not None and prepared.host == target and prepared.promoted:

@@ -12,7 +12,7 @@ from console.inventory import Inventory
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.finish import finish, release
+from console.supervise.finish import finish, last_step, release
 from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch, Member
 from console.supervise.group.resume import ResumeStep
@@ -243,10 +243,7 @@ class GroupRecovery:
         return not_again_on(self._fleet, m.host, self._live.leave) is None
 
     def _last(self, members: list[Member]) -> int:
-        job = self._live
-        saved = job.checkpoint.step if job.checkpoint is not None else 0
-        steps = [m.exit.step or 0 for m in members if m.exit is not None]
-        return max([job.step, saved, *steps])
+        return last_step(self._live, [m.exit for m in members if m.exit is not None])
 
     def _finished(self, members: list[Member]) -> None:
         job = self._live
