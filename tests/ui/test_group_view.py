@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 from support.groupbed import controller, local_group
+from support.manifests import manifest as stub_manifest
 
 from console.replication.replicator import ReplicaState
 from console.states import HostState
@@ -15,19 +16,7 @@ from protocol.spec import CheckpointManifest
 
 
 def manifest(step: int, shard: int) -> CheckpointManifest:
-    return CheckpointManifest(
-        job="j",
-        step=step,
-        file=f"step-{step:010d}.pt",
-        size=1,
-        sha256="0" * 64,
-        epoch=1,
-        spec_hash="x",
-        code_version="y",
-        created_at=0.0,
-        node_rank=shard,
-        nnodes=3,
-    )
+    return stub_manifest(step, node_rank=shard, nnodes=3)
 
 
 def test_the_job_detail_names_each_member_and_each_shards_replica(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from support.fleetbed import (
 from console.controller import Controller
 from console.fleet.hosts import Fleet
 from console.fleet.monitor import HostMonitor
-from console.inventory import load
+from console.inventory import Inventory, load
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import StateStore
 from console.spares.host_supply import HostSupply
@@ -77,6 +78,32 @@ def seen_at_release(tmp: Path, host: str) -> dict | None:
         return None
 
 
+def idle_provisioned(
+    inventory: Path, state_dir: Path, alert: Callable[[str], None]
+) -> tuple[Inventory, Journal, StateStore, Fleet, HostSupply]:
+    """The console's side of provisioned host ``p``, made by an earlier console and idle since
+    (no job uses or keeps it): its inventory, journal, state, fleet and host supply."""
+    inv = load(inventory)
+    assert inv.provisioner is not None
+    journal = Journal(state_dir / "journal.jsonl")
+    store = StateStore(state_dir)
+    store.host("p").provisioned = True
+    store.save()
+    fleet = Fleet(inv, journal, store)
+    supply = HostSupply(
+        inv.provisioner,
+        inv=inv,
+        fleet=fleet,
+        store=store,
+        add_host=lambda _n, _t: None,
+        reserved=set,
+        busy=lambda _h: False,
+        journal=journal,
+        alert=lambda msg, **_: alert(msg),
+    )
+    return inv, journal, store, fleet, supply
+
+
 async def test_a_host_chosen_for_release_is_out_of_use_before_its_command_runs(
     tmp_path: Path,
 ) -> None:
@@ -94,25 +121,8 @@ async def test_a_host_chosen_for_release_is_out_of_use_before_its_command_runs(
         idle_release_s=0.1,
     )
     (hosts / "p").mkdir(parents=True)
-    inv = load(inventory)
-    assert inv.provisioner is not None
-    journal = Journal(state_dir / "journal.jsonl")
-    store = StateStore(state_dir)
-    store.host("p").provisioned = True
-    store.save()
-    fleet = Fleet(inv, journal, store)
     alerts: list[str] = []
-    supply = HostSupply(
-        inv.provisioner,
-        inv=inv,
-        fleet=fleet,
-        store=store,
-        add_host=lambda _n, _t: None,
-        reserved=set,
-        busy=lambda _h: False,
-        journal=journal,
-        alert=lambda msg, **_: alerts.append(msg),
-    )
+    _, journal, store, fleet, supply = idle_provisioned(inventory, state_dir, alerts.append)
     assert fleet.fit("p") and "p" in fleet.usable()
     keep = asyncio.create_task(supply.keep(lambda _h: asyncio.sleep(0)))
     try:
@@ -275,13 +285,14 @@ async def test_a_crash_on_a_host_being_released_fails_over_an_operator_s_cordon_
 
 
 FIFO_RELEASE = r"""
-import errno, os, shutil, sys
+import errno, os, shutil, stat, sys
 from pathlib import Path
 
 fifo, out, root, host = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+probing = stat.S_ISFIFO(os.stat(fifo).st_mode)  # a plain file once the test let it go
 try:  # a writer opens a FIFO without blocking only while a reader (the probe) waits on it
-    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    probing = True
+    if probing:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 except OSError as e:
     if e.errno != errno.ENXIO:
         raise
@@ -316,13 +327,9 @@ async def test_a_host_is_released_only_once_its_health_probe_in_flight_has_ended
         idle_release_s=0.1,
     )
     (hosts / "p").mkdir(parents=True)
-    inv = load(inventory)
-    assert inv.provisioner is not None
-    journal = Journal(tmp_path / "state" / "journal.jsonl")
-    store = StateStore(tmp_path / "state")
-    store.host("p").provisioned = True
-    store.save()
-    fleet = Fleet(inv, journal, store)
+    inv, journal, store, fleet, supply = idle_provisioned(
+        inventory, tmp_path / "state", lambda _msg: None
+    )
     monitor = HostMonitor(
         fleet,
         inv,
@@ -330,17 +337,6 @@ async def test_a_host_is_released_only_once_its_health_probe_in_flight_has_ended
         alert=lambda *_a, **_k: None,
         spares=dict,
         executor_env={"p": {**EXECUTOR_ENV, FAKE_NVML_ENV: str(fifo)}},
-    )
-    supply = HostSupply(
-        inv.provisioner,
-        inv=inv,
-        fleet=fleet,
-        store=store,
-        add_host=lambda _n, _t: None,
-        reserved=set,
-        busy=lambda _h: False,
-        journal=journal,
-        alert=lambda *_a, **_k: None,
     )
     quieted: list[str] = []
 
@@ -363,10 +359,21 @@ async def test_a_host_is_released_only_once_its_health_probe_in_flight_has_ended
         await until(lambda: quieted or (out / "probing-p").exists(), 30, "p chosen for release")
         assert not (out / "probing-p").exists(), "released while its health probe ran"
         assert fleet.hosts["p"].releasing and fleet.hosts["p"].state is HostState.CORDONED
-        os.write(held, json.dumps({"devices": [{"name": "Fake H100"}]}).encode())
+        state = json.dumps({"devices": [{"name": "Fake H100"}]}).encode()
+        # a plain file in the FIFO's place first: the fake re-reads its file on each call
+        (tmp_path / "gpu.json").write_bytes(state)
+        os.replace(tmp_path / "gpu.json", fifo)
+        os.write(held, state)
         os.close(held)
         held = None
-        await until(lambda: store.host("p").released, 30, "p released")
+        await until(
+            lambda: store.host("p").released,
+            30,
+            "p released"
+            + str([e.msg for e in read(tmp_path / "state" / "journal.jsonl")])
+            + str(quieted)
+            + str(list((out).iterdir())),
+        )
     finally:
         if held is not None:
             os.close(held)

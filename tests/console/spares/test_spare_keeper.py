@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.manifests import manifest, saved
 
 from console.controller import Controller
 from console.inventory import load
@@ -31,9 +32,9 @@ def verified_replicas(root: Path, job: str) -> list[int]:
 def verified_in(folder: Path) -> list[int]:
     """Steps of the replicas in ``folder`` whose bytes match their manifest."""
     steps = []
-    for manifest in sorted(folder.glob("step-*.json")):
-        m = json.loads(manifest.read_text())
-        data = manifest.with_suffix(".pt")
+    for path in sorted(folder.glob("step-*.json")):
+        m = json.loads(path.read_text())
+        data = path.with_suffix(".pt")
         if data.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == m["sha256"]:
             steps.append(m["step"])
     return steps
@@ -155,8 +156,6 @@ def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
     from console.replication.replicator import Source
     from console.supervise.group.epoch import Member
     from console.supervise.group.supervisor import GroupSupervisor
-    from protocol.messages import CheckpointSaved
-    from protocol.spec import CheckpointManifest
 
     svc = services(tmp_path, Calls())
     group = GroupSupervisor(svc, "g")
@@ -166,27 +165,14 @@ def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
     group._messages.new_epoch(["a", "b"])
     group.commits.new_epoch(2, 2)
 
-    def saved(rank: int, host: str, step: int, epoch: int = 2) -> None:
-        man = CheckpointManifest(
-            job="g",
-            step=step,
-            file=f"step-{step:010d}.pt",
-            size=1,
-            sha256="0" * 64,
-            epoch=epoch,
-            spec_hash="x",
-            code_version="x",
-            created_at=0.0,
-            node_rank=rank,
-            nnodes=2,
-        )
-        msg = CheckpointSaved(manifest=man, path="p", manifest_path="m", write_s=0.0, stall_s=0.0)
+    def report(rank: int, host: str, step: int, epoch: int = 2) -> None:
+        msg = saved(manifest(step, job="g", epoch=epoch, node_rank=rank, nnodes=2))
         group._messages.on_message(Member(rank, host), msg)
 
-    saved(0, "a", 20)
-    saved(1, "b", 20)
-    saved(0, "a", 40)
-    saved(1, "b", 10, epoch=1)  # an older epoch's report: not this epoch's shard
+    report(0, "a", 20)
+    report(1, "b", 20)
+    report(0, "a", 40)
+    report(1, "b", 10, epoch=1)  # an older epoch's report: not this epoch's shard
     submitted.clear()
     group._messages.send_newest(["c"])
     assert sorted((s, src.host, src.manifest.step, src.shard) for s, src in submitted) == [

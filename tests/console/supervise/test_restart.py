@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from support.jobbed import Calls, services
+from support.manifests import manifest, saved
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
@@ -21,7 +22,6 @@ from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
 from protocol.messages import CheckpointSaved, ExecutorMessage, GpuHealth, Health, Resumed
-from protocol.spec import CheckpointManifest
 
 FAILING = Health(
     t=0.0,
@@ -170,20 +170,7 @@ async def test_a_run_that_crash_loops_on_its_second_host_fails_the_job_not_moves
 
 
 def _saved(step: int, shard: int, nnodes: int) -> CheckpointSaved:
-    man = CheckpointManifest(
-        job="j",
-        step=step,
-        file=f"step-{step:010d}.pt",
-        size=1,
-        sha256="0" * 64,
-        epoch=1,
-        spec_hash="x",
-        code_version="y",
-        created_at=0.0,
-        node_rank=shard,
-        nnodes=nnodes,
-    )
-    return CheckpointSaved(manifest=man, path="-", manifest_path="-", write_s=0.0, stall_s=0.0)
+    return saved(manifest(step, node_rank=shard, nnodes=nnodes))
 
 
 @pytest.mark.parametrize("kind", ["one host", "group"])
