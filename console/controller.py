@@ -315,6 +315,7 @@ class Controller:
                 changed.cancel()
 
     async def close(self) -> None:
+        await self.services.cleanups.settle()  # no executor started for a job left behind
         if self.supply is not None:
             await self.supply.close()
         for sup in self.jobs.values():

@@ -452,7 +452,12 @@ def _check_socket_paths(inv: Inventory, text: str, name: str) -> None:
     for job in inv.jobs:
         why = too_long(job_dir(root, job))
         if why is not None:
-            _fail(inv, text, ["hosts", name, "root"], f"too deep for job {job!r}: {why}")
+            _fail(
+                inv,
+                text,
+                ["hosts", name, "root"],
+                f"too deep for job {job!r}: {why}; use a shorter root",
+            )
 
 
 def _check_parallel(inv: Inventory, text: str, keys: list[str], job: Job) -> None:

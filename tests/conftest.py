@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +25,18 @@ def ssh_bed() -> Iterator[sshbed.SshBed]:
 def ssh_hosts(ssh_bed: sshbed.SshBed) -> Callable[[int], list[sshbed.SshHost]]:
     """``ssh_hosts(n)``: n started sshd hosts on 127.0.0.2, .3, ... of this test's bed."""
     return lambda n: [ssh_bed.host() for _ in range(n)]
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh folder with a short path (``/tmp/hXXXXXXXX``), removed after the test: an
+    inventory's root under it leaves room for a job's executor socket (107 bytes), which
+    xdist's ``tmp_path`` (70 bytes deep) does not for the shipped inventory's hosts."""
+    folder = Path(tempfile.mkdtemp(prefix="h", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

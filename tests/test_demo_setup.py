@@ -34,11 +34,11 @@ def health(fake: str, workdir: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(out.stdout)
 
 
-def test_the_demo_runs_on_a_copy_that_resolves_to_the_same_folders(tmp_path: Path) -> None:
-    shipped = tmp_path / "inventory.toml"
+def test_the_demo_runs_on_a_copy_that_resolves_to_the_same_folders(short_tmp: Path) -> None:
+    shipped = short_tmp / "inventory.toml"
     shipped.write_bytes((REPO / "inventory.toml").read_bytes())
-    state = tmp_path / ".hotspare"
-    env = demo_setup.setup(tmp_path, state)
+    state = short_tmp / ".hotspare"
+    env = demo_setup.setup(short_tmp, state)
     original, copy = load(shipped), load(state / "inventory.toml")
     assert copy.state_dir == original.state_dir == state.resolve()
     assert set(copy.hosts) == set(original.hosts) and len(copy.hosts) == 3
@@ -53,7 +53,7 @@ def test_the_demo_runs_on_a_copy_that_resolves_to_the_same_folders(tmp_path: Pat
     assert shipped.read_bytes() == before
     assert "local-d" in load(state / "inventory.toml").hosts
     # set up again (the demo started again): the copy with its added host is kept
-    demo_setup.setup(tmp_path, state)
+    demo_setup.setup(short_tmp, state)
     assert "local-d" in load(state / "inventory.toml").hosts
 
     # one fake NVML per demo host: a fault in a's file is a's alone
@@ -63,19 +63,19 @@ def test_the_demo_runs_on_a_copy_that_resolves_to_the_same_folders(tmp_path: Pat
     data = json.loads(Path(files["local-a"]).read_text())
     data["devices"][0]["ecc_uncorrected"] = 2
     Path(files["local-a"]).write_text(json.dumps(data))
-    demo_setup.setup(tmp_path, state)  # kept, not rewritten
-    a = health(files["local-a"], tmp_path / "wa")
-    b = health(files["local-b"], tmp_path / "wb")
+    demo_setup.setup(short_tmp, state)  # kept, not rewritten
+    a = health(files["local-a"], short_tmp / "wa")
+    b = health(files["local-b"], short_tmp / "wb")
     assert [g["ecc_uncorrected"] for g in a["gpus"]] == [2, 0]
     assert [g["ecc_uncorrected"] for g in b["gpus"]] == [0, 0]
 
 
-def test_a_file_that_is_not_the_shipped_demo_is_refused(tmp_path: Path) -> None:
-    shipped = tmp_path / "inventory.toml"
+def test_a_file_that_is_not_the_shipped_demo_is_refused(short_tmp: Path) -> None:
+    shipped = short_tmp / "inventory.toml"
     text = (
         (REPO / "inventory.toml").read_text().replace('state_dir = ".hotspare"', 'state_dir = "st"')
     )
     shipped.write_text(text)
     with pytest.raises(SystemExit, match="not the shipped demo file"):
-        demo_setup.setup(tmp_path, tmp_path / ".hotspare")
-    assert not (tmp_path / ".hotspare" / "inventory.toml").exists()
+        demo_setup.setup(short_tmp, short_tmp / ".hotspare")
+    assert not (short_tmp / ".hotspare" / "inventory.toml").exists()

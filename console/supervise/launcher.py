@@ -33,6 +33,30 @@ IDLE_EXIT_S = 60
 after this long: an orphan cannot sit on a host's workdir."""
 
 
+class CleanUps:
+    """The console's clean-ups that outlive the task they come from (an executor started for a
+    start that was cancelled, told to go and waited out), kept referenced until done. The
+    console waits for them before it closes: a warm standby still coming up when its job
+    failed was cancelled, its stop left to a clean-up, and ``hotspare run`` returned with the
+    standby alive until its idle exit. A job started again does not wait for them."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def outlive(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Until every clean-up has ended (each is bounded by its own timeouts)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class Phase(Protocol):
     def __call__(self, phase: str, **data: object) -> None: ...
 
@@ -50,6 +74,7 @@ class Launcher:
         term: int = 0,
         executor_env: dict[str, dict[str, str]],
         ended: Callable[[str], Awaitable[Outcome]],
+        cleanups: CleanUps,
     ) -> None:
         self.job = job
         self._inv = inv
@@ -68,7 +93,7 @@ class Launcher:
         """(host, pid) of the warm standbys this console started: one found idle on the
         workdir by a later start (a failover that found no standby ready when it chose its
         target) is the standby, readied before the fault, not an earlier console's."""
-        self._cleanups: set[asyncio.Task[None]] = set()
+        self._cleanups = cleanups
 
     def socket(self, host: str) -> str:
         return posixpath.join(self.workdir(host), EXECUTOR_SOCKET)
@@ -312,19 +337,5 @@ class Launcher:
         released(host)
 
     def outlive(self, work: Awaitable[None]) -> None:
-        """Run clean-up that must outlive the task it comes from (kept referenced until done)."""
-
-        async def run() -> None:
-            await work
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-
-    async def settle(self) -> None:
-        """Wait for the clean-ups still running (each bounded by its own timeouts): the job's
-        supervision ends only once every executor it started and did not use has been told to
-        go. A warm standby still coming up when a job failed was cancelled, its stop left to a
-        clean-up, and ``hotspare run`` returned with the standby alive until its idle exit."""
-        while self._cleanups:
-            await asyncio.gather(*self._cleanups, return_exceptions=True)
+        """Run clean-up that must outlive the task it comes from (``CleanUps``)."""
+        self._cleanups.outlive(work)

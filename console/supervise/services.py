@@ -11,7 +11,7 @@ and what it may reach is written here rather than found by reading its body.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from console.fleet.detect import DetectionSettings
@@ -21,6 +21,7 @@ from console.records.incidents import IncidentLog
 from console.records.journal import Journal
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
+from console.supervise.launcher import CleanUps
 from console.supervise.live import Alert
 from console.supervise.policy import Policy
 from protocol.messages import Progress
@@ -63,3 +64,5 @@ class JobServices:
     wait_for_hosts: Callable[[], Awaitable[None]]
     on_progress: Callable[[Supervisor, Progress], None]
     """A step was trained (the fleet's progress sinks, its rates)."""
+    cleanups: CleanUps = field(default_factory=CleanUps)
+    """Clean-ups that outlive a job's tasks; the console waits for them before it closes."""

@@ -156,6 +156,7 @@ class Supervisor(ABC):
             term=services.term,
             executor_env=services.executor_env,
             ended=self._probe.ended,
+            cleanups=services.cleanups,
         )
         self._loss = LinkLoss(
             name,
@@ -269,10 +270,7 @@ class Supervisor(ABC):
         if job.rec.stopped:
             self._states.stopped("stopped by an operator before this console started")
             return
-        try:
-            await self._supervise()
-        finally:
-            await self.launcher.settle()
+        await self._supervise()
 
     @abstractmethod
     def _last_host(self) -> str | None:

@@ -90,8 +90,8 @@ def test_check_json_says_the_bad_job_too(
     ],
     ids=["module:factory is the host's to resolve", "a plug-in kind's config is its own"],
 )
-def test_what_only_the_host_can_know_is_left_to_it(tmp_path: Path, old: str, new: str) -> None:
-    inventory, _ = shipped_with(tmp_path, old, new)
+def test_what_only_the_host_can_know_is_left_to_it(short_tmp: Path, old: str, new: str) -> None:
+    inventory, _ = shipped_with(short_tmp, old, new)
     text = inventory.read_text().replace("\nn_layer = 2", "\nnlayer = 2")
     inventory.write_text(text)
     assert "demo" in load(inventory).jobs

@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +78,7 @@ def test_the_shipped_inventory_shows_commented_ssh_examples() -> None:
     assert any("addresses" in line for line in commented)
 
 
-def test_the_shipped_commented_provisioner_loads_when_uncommented(tmp_path: Path) -> None:
+def test_the_shipped_commented_provisioner_loads_when_uncommented(short_tmp: Path) -> None:
     lines = SHIPPED.read_text(encoding="utf-8").splitlines()
     start = lines.index("# [provisioner]")
     block = []
@@ -87,7 +86,7 @@ def test_the_shipped_commented_provisioner_loads_when_uncommented(tmp_path: Path
         if not line.startswith("# "):
             break
         block.append(line[2:])
-    copy = tmp_path / "inventory.toml"
+    copy = short_tmp / "inventory.toml"
     copy.write_text("\n".join(lines) + "\n" + "\n".join(block) + "\n", encoding="utf-8")
     prov = load(copy).provisioner
     assert prov is not None and prov.min_spares == {"us-east": 1}
@@ -95,11 +94,11 @@ def test_the_shipped_commented_provisioner_loads_when_uncommented(tmp_path: Path
 
 
 def test_local_host_roots_resolve_beside_the_inventory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir("/")  # not the inventory's folder: the cwd must not matter
     assert load(SHIPPED).host_root("local-a") == str((REPO / ".hotspare/hosts/local-a").resolve())
-    copy = tmp_path / "elsewhere" / "inventory.toml"
+    copy = short_tmp / "elsewhere" / "inventory.toml"
     copy.parent.mkdir()
     shutil.copy(SHIPPED, copy)
     inv = load(copy)
@@ -624,8 +623,8 @@ def _with_comments(tmp_path: Path, *, trailing_newline: bool = True) -> Path:
 
 
 @pytest.mark.parametrize("trailing_newline", [True, False], ids=["newline", "no-newline"])
-def test_append_host_keeps_every_original_byte(tmp_path: Path, trailing_newline: bool) -> None:
-    path = _with_comments(tmp_path, trailing_newline=trailing_newline)
+def test_append_host_keeps_every_original_byte(short_tmp: Path, trailing_newline: bool) -> None:
+    path = _with_comments(short_tmp, trailing_newline=trailing_newline)
     original = path.read_bytes()
     inv = append_host(path, "local-d", NEW_HOST)
     after = path.read_bytes()
@@ -644,11 +643,11 @@ def test_append_host_keeps_every_original_byte(tmp_path: Path, trailing_newline:
     append_host(path, "ssh-e", {"region": "us-east", "address": "10.0.0.9", "root": "/hs"})
     assert path.read_bytes().startswith(after)
     assert load(path).hosts["ssh-e"].all_addresses() == ["10.0.0.9"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.toml"]
+    assert sorted(p.name for p in short_tmp.iterdir()) == ["inventory.toml"]
 
 
-def test_append_host_refuses_a_duplicate_name(tmp_path: Path) -> None:
-    path = _with_comments(tmp_path)
+def test_append_host_refuses_a_duplicate_name(short_tmp: Path) -> None:
+    path = _with_comments(short_tmp)
     original = path.read_bytes()
     with pytest.raises(ConfigError) as e:
         append_host(path, "local-b", NEW_HOST)
@@ -656,7 +655,7 @@ def test_append_host_refuses_a_duplicate_name(tmp_path: Path) -> None:
     assert "hosts.local-b" in str(e.value)
     assert "already exists" in str(e.value)
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.toml"]
+    assert sorted(p.name for p in short_tmp.iterdir()) == ["inventory.toml"]
 
 
 @pytest.mark.parametrize(
@@ -683,9 +682,9 @@ def test_append_host_refuses_a_duplicate_name(tmp_path: Path) -> None:
     ],
 )
 def test_append_host_refuses_an_invalid_host(
-    tmp_path: Path, name: str, table: dict[str, Any], expect: str
+    short_tmp: Path, name: str, table: dict[str, Any], expect: str
 ) -> None:
-    path = _with_comments(tmp_path)
+    path = _with_comments(short_tmp)
     original = path.read_bytes()
     with pytest.raises(ConfigError) as e:
         append_host(path, name, table)
@@ -695,7 +694,7 @@ def test_append_host_refuses_an_invalid_host(
     assert expect in message
     assert "\n" not in message
     assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.toml"]
+    assert sorted(p.name for p in short_tmp.iterdir()) == ["inventory.toml"]
 
 
 # --- hostile values ------------------------------------------------------------------------
@@ -749,13 +748,8 @@ def test_hostile_names_are_refused(tmp_path: Path, kind: str, bad: str) -> None:
 HOSTILE_VALUE = "r o o t $(touch MARKER) `touch MARKER2` ;echo pwned; 'q\" \n nl | x & y"
 
 
-def test_hostile_values_that_are_legal_are_kept_verbatim() -> None:
-    # a short folder: the hostile root under it still leaves room for a job's sockets
-    with tempfile.TemporaryDirectory(prefix="", dir="/tmp") as short:
-        _hostile_values_kept(Path(short))
-
-
-def _hostile_values_kept(tmp_path: Path) -> None:
+def test_hostile_values_that_are_legal_are_kept_verbatim(short_tmp: Path) -> None:
+    tmp_path = short_tmp  # the hostile root under it still leaves room for a job's sockets
     data = {
         "regions": {"r": {"notes": HOSTILE_VALUE}},
         "hosts": {

@@ -94,7 +94,8 @@ class Bed:
 async def bed(tmp_path: Path, ssh_hosts: Callable[[int], list[Any]]) -> AsyncIterator[Bed]:
     (h,) = ssh_hosts(1)
     marker = Path.home() / f"pwned-{os.getpid()}"  # where an unquoted $(...) would run
-    root = tmp_path / f'b root, it\'s "quoted" $(touch {marker.name}) `touch {marker.name}`'
+    # under the host's short folder: the hostile name leaves room for a job's executor socket
+    root = h.folder / f'b root, it\'s "q" $(touch {marker.name}) `touch {marker.name}`'
     b = Bed(tmp_path, h.inventory_table(root=str(root)))
     try:
         yield b

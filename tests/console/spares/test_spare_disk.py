@@ -272,10 +272,10 @@ async def test_disk_full_during_the_write_ssh(  # type: ignore[no-untyped-def]
     await _disk_full_mid_copy(bed, small_disk, lambda: cls(ssh.target, ssh.tuning))
 
 
-async def test_only_the_errno_says_disk_full_not_the_words(tmp_path: Path) -> None:
+async def test_only_the_errno_says_disk_full_not_the_words(tmp_path: Path, short_tmp: Path) -> None:
     """A failure whose message mentions space and quota (here, in the spare's path) but whose
     errno is not ENOSPC/EDQUOT opens no disk_full incident."""
-    root = tmp_path / "no space left, disk full, over quota"
+    root = short_tmp / "no space left, disk full, over quota"
     bed = Bed(tmp_path, local_host(root))
     try:
         bed.folder.parent.mkdir(parents=True)
