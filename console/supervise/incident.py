@@ -111,14 +111,16 @@ class OpenIncident:
         elif msg.fault in (FaultKind.NAN, FaultKind.OOM) and self._live.incident is None:
             self._in_executor(msg.fault, msg.step, msg.message, member)
 
-    def _in_executor(self, fault: str, step: int, why: str, member: tuple[str, float]) -> None:
+    def _in_executor(
+        self, fault: FaultKind, step: int, why: str, member: tuple[str, float]
+    ) -> None:
         """NaN and OOM are handled inside the executor (roll back and skip the batch; halve the
         micro-batch): no restart, but an incident all the same, resolved at the next step. In
         a group every member sees a NaN (the loss is reduced): the first one heard opens it."""
         job = self._live
         job.step = max(job.step, step - 1)  # the executor got this far before the fault
         self.open(fault, why, member=member)
-        if fault == "oom":
+        if fault == FaultKind.OOM:
             self.phase("decided", action="halve the micro-batch")
             job.resumed_step = step - 1  # the step is retried, nothing is lost
             self.phase("loaded", step=step - 1)

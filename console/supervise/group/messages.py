@@ -138,7 +138,7 @@ class MemberMessages:
         elif isinstance(msg, Fault):
             self._said.line(f"FAULT {msg.fault}: {msg.message}", m.host)
             self._heard.fault(m.host, msg, m.link, node_rank=m.node_rank)
-            if msg.fault == FaultKind.RESUME_FAILED.value:
+            if msg.fault == FaultKind.RESUME_FAILED:
                 self._refused(m.host, msg.step)
             self._incident.of_fault(msg, m.host, m.last_seen)
         elif isinstance(msg, Log):
