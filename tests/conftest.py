@@ -12,6 +12,7 @@ from support import sshbed
 from support.helpers import tmpfs
 
 SMALL_DISK = 4 << 20
+pytest_plugins = ["support.cpu_account"]  # CPU per test, with HOTSPARE_TEST_CPU=FILE
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""CPU seconds per test, every process it started included (``HOTSPARE_TEST_CPU=FILE``).
+
+Each pytest process (each xdist worker) moves itself into a cgroup v1 ``cpuacct`` group of
+its own; whatever it starts (executors, sshd hosts, etcd, torch) stays in that group, so the
+group's usage over one test is that test's CPU, whichever worker ran beside it. One line per
+test is appended to FILE: ``cpu_s wall_s nodeid``. ``scripts/suite-cpu`` runs the suite this
+way and prints the table. Off (and free) unless the variable is set; where the host has no
+writable ``cpuacct`` hierarchy it says so once and accounts nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class Account:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.group = ROOT / f"hotspare-test-{os.getpid()}"
+        self.group.mkdir(exist_ok=True)
+        (self.group / "cgroup.procs").write_text(str(os.getpid()))
+
+    def usage_s(self) -> float:
+        return int((self.group / "cpuacct.usage").read_text()) / 1e9
+
+    def record(self, nodeid: str, cpu_s: float, wall_s: float) -> None:
+        line = f"{cpu_s:.2f} {wall_s:.2f} {nodeid}\n".encode()
+        fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write per line: workers' lines never interleave
+        finally:
+            os.close(fd)
+
+    def leave(self) -> None:
+        try:
+            (ROOT / "cgroup.procs").write_text(str(os.getpid()))
+            self.group.rmdir()  # fails while a process it started still lives: kept, harmless
+        except OSError:
+            pass
+
+
+_account: Account | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _account
+    out = os.environ.get("HOTSPARE_TEST_CPU")
+    if not out:
+        return
+    try:
+        _account = Account(Path(out))
+    except OSError as e:
+        print(f"HOTSPARE_TEST_CPU: no cpuacct group ({e}); nothing accounted")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _account is not None:
+        _account.leave()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    if _account is None:
+        yield
+        return
+    cpu, wall = _account.usage_s(), time.monotonic()
+    yield
+    _account.record(item.nodeid, _account.usage_s() - cpu, time.monotonic() - wall)
