@@ -12,7 +12,10 @@ from support import sshbed
 from support.helpers import tmpfs
 
 SMALL_DISK = 4 << 20
-pytest_plugins = ["support.cpu_account"]  # CPU per test, with HOTSPARE_TEST_CPU=FILE
+pytest_plugins = [
+    "support.cpu_account",  # CPU per test, with HOTSPARE_TEST_CPU=FILE
+    "support.hang_dump",  # where a hung test's asyncio tasks wait
+]
 
 
 @pytest.fixture
