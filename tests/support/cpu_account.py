@@ -3,7 +3,8 @@
 Each pytest process (each xdist worker) moves itself into a cgroup v1 ``cpuacct`` group of
 its own; whatever it starts (executors, sshd hosts, etcd, torch) stays in that group, so the
 group's usage over one test is that test's CPU, whichever worker ran beside it. One line per
-test is appended to FILE: ``cpu_s wall_s nodeid``. ``scripts/suite-cpu`` runs the suite this
+test is appended to FILE: ``cpu_s wall_s own_s nodeid``, ``own_s`` the pytest process's own
+share (the console under test runs in it). ``scripts/suite-cpu`` runs the suite this
 way and prints the table. Off (and free) unless the variable is set; where the host has no
 writable ``cpuacct`` hierarchy it says so once and accounts nothing.
 """
@@ -30,8 +31,8 @@ class Account:
     def usage_s(self) -> float:
         return int((self.group / "cpuacct.usage").read_text()) / 1e9
 
-    def record(self, nodeid: str, cpu_s: float, wall_s: float) -> None:
-        line = f"{cpu_s:.2f} {wall_s:.2f} {nodeid}\n".encode()
+    def record(self, nodeid: str, cpu_s: float, wall_s: float, own_s: float) -> None:
+        line = f"{cpu_s:.2f} {wall_s:.2f} {own_s:.2f} {nodeid}\n".encode()
         fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)  # one write per line: workers' lines never interleave
@@ -70,6 +71,11 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if _account is None:
         yield
         return
-    cpu, wall = _account.usage_s(), time.monotonic()
+    cpu, wall, own = _account.usage_s(), time.monotonic(), time.process_time()
     yield
-    _account.record(item.nodeid, _account.usage_s() - cpu, time.monotonic() - wall)
+    _account.record(
+        item.nodeid,
+        _account.usage_s() - cpu,
+        time.monotonic() - wall,
+        time.process_time() - own,
+    )
