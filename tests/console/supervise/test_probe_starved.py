@@ -1,8 +1,9 @@
 """A probe starved of CPU is an unknown, asked again, never a lost host (issue 26): only an
 answer, a refusal, or a timeout while the console and its machine were healthy counts.
 
-The starvation is real: busy loops on every core (eight per core, a load like the one the
-issue saw), started and killed by the test. Measured on 2 cores with 16 of them, a Python took
+The starvation is real: busy loops, eight per core (a load like the one the issue saw), started
+and killed by the test; they, the console and what it starts meanwhile share one core's worth
+of CPU (``support/starve.py``), so the test beside this one keeps the other. Measured on 2 cores with 16 of them, a Python took
 1.5 to 2.5 s to start, over the budget of a silent host's probe (0.5 s; 0.2 s near the end of
 its lease).
 """
@@ -15,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -30,6 +30,7 @@ from support.fleetbed import (
     write_inventory,
 )
 from support.probebed import HOLD_LOCK
+from support.starve import starved
 
 from console.controller import Controller
 from console.inventory import load
@@ -39,31 +40,6 @@ from console.records.journal import Journal, read
 from console.states import JobState
 from console.supervise.policy import Policy
 from console.supervise.probe import Probe
-
-SPUN_S = 0.3
-"""CPU seconds each busy loop has burnt before the block runs: past its own start, spinning."""
-
-
-@contextlib.asynccontextmanager
-async def busy_loops(per_core: int = 8) -> AsyncIterator[None]:
-    """Busy loops on every core while the block runs; all killed (and reaped) after it."""
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])  # noqa: ASYNC220 - killed below
-        for _ in range(per_core * (os.cpu_count() or 1))
-    ]
-    try:
-        spinning = [psutil.Process(p.pid) for p in procs]
-        await until(
-            lambda: all(sum(q.cpu_times()[:2]) >= SPUN_S for q in spinning),
-            60,
-            "the busy loops spinning",
-        )
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait(timeout=10)
 
 
 def fleet(tmp_path: Path, **host: str) -> tuple[Path, Probe]:
@@ -91,7 +67,7 @@ async def test_a_probe_starved_of_cpu_is_an_unknown_and_the_next_one_answers(
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        async with busy_loops():
+        async with starved():
             # The scheduler may still run a new process at once (a fresh clone's suite beside
             # it once did): a probe that ran in time answers truly and is asked again, until
             # one the machine was too busy to run.
@@ -153,7 +129,7 @@ async def test_a_hung_executor_on_a_starved_machine_is_restarted_in_place_not_lo
     journal = inv.parent / "state" / "journal.jsonl"
     pid = int((tmp_path / "a" / "jobs" / "j" / "executor.pid").read_text())
     try:
-        async with busy_loops():
+        async with starved():
             os.kill(pid, signal.SIGSTOP)
             await until(lambda: sup.epoch > 1, 90, "the next epoch, wherever it starts")
         await until(lambda: sup.state is JobState.RUNNING and sup.epoch > 1, 120, "running again")
