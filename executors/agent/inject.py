@@ -9,6 +9,8 @@ restarted in place runs in the same process, so ``crash@90,crash@91`` is a crash
 - ``nan@STEP``      make the loss of STEP NaN
 - ``slow_write@S``  sleep S seconds in every write call of a checkpoint (to kill inside a write)
 - ``crash@STEP``    raise an exception in the workload at STEP (an executor crash)
+- ``slow_step@S``   sleep S seconds in every step (a slower machine: paces a run without
+  changing what it computes)
 - ``slow_warmup@S`` an idle executor's warm-up repeats its torch step for S seconds (or until
   the executor ends), to stop one mid-warm-up
 
@@ -32,6 +34,7 @@ class Injections:
     nan: set[int] = field(default_factory=set)
     crash: set[int] = field(default_factory=set)
     slow_write_s: float = 0.0
+    slow_step_s: float = 0.0
     slow_warmup_s: float = 0.0
 
     @classmethod
@@ -46,6 +49,8 @@ class Injections:
                     getattr(inj, kind).add(int(arg))
                 elif kind == "slow_write":
                     inj.slow_write_s = float(arg)
+                elif kind == "slow_step":
+                    inj.slow_step_s = float(arg)
                 elif kind == "slow_warmup":
                     inj.slow_warmup_s = float(arg)
                 else:
@@ -53,7 +58,7 @@ class Injections:
             except ValueError:
                 raise ConfigError(
                     f"{ENV}: cannot read {raw!r}; expected oom@STEP, oom_late@STEP, nan@STEP, crash@STEP or "
-                    "slow_write@SECONDS or slow_warmup@SECONDS"
+                    "slow_write@SECONDS, slow_step@SECONDS or slow_warmup@SECONDS"
                 ) from None
         return inj
 

@@ -51,9 +51,11 @@ def inventory(
     )
 
 
-def controller(inv: Path) -> Controller:
+def controller(inv: Path, a_env: dict[str, str] | None = None) -> Controller:
     return Controller(
-        load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV), "b": dict(EXECUTOR_ENV)}
+        load(inv),
+        Policy.AUTO,
+        executor_env={"a": {**EXECUTOR_ENV, **(a_env or {})}, "b": dict(EXECUTOR_ENV)},
     )
 
 
@@ -111,11 +113,12 @@ async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     a, b = ns_host(bed, "a"), bed.host(name="b")
     # the default lease, longer than detection plus b's cold start over ssh (~6 s here), so a
     # console that did not wait it out would be seen training b before the bound
-    # (and steps enough that A, training on cut off until it stops at about half its lease,
-    # does not finish the job in that time)
+    # (and A paced to at most 50 steps/s, so that training on cut off until it stops at about
+    # half its lease it cannot finish the job: unpaced, an idle machine trained all 2000 steps
+    # in 5 s and A's last event was "finished")
     inv = inventory(tmp_path, a, b, lease_s=10.0, steps=2000)
     digest = baseline_sha(inv, "j", tmp_path / "baseline")
-    ctl = controller(inv)
+    ctl = controller(inv, a_env={"HOTSPARE_INJECT": "slow_step@0.02"})
     sup = ctl.jobs["j"]
     task = await start(  # stay: the console keeps watching A after the job ends
         ctl,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, STEPS, job_table, local_host, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
@@ -31,7 +31,7 @@ def finished_fleet(tmp_path: Path) -> Path:
     )
     store = StateStore(tmp_path / "state")
     rec = store.job("j")
-    rec.host, rec.finished_sha256, rec.finished_step = "a", "0" * 64, 800
+    rec.host, rec.finished_sha256, rec.finished_step = "a", "0" * 64, STEPS
     store.save()
     return inventory
 
@@ -56,7 +56,7 @@ async def test_a_job_finished_before_this_console_goes_straight_to_finished(
         e for e in read(inventory.parent / "state" / "journal.jsonl") if e.kind is Kind.JOB_STATE
     ]
     assert [(e.data["from"], e.data["to"], e.host) for e in moves] == [("pending", "finished", "a")]
-    assert ctl.jobs["j"].step == 800
+    assert ctl.jobs["j"].step == STEPS
 
 
 async def test_with_stay_hosts_are_still_watched_after_the_last_job_ended(tmp_path: Path) -> None:

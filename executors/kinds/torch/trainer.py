@@ -467,6 +467,8 @@ class Trainer:
                 )
             if inject and self.inj.take("crash", step):
                 raise RuntimeError(f"injected crash at step {step} (HOTSPARE_INJECT)")
+            if inject and self.inj.slow_step_s:
+                time.sleep(self.inj.slow_step_s)
             loss = self.workload.loss(micro)
             if inject and self.inj.take("nan", step):
                 loss = loss * math.nan

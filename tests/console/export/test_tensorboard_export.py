@@ -79,7 +79,9 @@ async def test_a_crash_and_a_console_restart_leave_one_series_with_each_step_onc
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(checkpoint_every_steps=200)}},
+        jobs={
+            "j": {"host": "a", "spares": ["b"], **job_table(steps=800, checkpoint_every_steps=200)}
+        },
         tensorboard_dir="tb",  # beside the inventory
     )
     env = {h: {**EXECUTOR_ENV, PROGRESS_ENV: "0"} for h in ("a", "b")}  # a Progress every step
