@@ -11,8 +11,10 @@ import pytest
 from console.records.incidents import IncidentLog, incidents
 from console.records.journal import Journal, read
 from console.records.state_store import JobRecord, StateStore
+from console.supervise.finish import last_step
 from console.supervise.incident import OpenIncident
 from console.supervise.live import LiveJob
+from console.supervise.outcome import Exit, Outcome
 from protocol.spec import CheckpointManifest, JobSpec
 
 
@@ -77,3 +79,42 @@ def test_an_incident_stopped_then_started_counts_from_its_earliest_resume(tmp_pa
     assert inc.stopped_once and inc.mttr_s == pytest.approx(13)
     parts = inc.breakdown()
     assert parts["stopped"] == pytest.approx(6) and sum(parts.values()) == pytest.approx(13)
+
+
+def _manifest_at(step: int) -> CheckpointManifest:
+    return CheckpointManifest(
+        job="j",
+        step=step,
+        file="step.pt",
+        size=1,
+        sha256="0" * 64,
+        epoch=1,
+        spec_hash="",
+        code_version="",
+        created_at=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("progress", "checkpoint", "ends", "last"),
+    [
+        (189, None, [], 189),  # its last Progress
+        (189, 200, [], 200),  # a checkpoint between Progress messages: step 200 was completed
+        (189, 200, [(210, None)], 210),  # an executor's end said a later step
+        (189, 200, [(None, 220)], 220),  # ... or a later checkpoint (a preemption's at the stop)
+        (189, 200, [(195, None), (None, 230), (201, None)], 230),  # a group: the latest member
+        (250, 200, [(210, 220)], 250),  # nothing said later than the last Progress
+    ],
+)
+def test_the_last_step_is_the_latest_of_progress_checkpoint_and_what_the_ends_said(
+    progress: int,
+    checkpoint: int | None,
+    ends: list[tuple[int | None, int | None]],
+    last: int,
+) -> None:
+    """One count for both recoveries (a restart's forgiveness and a failover's decision)."""
+    live = LiveJob(name="j", spec=JobSpec(name="j", steps=400), rec=JobRecord(), host="a")
+    live.step = progress
+    live.checkpoint = _manifest_at(checkpoint) if checkpoint is not None else None
+    outcomes = [Outcome(Exit.CRASHED, "x", step=s, checkpoint_step=c) for s, c in ends]
+    assert last_step(live, outcomes) == last
