@@ -223,8 +223,31 @@ class Standby:
             return None  # an operator chose another target: the standby stays where it is
         if warm:
             self.warm = None
+        what = "warm standby" if warm else "executor readied"
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self._live.name}: the {what} on {prepared.host} is not used: "
+            + self._not_usable(prepared, old),
+            job=self._live.name,
+            host=prepared.host,
+            data={"standby": warm},
+        )
         await self.discard(prepared)
         return None
+
+    def _not_usable(self, prepared: Prepared, old: str | None) -> str:
+        """Why a readied executor is not taken for the failover (for the journal)."""
+        host, rt = prepared.host, self._fleet.hosts[prepared.host]
+        if host == old:
+            return "it is on the host the job leaves"
+        if not self.pumping(prepared.link):
+            return "its link is gone"
+        if not self._fleet.fit(host):
+            failing = "; ".join(f.message for f in self._fleet.failing(host))
+            return failing or f"{host} is {rt.state.value}" + (" (released)" if rt.leaving else "")
+        if rt.job not in (None, self._live.name):
+            return f"{host} was taken by job {rt.job}"
+        return f"the operator chose {self._live.target}"
 
     def _runs_the_job(self, prepared: Prepared) -> bool:
         """Is ``prepared``'s process the job's own executor now?"""

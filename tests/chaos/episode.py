@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support.fleetbed import EXECUTOR_ENV
+from support.fleetbed import FULL_SPEED_ENV
 from support.helpers import REPO, env_with
 
 from chaos import ending, fencing, torchrun
@@ -99,7 +99,7 @@ def _baseline(fleet: Fleet, plan: JobPlan) -> subprocess.Popen[str]:
     if plan.kind == torchrun.KIND:
         spec, job = fleet.baseline_inventory, torchrun.BASELINE_PREFIX + plan.name
     assert spec is not None
-    extra = dict(EXECUTOR_ENV, HOTSPARE_INJECT=fleet.inject) if fleet.inject else EXECUTOR_ENV
+    extra = dict(FULL_SPEED_ENV, HOTSPARE_INJECT=fleet.inject) if fleet.inject else FULL_SPEED_ENV
     return subprocess.Popen(
         [
             sys.executable,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from support.etcdbed import EtcdCluster
-from support.fleetbed import EXECUTOR_ENV, write_inventory
+from support.fleetbed import FULL_SPEED_ENV, write_inventory
 from support.helpers import REPO, TINY_CONFIG, env_with
 from support.netbed import NsSshHost
 from support.sshbed import SshBed, SshHost
@@ -195,7 +195,7 @@ class Fleet:
     def executor_env(self) -> dict[str, dict[str, str]]:
         env = {}
         for name in self.hosts:
-            extra = {**EXECUTOR_ENV, "HOTSPARE_FAKE_NVML": str(self.nvml(name))}
+            extra = {**FULL_SPEED_ENV, "HOTSPARE_FAKE_NVML": str(self.nvml(name))}
             if self.inject:
                 extra["HOTSPARE_INJECT"] = self.inject
             env[name] = extra

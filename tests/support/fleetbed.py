@@ -32,7 +32,15 @@ FAST_CONSOLE = {
     "connect_timeout_s": 5.0,
     "command_timeout_s": 30.0,
 }
-EXECUTOR_ENV = {"OMP_NUM_THREADS": "1"}
+FULL_SPEED_ENV = {"OMP_NUM_THREADS": "1"}
+"""One thread, full speed: an uninterrupted reference run's environment, and the chaos fleet's
+(its faults come every so many steps: pacing would only make it longer)."""
+EXECUTOR_ENV = {**FULL_SPEED_ENV, "HOTSPARE_INJECT": "slow_step@0.005"}
+"""A test executor's: paced to about a third of a core (a step is ~3 ms of CPU here, then it
+sleeps 5 ms). A test mostly waits on time (a lease, a failover, a probe) while its job trains:
+unpaced, that training took a whole core from the test beside it. What a step computes is the
+same, so every run still ends with its reference's parameters. A test that sets its own
+``HOTSPARE_INJECT`` runs unpaced."""
 POLL_S = 0.05
 
 
@@ -148,7 +156,7 @@ def _run_baseline(inventory: Path, job: str, workdir: Path) -> str:
         ],
         capture_output=True,
         text=True,
-        env=env_with(**EXECUTOR_ENV),
+        env=env_with(**FULL_SPEED_ENV),
         cwd=REPO,
         timeout=300,
     )
