@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.manifests import manifest
 
 from console.records.incidents import IncidentLog, incidents
 from console.records.journal import Journal, read
@@ -15,7 +16,7 @@ from console.supervise.finish import last_step
 from console.supervise.incident import OpenIncident
 from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome
-from protocol.spec import CheckpointManifest, JobSpec
+from protocol.spec import JobSpec
 
 
 def _log(tmp_path: Path) -> tuple[Journal, IncidentLog]:
@@ -27,17 +28,7 @@ def test_a_checkpoint_newer_than_the_last_progress_counts_as_completed(tmp_path:
     journal, log = _log(tmp_path)
     live = LiveJob(name="j", spec=JobSpec(name="j", steps=400), rec=JobRecord(), host="a")
     live.step = 189  # the last Progress the console saw
-    live.checkpoint = CheckpointManifest(
-        job="j",
-        step=200,
-        file="step.pt",
-        size=1,
-        sha256="0" * 64,
-        epoch=1,
-        spec_hash="",
-        code_version="",
-        created_at=0.0,
-    )
+    live.checkpoint = manifest(200)
     incident = OpenIncident(live, log=log, preparing=lambda: False)
     incident.open("host_lost", "gone")
     incident.phase("loaded", step=200)
@@ -81,20 +72,6 @@ def test_an_incident_stopped_then_started_counts_from_its_earliest_resume(tmp_pa
     assert parts["stopped"] == pytest.approx(6) and sum(parts.values()) == pytest.approx(13)
 
 
-def _manifest_at(step: int) -> CheckpointManifest:
-    return CheckpointManifest(
-        job="j",
-        step=step,
-        file="step.pt",
-        size=1,
-        sha256="0" * 64,
-        epoch=1,
-        spec_hash="",
-        code_version="",
-        created_at=0.0,
-    )
-
-
 @pytest.mark.parametrize(
     ("progress", "checkpoint", "ends", "last"),
     [
@@ -115,6 +92,6 @@ def test_the_last_step_is_the_latest_of_progress_checkpoint_and_what_the_ends_sa
     """One count for both recoveries (a restart's forgiveness and a failover's decision)."""
     live = LiveJob(name="j", spec=JobSpec(name="j", steps=400), rec=JobRecord(), host="a")
     live.step = progress
-    live.checkpoint = _manifest_at(checkpoint) if checkpoint is not None else None
+    live.checkpoint = manifest(checkpoint) if checkpoint is not None else None
     outcomes = [Outcome(Exit.CRASHED, "x", step=s, checkpoint_step=c) for s, c in ends]
     assert last_step(live, outcomes) == last
