@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,12 +36,14 @@ FAST_CONSOLE = {
 FULL_SPEED_ENV = {"OMP_NUM_THREADS": "1"}
 """One thread, full speed: an uninterrupted reference run's environment, and the chaos fleet's
 (its faults come every so many steps: pacing would only make it longer)."""
-EXECUTOR_ENV = {**FULL_SPEED_ENV, "HOTSPARE_INJECT": "slow_step@0.005"}
+PACE_S = float(os.environ.get("HOTSPARE_TEST_PACE_S", "0.005"))
+EXECUTOR_ENV = {**FULL_SPEED_ENV, **({"HOTSPARE_INJECT": f"slow_step@{PACE_S}"} if PACE_S else {})}
 """A test executor's: paced to about a third of a core (a step is ~3 ms of CPU here, then it
 sleeps 5 ms). A test mostly waits on time (a lease, a failover, a probe) while its job trains:
 unpaced, that training took a whole core from the test beside it. What a step computes is the
 same, so every run still ends with its reference's parameters. A test that sets its own
-``HOTSPARE_INJECT`` runs unpaced."""
+``HOTSPARE_INJECT`` runs unpaced, and ``HOTSPARE_TEST_PACE_S=0`` runs the whole suite unpaced
+(checkpoints every few tens of milliseconds: races a paced run makes rarer)."""
 POLL_S = 0.05
 
 
