@@ -242,9 +242,9 @@ class Standby:
             return "it is on the host the job leaves"
         if not self.pumping(prepared.link):
             return "its link is gone"
-        if not self._fleet.fit(host):
-            failing = "; ".join(f.message for f in self._fleet.failing(host))
-            return failing or f"{host} is {rt.state.value}" + (" (released)" if rt.leaving else "")
+        unfit = self._host_unfit(host)
+        if unfit is not None:
+            return unfit
         if rt.job not in (None, self._live.name):
             return f"{host} was taken by job {rt.job}"
         return f"the operator chose {self._live.target}"
@@ -392,12 +392,15 @@ class Standby:
             return "its executor is gone"
         if host not in self._live.spares:
             return f"{host} is no longer a spare of the job"
-        failing = self._fleet.failing(host)
-        if failing:
-            return "; ".join(f.message for f in failing)
-        if not self._fleet.fit(host):
-            return f"{host} is {self._fleet.hosts[host].state.value}"
-        return f"the first fit spare is {self._first_fit_spare()}"
+        return self._host_unfit(host) or f"the first fit spare is {self._first_fit_spare()}"
+
+    def _host_unfit(self, host: str) -> str | None:
+        """Why ``host`` is no place for the job (the health rules it fails, else its state),
+        or None when it is fit."""
+        if self._fleet.fit(host):
+            return None
+        failing = "; ".join(f.message for f in self._fleet.failing(host))
+        return failing or f"{host} is {self._fleet.hosts[host].state.value}"
 
     def follow_spares(self) -> None:
         """Each round of the spare keeper while the job trains: a standby whose host became

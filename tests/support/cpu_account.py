@@ -18,18 +18,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path("/sys/fs/cgroup/cpuacct")
+from support.cgroup_v1 import Group
 
 
 class Account:
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.group = ROOT / f"hotspare-test-{os.getpid()}"
-        self.group.mkdir(exist_ok=True)
-        (self.group / "cgroup.procs").write_text(str(os.getpid()))
+        self.group = Group("cpuacct", "hotspare-test")
 
     def usage_s(self) -> float:
-        return int((self.group / "cpuacct.usage").read_text()) / 1e9
+        return int(self.group.read("cpuacct.usage")) / 1e9
 
     def record(self, nodeid: str, cpu_s: float, wall_s: float, own_s: float) -> None:
         line = f"{cpu_s:.2f} {wall_s:.2f} {own_s:.2f} {nodeid}\n".encode()
@@ -38,13 +36,6 @@ class Account:
             os.write(fd, line)  # one write per line: workers' lines never interleave
         finally:
             os.close(fd)
-
-    def leave(self) -> None:
-        try:
-            (ROOT / "cgroup.procs").write_text(str(os.getpid()))
-            self.group.rmdir()  # fails while a process it started still lives: kept, harmless
-        except OSError:
-            pass
 
 
 _account: Account | None = None
@@ -63,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _account is not None:
-        _account.leave()
+        _account.group.leave()
 
 
 @pytest.hookimpl(hookwrapper=True)

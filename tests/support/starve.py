@@ -15,52 +15,31 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import psutil
 
+from support.cgroup_v1 import Group
 from support.wait import until
 
-CPU = Path("/sys/fs/cgroup/cpu")
 PER_CORE = 8
 SPUN_S = 0.3
 """CPU seconds each busy loop has burnt before the block runs: past its own start, spinning."""
-
-
-def _own_group() -> Path | None:
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return CPU / path.lstrip("/")
-    return None
 
 
 @contextlib.contextmanager
 def _one_core() -> Iterator[int]:
     """This process in a cgroup capped at one core while the block runs; yields how many cores
     the loops should cover (1 there, every core where no cap could be set)."""
-    home = _own_group() if (CPU / "cgroup.procs").exists() else None
-    if home is None:
-        yield os.cpu_count() or 1
-        return
-    group = CPU / f"hotspare-starved-{os.getpid()}"
     try:
-        group.mkdir()
-        (group / "cpu.cfs_quota_us").write_text(str(int((group / "cpu.cfs_period_us").read_text())))
-        (group / "cgroup.procs").write_text(str(os.getpid()))
+        # a whole period of quota per period (a new group's default period: 100 ms)
+        group = Group("cpu", "hotspare-starved", {"cpu.cfs_quota_us": "100000"})
     except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
         yield os.cpu_count() or 1
         return
     try:
         yield 1
-    finally:  # this process and all it started back home, uncapped; the group goes
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                (home / "cgroup.procs").write_text(pid)
-        with contextlib.suppress(OSError):
-            group.rmdir()
+    finally:  # this process and all it started back home, uncapped
+        group.leave()
 
 
 @contextlib.asynccontextmanager

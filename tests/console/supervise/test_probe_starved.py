@@ -3,9 +3,9 @@ answer, a refusal, or a timeout while the console and its machine were healthy c
 
 The starvation is real: busy loops, eight per core (a load like the one the issue saw), started
 and killed by the test; they, the console and what it starts meanwhile share one core's worth
-of CPU (``support/starve.py``), so the test beside this one keeps the other. Measured on 2 cores with 16 of them, a Python took
-1.5 to 2.5 s to start, over the budget of a silent host's probe (0.5 s; 0.2 s near the end of
-its lease).
+of CPU (``support/starve.py``), so the test beside this one keeps the other. Measured on 2
+cores with 16 of them, a Python took 1.5 to 2.5 s to start, over the budget of a silent host's
+probe (0.5 s; 0.2 s near the end of its lease).
 """
 
 from __future__ import annotations
