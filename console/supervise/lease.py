@@ -182,11 +182,15 @@ class JobLease:
         when the newest lease was granted and how old its reading was then, the longest gap
         between grants, the longest stall of the console's loop, the least lease the executor
         said was left when a renewal reached it, and when it was last heard from (seconds;
-        None: nothing to say)."""
+        None: nothing to say).
+
+        Over the last lease: the lease before the newest grant and everything since, so that a
+        stall longer than a lease (a laptop asleep, a write blocked for seconds) still shows
+        the grant it outlived."""
         now = clock.mono()
-        since = now - self.ttl_s
-        watch, began = loop_watch.for_loop(), time.monotonic() - self.ttl_s
         every = list(self._sent.get(host, ()))
+        since = (every[-1][0] if every else now) - self.ttl_s
+        watch, began = loop_watch.for_loop(), time.monotonic() - (now - since)
         sent = [(t, age) for t, age in every if t >= since]
         before = [t for t, _ in every if t < since][-1:] or [since]
         times = [*before, *(t for t, _ in sent), now]
@@ -195,7 +199,8 @@ class JobLease:
             "granted_ago_s": now - sent[-1][0] if sent else None,
             "reading_age_s": sent[-1][1] if sent else None,
             "grant_gap_s": max(b - a for a, b in pairwise(times)),
-            "loop_stall_s": watch.stall(began) if watch.covers(began) else None,
+            # watched from the first grant on (``_grant``): so was every grant in the window
+            "loop_stall_s": watch.stall(max(began, watch.started_at)) if every else None,
             "lease_low_s": min(lows) if lows else None,
             "heard_ago_s": now - link.anchor[1] if link and link.anchor else None,
         }

@@ -125,9 +125,14 @@ async def test_every_member_of_a_group_is_renewed_at_each_of_its_clock_readings(
 
 
 async def test_a_lease_lapsed_by_a_stalled_console_says_why_in_the_journal(tmp_path: Path) -> None:
-    """The console's own loop stalls for most of a lease (the tests' 3 s): the executor stops at
-    its guard, and the journal's lease_lost line carries what tells this from a lost host: the
-    loop stalled, no lease was granted meanwhile, and the executor was heard from just now."""
+    """The console's own loop stalls for longer than a lease (the tests' 3 s): the executor's
+    lease lapses and it stops, and the journal's lease_lost line carries what tells this from a
+    lost host: the loop stalled, no lease was granted meanwhile, and the executor was heard from
+    just now.
+
+    Longer than a lease, so that the lapse is certain: a stall of most of a lease (2.5 s) left
+    the executor a tenth of a second between its stop guard and the first renewal after the
+    stall, which a loaded CI machine's executor did not take (no lease_lost in 60 s)."""
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
@@ -146,7 +151,8 @@ async def test_a_lease_lapsed_by_a_stalled_console_says_why_in_the_journal(tmp_p
         ctl, lambda: sup.state is JobState.RUNNING and sup.step > 0, 120, "training"
     )
     try:
-        stall_s = 2.5  # the fault injected: the console's loop blocked, as by a slow fsync
+        # the fault injected: the console's loop blocked, as by a slow fsync
+        stall_s = LEASE_S_TESTS + 0.5
         asyncio.get_running_loop().call_soon(time.sleep, stall_s)
         (fault, *_) = await until(lapse, 60, "the executor's lease_lost")
     finally:
