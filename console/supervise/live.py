@@ -84,9 +84,9 @@ class LiveJob:
     its control socket): the view's own observer leaves them alone."""
     target: str | None = None
     """An operator's chosen failover host."""
-    leave: set[str] = field(default_factory=set)
-    """Hosts a group's ranks leave at its next epoch though they are fit (a GPU that warned
-    sample after sample, under the auto policy); emptied once they are replaced."""
+    leave: dict[str, str] = field(default_factory=dict)
+    """Hosts the job's ranks leave at its next run though they are fit, each with why (a GPU
+    that warned sample after sample, an operator's move); emptied of a host once it is left."""
     stop_requested: bool = False
     """An operator asked this job to stop (remembered across consoles once it has)."""
     move_kept: tuple[StopReason, str, str | None] | None = None

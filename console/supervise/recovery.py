@@ -1,7 +1,10 @@
-"""What a job supervisor does once an executor's run has ended: the fault table of docs/guarantees.md.
+"""What a single host's job does once its executor's run has ended: what ``decide`` says (the
+one decision of every job), carried out with what a single host readies (the executor that
+stayed, its warm twin, a standby on the spare).
 
 transient -> relink (in watch); executor crash or hang -> restart in place up to N times;
-host lost, GPU FAIL, drain, preemption -> fail over (same region first); config -> fail fast.
+host lost, GPU FAIL, drain, preemption, a move -> fail over (same region first); a planned
+stop on a host still fit -> restart there; config -> fail fast.
 """
 
 from __future__ import annotations
@@ -9,16 +12,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
+from console.fleet.link import ExecutorLink
 from console.records.journal import Journal, Kind
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
+from console.supervise.decide import Act, Decision, budgeted, decide, unfit
 from console.supervise.finish import finish, last_step, release
 from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import CRASHES, RESTART_IN_PLACE, Exit, Outcome
 from console.supervise.policy import Policy
-from console.supervise.restart import RestartBudget, not_again_on
+from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
@@ -66,8 +71,9 @@ class Recovery:
     # ---------------------------------------------------------------- recover
 
     async def recover(self, outcome: Outcome) -> tuple[str, bool] | None:
-        """Act on how a run ended; returns where to launch next (host, promote a replica), or None."""
-        job, fleet = self._live, self._fleet
+        """Act on how a run ended (``decide``); returns where to launch next (host, promote a
+        replica), or None."""
+        job = self._live
         host = job.host
         faulted, job.faulted = job.faulted, None
         if outcome.exit is not Exit.HOST_LOST:
@@ -84,10 +90,45 @@ class Recovery:
             host=host,
             data={"exit": outcome.exit.value, "step": outcome.step},
         )
-        if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
+        why_not = unfit(self._fleet, host, outcome, job.leave) if host is not None else None
+        decision = decide([outcome], 0, stop_requested=job.stop_requested, unfit=[why_not])
+        if decision.act in (Act.FINISH, Act.CONFIG, Act.STOP):
+            await self._over(decision, outcome, host, faulted)
+            return None
+        assert host is not None
+        if decision.act is Act.RESTART and not decision.planned:
+            self._incident.open(outcome.exit.value, outcome.why)
+        decision = budgeted(decision, self._restarts, host, outcome.why, last_step(job, [outcome]))
+        if decision.act is Act.RESTART:
+            return self._restart(decision, outcome, host, faulted)
+        if decision.act is Act.CRASH_LOOP:
             await self._standby.drop_warm()
             await self._twin.drop()
-        if outcome.exit is Exit.FINISHED:
+            if faulted is not None:
+                await self._standby.discard(Prepared(host, faulted))
+            self._states.fail(FailureKind.CRASH_LOOP, decision.why)
+            self.release()
+            return None
+        if outcome.exit in RESTART_IN_PLACE:
+            self._journal.record(
+                Kind.ACTION,
+                f"{job.name}: not restarted on {host}: {decision.why}; failing over",
+                job=job.name,
+                host=host,
+            )
+        return await self._leave(outcome, host, faulted)
+
+    async def _over(
+        self, decision: Decision, outcome: Outcome, host: str | None, faulted: ExecutorLink | None
+    ) -> None:
+        """The job is over (finished, its configuration bad, or stopped): nothing readied for
+        it stays."""
+        job = self._live
+        await self._standby.drop_warm()
+        await self._twin.drop()
+        if faulted is not None and host is not None:
+            await self._standby.discard(Prepared(host, faulted))
+        if decision.act is Act.FINISH:
             finish(
                 job,
                 step=outcome.step or job.step,
@@ -100,56 +141,60 @@ class Recovery:
                 alert=self._alert,
                 save=self._save,
             )
-            self.release()
-            return None
-        if outcome.exit is Exit.CONFIG:
+        elif decision.act is Act.CONFIG:
             self._states.fail(FailureKind.CONFIG, outcome.why)
-            self.release()
-            return None
-        if outcome.exit is Exit.STOPPED:
+        else:
             if job.stop_requested:  # an operator's stop, not an executor's own
                 job.rec.stopped = True
                 self._save()
-            self._states.fail(FailureKind.STOPPED, outcome.why)
-            self.release()
-            return None
-        assert host is not None
-        if outcome.exit in RESTART_IN_PLACE and self._may_restart(host):
-            self._incident.open(outcome.exit.value, outcome.why)
-            if self._restarts.take(host, outcome.why, last_step(job, [outcome])):
-                if faulted is not None:  # the executor waits: the restart is a Start, in place
-                    self._standby.prepared = Prepared(host, faulted, promoted=True)
-                elif (
-                    outcome.exit in (*CRASHES, Exit.HUNG)
-                    and (twin := self._twin.take(host)) is not None
-                ):
-                    # the executor's process is gone (its lock seen free, or killed as hung):
-                    # the warm twin takes over in its own process (it refuses if the lock is
-                    # held after all)
-                    self._standby.prepared = Prepared(host, twin, promoted=True)
-                return host, False
-            self._states.move(JobState.RESTARTING, "restart limit reached")
-            loop = self._restarts.spent_on(host, outcome.why)
-            if loop is not None:
-                await self._standby.drop_warm()
-                await self._twin.drop()
-                if faulted is not None:
-                    await self._standby.discard(Prepared(host, faulted))
-                self._states.fail(FailureKind.CRASH_LOOP, loop)
-                self.release()
-                return None
+            own = outcome.exit is Exit.STOPPED or not job.stop_requested
+            self._states.fail(FailureKind.STOPPED, outcome.why if own else "stopped by an operator")
+        self.release()
+
+    def _restart(
+        self, decision: Decision, outcome: Outcome, host: str, faulted: ExecutorLink | None
+    ) -> tuple[str, bool]:
+        """Again on ``host``: a crash's restart (its budget taken) by a Start to the executor
+        that stayed, or by its warm twin, or by a new executor; a planned stop on a host still
+        fit (a Ctrl-C of the executor, an undrained host) by a new executor, for free."""
+        job = self._live
+        if decision.planned:
+            self._planned(outcome, host)
+            self._states.move(JobState.RESTARTING, f"planned stop: restarting on {host}")
+            self._incident.phase(
+                "decided", action="restart", host=host, last_step=last_step(job, [outcome])
+            )
+        elif faulted is not None:  # the executor waits: the restart is a Start, in place
+            self._standby.prepared = Prepared(host, faulted, promoted=True)
+        elif outcome.exit in (*CRASHES, Exit.HUNG) and (twin := self._twin.take(host)) is not None:
+            # the executor's process is gone (its lock seen free, or killed as hung): the warm
+            # twin takes over in its own process (it refuses if the lock is held after all)
+            self._standby.prepared = Prepared(host, twin, promoted=True)
+        return host, False
+
+    def _planned(self, outcome: Outcome, host: str) -> None:
+        """The incident of a planned stop (a preemption's, if its Fault came too late)."""
+        if outcome.preempted:  # its Fault not read before the link closed: the same incident
+            self._incident.open("preemption", preempted_why(host), planned=True)
+        elif outcome.exit is Exit.PLANNED:
+            self._incident.open("planned", outcome.why, planned=True)
+
+    async def _leave(
+        self, outcome: Outcome, host: str, faulted: ExecutorLink | None
+    ) -> tuple[str, bool] | None:
+        """The job leaves ``host``: what it readied there goes, the host is marked as the end
+        says (down, drained), the old run is reaped, and the job fails over."""
+        job, fleet = self._live, self._fleet
         await self._twin.drop()  # not restarted on this host: no twin lingers there
         if faulted is not None:  # not restarted there: it must not wait out its lease
             await self._standby.discard(Prepared(host, faulted))
         if outcome.exit is Exit.HOST_LOST:
             self._incident.open("host_lost", outcome.why)
             fleet.set_state(host, HostState.DOWN, outcome.why)
-        if outcome.preempted:  # its Fault not read before the link closed: the same incident
-            self._incident.open("preemption", preempted_why(host), planned=True)
-        elif outcome.exit is Exit.PLANNED:
-            self._incident.open("planned", outcome.why, planned=True)
-            if fleet.hosts[host].state is HostState.DRAINING:
-                fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
+        self._planned(outcome, host)
+        if outcome.exit is Exit.PLANNED and fleet.hosts[host].state is HostState.DRAINING:
+            fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
+        job.leave.pop(host, None)
         if (
             outcome.exit is not Exit.HOST_LOST
             and self._reap is not None
@@ -157,21 +202,6 @@ class Recovery:
         ):
             await self._reap(host)  # the old run gone before the next epoch trains anywhere
         return await self._failover(outcome)
-
-    def _may_restart(self, host: str) -> bool:
-        """May the run restart in place on ``host``? Up or suspect, or cordoned by an operator
-        (a cordon is no new work; a job there keeps its host). Never on one being released or
-        released: its release command takes it away (the job fails over instead)."""
-        why = not_again_on(self._fleet, host, self._live.leave)
-        if why is None:
-            return True
-        self._journal.record(
-            Kind.ACTION,
-            f"{self._live.name}: not restarted on {host}: {why}; failing over",
-            job=self._live.name,
-            host=host,
-        )
-        return False
 
     def release(self) -> None:
         """The job is over: every host it held is free (``finish.release``)."""

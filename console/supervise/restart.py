@@ -25,10 +25,10 @@ MAY_RESTART = (HostState.UP, HostState.SUSPECT, HostState.CORDONED)
 """Host states a run may start again on: a cordon is no new work, a job there keeps its host."""
 
 
-def not_again_on(fleet: Fleet, host: str, leave: set[str]) -> str | None:
+def not_again_on(fleet: Fleet, host: str, leave: dict[str, str]) -> str | None:
     """Why the job's run may not start again on ``host`` (None: it may): being released (its
     release command takes it away), failing a health rule, to be left (a GPU that warned sample
-    after sample: ``LiveJob.leave``), or down, draining or drained."""
+    after sample, an operator's move: ``LiveJob.leave``), or down, draining or drained."""
     rt = fleet.hosts[host]
     if rt.leaving:
         return "it is being released"
@@ -36,7 +36,7 @@ def not_again_on(fleet: Fleet, host: str, leave: set[str]) -> str | None:
     if failing:
         return f"it fails a health rule ({failing[0].message})"
     if host in leave:
-        return "its GPU warned sample after sample"
+        return leave[host]
     if rt.state not in MAY_RESTART:
         return f"it is {rt.state.value}"
     return None
@@ -74,6 +74,12 @@ class RestartBudget:
         )
         self._incident.phase("decided", action="restart", host=host, last_step=last_step)
         return True
+
+    def refused(self, host: str, why: str) -> str | None:
+        """``take`` said no: the job says the limit is reached, and the budget is counted spent
+        on ``host`` (``spent_on``'s answer)."""
+        self._states.move(JobState.RESTARTING, "restart limit reached")
+        return self.spent_on(host, why)
 
     def spent_on(self, host: str, why: str) -> str | None:
         """The budget ran out on ``host``: counted (persisted) among the hosts the run crash-

@@ -183,7 +183,7 @@ class MemberMessages:
             self._fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {call.why}")
         else:
             self._alert(f"{m.host}: {call.said(m.host)}: moving its rank off", host=m.host)
-            self._live.leave.add(m.host)
+            self._live.leave[m.host] = "its GPU warned sample after sample"
         self.open_incident(m, call.move.value, call.said(m.host), planned=True)
         self._states.move(JobState.CHECKPOINTING, call.said(m.host))
         link = m.link

@@ -12,6 +12,7 @@ from console.inventory import Inventory
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
+from console.supervise.decide import Act, budgeted, decide, unfit
 from console.supervise.finish import finish, last_step, release
 from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch, Member
@@ -21,7 +22,7 @@ from console.supervise.incident import OpenIncident
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
-from console.supervise.restart import RestartBudget, not_again_on
+from console.supervise.restart import RestartBudget
 
 
 class Pick(Protocol):
@@ -114,42 +115,53 @@ class GroupRecovery:
                 host=m.host,
                 data={"exit": m.exit.exit.value, "step": m.exit.step, "node_rank": m.node_rank},
             )
-        exits = [m.exit.exit for m in members if m.exit is not None]
         job.link = None
-        if all(e is Exit.FINISHED for e in exits):
+        ends = [m.exit for m in members if m.exit is not None]
+        first = run.origin() or members[0]
+        assert first.exit is not None and len(ends) == len(members)
+        leave = job.leave
+        decision = decide(
+            ends,
+            members.index(first),
+            stop_requested=job.stop_requested,
+            unfit=[unfit(fleet, m.host, end, leave) for m, end in zip(members, ends, strict=True)],
+        )
+        if decision.act is Act.FINISH:
             self._finished(members)
             return None
-        config = next((m for m in members if m.exit and m.exit.exit is Exit.CONFIG), None)
-        if config is not None:
-            assert config.exit is not None
-            self._states.fail(FailureKind.CONFIG, f"{config.host}: {config.exit.why}")
+        if decision.act is Act.CONFIG:
+            bad = members[decision.first]
+            self._states.fail(FailureKind.CONFIG, f"{bad.host}: {decision.why}")
             self.release()
             return None
-        if job.stop_requested:
-            job.rec.stopped = True
+        if decision.act is Act.STOP:
+            job.rec.stopped = job.stop_requested
             self._save()
-            self._states.fail(FailureKind.STOPPED, "stopped by an operator")
+            self._states.fail(
+                FailureKind.STOPPED,
+                "stopped by an operator"
+                if job.stop_requested
+                else f"{first.host}: {first.exit.why}",
+            )
             self.release()
             return None
-        first = run.origin() or members[0]
-        assert first.exit is not None
         await self._executors.keep_survivors_warm(members)
         for m in members:
             if m.exit is not None and m.exit.exit is Exit.HOST_LOST:
                 fleet.set_state(m.host, HostState.DOWN, m.exit.why)
-        replace = [m for m in members if not self._member_fit(m)]
-        planned = any(m.exit is not None and m.exit.exit is Exit.PLANNED for m in members)
+        planned = decision.planned
         cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
         self._open_incident(first, cls, f"{first.host}: {first.exit.why}", planned=planned)
-        if not replace and not planned:
-            if self._restarts.take(first.host, first.exit.why, self._last(members)):
-                return (await self._resume.step([]),)
-            loop = self._restarts.spent_on(first.host, first.exit.why)
-            if loop is not None:
-                self._states.fail(FailureKind.CRASH_LOOP, loop)
-                self.release()
-                return None
-            replace = [first]
+        decision = budgeted(
+            decision, self._restarts, first.host, first.exit.why, self._last(members)
+        )
+        if decision.act is Act.CRASH_LOOP:
+            self._states.fail(FailureKind.CRASH_LOOP, decision.why)
+            self.release()
+            return None
+        if decision.act is Act.RESTART and not planned:
+            return (await self._resume.step([]),)
+        replace = [members[i] for i in decision.replace]
         newcomer = self._growth.take() if planned else None
         before = list(self._members())
         if replace:
@@ -176,8 +188,8 @@ class GroupRecovery:
             if newcomer is not None and newcomer not in plan:
                 plan.append(newcomer)
             job.rec.restarts = 0
-            job.leave -= {m.host for m in replace}
             for m in replace:
+                job.leave.pop(m.host, None)
                 if fleet.hosts[m.host].state is HostState.DRAINING:
                     fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
             self._decided(before, plan, first, members)
@@ -231,16 +243,6 @@ class GroupRecovery:
                 f"free to replace {first.host}): same global batch, it grows back when one is",
                 job=self._name,
             )
-
-    def _member_fit(self, m: Member) -> bool:
-        """May this member's host take its rank again? Not once lost, failing a health rule,
-        drained, preempted (its executor was told its host is going away), moved off for a
-        lasting GPU warning (``LiveJob.leave``), or being released (a provisioner's release
-        takes it away; an operator's cordon keeps the rank there)."""
-        assert m.exit is not None
-        if m.exit.exit is Exit.HOST_LOST or m.exit.preempted:
-            return False
-        return not_again_on(self._fleet, m.host, self._live.leave) is None
 
     def _last(self, members: list[Member]) -> int:
         return last_step(self._live, [m.exit for m in members if m.exit is not None])

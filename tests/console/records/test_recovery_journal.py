@@ -13,6 +13,7 @@ import pytest
 
 from console.records.journal import Journal, Kind, read
 from console.records.state_store import JobRecord
+from console.states import HostState
 from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
 from console.supervise.policy import Policy
@@ -44,7 +45,11 @@ def recovery_of(job: LiveJob, journal: Journal, states: Any) -> Recovery:
         standby=Standby(),  # type: ignore[arg-type]
         twin=Twin(),  # type: ignore[arg-type]
         targets=quiet,
-        fleet=SimpleNamespace(hosts={"a": SimpleNamespace(job="j")}, changed=asyncio.Event()),  # type: ignore[arg-type]
+        fleet=SimpleNamespace(  # a fit, healthy host a
+            hosts={"a": SimpleNamespace(job="j", leaving=False, state=HostState.UP)},
+            failing=lambda host: [],
+            changed=asyncio.Event(),
+        ),  # type: ignore[arg-type]
         journal=journal,
         alert=lambda *a, **k: None,
         save=lambda: None,

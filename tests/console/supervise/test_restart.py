@@ -16,6 +16,7 @@ from support.manifests import manifest, saved
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
+from console.supervise.decide import Act, decide, unfit
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
@@ -38,7 +39,7 @@ def _up(fleet: Fleet, host: str) -> None:
     fleet.set_state(host, HostState.UP, "test")
 
 
-CONDITIONS: dict[str, Callable[[Fleet, set[str]], None]] = {
+CONDITIONS: dict[str, Callable[[Fleet, dict[str, str]], None]] = {
     "up": lambda fleet, leave: None,
     "suspect": lambda fleet, leave: fleet.set_state("a", HostState.SUSPECT, "test"),
     "cordoned": lambda fleet, leave: fleet.set_state("a", HostState.CORDONED, "test"),
@@ -46,7 +47,7 @@ CONDITIONS: dict[str, Callable[[Fleet, set[str]], None]] = {
     "down": lambda fleet, leave: fleet.set_state("a", HostState.DOWN, "test"),
     "failing a health rule": lambda fleet, leave: fleet.observe("a", FAILING) and None,
     "being released": lambda fleet, leave: setattr(fleet.hosts["a"], "releasing", True),
-    "to be left (GPU warned)": lambda fleet, leave: leave.add("a"),
+    "to be left (GPU warned)": lambda fleet, leave: leave.update(a="its GPU warned"),
 }
 STAYS = {"up", "suspect", "cordoned"}
 
@@ -56,16 +57,32 @@ def test_a_single_host_and_a_groups_member_may_restart_on_the_same_hosts(
     tmp_path: Path, condition: str
 ) -> None:
     """Found in the merge: a single host's job restarted on a host failing a health rule that
-    was not drained yet (a group's member moved off it)."""
+    was not drained yet (a group's member moved off it). Both kinds now ask ``decide.unfit``
+    and ``decide``: a crash on ``a`` restarts in place, or moves the rank off ``a``."""
     svc = services(tmp_path, Calls())
     for h in "abc":
         _up(svc.fleet, h)
-    one, group = JobSupervisor(svc, "j"), GroupSupervisor(svc, "g")
-    CONDITIONS[condition](svc.fleet, one.live.leave)
-    group.live.leave = set(one.live.leave)
-    crashed = Member(0, "a", exit=Outcome(Exit.CRASHED, "crashed"))
-    assert one._recovery._may_restart("a") is (condition in STAYS)
-    assert group._group_recovery._member_fit(crashed) is (condition in STAYS)
+    leave: dict[str, str] = {}
+    CONDITIONS[condition](svc.fleet, leave)
+    crashed = Outcome(Exit.CRASHED, "crashed")
+    why = unfit(svc.fleet, "a", crashed, leave)
+    assert (why is None) is (condition in STAYS), why
+    one = decide([crashed], 0, stop_requested=False, unfit=[why])
+    group = decide(
+        [crashed, Outcome(Exit.RUN_CRASHED, "its peer went")],
+        0,
+        stop_requested=False,
+        unfit=[why, None],
+    )
+    if condition in STAYS:
+        assert (one.act, group.act) == (Act.RESTART, Act.RESTART)
+    else:
+        assert (one.act, one.replace, group.act, group.replace) == (
+            Act.REPLACE,
+            (0,),
+            Act.REPLACE,
+            (0,),
+        )
 
 
 def test_the_restart_budget_counts_in_the_record_and_says_when_it_is_spent(

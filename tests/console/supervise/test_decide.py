@@ -1,0 +1,193 @@
+"""The one recovery decision of every job (``console.supervise.decide``): what a run's ends ask
+for, one host's or a group's, with no process started. The guarantees behind each act are
+proven on real processes elsewhere (restart in place: test_controller; failover: the chaos
+seed; a group's replacement and shrink: test_group_*); these pin the decision itself, where
+the two kinds had drifted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from support.jobbed import Calls, services
+
+from console.fleet.hosts import Fleet
+from console.states import FailureKind, HostState, JobState
+from console.supervise.decide import Act, Decision, budgeted, decide, unfit
+from console.supervise.group.epoch import Member
+from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.one_host import JobSupervisor
+from console.supervise.outcome import Exit, Outcome
+
+FIN = Outcome(Exit.FINISHED, "finished", 100, sha256="ab")
+CRASH = Outcome(Exit.CRASHED, "crashed: boom", 7)
+RUN_CRASH = Outcome(Exit.RUN_CRASHED, "its collective failed", 7)
+HUNG = Outcome(Exit.HUNG, "hang", 7)
+LEASE = Outcome(Exit.LEASE_LOST, "stopped: lease_lost", 7)
+LOST = Outcome(Exit.HOST_LOST, "unreachable past its lease")
+CONFIG = Outcome(Exit.CONFIG, "no module named trainz")
+STOPPED = Outcome(Exit.STOPPED, "stopped: operator", 7, reason="operator")
+DRAINED = Outcome(Exit.PLANNED, "stopped for drain", 7, reason="drain")
+PREEMPTED = Outcome(Exit.PLANNED, "stopped for preempted", 7, reason="preempted")
+INTERRUPTED = Outcome(Exit.PLANNED, "stopped for interrupted", 7, reason="interrupted")
+
+
+def fit(n: int) -> list[str | None]:
+    return [None] * n
+
+
+@pytest.mark.parametrize(
+    ("ends", "first", "stop", "unfit_", "want"),
+    [
+        # every member finished, and only then
+        ([FIN], 0, False, fit(1), Decision(Act.FINISH, 0)),
+        ([FIN, FIN, FIN], 1, False, fit(3), Decision(Act.FINISH, 1)),
+        ([FIN, CRASH], 1, False, fit(2), Decision(Act.RESTART, 1)),
+        # a bad configuration fails fast, whichever member says so, before a stop or a loss
+        ([CONFIG], 0, True, ["it was lost"], Decision(Act.CONFIG, 0, why=CONFIG.why)),
+        ([RUN_CRASH, CONFIG], 0, False, fit(2), Decision(Act.CONFIG, 1, why=CONFIG.why)),
+        # an operator's stop wins over any other end; a Stopped not asked for stops too
+        ([CRASH], 0, True, fit(1), Decision(Act.STOP, 0, why=CRASH.why)),
+        ([LOST, RUN_CRASH], 0, True, ["it was lost", None], Decision(Act.STOP, 0, why=LOST.why)),
+        ([STOPPED], 0, False, fit(1), Decision(Act.STOP, 0, why=STOPPED.why)),
+        ([STOPPED, RUN_CRASH], 0, False, fit(2), Decision(Act.STOP, 0, why=STOPPED.why)),
+        # a member whose end stopped the others' runs is what decides, not the others' Stopped
+        ([RUN_CRASH, STOPPED], 0, False, fit(2), Decision(Act.RESTART, 0)),
+        # crashes, hangs and lapsed leases on fit hosts restart in place
+        ([CRASH], 0, False, fit(1), Decision(Act.RESTART, 0)),
+        ([HUNG], 0, False, fit(1), Decision(Act.RESTART, 0)),
+        ([LEASE, RUN_CRASH], 0, False, fit(2), Decision(Act.RESTART, 0)),
+        # an unfit host's member is replaced; the others stay
+        ([LOST], 0, False, ["it was lost"], Decision(Act.REPLACE, 0, (0,), why="it was lost")),
+        (
+            [RUN_CRASH, LOST, RUN_CRASH],
+            1,
+            False,
+            [None, "it was lost", "it is draining"],
+            Decision(Act.REPLACE, 1, (1, 2), why="it was lost"),
+        ),
+        (
+            [CRASH, RUN_CRASH],
+            0,
+            False,
+            [None, "it is draining"],
+            Decision(Act.REPLACE, 0, (1,), why="it is draining"),
+        ),
+        # a planned stop: off the hosts that must be left, else again in place, for free
+        (
+            [DRAINED],
+            0,
+            False,
+            ["it is draining"],
+            Decision(Act.REPLACE, 0, (0,), planned=True, why="it is draining"),
+        ),
+        ([INTERRUPTED], 0, False, fit(1), Decision(Act.RESTART, 0, planned=True)),
+        ([DRAINED, RUN_CRASH], 0, False, fit(2), Decision(Act.RESTART, 0, planned=True)),
+    ],
+)
+def test_what_a_runs_ends_ask_for(
+    ends: list[Outcome], first: int, stop: bool, unfit_: list[str | None], want: Decision
+) -> None:
+    assert decide(ends, first, stop_requested=stop, unfit=unfit_) == want
+
+
+def test_a_decision_on_ends_that_do_not_add_up_is_refused() -> None:
+    with pytest.raises(ValueError, match="2 ends, 1 fitness"):
+        decide([CRASH, CRASH], 0, stop_requested=False, unfit=[None])
+    with pytest.raises(ValueError, match="first 1"):
+        decide([CRASH], 1, stop_requested=False, unfit=[None])
+
+
+def test_a_host_is_unfit_for_what_its_end_says_and_for_what_the_fleet_knows(
+    tmp_path: Path,
+) -> None:
+    fleet: Fleet = services(tmp_path, Calls()).fleet
+    for h in "abc":
+        fleet.set_state(h, HostState.UP, "test")
+    assert unfit(fleet, "a", CRASH, {}) is None
+    assert unfit(fleet, "a", LOST, {}) == "it was lost"
+    assert unfit(fleet, "a", PREEMPTED, {}) == "it is being preempted"
+    assert unfit(fleet, "a", INTERRUPTED, {}) is None, "a Ctrl-C says nothing of the host"
+    assert unfit(fleet, "a", CRASH, {"a": "the job is moved off it"}) == "the job is moved off it"
+    fleet.set_state("b", HostState.DRAINING, "test")
+    assert unfit(fleet, "b", DRAINED, {}) == "it is draining"
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+def test_a_crash_takes_the_restart_budget_and_past_it_the_member_is_replaced(
+    tmp_path: Path, kind: str
+) -> None:
+    svc = services(tmp_path, Calls())
+    sup = JobSupervisor(svc, "j") if kind == "one host" else GroupSupervisor(svc, "g")
+    live, limit = sup.live, svc.inv.console.restart_limit
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+    restart = Decision(Act.RESTART, 0)
+    for n in range(limit):
+        assert budgeted(restart, sup._restarts, "a", "boom", 7) == restart
+        assert live.rec.restarts == n + 1
+        live.machine.move(JobState.DEPLOYING)
+        live.machine.move(JobState.RUNNING)
+    spent = budgeted(restart, sup._restarts, "a", "boom", 7)
+    assert (spent.act, spent.replace) == (Act.REPLACE, (0,))
+    assert live.rec.crash_looped == ["a"] and live.state is JobState.RESTARTING
+    planned = Decision(Act.RESTART, 0, planned=True)
+    assert budgeted(planned, sup._restarts, "a", "drain", 7) == planned, "a planned stop is free"
+    live.machine.move(JobState.FAILING_OVER)
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+    loop = budgeted(restart, sup._restarts, "c", "boom", 7)
+    assert loop.act is Act.CRASH_LOOP and "crash-looped on a and then c" in loop.why
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+async def test_a_stop_no_operator_asked_for_fails_the_job_whatever_its_kind(
+    tmp_path: Path, kind: str
+) -> None:
+    """Found in the merge into one decision: a group whose member said Stopped (another
+    console's stop, a local one) restarted, where a single host's job failed as stopped."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    sup: JobSupervisor | GroupSupervisor
+    if kind == "one host":
+        sup = JobSupervisor(svc, "j")
+        sup._assign(["a"])
+    else:
+        sup = GroupSupervisor(svc, "g")
+        sup._assign_members(["a", "b"])
+    live = sup.live
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+    if isinstance(sup, JobSupervisor):
+        assert await asyncio.wait_for(sup._recovery.recover(STOPPED), 10) is None
+    else:
+        members = [Member(0, "a", exit=STOPPED), Member(1, "b", exit=RUN_CRASH)]
+        run = SimpleNamespace(members=members, origin=lambda: members[0])
+        assert await asyncio.wait_for(sup._group_recovery.recover(run), 10) is None  # type: ignore[arg-type]
+    assert live.state is JobState.FAILED and live.failure is FailureKind.STOPPED
+    assert "stopped: operator" in live.why
+    assert not live.rec.stopped, "not an operator's stop: a start later is no restart"
+    assert live.rec.restarts == 0
+
+
+async def test_a_single_hosts_planned_stop_on_a_fit_host_restarts_there_for_free(
+    tmp_path: Path,
+) -> None:
+    """Found in the merge into one decision: a single host's job left a host still fit after a
+    planned stop (a Ctrl-C of its executor, a drain undone before it stopped), where a group
+    restarted on it. A move the operator or a GPU warning asks for marks the host to be left
+    (``LiveJob.leave``): that one still moves."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    one = JobSupervisor(svc, "j")
+    one._assign(["a"])
+    live = one.live
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+    assert await asyncio.wait_for(one._recovery.recover(INTERRUPTED), 10) == ("a", False)
+    assert live.state is JobState.RESTARTING and live.rec.restarts == 0
+    assert svc.fleet.hosts["a"].state is HostState.UP
