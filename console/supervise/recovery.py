@@ -156,7 +156,8 @@ class Recovery:
     ) -> tuple[str, bool]:
         """Again on ``host``: a crash's restart (its budget taken) by a Start to the executor
         that stayed, or by its warm twin, or by a new executor; a planned stop on a host still
-        fit (a Ctrl-C of the executor, an undrained host) by a new executor, for free."""
+        fit (a Ctrl-C of the executor: SIGINT says nothing of its host) by a new executor, for
+        free."""
         job = self._live
         if decision.planned:
             self._planned(outcome, host)

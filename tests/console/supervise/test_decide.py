@@ -177,7 +177,7 @@ async def test_a_single_hosts_planned_stop_on_a_fit_host_restarts_there_for_free
     tmp_path: Path,
 ) -> None:
     """Found in the merge into one decision: a single host's job left a host still fit after a
-    planned stop (a Ctrl-C of its executor, a drain undone before it stopped), where a group
+    planned stop (a Ctrl-C of its executor, which says nothing of the host), where a group
     restarted on it. A move the operator or a GPU warning asks for marks the host to be left
     (``LiveJob.leave``): that one still moves."""
     svc = services(tmp_path, Calls())
