@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind
+from console.states import HostState
 from console.supervise.policy import Policy
 from protocol.faults import StopReason
 from protocol.messages import Health
@@ -74,3 +75,13 @@ class GpuWatch:
             )
             return None
         return GpuCall(StopReason.MIGRATE, warns[0].message)
+
+    def mark(self, call: GpuCall, host: str, job: str, leave: dict[str, str]) -> str:
+        """What ``call`` does to ``host`` before ``job``'s rank on it is drained, for either
+        kind: a FAIL drains the host; a lasting warning marks it to be left by the job
+        (``LiveJob.leave``: its planned stop does not restart there). Returns the alert."""
+        if call.move is StopReason.GPU_FAIL:
+            self._fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {call.why}")
+            return f"{host}: GPU FAIL ({call.why}): draining it and moving {job} off"
+        leave[host] = "its GPU warned sample after sample"
+        return f"{call.said(host)}: moving {job} off it"

@@ -18,7 +18,7 @@ from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal
 from console.replication.replicator import Replicator, Source
-from console.states import HostState, JobState
+from console.states import JobState
 from console.supervise.gpu_health import GpuWatch
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident
@@ -155,7 +155,5 @@ class JobMessages:
         call = self._gpu.heard(host, msg)
         if call is None or job.state is not JobState.RUNNING:
             return
-        if call.move is StopReason.GPU_FAIL:
-            self._alert(f"{host}: GPU FAIL ({call.why}): draining and moving {job.name}", host=host)
-            self._fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {call.why}")
+        self._alert(self._gpu.mark(call, host, job.name, job.leave), host=host)
         self._move(call.move, call.said(host))

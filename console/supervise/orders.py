@@ -72,7 +72,7 @@ class Orders:
         if reason is StopReason.MIGRATE and job.host is not None:
             # a move off a host still fit: the recovery leaves it (``decide.unfit``), where a
             # planned stop on a fit host restarts there
-            job.leave[job.host] = f"the job is moved off it ({why})"
+            job.leave.setdefault(job.host, f"the job is moved off it ({why})")
         self._incident.open(reason, why, planned=True)
         self._states.move(JobState.CHECKPOINTING, why)
         self._send(Drain(reason=reason), "drain")

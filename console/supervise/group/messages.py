@@ -18,7 +18,7 @@ from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
 from console.replication.replicator import Replicator, Source
-from console.states import HostState, JobState
+from console.states import JobState
 from console.supervise.gpu_health import GpuWatch
 from console.supervise.group.commit import Commits
 from console.supervise.group.epoch import Member
@@ -28,7 +28,7 @@ from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.policy import Policy
 from console.supervise.said import JobSaid
-from protocol.faults import FaultKind, StopReason
+from protocol.faults import FaultKind
 from protocol.messages import (
     CheckpointSaved,
     Drain,
@@ -177,13 +177,7 @@ class MemberMessages:
         call = self._gpu.heard(m.host, msg)
         if call is None or self._live.state is not JobState.RUNNING or m.link is None:
             return
-        if call.move is StopReason.GPU_FAIL:
-            why = f"{m.host}: GPU FAIL ({call.why}): draining it out of {self._name}"
-            self._alert(why, host=m.host)
-            self._fleet.set_state(m.host, HostState.DRAINING, f"GPU FAIL: {call.why}")
-        else:
-            self._alert(f"{m.host}: {call.said(m.host)}: moving its rank off", host=m.host)
-            self._live.leave[m.host] = "its GPU warned sample after sample"
+        self._alert(self._gpu.mark(call, m.host, self._name, self._live.leave), host=m.host)
         self.open_incident(m, call.move.value, call.said(m.host), planned=True)
         self._states.move(JobState.CHECKPOINTING, call.said(m.host))
         link = m.link

@@ -102,6 +102,49 @@ class Wire:
         self.sent.append(msg)
 
 
+def on_job(
+    kind: str, svc: Any, wire: Wire
+) -> tuple[JobSupervisor | GroupSupervisor, Callable[[Health], None], str, Member | None]:
+    """A single host's job on a, or the group's member 1 on b, running, its link ``wire``: the
+    supervisor, what its host's executor says, the host, and the member (a group's)."""
+    sup: JobSupervisor | GroupSupervisor
+    say: Callable[[Health], None]
+    member = None
+    if kind == "one host":
+        sup = one = JobSupervisor(svc, "j")
+        one.live.host, one.live.link, host = "a", cast(ExecutorLink, wire), "a"
+        say = one._job_messages.on_message
+    else:
+        sup = group = GroupSupervisor(svc, "g")
+        m = member = Member(1, "b", link=cast(ExecutorLink, wire))
+        host = "b"
+
+        def say(msg: Health) -> None:
+            group._messages.on_message(m, msg)
+
+    sup.live.machine.move(JobState.DEPLOYING)
+    sup.live.machine.move(JobState.RUNNING)
+    return sup, say, host, member
+
+
+@pytest.mark.parametrize("kind", ["one host", "group member"])
+async def test_every_kind_drains_a_host_whose_gpu_fails(tmp_path: Path, kind: str) -> None:
+    """One reaction for both kinds (``GpuWatch.mark``): the host drained, the rank on it told
+    to checkpoint and stop, the operator alerted; draining makes the host unfit, so it is not
+    marked to be left as well."""
+    calls = Calls()
+    svc = up(calls, tmp_path)
+    wire = Wire()
+    sup, say, host, _ = on_job(kind, svc, wire)
+    say(FAILING)
+    await asyncio.sleep(0)  # the drain is sent by a task
+    assert [m.reason for m in wire.sent if isinstance(m, Drain)] == ["gpu_fail"]
+    assert svc.fleet.hosts[host].state is HostState.DRAINING
+    assert sup.live.leave == {}
+    alerts = [args[0] for name, args in calls.made if name == "alert"]
+    assert any(a.startswith(f"{host}: GPU FAIL") for a in alerts), alerts
+
+
 @pytest.mark.parametrize("kind", ["one host", "group member"])
 async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     tmp_path: Path, kind: str
@@ -112,22 +155,8 @@ async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     calls = Calls()
     calls.policy = Policy.AUTO
     svc = up(calls, tmp_path)
-    say: Callable[[Health], None]
     wire = Wire()
-    sup: JobSupervisor | GroupSupervisor
-    if kind == "one host":
-        sup = one = JobSupervisor(svc, "j")
-        one.live.host, one.live.link, host = "a", cast(ExecutorLink, wire), "a"
-        say = one._job_messages.on_message
-    else:
-        sup = group = GroupSupervisor(svc, "g")
-        member, host = Member(1, "b", link=cast(ExecutorLink, wire)), "b"
-
-        def say(msg: Health) -> None:
-            group._messages.on_message(member, msg)
-
-    sup.live.machine.move(JobState.DEPLOYING)
-    sup.live.machine.move(JobState.RUNNING)
+    sup, say, host, member = on_job(kind, svc, wire)
     for _ in range(WARN_IN_A_ROW):
         say(HOT)
     await asyncio.sleep(0)  # the drain is sent by a task
@@ -138,12 +167,12 @@ async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     # to be left at the next run though up and healthy: a planned stop on a fit host restarts
     # there (``decide``), so the move itself marks the host
     assert list(sup.live.leave) == [host]
-    if kind == "one host":
+    if member is None:
         return
     # its stop read back: the rank is not fit to stay, though its host is up and healthy
     member.exit = Outcome(Exit.PLANNED, "stopped for migrate", 40, reason="migrate")
     assert svc.fleet.hosts["b"].state is HostState.UP
-    assert unfit(svc.fleet, "b", member.exit, group.live.leave)
-    assert unfit(svc.fleet, "a", member.exit, group.live.leave) is None, (
+    assert unfit(svc.fleet, "b", member.exit, sup.live.leave)
+    assert unfit(svc.fleet, "a", member.exit, sup.live.leave) is None, (
         "the other members stay where they are"
     )
