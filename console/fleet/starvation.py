@@ -73,7 +73,11 @@ async def start_time(limit_s: float) -> float:
         stderr=subprocess.DEVNULL,
     )
     try:
-        await asyncio.wait_for(proc.wait(), limit_s)
+        # not asyncio.wait_for: on Python 3.11 it swallows a cancel that comes as the process
+        # ends, and the reachability loop that asked then never ended (a console's quit hung:
+        # test_a_stop_with_no_executor_to_tell_is_kept_not_lost, pytest-timeout at 300 s)
+        async with asyncio.timeout(limit_s):
+            await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
