@@ -4,7 +4,9 @@ executors say, with no process started."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from console.fleet.detect import DetectionSettings
@@ -14,6 +16,11 @@ from console.records.incidents import IncidentLog
 from console.records.journal import Journal
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
+from console.states import JobState
+from console.supervise.group.epoch import Member
+from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.one_host import JobSupervisor
+from console.supervise.outcome import Outcome
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
 from support.fleetbed import job_table, local_host, write_inventory
@@ -83,3 +90,28 @@ def services(tmp_path: Path, calls: Calls, more: dict[str, str] | None = None) -
         wait_for_hosts=calls.wait_for_hosts,
         on_progress=calls.on_progress,
     )
+
+
+def running(svc: JobServices, kind: str, hosts: list[str]) -> JobSupervisor | GroupSupervisor:
+    """Job j on ``hosts[0]`` (kind "one host") or the group g on ``hosts`` (node ranks in
+    order), running: as its supervisor sees it when its run ends."""
+    sup: JobSupervisor | GroupSupervisor
+    if kind == "one host":
+        sup = JobSupervisor(svc, "j")
+        sup._assign(hosts[:1])
+    else:
+        sup = GroupSupervisor(svc, "g")
+        sup._assign_members(hosts)
+    sup.live.machine.move(JobState.DEPLOYING)
+    sup.live.machine.move(JobState.RUNNING)
+    return sup
+
+
+async def recovered(sup: JobSupervisor | GroupSupervisor, ends: list[Outcome]) -> object:
+    """What ``sup``'s recovery returns for its run ending so (a single host: ``ends[0]``; a
+    group: one end per member, the first the one that ended the run), within 10 s."""
+    if isinstance(sup, JobSupervisor):
+        return await asyncio.wait_for(sup._recovery.recover(ends[0]), 10)
+    members = [Member(r, h, exit=e) for r, (h, e) in enumerate(zip(sup.members, ends, strict=True))]
+    run = SimpleNamespace(members=members, origin=lambda: members[0])
+    return await asyncio.wait_for(sup._group_recovery.recover(run), 10)  # type: ignore[arg-type]

@@ -6,17 +6,14 @@ the two kinds had drifted."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from support.jobbed import Calls, services
+from support.jobbed import Calls, recovered, running, services
 
 from console.fleet.hosts import Fleet
 from console.states import FailureKind, HostState, JobState
 from console.supervise.decide import Act, Decision, budgeted, decide, unfit
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
@@ -151,22 +148,9 @@ async def test_a_stop_no_operator_asked_for_fails_the_job_whatever_its_kind(
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
-    sup: JobSupervisor | GroupSupervisor
-    if kind == "one host":
-        sup = JobSupervisor(svc, "j")
-        sup._assign(["a"])
-    else:
-        sup = GroupSupervisor(svc, "g")
-        sup._assign_members(["a", "b"])
+    sup = running(svc, kind, ["a", "b"])
     live = sup.live
-    live.machine.move(JobState.DEPLOYING)
-    live.machine.move(JobState.RUNNING)
-    if isinstance(sup, JobSupervisor):
-        assert await asyncio.wait_for(sup._recovery.recover(STOPPED), 10) is None
-    else:
-        members = [Member(0, "a", exit=STOPPED), Member(1, "b", exit=RUN_CRASH)]
-        run = SimpleNamespace(members=members, origin=lambda: members[0])
-        assert await asyncio.wait_for(sup._group_recovery.recover(run), 10) is None  # type: ignore[arg-type]
+    assert await recovered(sup, [STOPPED, RUN_CRASH]) is None
     assert live.state is JobState.FAILED and live.failure is FailureKind.STOPPED
     assert "stopped: operator" in live.why
     assert not live.rec.stopped, "not an operator's stop: a start later is no restart"
@@ -183,11 +167,7 @@ async def test_a_single_hosts_planned_stop_on_a_fit_host_restarts_there_for_free
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
-    one = JobSupervisor(svc, "j")
-    one._assign(["a"])
-    live = one.live
-    live.machine.move(JobState.DEPLOYING)
-    live.machine.move(JobState.RUNNING)
-    assert await asyncio.wait_for(one._recovery.recover(INTERRUPTED), 10) == ("a", False)
+    live = (one := running(svc, "one host", ["a"])).live
+    assert await recovered(one, [INTERRUPTED]) == ("a", False)
     assert live.state is JobState.RESTARTING and live.rec.restarts == 0
     assert svc.fleet.hosts["a"].state is HostState.UP

@@ -3,14 +3,12 @@ a group's member, decided from the fleet's state alone, no process started."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from support.jobbed import Calls, services
+from support.jobbed import Calls, recovered, running, services
 from support.manifests import manifest, saved
 
 from console.fleet.hosts import Fleet
@@ -163,24 +161,12 @@ async def test_a_run_that_crash_loops_on_its_second_host_fails_the_job_not_moves
     for h in "abc":
         _up(svc.fleet, h)
     crashed = Outcome(Exit.CRASHED, "crashed: ValueError: bad batch")
-    if kind == "one host":
-        sup: JobSupervisor | GroupSupervisor = JobSupervisor(svc, "j")
-        sup._assign(["c"])
-    else:
-        sup = GroupSupervisor(svc, "g")
-        sup._assign_members(["c", "b"])
+    sup = running(svc, kind, ["c", "b"])
     live = sup.live
-    live.machine.move(JobState.DEPLOYING)
-    live.machine.move(JobState.RUNNING)
     live.rec.crash_looped = ["a"]  # it ran out of restarts on a, and moved to c
     live.rec.restarts = svc.inv.console.restart_limit  # and out of them on c too
     # a recovery that moves the job waits for a host here (none is free): a deadline, not a hang
-    if isinstance(sup, JobSupervisor):
-        assert await asyncio.wait_for(sup._recovery.recover(crashed), 10) is None
-    else:
-        members = [Member(0, "c", exit=crashed), Member(1, "b", exit=crashed)]
-        run = SimpleNamespace(members=members, origin=lambda: members[0])
-        assert await asyncio.wait_for(sup._group_recovery.recover(run), 10) is None  # type: ignore[arg-type]
+    assert await recovered(sup, [crashed, crashed]) is None
     assert live.state is JobState.FAILED and live.failure is FailureKind.CRASH_LOOP
     assert "crash-looped on a and then c" in live.why
     assert live.rec.crash_looped == ["a", "c"]
