@@ -8,6 +8,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chaos.procs import Sampler
@@ -236,6 +237,40 @@ async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     assert inc.lost_steps == 0
     stopped, resumed = moved_without_loss(tmp_path)
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
+
+
+@pytest.mark.long  # the suite proves the decision without processes (test_decide) and a planned stop's zero lost steps (the preemption below)
+async def test_sigint_to_the_executor_restarts_in_place_with_zero_lost_steps(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    """A Ctrl-C of the executor (SIGINT) checkpoints at the step and stops; it says nothing of
+    the host, so the job restarts there, for free (a single host's job moved to its spare
+    before the one recovery decision, where a group restarted in place)."""
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGINT)
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "a"
+    assert ctl.store.job("j").restarts == 0, "a planned stop takes no restart"
+    (inc,) = incidents(journal(fleet))
+    assert inc.planned and inc.lost_steps == 0 and inc.resolved
+
+    def said(host: str) -> list[dict[str, Any]]:
+        path = tmp_path / host / "jobs" / "j" / "events.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [json.loads(line) for line in lines]
+
+    assert not [e for e in said("b") if e["kind"] in ("resumed", "progress")], (
+        "b (its warm standby at most) trained nothing"
+    )
+    events = said("a")
+    stopped = next(e for e in events if e["kind"] == "stopped")
+    assert stopped["reason"] == "interrupted" and stopped["checkpoint_step"] == stopped["step"]
+    resumed = [e["step"] for e in events if e["kind"] == "resumed"]
+    assert resumed == [0, stopped["step"]], "its start, then the very step it stopped at"
 
 
 @pytest.mark.parametrize(
