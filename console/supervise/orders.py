@@ -70,7 +70,7 @@ class Orders:
         if target is not None:
             self._live.target = target
         if reason is StopReason.MIGRATE and job.host is not None:
-            # a move off a host still fit: the recovery leaves it (``decide.unfit``), where a
+            # a move off a host still fit: the recovery leaves it (``what_next.unfit``), where a
             # planned stop on a fit host restarts there
             job.leave.setdefault(job.host, f"the job is moved off it ({why})")
         self._incident.open(reason, why, planned=True)

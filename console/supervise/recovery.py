@@ -1,4 +1,4 @@
-"""What a single host's job does once its executor's run has ended: what ``decide`` says (the
+"""What a single host's job does once its executor's run has ended: what ``what_next`` says (the
 one decision of every job), carried out with what a single host readies (the executor that
 stayed, its warm twin, a standby on the spare).
 
@@ -17,7 +17,6 @@ from console.records.journal import Journal, Kind
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.decide import Act, Decision, budgeted, decide, unfit
 from console.supervise.finish import finish, last_step, release
 from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
@@ -27,6 +26,7 @@ from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
+from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
 
 
 class Recovery:
@@ -71,7 +71,7 @@ class Recovery:
     # ---------------------------------------------------------------- recover
 
     async def recover(self, outcome: Outcome) -> tuple[str, bool] | None:
-        """Act on how a run ended (``decide``); returns where to launch next (host, promote a
+        """Act on how a run ended (``what_next``); returns where to launch next (host, promote a
         replica), or None."""
         job = self._live
         host = job.host
@@ -91,7 +91,7 @@ class Recovery:
             data={"exit": outcome.exit.value, "step": outcome.step},
         )
         why_not = unfit(self._fleet, host, outcome, job.leave) if host is not None else None
-        decision = decide([outcome], 0, stop_requested=job.stop_requested, unfit=[why_not])
+        decision = what_next([outcome], 0, stop_requested=job.stop_requested, unfit=[why_not])
         if decision.act in (Act.FINISH, Act.CONFIG, Act.STOP):
             await self._over(decision, outcome, host, faulted)
             return None
@@ -119,7 +119,7 @@ class Recovery:
         return await self._leave(outcome, host, faulted)
 
     async def _over(
-        self, decision: Decision, outcome: Outcome, host: str | None, faulted: ExecutorLink | None
+        self, decision: Next, outcome: Outcome, host: str | None, faulted: ExecutorLink | None
     ) -> None:
         """The job is over (finished, its configuration bad, or stopped): nothing readied for
         it stays."""
@@ -152,7 +152,7 @@ class Recovery:
         self.release()
 
     def _restart(
-        self, decision: Decision, outcome: Outcome, host: str, faulted: ExecutorLink | None
+        self, decision: Next, outcome: Outcome, host: str, faulted: ExecutorLink | None
     ) -> tuple[str, bool]:
         """Again on ``host``: a crash's restart (its budget taken) by a Start to the executor
         that stayed, or by its warm twin, or by a new executor; a planned stop on a host still

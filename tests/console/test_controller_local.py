@@ -239,7 +239,7 @@ async def test_sigterm_to_the_executor_migrates_with_zero_lost_steps(
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
-@pytest.mark.long  # the suite proves the decision without processes (test_decide) and a planned stop's zero lost steps (the preemption below)
+@pytest.mark.long  # the suite proves the decision without processes (test_what_next) and a planned stop's zero lost steps (the preemption below)
 async def test_sigint_to_the_executor_restarts_in_place_with_zero_lost_steps(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:

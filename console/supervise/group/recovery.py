@@ -12,7 +12,6 @@ from console.inventory import Inventory
 from console.records.journal import Journal, Kind
 from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
-from console.supervise.decide import Act, budgeted, decide, unfit
 from console.supervise.finish import finish, last_step, release
 from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch, Member
@@ -23,6 +22,7 @@ from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
+from console.supervise.what_next import Act, budgeted, unfit, what_next
 
 
 class Pick(Protocol):
@@ -120,7 +120,7 @@ class GroupRecovery:
         first = run.origin() or members[0]
         assert first.exit is not None and len(ends) == len(members)
         leave = job.leave
-        decision = decide(
+        decision = what_next(
             ends,
             members.index(first),
             stop_requested=job.stop_requested,

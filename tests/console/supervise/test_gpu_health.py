@@ -17,13 +17,13 @@ from console.fleet.link import ExecutorLink
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from console.supervise.decide import unfit
 from console.supervise.gpu_health import WARN_IN_A_ROW, GpuWatch
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from console.supervise.what_next import unfit
 from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain, GpuHealth, Health
 
@@ -165,7 +165,7 @@ async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     assert (inc.fault_class, inc.host, inc.planned) == ("migrate", host, True)
     assert sup.live.state is JobState.CHECKPOINTING
     # to be left at the next run though up and healthy: a planned stop on a fit host restarts
-    # there (``decide``), so the move itself marks the host
+    # there (``what_next``), so the move itself marks the host
     assert list(sup.live.leave) == [host]
     if member is None:
         return

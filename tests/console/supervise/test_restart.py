@@ -14,12 +14,12 @@ from support.manifests import manifest, saved
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
-from console.supervise.decide import Act, decide, unfit
 from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
+from console.supervise.what_next import Act, unfit, what_next
 from protocol.messages import CheckpointSaved, ExecutorMessage, GpuHealth, Health, Resumed
 
 FAILING = Health(
@@ -55,8 +55,8 @@ def test_a_single_host_and_a_groups_member_may_restart_on_the_same_hosts(
     tmp_path: Path, condition: str
 ) -> None:
     """Found in the merge: a single host's job restarted on a host failing a health rule that
-    was not drained yet (a group's member moved off it). Both kinds now ask ``decide.unfit``
-    and ``decide``: a crash on ``a`` restarts in place, or moves the rank off ``a``."""
+    was not drained yet (a group's member moved off it). Both kinds now ask ``what_next.unfit``
+    and ``what_next``: a crash on ``a`` restarts in place, or moves the rank off ``a``."""
     svc = services(tmp_path, Calls())
     for h in "abc":
         _up(svc.fleet, h)
@@ -65,8 +65,8 @@ def test_a_single_host_and_a_groups_member_may_restart_on_the_same_hosts(
     crashed = Outcome(Exit.CRASHED, "crashed")
     why = unfit(svc.fleet, "a", crashed, leave)
     assert (why is None) is (condition in STAYS), why
-    one = decide([crashed], 0, stop_requested=False, unfit=[why])
-    group = decide(
+    one = what_next([crashed], 0, stop_requested=False, unfit=[why])
+    group = what_next(
         [crashed, Outcome(Exit.RUN_CRASHED, "its peer went")],
         0,
         stop_requested=False,

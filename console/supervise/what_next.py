@@ -42,13 +42,13 @@ class Act(StrEnum):
     RESTART = "restart"
     """Every member again on its host."""
     REPLACE = "replace"
-    """The members in ``Decision.replace`` go to other hosts; the others stay."""
+    """The members in ``Next.replace`` go to other hosts; the others stay."""
     CRASH_LOOP = "crash_loop"
     """The run crash-looped on a second host: the fault follows the job."""
 
 
 @dataclass(frozen=True)
-class Decision:
+class Next:
     act: Act
     first: int
     """The member (index into the outcomes) whose end decides: the one that ended the run."""
@@ -72,13 +72,13 @@ def unfit(fleet: Fleet, host: str, outcome: Outcome, leave: dict[str, str]) -> s
     return not_again_on(fleet, host, leave)
 
 
-def decide(
+def what_next(
     ends: Sequence[Outcome],
     first: int,
     *,
     stop_requested: bool,
     unfit: Sequence[str | None],
-) -> Decision:
+) -> Next:
     """The act for a run whose members ended so (``ends``, by node rank; one for a single
     host), ``first`` the one that ended it, ``unfit`` each member's host's reason not to take
     its rank again (None: fit). A restart decided here has not taken the restart budget yet
@@ -86,23 +86,21 @@ def decide(
     if len(ends) != len(unfit) or not 0 <= first < len(ends):
         raise ValueError(f"{len(ends)} ends, {len(unfit)} fitness verdicts, first {first}")
     if all(o.exit is Exit.FINISHED for o in ends):
-        return Decision(Act.FINISH, first)
+        return Next(Act.FINISH, first)
     config = next((i for i, o in enumerate(ends) if o.exit is Exit.CONFIG), None)
     if config is not None:
-        return Decision(Act.CONFIG, config, why=ends[config].why)
+        return Next(Act.CONFIG, config, why=ends[config].why)
     if stop_requested or ends[first].exit is Exit.STOPPED:
-        return Decision(Act.STOP, first, why=ends[first].why)
+        return Next(Act.STOP, first, why=ends[first].why)
     planned = any(o.exit is Exit.PLANNED for o in ends)
     leaving = tuple(i for i, why in enumerate(unfit) if why is not None)
     if leaving:
         why = unfit[first] if unfit[first] is not None else unfit[leaving[0]]
-        return Decision(Act.REPLACE, first, leaving, planned, why or "")
-    return Decision(Act.RESTART, first, planned=planned)
+        return Next(Act.REPLACE, first, leaving, planned, why or "")
+    return Next(Act.RESTART, first, planned=planned)
 
 
-def budgeted(
-    decision: Decision, restarts: RestartBudget, host: str, why: str, last_step: int
-) -> Decision:
+def budgeted(decision: Next, restarts: RestartBudget, host: str, why: str, last_step: int) -> Next:
     """A restart after a crash takes one of the job's restarts in place on ``host`` (the first
     member's): within the limit it stands; past it the first member is replaced, unless the
     run crash-looped on a second host (``CRASH_LOOP``). Any other decision stands as it is."""
@@ -112,8 +110,8 @@ def budgeted(
         return decision
     loop = restarts.refused(host, why)
     if loop is not None:
-        return Decision(Act.CRASH_LOOP, decision.first, why=loop)
-    return Decision(
+        return Next(Act.CRASH_LOOP, decision.first, why=loop)
+    return Next(
         Act.REPLACE,
         decision.first,
         (decision.first,),

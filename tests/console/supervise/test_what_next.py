@@ -1,4 +1,4 @@
-"""The one recovery decision of every job (``console.supervise.decide``): what a run's ends ask
+"""The one recovery decision of every job (``console.supervise.what_next``): what a run's ends ask
 for, one host's or a group's, with no process started. The guarantees behind each act are
 proven on real processes elsewhere (restart in place: test_controller; failover: the chaos
 seed; a group's replacement and shrink: test_group_*); these pin the decision itself, where
@@ -13,10 +13,10 @@ from support.jobbed import Calls, recovered, running, services
 
 from console.fleet.hosts import Fleet
 from console.states import FailureKind, HostState, JobState
-from console.supervise.decide import Act, Decision, budgeted, decide, unfit
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
 
 FIN = Outcome(Exit.FINISHED, "finished", 100, sha256="ab")
 CRASH = Outcome(Exit.CRASHED, "crashed: boom", 7)
@@ -39,38 +39,38 @@ def fit(n: int) -> list[str | None]:
     ("ends", "first", "stop", "unfit_", "want"),
     [
         # every member finished, and only then
-        ([FIN], 0, False, fit(1), Decision(Act.FINISH, 0)),
-        ([FIN, FIN, FIN], 1, False, fit(3), Decision(Act.FINISH, 1)),
-        ([FIN, CRASH], 1, False, fit(2), Decision(Act.RESTART, 1)),
+        ([FIN], 0, False, fit(1), Next(Act.FINISH, 0)),
+        ([FIN, FIN, FIN], 1, False, fit(3), Next(Act.FINISH, 1)),
+        ([FIN, CRASH], 1, False, fit(2), Next(Act.RESTART, 1)),
         # a bad configuration fails fast, whichever member says so, before a stop or a loss
-        ([CONFIG], 0, True, ["it was lost"], Decision(Act.CONFIG, 0, why=CONFIG.why)),
-        ([RUN_CRASH, CONFIG], 0, False, fit(2), Decision(Act.CONFIG, 1, why=CONFIG.why)),
+        ([CONFIG], 0, True, ["it was lost"], Next(Act.CONFIG, 0, why=CONFIG.why)),
+        ([RUN_CRASH, CONFIG], 0, False, fit(2), Next(Act.CONFIG, 1, why=CONFIG.why)),
         # an operator's stop wins over any other end; a Stopped not asked for stops too
-        ([CRASH], 0, True, fit(1), Decision(Act.STOP, 0, why=CRASH.why)),
-        ([LOST, RUN_CRASH], 0, True, ["it was lost", None], Decision(Act.STOP, 0, why=LOST.why)),
-        ([STOPPED], 0, False, fit(1), Decision(Act.STOP, 0, why=STOPPED.why)),
-        ([STOPPED, RUN_CRASH], 0, False, fit(2), Decision(Act.STOP, 0, why=STOPPED.why)),
+        ([CRASH], 0, True, fit(1), Next(Act.STOP, 0, why=CRASH.why)),
+        ([LOST, RUN_CRASH], 0, True, ["it was lost", None], Next(Act.STOP, 0, why=LOST.why)),
+        ([STOPPED], 0, False, fit(1), Next(Act.STOP, 0, why=STOPPED.why)),
+        ([STOPPED, RUN_CRASH], 0, False, fit(2), Next(Act.STOP, 0, why=STOPPED.why)),
         # a member whose end stopped the others' runs is what decides, not the others' Stopped
-        ([RUN_CRASH, STOPPED], 0, False, fit(2), Decision(Act.RESTART, 0)),
+        ([RUN_CRASH, STOPPED], 0, False, fit(2), Next(Act.RESTART, 0)),
         # crashes, hangs and lapsed leases on fit hosts restart in place
-        ([CRASH], 0, False, fit(1), Decision(Act.RESTART, 0)),
-        ([HUNG], 0, False, fit(1), Decision(Act.RESTART, 0)),
-        ([LEASE, RUN_CRASH], 0, False, fit(2), Decision(Act.RESTART, 0)),
+        ([CRASH], 0, False, fit(1), Next(Act.RESTART, 0)),
+        ([HUNG], 0, False, fit(1), Next(Act.RESTART, 0)),
+        ([LEASE, RUN_CRASH], 0, False, fit(2), Next(Act.RESTART, 0)),
         # an unfit host's member is replaced; the others stay
-        ([LOST], 0, False, ["it was lost"], Decision(Act.REPLACE, 0, (0,), why="it was lost")),
+        ([LOST], 0, False, ["it was lost"], Next(Act.REPLACE, 0, (0,), why="it was lost")),
         (
             [RUN_CRASH, LOST, RUN_CRASH],
             1,
             False,
             [None, "it was lost", "it is draining"],
-            Decision(Act.REPLACE, 1, (1, 2), why="it was lost"),
+            Next(Act.REPLACE, 1, (1, 2), why="it was lost"),
         ),
         (
             [CRASH, RUN_CRASH],
             0,
             False,
             [None, "it is draining"],
-            Decision(Act.REPLACE, 0, (1,), why="it is draining"),
+            Next(Act.REPLACE, 0, (1,), why="it is draining"),
         ),
         # a planned stop: off the hosts that must be left, else again in place, for free
         (
@@ -78,23 +78,23 @@ def fit(n: int) -> list[str | None]:
             0,
             False,
             ["it is draining"],
-            Decision(Act.REPLACE, 0, (0,), planned=True, why="it is draining"),
+            Next(Act.REPLACE, 0, (0,), planned=True, why="it is draining"),
         ),
-        ([INTERRUPTED], 0, False, fit(1), Decision(Act.RESTART, 0, planned=True)),
-        ([DRAINED, RUN_CRASH], 0, False, fit(2), Decision(Act.RESTART, 0, planned=True)),
+        ([INTERRUPTED], 0, False, fit(1), Next(Act.RESTART, 0, planned=True)),
+        ([DRAINED, RUN_CRASH], 0, False, fit(2), Next(Act.RESTART, 0, planned=True)),
     ],
 )
 def test_what_a_runs_ends_ask_for(
-    ends: list[Outcome], first: int, stop: bool, unfit_: list[str | None], want: Decision
+    ends: list[Outcome], first: int, stop: bool, unfit_: list[str | None], want: Next
 ) -> None:
-    assert decide(ends, first, stop_requested=stop, unfit=unfit_) == want
+    assert what_next(ends, first, stop_requested=stop, unfit=unfit_) == want
 
 
 def test_a_decision_on_ends_that_do_not_add_up_is_refused() -> None:
     with pytest.raises(ValueError, match="2 ends, 1 fitness"):
-        decide([CRASH, CRASH], 0, stop_requested=False, unfit=[None])
+        what_next([CRASH, CRASH], 0, stop_requested=False, unfit=[None])
     with pytest.raises(ValueError, match="first 1"):
-        decide([CRASH], 1, stop_requested=False, unfit=[None])
+        what_next([CRASH], 1, stop_requested=False, unfit=[None])
 
 
 def test_a_host_is_unfit_for_what_its_end_says_and_for_what_the_fleet_knows(
@@ -121,7 +121,7 @@ def test_a_crash_takes_the_restart_budget_and_past_it_the_member_is_replaced(
     live, limit = sup.live, svc.inv.console.restart_limit
     live.machine.move(JobState.DEPLOYING)
     live.machine.move(JobState.RUNNING)
-    restart = Decision(Act.RESTART, 0)
+    restart = Next(Act.RESTART, 0)
     for n in range(limit):
         assert budgeted(restart, sup._restarts, "a", "boom", 7) == restart
         assert live.rec.restarts == n + 1
@@ -130,7 +130,7 @@ def test_a_crash_takes_the_restart_budget_and_past_it_the_member_is_replaced(
     spent = budgeted(restart, sup._restarts, "a", "boom", 7)
     assert (spent.act, spent.replace) == (Act.REPLACE, (0,))
     assert live.rec.crash_looped == ["a"] and live.state is JobState.RESTARTING
-    planned = Decision(Act.RESTART, 0, planned=True)
+    planned = Next(Act.RESTART, 0, planned=True)
     assert budgeted(planned, sup._restarts, "a", "drain", 7) == planned, "a planned stop is free"
     live.machine.move(JobState.FAILING_OVER)
     live.machine.move(JobState.DEPLOYING)
