@@ -62,6 +62,12 @@ class Outcome:
         """Stopped because its host is going away (SIGTERM): a move that must not come back."""
         return self.exit is Exit.PLANNED and self.reason == StopReason.PREEMPTED
 
+    @property
+    def peer_stopped(self) -> bool:
+        """A group's member that stopped at the step its group agreed on because another
+        member stopped: a consequence, never why the run ended."""
+        return self.reason == StopReason.PEER_STOPPED
+
     def said(self) -> str:
         """The exit class and why, each word once: ``finished``, ``stopped: operator``,
         ``stopped: lease_lost``, ``run_crash: the command exited with code 1 after step 5``."""

@@ -81,16 +81,20 @@ def what_next(
 ) -> Next:
     """The act for a run whose members ended so (``ends``, by node rank; one for a single
     host), ``first`` the one that ended it, ``unfit`` each member's host's reason not to take
-    its rank again (None: fit). A restart decided here has not taken the restart budget yet
-    (``budgeted``)."""
+    its rank again (None: fit). A member that stopped only because its group agreed to (a
+    peer's stop) is never the one that ended it: the decision's ``first`` is then the first
+    member that ended for a reason of its own. A restart decided here has not taken the
+    restart budget yet (``budgeted``)."""
     if len(ends) != len(unfit) or not 0 <= first < len(ends):
         raise ValueError(f"{len(ends)} ends, {len(unfit)} fitness verdicts, first {first}")
+    if ends[first].peer_stopped:  # read first, but stopped for another member's end
+        first = next((i for i, o in enumerate(ends) if not o.peer_stopped), first)
     if all(o.exit is Exit.FINISHED for o in ends):
         return Next(Act.FINISH, first)
     config = next((i for i, o in enumerate(ends) if o.exit is Exit.CONFIG), None)
     if config is not None:
         return Next(Act.CONFIG, config, why=ends[config].why)
-    if stop_requested or ends[first].exit is Exit.STOPPED:
+    if stop_requested or (ends[first].exit is Exit.STOPPED and not ends[first].peer_stopped):
         return Next(Act.STOP, first, why=ends[first].why)
     planned = any(o.exit is Exit.PLANNED for o in ends)
     leaving = tuple(i for i, why in enumerate(unfit) if why is not None)

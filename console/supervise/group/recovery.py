@@ -134,6 +134,8 @@ class GroupRecovery:
             self._states.fail(FailureKind.CONFIG, f"{bad.host}: {decision.why}")
             self.release()
             return None
+        first = members[decision.first]  # a peer's stop read first is never the origin
+        assert first.exit is not None
         if decision.act is Act.STOP:
             job.rec.stopped = job.stop_requested
             self._save()

@@ -29,6 +29,7 @@ STOPPED = Outcome(Exit.STOPPED, "stopped: operator", 7, reason="operator")
 DRAINED = Outcome(Exit.PLANNED, "stopped for drain", 7, reason="drain")
 PREEMPTED = Outcome(Exit.PLANNED, "stopped for preempted", 7, reason="preempted")
 INTERRUPTED = Outcome(Exit.PLANNED, "stopped for interrupted", 7, reason="interrupted")
+PEER = Outcome(Exit.STOPPED, "stopped: peer_stopped", 7, reason="peer_stopped")
 
 
 def fit(n: int) -> list[str | None]:
@@ -52,6 +53,19 @@ def fit(n: int) -> list[str | None]:
         ([STOPPED, RUN_CRASH], 0, False, fit(2), Next(Act.STOP, 0, why=STOPPED.why)),
         # a member whose end stopped the others' runs is what decides, not the others' Stopped
         ([RUN_CRASH, STOPPED], 0, False, fit(2), Next(Act.RESTART, 0)),
+        # a member that stopped because its group agreed to is never what ended the run, even
+        # when its Stopped was read first (found in the merge: it failed the job as stopped)
+        ([PEER, CRASH], 0, False, fit(2), Next(Act.RESTART, 1)),
+        ([PEER, LEASE], 0, False, fit(2), Next(Act.RESTART, 1)),
+        (
+            [PEER, DRAINED, PEER],
+            2,
+            False,
+            [None, "it is draining", None],
+            Next(Act.REPLACE, 1, (1,), planned=True, why="it is draining"),
+        ),
+        ([PEER, STOPPED], 0, False, fit(2), Next(Act.STOP, 1, why=STOPPED.why)),
+        ([PEER, PEER], 0, False, fit(2), Next(Act.RESTART, 0)),
         # crashes, hangs and lapsed leases on fit hosts restart in place
         ([CRASH], 0, False, fit(1), Next(Act.RESTART, 0)),
         ([HUNG], 0, False, fit(1), Next(Act.RESTART, 0)),
@@ -171,3 +185,28 @@ async def test_a_single_hosts_planned_stop_on_a_fit_host_restarts_there_for_free
     assert await recovered(one, [INTERRUPTED]) == ("a", False)
     assert live.state is JobState.RESTARTING and live.rec.restarts == 0
     assert svc.fleet.hosts["a"].state is HostState.UP
+
+
+async def test_a_groups_peer_stopped_member_read_first_restarts_the_group_not_stops_it(
+    tmp_path: Path,
+) -> None:
+    """Found in the merge into one decision: the member whose Stopped (``peer_stopped``: its
+    group agreed to stop at a step) was read before the crashed member's end was taken for
+    what ended the run, and the job failed as stopped. The crash's restart is what follows,
+    counted against the crashed member's host."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    sup = running(svc, "group", ["a", "b"])
+    assert isinstance(sup, GroupSupervisor)
+    resumed: list[list[int]] = []
+
+    async def step(new: list[int], planned: bool = False) -> int | None:
+        resumed.append(new)
+        return 20
+
+    sup._resume.step = step  # type: ignore[method-assign]
+    assert await recovered(sup, [PEER, CRASH]) == (20,)
+    assert sup.live.state is JobState.RESTARTING and sup.live.rec.restarts == 1
+    assert resumed == [[]], "every member restarts in place"
+    assert sup.live.why.endswith("on b"), sup.live.why
