@@ -167,8 +167,9 @@ class JobSupervisor(Supervisor):
             if (
                 hello is not None
                 and hello.epoch == job.epoch
-                and hello.state == ExecutorState.TRAINING
-            ):
+                and hello.state in (ExecutorState.TRAINING, ExecutorState.STOPPING)
+            ):  # stopping: its stop (a preemption's checkpoint, say) is in flight; its Stopped
+                # says how the run ended, as to a group's reattach
                 job.link, job.step = link, hello.step
                 job.last_seen = time.monotonic()
                 with contextlib.suppress(LinkError, NoAnchor):  # not granted: the watch renews
@@ -213,6 +214,16 @@ class JobSupervisor(Supervisor):
             if hello is not None:
                 await self._retire(link, host)
             link.close()
+            if hello is None and job.epoch > 0 and not self.starting_again:
+                # it ran, and ended with no console to see it: how, its events say (as a
+                # group's member gone so), for the recovery to act on: a preemption's stop
+                # moves the job, a crash restarts it (counted), a finish finishes it. It was
+                # launched on the same host again, one being preempted included, and a
+                # checkpoint at its stop was left behind. (A job an operator starts again
+                # ended as this console saw: it starts there.)
+                outcome = await self._probe.ended(host)
+                await self._watch.read_back(outcome, "no console was there to hear it")
+                return outcome
             return host, False
         return await self._place()
 

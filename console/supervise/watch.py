@@ -101,12 +101,12 @@ class Watch:
                 finally:
                     ended.cancel()
                 if job.exit is not None:
-                    await self._read_back(job.exit)
+                    await self.read_back(job.exit)
                     return job.exit
                 why = await pump
                 outcome = await self.after_link_loss(why)
                 if outcome is not None:
-                    await self._read_back(outcome)
+                    await self.read_back(outcome)
                     return outcome
         except asyncio.CancelledError:
             await self._leave()  # the console quits: the job trains on without it
@@ -116,12 +116,15 @@ class Watch:
                 task.cancel()
             job.link = None
 
-    async def _read_back(self, outcome: Outcome) -> None:
+    async def read_back(
+        self, outcome: Outcome, unheard: str = "its link closed before it said so"
+    ) -> None:
         """A run that says it checkpointed at a step the console never heard of (its link
-        closed, or was relinked, before that CheckpointSaved was read): the checkpoint is taken
-        from the executor's events.jsonl as if it had come over the link, so the failover copies
-        it and resumes there, not from the one before (a preemption's checkpoint at the stop
-        lost 11 steps so). Only a checkpoint of this epoch is taken."""
+        closed, or was relinked, before that CheckpointSaved was read; or no console was there
+        to hear it: ``unheard``): the checkpoint is taken from the executor's events.jsonl as
+        if it had come over the link, so the failover copies it and resumes there, not from the
+        one before (a preemption's checkpoint at the stop lost 11 steps so; 19 when it came
+        while no console watched). Only a checkpoint of this epoch is taken."""
         job = self._live
         if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
             return  # the job goes nowhere
@@ -139,7 +142,7 @@ class Watch:
         self._journal.record(
             Kind.EXECUTOR,
             f"{job.name}: checkpoint step {saved.manifest.step} read back from the events of "
-            f"the executor on {job.host} (its link closed before it said so)",
+            f"the executor on {job.host} ({unheard})",
             job=job.name,
             host=job.host,
             data={"step": saved.manifest.step, "read_back": True},

@@ -258,3 +258,55 @@ def steps_on_disk(workdir: Path) -> int:
     """The newest step the executor wrote to its own events."""
     lines = (workdir / "events.jsonl").read_text().splitlines()
     return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
+
+
+async def test_a_preemption_while_no_console_watched_moves_the_job_under_the_next(
+    tmp_path: Path,
+) -> None:
+    """The console quits; the job's host is then preempted (SIGTERM to its executor, which
+    checkpoints at its step and stops). The next console reads how the run ended from the
+    executor's events and moves the job off the host being taken away, losing no step; it
+    launched it on that host again, as if nothing had ended it (a group's member read its
+    events so already)."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        unattended_s=60.0,
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    first = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    task = asyncio.create_task(first.run())
+    await until(lambda: first.jobs["j"].step >= 20 or task.done(), 90, "step 20")
+    task.cancel()  # q: the console quits cleanly, the job trains on
+    await asyncio.gather(task, return_exceptions=True)
+    await first.close()
+    workdir = tmp_path / "a" / "jobs" / "j"
+    pid = int((workdir / "executor.pid").read_text())
+    os.kill(pid, signal.SIGTERM)  # the preemption notice
+    await until(lambda: not Path(f"/proc/{pid}").exists(), 30, "a's executor to stop")
+    lines = [json.loads(x) for x in (workdir / "events.jsonl").read_text().splitlines()]
+    (stopped,) = [e for e in lines if e["kind"] == "stopped"]
+    assert stopped["reason"] == "preempted" and stopped["checkpoint_step"] == stopped["step"]
+
+    second = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    await asyncio.wait_for(second.run(), 180)
+    await second.close()
+    sup = second.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.host == "b", "moved off the host being preempted"
+    events = list(read(inventory.parent / "state" / "journal.jsonl"))
+    since = max(i for i, e in enumerate(events) if e.kind is Kind.CONSOLE and "started" in e.msg)
+    started_on_a = [
+        e
+        for e in events[since:]
+        if e.kind is Kind.EXECUTOR and e.host == "a" and "started" in e.msg
+    ]
+    # a, up and fit as far as the fleet knows, may hold the job's next warm standby (as after
+    # a preemption seen live); the job itself never trains there again
+    assert all(e.data.get("standby") for e in started_on_a), started_on_a
+    b = [
+        json.loads(x)
+        for x in (tmp_path / "b" / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    assert [e["step"] for e in b if e["kind"] == "resumed"] == [stopped["step"]], "no step lost"

@@ -326,7 +326,10 @@ class GroupSupervisor(Supervisor):
         it; a member that cannot be reached is waited out under the persisted lease bound
         (it may still be training), never taken for gone."""
         job = self.live
-        if not job.rec.members or job.epoch == 0:
+        if not job.rec.members or job.epoch == 0 or self.starting_again:
+            # started again by an operator: its last epoch ended as this console saw (stopped,
+            # failed), and what its members' events say of it is no news (a stop read back
+            # from them failed the job again as stopped)
             return None
         self.lease.restore()
         plan = list(job.rec.members)

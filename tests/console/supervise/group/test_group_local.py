@@ -263,21 +263,39 @@ async def test_draining_a_member_moves_it_to_the_spare_with_zero_lost_steps(
     assert inc.lost_steps == 0
 
 
-async def test_an_operators_stop_stops_every_member_at_one_step(tmp_path: Path) -> None:
+async def test_an_operators_stop_stops_every_member_at_one_step_and_a_start_resumes_there(
+    tmp_path: Path, baseline: str
+) -> None:
+    """Then started again by the operator, the group resumes from the step it stopped at and
+    ends bit-exact. Found in the merge into one recovery decision: the new supervisor read its
+    members' stop back from their events and failed the job again as stopped."""
     inv = local_group(tmp_path)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
-    task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
-    procs = {h: psutil.Process(executor_pid(tmp_path / h)) for h in "abc"}
-    ctl.stop_job("j")
-    await asyncio.wait_for(task, 60)
-    await ctl.close()
-    assert sup.state is JobState.STOPPED
-    assert ctl.store.job("j").stopped
-    last = {h: shards(tmp_path / h)[-1] for h in "abc"}
-    assert len({m.step for m in last.values()}) == 1, f"one step on every member: {last}"
-    for h, proc in procs.items():
-        await until(lambda p=proc: gone(p), 30, f"{h}'s executor to exit")
+    task = asyncio.create_task(ctl.run(stay=True))
+    try:
+        await until(lambda: sup.step >= 40 or task.done(), 120, "step 40")
+        procs = {h: psutil.Process(executor_pid(tmp_path / h)) for h in "abc"}
+        ctl.stop_job("j")
+        await until(lambda: sup.state.is_terminal(), 60, "j stopped")
+        assert sup.state is JobState.STOPPED
+        assert ctl.store.job("j").stopped
+        last = {h: shards(tmp_path / h)[-1] for h in "abc"}
+        assert len({m.step for m in last.values()}) == 1, f"one step on every member: {last}"
+        for h, proc in procs.items():
+            await until(lambda p=proc: gone(p), 30, f"{h}'s executor to exit")
+        stopped_at = last["a"].step
+        ctl.start_job("j")
+        again = ctl.jobs["j"]
+        await until(lambda: again.state.is_terminal(), 180, "j to end again")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await ctl.close()
+    assert again.state is JobState.FINISHED, again.live.why
+    assert again.sha256 == baseline
+    assert again.resumed_step == stopped_at, "from the step every member stopped at"
 
 
 @pytest.mark.long
