@@ -109,6 +109,8 @@ class Fleet:
             if rec.cordoned
             else HostState.DRAINED
             if rec.drained
+            else self._draining(name)
+            if rec.draining
             else HostState.UP
         )
         rt = HostRuntime(name, open_transport(self.inv, name), Machine(initial, HOST_TRANSITIONS))
@@ -116,6 +118,16 @@ class Fleet:
         self.hosts[name] = rt
         self.changed.set()
         return rt
+
+    def _draining(self, name: str) -> HostState:
+        """A drain found in flight at console start: draining while a job that is not over
+        still names the host (its move is made), drained once none does (it was made)."""
+        moving = any(
+            name == rec.host or name in rec.members
+            for rec in self.store.state.jobs.values()
+            if not rec.finished and not rec.stopped
+        )
+        return HostState.DRAINING if moving else HostState.DRAINED
 
     def set_state(self, name: str, state: HostState, why: str) -> None:
         rt = self.hosts[name]
@@ -129,6 +141,7 @@ class Fleet:
             )
             rec = self.store.host(name)
             rec.cordoned, rec.drained = state is HostState.CORDONED, state is HostState.DRAINED
+            rec.draining = state is HostState.DRAINING
             self.store.save()
             if state is HostState.UP:
                 self.changed.set()

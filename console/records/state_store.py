@@ -74,6 +74,10 @@ class JobRecord(msgspec.Struct, kw_only=True):
 class HostRecord(msgspec.Struct, kw_only=True):
     cordoned: bool = False
     drained: bool = False
+    draining: bool = False
+    """Drained (by an operator or a GPU FAIL) while a job still had to move off: a console
+    started before the move was made finds it draining, and the move is made (it found the
+    host up, and the job trained on there or restarted there, the drain lost)."""
     provisioned: bool = False
     """Made by the inventory's provisioner (counted against its ``max_hosts``)."""
     releasing: bool = False

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Journal, Kind
-from console.states import JobState
+from console.states import HostState, JobState
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Outcome
 
@@ -62,8 +62,10 @@ def finish(
 def release(job: LiveJob, fleet: Fleet) -> None:
     """The job is over (finished, failed, stopped): every host it held is free again (its host
     or members, and a target readied for it), and it keeps no spares."""
-    for rt in fleet.hosts.values():
+    for name, rt in fleet.hosts.items():
         if rt.job == job.name:
             rt.job = None
+            if rt.state is HostState.DRAINING:  # nothing left to move off it
+                fleet.set_state(name, HostState.DRAINED, f"{job.name} is over")
     job.spares = []
     fleet.changed.set()

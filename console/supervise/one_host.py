@@ -243,6 +243,7 @@ class JobSupervisor(Supervisor):
         )
         self._states.move(JobState.RUNNING, "reattached")
         self._keep_twin()
+        self._drain_found()
 
     async def _place(self) -> tuple[str, bool] | None:
         while True:

@@ -24,7 +24,7 @@ from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.spares.placement import choose_spares
 from console.spares.targets import Targets
-from console.states import FailureKind, JobState
+from console.states import FailureKind, HostState, JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
@@ -37,7 +37,7 @@ from console.supervise.probe import Probe
 from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared
 from protocol.faults import StopReason
-from protocol.messages import Progress, Stop
+from protocol.messages import ExecutorState, Progress, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -346,6 +346,22 @@ class Supervisor(ABC):
                 f"job {self.name} has no spare: a host failure will wait for one", job=self.name
             )
             self._need_host(f"job {self.name} has no spare")
+
+    def _drain_found(self) -> None:
+        """Reattached to a run on a host found draining (or drained) at console start: the
+        console before this one drained it and died before the job was told, or before its
+        move was made. The move is asked for now (0 lost steps), as a drain would have; a run
+        found stopping already says how it ends."""
+        hello = self.live.link.hello if self.live.link is not None else None
+        if hello is not None and hello.state is ExecutorState.STOPPING:
+            return
+        for host in self.hosts_in_use():
+            state = self._fleet.hosts[host].state
+            if state in (HostState.DRAINING, HostState.DRAINED):
+                self.request_move(
+                    StopReason.DRAIN, f"{host} was {state.value} when this console started"
+                )
+                return
 
     def _stop_before_start(self) -> bool:
         """An operator's stop that found no executor to tell is honoured here, before any start."""

@@ -310,3 +310,72 @@ async def test_a_preemption_while_no_console_watched_moves_the_job_under_the_nex
         for x in (tmp_path / "b" / "jobs" / "j" / "events.jsonl").read_text().splitlines()
     ]
     assert [e["step"] for e in b if e["kind"] == "resumed"] == [stopped["step"]], "no step lost"
+
+
+async def test_a_drain_the_console_died_before_telling_the_job_is_made_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """The console drained a (its state written) and quit before the job was told: the next
+    console finds a draining, not up, and moves the job off it with no step lost; a ends
+    drained. It found a up, and the job trained on there to its end, the drain lost."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        unattended_s=60.0,
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    first = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    task = asyncio.create_task(first.run())
+    await until(lambda: first.jobs["j"].step >= 20 or task.done(), 90, "step 20")
+    # the drain's first half: the host's state, written; the console then goes before the job
+    # is told (drain_host's request_move never runs)
+    first.fleet.set_state("a", HostState.DRAINING, "operator")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await first.close()
+    assert StateStore(tmp_path / "state").host("a").draining
+
+    second = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    assert second.fleet.hosts["a"].state is HostState.DRAINING, "found draining, not up"
+    await asyncio.wait_for(second.run(), 180)
+    await second.close()
+    sup = second.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.host == "b", "moved off the draining host"
+    assert second.fleet.hosts["a"].state is HostState.DRAINED
+    record = StateStore(tmp_path / "state").host("a")
+    assert (record.drained, record.draining) == (True, False)
+    a = [
+        json.loads(x)
+        for x in (tmp_path / "a" / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    (stopped,) = [e for e in a if e["kind"] == "stopped"]
+    assert stopped["reason"] == "drain" and stopped["checkpoint_step"] == stopped["step"]
+    b = [
+        json.loads(x)
+        for x in (tmp_path / "b" / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    ]
+    assert [e["step"] for e in b if e["kind"] == "resumed"] == [stopped["step"]], "no step lost"
+
+
+async def test_a_drain_found_at_console_start_with_no_job_left_to_move_reads_drained(
+    tmp_path: Path,
+) -> None:
+    """Written draining, and the job that had to move is elsewhere now (or over): nothing is
+    left to move, so the host is drained (an operator can undrain it; draining, it could be
+    neither drained nor undrained)."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+    )
+    store = StateStore(tmp_path / "state")
+    store.host("a").draining = True
+    store.host("b").draining = True
+    store.job("j").host = "b"  # the move was made; a console died before a read drained
+    store.save()
+    ctl = Controller(load(inventory), Policy.AUTO)
+    states = ctl.fleet.hosts["a"].state, ctl.fleet.hosts["b"].state
+    await ctl.close()
+    assert states == (HostState.DRAINED, HostState.DRAINING), "j, not over, is still on b"

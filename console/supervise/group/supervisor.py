@@ -373,6 +373,7 @@ class GroupSupervisor(Supervisor):
                 data={"epoch": job.epoch, "members": plan},
             )
             self._states.move(JobState.RUNNING, "reattached")
+            self._drain_found()
         else:
             self._states.move(
                 JobState.PENDING,

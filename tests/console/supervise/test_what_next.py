@@ -210,3 +210,19 @@ async def test_a_groups_peer_stopped_member_read_first_restarts_the_group_not_st
     assert sup.live.state is JobState.RESTARTING and sup.live.rec.restarts == 1
     assert resumed == [[]], "every member restarts in place"
     assert sup.live.why.endswith("on b"), sup.live.why
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+async def test_a_job_over_on_a_draining_host_leaves_it_drained(tmp_path: Path, kind: str) -> None:
+    """Drained while its job finished there (or failed, or was stopped): nothing is left to
+    move off it. It stayed draining, a state an operator could neither drain nor undrain."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    sup = running(svc, kind, ["a", "b"])
+    svc.fleet.set_state("a", HostState.DRAINING, "operator")
+    assert await recovered(sup, [FIN, FIN]) is None
+    assert sup.live.state is JobState.FINISHED
+    assert svc.fleet.hosts["a"].state is HostState.DRAINED
+    assert svc.store.host("a").drained and not svc.store.host("a").draining
+    assert svc.fleet.hosts["b"].state is HostState.UP
