@@ -27,6 +27,9 @@ class OpenIncident:
         self._preparing = preparing
         """Whether a failover is being prepared (its phases may come before the incident)."""
         self._early: list[tuple[str, float, dict[str, object]]] = []
+        self._echoes: dict[tuple[str, int, int], int] = {}
+        """(fault, step, epoch) of a NaN one member's report opened an incident for: how many
+        of the other members' reports of it are still to come (every member sees a NaN)."""
 
     def open(
         self,
@@ -108,8 +111,30 @@ class OpenIncident:
         member = (host, last_seen)
         if msg.fault == FaultKind.PREEMPTED:
             self.open("preemption", preempted_why(host), planned=True, member=member)
-        elif msg.fault in (FaultKind.NAN, FaultKind.OOM) and self._live.incident is None:
+        elif (
+            msg.fault in (FaultKind.NAN, FaultKind.OOM)
+            and not self._echo(msg)  # counted whether an incident is open or not
+            and self._live.incident is None
+        ):
             self._in_executor(msg.fault, msg.step, msg.message, member)
+
+    def _echo(self, msg: Fault) -> bool:
+        """Is ``msg`` another member's report of a NaN already heard? In a group each member
+        reports the one NaN at its step; one read after the recovery (a member's link read
+        late, a loaded console) opened a second incident of it, never resolved, and an OOM
+        that followed was taken into that one (the report said "nan, not recovered")."""
+        if msg.fault != FaultKind.NAN:
+            return False
+        key = (msg.fault, msg.step, self._live.epoch)
+        left = self._echoes.get(key)
+        if left is None:  # the first report: the others are echoes of it
+            self._echoes = {key: max(0, len(self._live.rec.members) - 1)}
+            return False
+        if left == 0:  # every member has reported it: this is another NaN at that step
+            self._echoes[key] = max(0, len(self._live.rec.members) - 1)
+            return False
+        self._echoes[key] = left - 1
+        return True
 
     def _in_executor(
         self, fault: FaultKind, step: int, why: str, member: tuple[str, float]

@@ -12,11 +12,16 @@ import pytest
 from support.jobbed import Calls, recovered, running, services
 
 from console.fleet.hosts import Fleet
+from console.records.incidents import incidents
+from console.records.journal import read
 from console.states import FailureKind, HostState, JobState
+from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
+from protocol.faults import FaultKind
+from protocol.messages import Fault, Progress, Resumed
 
 FIN = Outcome(Exit.FINISHED, "finished", 100, sha256="ab")
 CRASH = Outcome(Exit.CRASHED, "crashed: boom", 7)
@@ -226,3 +231,38 @@ async def test_a_job_over_on_a_draining_host_leaves_it_drained(tmp_path: Path, k
     assert svc.fleet.hosts["a"].state is HostState.DRAINED
     assert svc.store.host("a").drained and not svc.store.host("a").draining
     assert svc.fleet.hosts["b"].state is HostState.UP
+
+
+async def test_a_nan_every_member_reports_is_one_incident_however_late_a_report_is_read(
+    tmp_path: Path,
+) -> None:
+    """Found in a fresh-clone run (test_group_local's NaN-and-OOM test): a member's report of
+    the group's NaN read after the incident was resolved opened a second incident, never
+    resolved, and the OOM that followed was taken into it. Another NaN at the same step after
+    every member reported the first is an incident of its own."""
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    sup = running(svc, "group", ["a", "b"])
+    assert isinstance(sup, GroupSupervisor)
+    a, b = Member(0, "a", last_seen=1.0), Member(1, "b", last_seen=1.0)
+    say = sup._messages.on_message
+    epoch = sup.live.epoch
+
+    def trained_to(step: int) -> None:
+        say(a, Resumed(step=60, checkpoint=None, epoch=epoch, load_s=0.1))
+        say(a, Progress(step=step, steps=400, loss=1.0, steps_per_s=10.0, epoch=epoch))
+
+    def opened() -> list[tuple[str, bool]]:
+        return [(i.fault_class, i.resolved) for i in incidents(read(svc.journal.path))]
+
+    say(a, Fault(fault=FaultKind.NAN, message="loss is nan", step=70))
+    trained_to(61)
+    assert opened() == [("nan", True)]
+    say(b, Fault(fault=FaultKind.NAN, message="loss is nan", step=70))  # read late
+    assert opened() == [("nan", True)], "b's report of the same NaN"
+    say(b, Fault(fault=FaultKind.OOM, message="CUDA out of memory", step=130))
+    trained_to(131)
+    assert opened() == [("nan", True), ("oom", True)]
+    say(a, Fault(fault=FaultKind.NAN, message="loss is nan", step=70))  # after the rollback
+    assert opened()[-1] == ("nan", False), "another NaN at that step: its own incident"
