@@ -260,6 +260,35 @@ def steps_on_disk(workdir: Path) -> int:
     return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
 
 
+def fleet_ab(tmp_path: Path) -> tuple[Path, dict[str, dict[str, str]]]:
+    """Job j on a with spare b; a console's last lease (60 s) outlasts what a test does after
+    it quits. The inventory and each host's executor environment."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        unattended_s=60.0,
+    )
+    return inventory, {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+
+
+async def running_to(
+    inventory: Path, env: dict[str, dict[str, str]], step: int
+) -> tuple[Controller, asyncio.Task[dict[str, JobState]]]:
+    """A console running the fleet, once j has trained ``step`` steps."""
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    task = asyncio.create_task(ctl.run())
+    await until(lambda: ctl.jobs["j"].step >= step or task.done(), 90, f"step {step}")
+    return ctl, task
+
+
+async def quit_console(ctl: Controller, task: asyncio.Task[dict[str, JobState]]) -> None:
+    """``q``: the console quits cleanly."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+
+
 async def test_a_preemption_while_no_console_watched_moves_the_job_under_the_next(
     tmp_path: Path,
 ) -> None:
@@ -268,19 +297,9 @@ async def test_a_preemption_while_no_console_watched_moves_the_job_under_the_nex
     executor's events and moves the job off the host being taken away, losing no step; it
     launched it on that host again, as if nothing had ended it (a group's member read its
     events so already)."""
-    inventory = write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
-        unattended_s=60.0,
-    )
-    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
-    first = Controller(load(inventory), Policy.AUTO, executor_env=env)
-    task = asyncio.create_task(first.run())
-    await until(lambda: first.jobs["j"].step >= 20 or task.done(), 90, "step 20")
-    task.cancel()  # q: the console quits cleanly, the job trains on
-    await asyncio.gather(task, return_exceptions=True)
-    await first.close()
+    inventory, env = fleet_ab(tmp_path)
+    first, task = await running_to(inventory, env, 20)
+    await quit_console(first, task)  # q: the console quits cleanly, the job trains on
     workdir = tmp_path / "a" / "jobs" / "j"
     pid = int((workdir / "executor.pid").read_text())
     os.kill(pid, signal.SIGTERM)  # the preemption notice
@@ -318,22 +337,12 @@ async def test_a_drain_the_console_died_before_telling_the_job_is_made_by_the_ne
     """The console drained a (its state written) and quit before the job was told: the next
     console finds a draining, not up, and moves the job off it with no step lost; a ends
     drained. It found a up, and the job trained on there to its end, the drain lost."""
-    inventory = write_inventory(
-        tmp_path / "inventory.toml",
-        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
-        unattended_s=60.0,
-    )
-    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
-    first = Controller(load(inventory), Policy.AUTO, executor_env=env)
-    task = asyncio.create_task(first.run())
-    await until(lambda: first.jobs["j"].step >= 20 or task.done(), 90, "step 20")
+    inventory, env = fleet_ab(tmp_path)
+    first, task = await running_to(inventory, env, 20)
     # the drain's first half: the host's state, written; the console then goes before the job
     # is told (drain_host's request_move never runs)
     first.fleet.set_state("a", HostState.DRAINING, "operator")
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await first.close()
+    await quit_console(first, task)
     assert StateStore(tmp_path / "state").host("a").draining
 
     second = Controller(load(inventory), Policy.AUTO, executor_env=env)
