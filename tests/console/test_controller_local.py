@@ -331,6 +331,11 @@ async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_lose
 async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
+    """The executor trains on under its last lease, and the next console started within it
+    reattaches. A lease longer than the tests' 3 s: the first console's close waits for its
+    clean-ups (a warm standby still starting is stopped), and took 5 s once (scripts/test-long,
+    loaded), past the lease, so the executor had stopped itself when the next one came."""
+    set_console(fleet, lease_s=15.0)
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
