@@ -32,12 +32,16 @@ def capture() -> dict[str, Any]:
 
 
 def restore(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
+    """Set every RNG as ``capture`` found it. The states are taken to the CPU first: a
+    checkpoint loaded with ``map_location`` a GPU brings its byte tensors there, and torch's
+    setters take CPU ByteTensors only (a CUDA run resumed from its own checkpoint crashed:
+    "RNG state must be a torch.ByteTensor", found on an H100, tests/gpu/test_cuda_resume.py)."""
+    torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def seed_all(seed: int) -> None:
