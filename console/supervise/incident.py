@@ -27,9 +27,9 @@ class OpenIncident:
         self._preparing = preparing
         """Whether a failover is being prepared (its phases may come before the incident)."""
         self._early: list[tuple[str, float, dict[str, object]]] = []
-        self._echoes: dict[tuple[str, int, int], int] = {}
-        """(fault, step, epoch) of a NaN one member's report opened an incident for: how many
-        of the other members' reports of it are still to come (every member sees a NaN)."""
+        self._echoes: tuple[tuple[int, int], int] | None = None
+        """((step, epoch) of the last NaN heard, how many of the other members' reports of it
+        are still to come): every member of a group sees a NaN."""
 
     def open(
         self,
@@ -125,16 +125,14 @@ class OpenIncident:
         that followed was taken into that one (the report said "nan, not recovered")."""
         if msg.fault != FaultKind.NAN:
             return False
-        key = (msg.fault, msg.step, self._live.epoch)
-        left = self._echoes.get(key)
-        if left is None:  # the first report: the others are echoes of it
-            self._echoes = {key: max(0, len(self._live.rec.members) - 1)}
-            return False
-        if left == 0:  # every member has reported it: this is another NaN at that step
-            self._echoes[key] = max(0, len(self._live.rec.members) - 1)
-            return False
-        self._echoes[key] = left - 1
-        return True
+        key = (msg.step, self._live.epoch)
+        if self._echoes is not None and self._echoes[0] == key and self._echoes[1] > 0:
+            self._echoes = (key, self._echoes[1] - 1)
+            return True
+        # a first report (or another NaN at that step, once every member reported the last):
+        # the other members' reports of it are echoes
+        self._echoes = (key, max(0, len(self._live.rec.members) - 1))
+        return False
 
     def _in_executor(
         self, fault: FaultKind, step: int, why: str, member: tuple[str, float]

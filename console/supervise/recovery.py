@@ -102,12 +102,7 @@ class Recovery:
         if decision.act is Act.RESTART:
             return self._restart(decision, outcome, host, faulted)
         if decision.act is Act.CRASH_LOOP:
-            await self._standby.drop_warm()
-            await self._twin.drop()
-            if faulted is not None:
-                await self._standby.discard(Prepared(host, faulted))
-            self._states.fail(FailureKind.CRASH_LOOP, decision.why)
-            self.release()
+            await self._over(decision, outcome, host, faulted)
             return None
         if outcome.exit in RESTART_IN_PLACE:
             self._journal.record(
@@ -121,8 +116,8 @@ class Recovery:
     async def _over(
         self, decision: Next, outcome: Outcome, host: str | None, faulted: ExecutorLink | None
     ) -> None:
-        """The job is over (finished, its configuration bad, or stopped): nothing readied for
-        it stays."""
+        """The job is over (finished, its configuration bad, stopped, or crash-looping):
+        nothing readied for it stays."""
         job = self._live
         await self._standby.drop_warm()
         await self._twin.drop()
@@ -143,6 +138,8 @@ class Recovery:
             )
         elif decision.act is Act.CONFIG:
             self._states.fail(FailureKind.CONFIG, outcome.why)
+        elif decision.act is Act.CRASH_LOOP:
+            self._states.fail(FailureKind.CRASH_LOOP, decision.why)
         else:
             if job.stop_requested:  # an operator's stop, not an executor's own
                 job.rec.stopped = True
