@@ -422,12 +422,13 @@ def _cross_check(inv: Inventory, text: str) -> None:
             _fail(inv, text, [*keys, "hosts"], "a host is named twice")
         if p.hosts and (p.warm_standby or p.warm_twin):
             _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
-        if (p.procs_per_host or 1) > 1 and job.spec.executor == "torch":
+        if (p.procs_per_host or 1) > 1 and job.spec.executor == "torch" and not p.hosts:
             _fail(
                 inv,
                 text,
                 [*keys, "procs_per_host"],
-                "the torch kind trains one rank per host for now (the command kind takes more)",
+                "the torch kind runs more than one rank per host in a job on several `hosts` "
+                "for now (one host trains one rank)",
             )
         _check_elastic(inv, text, keys, job)
         _check_parallel(inv, text, keys, job)

@@ -42,7 +42,7 @@ from executors.fencing.publish import (
 )
 from executors.kinds.command.command_tree import tree_digest
 from protocol.faults import FaultKind
-from protocol.messages import CheckpointSaved, Fault
+from protocol.messages import CheckpointSaved, Fault, Log, LogLevel
 from protocol.spec import CheckpointManifest, FolderFile, Lineage
 
 __all__ = [
@@ -109,8 +109,15 @@ class CheckpointManager:
         nnodes: int = 1,
         any_shard: bool = False,
         lineage: Lineage | None = None,
+        publishes: bool = True,
+        load_tag: str = "",
     ) -> None:
         self.folder = folder
+        self.publishes = publishes
+        """False for a host's follower rank (``executors.kinds.torch.local_ranks``): it writes its
+        files of a sharded step into local rank 0's, publishes nothing and removes nothing."""
+        self._load_tag = load_tag
+        """Told apart the folders that ranks sharing this folder load a sharded step in."""
         self.node_rank = node_rank
         """A multi-host job's member: its shards say so, and only its own shards load."""
         self.nnodes = nnodes
@@ -136,7 +143,8 @@ class CheckpointManager:
         self._parent: CheckpointManifest | None = None
         """What the next checkpoint descends from: the one loaded, then each one written."""
         folder.mkdir(parents=True, exist_ok=True)
-        self._remove_incomplete()
+        if publishes:
+            self._remove_incomplete()
 
     # ------------------------------------------------------------------ saving
 
@@ -150,11 +158,18 @@ class CheckpointManager:
         return stall
 
     def save_part(
-        self, step: int, state: dict[str, Any], trainer: dict[str, Any], group: Any
+        self,
+        step: int,
+        state: dict[str, Any],
+        trainer: dict[str, Any],
+        group: Any,
+        *,
+        procs: int = 1,
     ) -> float:
         """A sharded job's part of ``step`` (``executors.kinds.torch.sharded``): ``state`` (DTensors) and
         ``trainer`` snapshotted, then written by DCP in the writer thread, its collectives over
-        ``group`` (every rank saves the same steps, in order). Returns the step-loop stall."""
+        ``group`` (every rank saves the same steps, in order; ``procs`` ranks per host write
+        into one folder). Returns the step-loop stall."""
         from torch.distributed.checkpoint.api import CheckpointException
 
         from executors.kinds.torch import (
@@ -168,7 +183,7 @@ class CheckpointManager:
 
         def write(tmp: Path) -> tuple[int, str, list[FolderFile] | None]:
             try:
-                files = sharded.save_part(tmp, snap, plain, group=group)
+                files = sharded.save_part(tmp, snap, plain, group=group, procs=procs)
             except CheckpointException as e:  # DCP's: a BaseException; any rank's failure
                 raise RuntimeError(f"DCP: {' '.join(str(e).split())[:500]}") from None
             return sum(f.size for f in files), tree_digest(files), files
@@ -208,6 +223,12 @@ class CheckpointManager:
         name = checkpoint_name(step)
         data_path = self.folder / f"{name}.pt"
         tmp = self.folder / f".{name}.pt.tmp"
+        if not self.publishes:  # a follower's files, in local rank 0's folder: it publishes
+            try:
+                write(tmp)
+            except (OSError, RuntimeError) as e:  # every rank's DCP fails alike: rank 0 says
+                self._emit(Log(level=LogLevel.WARNING, text=f"writing step {step}: {e}"))
+            return None
         try:
             size, sha, files = write(tmp)
             manifest = CheckpointManifest(
@@ -401,7 +422,7 @@ class CheckpointManager:
                     message=f"in {data_path}: {mine.why}; a member's copy is used instead",
                 )
             )
-        whole = self.folder / f".load-{checkpoint_name(step)}"
+        whole = self.folder / f".load-{checkpoint_name(step)}{self._load_tag}"
         try:
             state = sharded.sharded_state(model, optimizer)
             sharded.exchange(

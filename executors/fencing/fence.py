@@ -53,6 +53,13 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
+def die_with_parent(parent: int) -> bool:
+    """This process is SIGKILLed when the thread that started it ends (its parent-death signal);
+    False when its parent is not ``parent`` any more (it died before the signal was set)."""
+    _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    return os.getppid() == parent
+
+
 def children_of(root: int) -> set[int]:
     """Every live descendant of ``root`` (zombies left out), from /proc."""
     kids: dict[int, list[int]] = {}

@@ -355,7 +355,9 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
     (
         "job-torch-procs-per-host",
         H + "[jobs.j]\nprocs_per_host = 2\nsteps = 1\n",
-        ["{p}:7: jobs.j.procs_per_host: the torch kind trains one rank per host for now"],
+        [
+            "{p}:7: jobs.j.procs_per_host: the torch kind runs more than one rank per host in a job on several `hosts` for now (one host trains one rank)"
+        ],
     ),
     (
         "job-min-hosts-on-one-host",

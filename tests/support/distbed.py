@@ -97,6 +97,7 @@ def start(
     address: str = "127.0.0.1",
     logical_ranks: int | None = None,
     deterministic_reduce: bool = False,
+    procs_per_host: int = 1,
 ) -> None:
     """Start every member on one rendezvous (a fresh port, as each epoch gets from the console)."""
     port = free_port()
@@ -110,6 +111,7 @@ def start(
             timeout_s=TIMEOUT_S,
             logical_ranks=logical_ranks,
             deterministic_reduce=deterministic_reduce,
+            procs_per_host=procs_per_host,
         )
         m.client.send(Start(spec=spec, epoch=epoch, rendezvous=rv))
 
@@ -140,13 +142,14 @@ class Reference:
     works: list[Path]
 
 
-def uninterrupted(root: Path, spec: JobSpec) -> Reference:
-    """One uninterrupted 2-rank run of ``spec``: what every interrupted run must end equal to."""
-    members = serve([root / "r0", root / "r1"])
+def uninterrupted(root: Path, spec: JobSpec, hosts: int = 2, procs_per_host: int = 1) -> Reference:
+    """One uninterrupted run of ``spec`` (2 hosts of one rank each unless told): what every
+    interrupted run must end equal to."""
+    members = serve([root / f"r{i}" for i in range(hosts)])
     try:
-        start(members, spec)
+        start(members, spec, procs_per_host=procs_per_host)
         digests = [finished(m).params_sha256 for m in members]
-        assert digests[0] == digests[1], "the ranks ended with different parameters"
+        assert len(set(digests)) == 1, "the ranks ended with different parameters"
         for m in members:
             rc, err = m.proc.finish(30)
             assert rc == exitcodes.OK, err

@@ -296,7 +296,7 @@ class GroupSupervisor(Supervisor):
         if self.placement.procs_per_host is not None:
             return self.placement.procs_per_host
         if self.spec.executor == "torch":
-            return 1  # the torch kind trains one rank per host
+            return 1  # the torch kind: one rank per host unless asked (bit-exact with before)
         return max(1, min(self._inv.hosts[h].gpus for h in plan))
 
     def _default_backend(self, plan: list[str]) -> Backend:

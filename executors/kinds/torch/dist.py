@@ -1,7 +1,8 @@
 """The process group of one epoch of a multi-host job: joined when a run starts, left when it ends.
 
-One rank per host, in the executor's own training thread, in torch.distributed's default
-group. The group is always destroyed at the end of the run, and a failed join forgotten, so a
+Each host has ``procs_per_host`` ranks: local rank 0 in the executor's own training thread,
+the others in processes it starts for the run (``executors.kinds.torch.local_ranks``), all in
+torch.distributed's default group. The group is always destroyed at the end of the run, and a failed join forgotten, so a
 run restarted in place at a higher epoch (same process, new rendezvous) can join the next
 epoch's group beside fresh executors. Each step needs two collectives of every rank, in the
 same order: ``agree`` at the step boundary (so every rank checkpoints and stops at the same
@@ -18,6 +19,7 @@ import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import psutil
 import torch
@@ -45,15 +47,34 @@ class Group:
     """This host's rank in the epoch's group, and the collectives of a step."""
 
     def __init__(
-        self, rv: Rendezvous, device: torch.device, side: dist.ProcessGroup | None = None
+        self,
+        rv: Rendezvous,
+        device: torch.device,
+        side: dist.ProcessGroup | None = None,
+        local_rank: int = 0,
     ) -> None:
         self.side = side
         """A gloo group beside the default one (a sharded job's checkpoints), if asked for."""
         self.node_rank = rv.node_rank
         self.nnodes = rv.nnodes
-        self.rank = rv.node_rank * rv.procs_per_host
+        self.local_rank = local_rank
+        self.procs_per_host = rv.procs_per_host
+        self.rank = rv.node_rank * rv.procs_per_host + local_rank
         self.world_size = rv.world_size
         self.device = device
+
+    def host_states(self, mine: object) -> list[Any]:
+        """Every rank of this host's ``mine``, by local rank (a collective of every rank: the
+        whole world's are gathered, this host's kept). Over the default group, the step loop's
+        own: the side group may be busy with a checkpoint still being written."""
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        first = self.node_rank * self.procs_per_host
+        return gathered[first : first + self.procs_per_host]
+
+    def barrier(self) -> None:
+        """Every rank has come this far (a collective over the default group)."""
+        dist.barrier()
 
     def average(
         self, model: torch.nn.Module, loss: torch.Tensor, over: int | None = None
@@ -141,15 +162,12 @@ def unflatten(params: list[torch.nn.Parameter], flat: torch.Tensor) -> float:
     return float(flat[-1])
 
 
-def check(rv: Rendezvous, device: torch.device) -> None:
-    """What the torch kind can run: one rank per host, this host among the members."""
+def check(rv: Rendezvous, device: torch.device, local_rank: int = 0) -> None:
+    """What the torch kind can run: this host among the members, this rank among its ranks."""
     if rv.backend == "nccl" and device.type != "cuda":
         raise ConfigError(f"backend: nccl needs a CUDA device; this executor trains on {device}")
-    if rv.procs_per_host != 1:
-        raise ConfigError(
-            f"procs_per_host: {rv.procs_per_host}; the torch kind trains one rank per host "
-            "(in the executor's own training thread) for now"
-        )
+    if not 0 <= local_rank < rv.procs_per_host:
+        raise ConfigError(f"local rank {local_rank} outside 0..{rv.procs_per_host - 1}")
     if not 0 <= rv.node_rank < rv.nnodes:
         raise ConfigError(f"rendezvous: node rank {rv.node_rank} outside 0..{rv.nnodes - 1}")
     if rv.logical_ranks is not None and not 1 <= rv.world_size <= rv.logical_ranks:
@@ -161,18 +179,20 @@ def check(rv: Rendezvous, device: torch.device) -> None:
 
 @contextlib.contextmanager
 def joined(
-    rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False
+    rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False, local_rank: int = 0
 ) -> Iterator[Group]:
-    """Join this epoch's group (waits for every member up to ``rv.timeout_s``), with ``side`` a
-    gloo group beside it (``Group.side``); always leave them."""
-    check(rv, device)
+    """Join this epoch's group as ``local_rank`` of this host (waits for every rank up to
+    ``rv.timeout_s``), with ``side`` a gloo group beside it (``Group.side``); always leave them."""
+    check(rv, device, local_rank)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # NCCL's rank k of a host uses its device k, not 0
     timeout = timedelta(seconds=rv.timeout_s)
     _name_the_group_as_a_fresh_process_would()
     with _gloo_bound_to(rv, warn, gloo=side):
         dist.init_process_group(
             rv.backend,
             init_method=f"tcp://{_host(rv.master_addr)}:{rv.master_port}",
-            rank=rv.node_rank * rv.procs_per_host,
+            rank=rv.node_rank * rv.procs_per_host + local_rank,
             world_size=rv.world_size,
             timeout=timeout,
         )
@@ -180,7 +200,7 @@ def joined(
         # bound it to loopback and its peers were refused (test_fsdp_ssh)
         side_group = dist.new_group(backend="gloo", timeout=timeout) if side else None
     try:
-        yield Group(rv, device, side_group)
+        yield Group(rv, device, side_group, local_rank)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

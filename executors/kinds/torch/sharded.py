@@ -223,24 +223,35 @@ def save_part(
     trainer: dict[str, Any],
     *,
     group: dist.ProcessGroup,
+    procs: int = 1,
 ) -> list[FolderFile]:
     """Write this rank's part of a step into the folder ``tmp`` (a collective over ``group``:
     every rank calls it for the same step): DCP's files of ``state``, DCP's index (written by
-    rank 0, then sent to every rank), ``trainer``. Returns the files, hashed as written."""
+    rank 0, then sent to every host), ``trainer``. With ``procs`` ranks per host, all write into
+    their host's one folder: its first rank writes the index and ``trainer`` (which holds every
+    local rank's RNG states) and, once every rank has written, hashes the folder. Returns the
+    files, hashed as written (none on a host's other ranks)."""
     tmp.mkdir(parents=True, exist_ok=True)
     dcp.save(
         state,
         storage_writer=FileSystemWriter(tmp, single_file_per_rank=True, sync_files=True),
         process_group=group,
     )
-    index = [(tmp / METADATA).read_bytes() if dist.get_rank(group) == 0 else None]
+    me = dist.get_rank(group)
+    first = me % procs == 0  # this host's first rank: it writes what the host holds once
+    index = [(tmp / METADATA).read_bytes() if me == 0 else None]
     dist.broadcast_object_list(index, group_src=0, group=group)
-    if dist.get_rank(group) != 0:
+    if me != 0 and first:
         _write(tmp / METADATA, cast(bytes, index[0]))
-    ring_copy(tmp, group)
-    buf = io.BytesIO()
-    torch.save(trainer, buf)
-    _write(tmp / TRAINER, buf.getvalue())
+    ring_copy(tmp, group, procs)
+    if first:
+        buf = io.BytesIO()
+        torch.save(trainer, buf)
+        _write(tmp / TRAINER, buf.getvalue())
+    if procs > 1:
+        dist.barrier(group=group)  # every local rank's files are in before they are hashed
+    if not first:
+        return []
     files = [FolderFile(path=p.name, size=size, sha256=sha) for p, (size, sha) in _hashed(tmp)]
     fsync_dir(tmp)
     return files
@@ -249,17 +260,18 @@ def save_part(
 _DATA_FILE = re.compile(r"__[0-9]+_[0-9]+\.distcp")
 
 
-def ring_copy(tmp: Path, group: dist.ProcessGroup) -> None:
-    """Send this rank's DCP data file to the next rank, and keep the previous rank's here (a
-    collective). Each step is then held whole by the members left after any one is lost."""
+def ring_copy(tmp: Path, group: dist.ProcessGroup, procs: int = 1) -> None:
+    """Send this rank's DCP data file to the same local rank of the next host, and keep the
+    previous host's here (a collective). Each step is then held whole by the members left after
+    any one is lost."""
     world, me = dist.get_world_size(group), dist.get_rank(group)
-    if world < 2:
+    if world <= procs:  # one host holds every rank's file
         return
     (own,) = sorted(tmp.glob(f"__{me}_*.distcp"))  # DCP writes one file per rank
     data = torch.frombuffer(bytearray(own.read_bytes()), dtype=torch.uint8)
     said: list[Any] = [None] * world
     dist.all_gather_object(said, (own.name, data.numel()), group=group)
-    prv, nxt = (me - 1) % world, (me + 1) % world
+    prv, nxt = (me - procs) % world, (me + procs) % world
     name, size = said[prv]
     if not isinstance(name, str) or not _DATA_FILE.fullmatch(name) or name == own.name:
         raise RuntimeError(f"rank {prv} named its data file {name!r}")

@@ -3,8 +3,11 @@
 Reads like the algorithm: ``run`` -> ``_train_step`` -> ``_forward_backward``. Faults in a
 step (out of memory, NaN) are handled here, at the step, for every workload.
 
-A multi-host job (a rendezvous in Control) trains data parallel, one rank per host: each rank
-takes its contiguous share of every global batch, the gradients and the loss are averaged
+A multi-host job (a rendezvous in Control) trains data parallel, ``procs_per_host`` ranks per
+host (local rank 0 here, in the executor; the others followers in processes of their own that
+it starts for the run, ``executors.kinds.torch.local_ranks``, which publish nothing: their
+RNG states are gathered into local rank 0's checkpoint): each rank takes its contiguous share
+of every global batch, the gradients and the loss are averaged
 over the ranks (``executors.kinds.torch.dist``), and at each step boundary the ranks agree on saving and
 stopping (``executors.kinds.torch.boundary``), so every one checkpoints the same steps and stops at the
 same step. Progress reports are made by ``executors.agent.progress``.
@@ -31,7 +34,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -45,7 +48,7 @@ from executors.checkpoints.lineage import at_start
 from executors.checkpoints.version import code_version
 from executors.fencing.guard import LeaseGuard
 from executors.kinds import Outcome
-from executors.kinds.torch import logical, rng
+from executors.kinds.torch import local_ranks, logical, rng
 from executors.kinds.torch.boundary import Boundary, Halt
 from executors.kinds.torch.device import is_oom, make_deterministic, pick_device
 from executors.kinds.torch.dist import Group, flatten, joined, trained
@@ -92,9 +95,16 @@ class Trainer:
         device: torch.device | None = None,
         injections: Injections | None = None,
         progress_interval_s: float = 0.5,
+        local_rank: int = 0,
     ) -> None:
         self.spec = spec
         self.emit = emit
+        self.workdir = workdir
+        self.local_rank = local_rank
+        """This process's rank on its host: 0 in the executor, above 0 in a follower."""
+        self._follower = local_rank > 0
+        """A follower publishes nothing and removes nothing: local rank 0 holds the host's
+        checkpoints (and the lease)."""
         self.control = control or Control()
         self.device = device or pick_device()
         self.inj = injections or Injections()
@@ -118,7 +128,11 @@ class Trainer:
             nnodes=rv.nnodes if rv else 1,
             any_shard=rv is not None and rv.logical_ranks is not None,
             lineage=at_start(spec, run_id=self.control.run_id, factory=self._factory),
+            publishes=not self._follower,
+            load_tag=f"-r{self.local_rank}" if rv is not None and rv.procs_per_host > 1 else "",
         )
+        self._procs = rv.procs_per_host if rv else 1
+        """Ranks on this host (``procs_per_host``)."""
         self.group: Group | None = None
         """This epoch's process group, while a multi-host run is in it."""
         self._logical_ranks = rv.logical_ranks if rv else None
@@ -155,7 +169,20 @@ class Trainer:
             rv = self.control.rendezvous
             if rv is None:
                 return self._run()
-            with joined(rv, self.device, self._warn, side=self._fsdp) as self.group:
+            with (
+                local_ranks.running(
+                    self.spec,
+                    rv,
+                    local_rank=self.local_rank,
+                    epoch=self.control.epoch,
+                    run_id=self.control.run_id,
+                    workdir=self.workdir,
+                    device=str(self.device),
+                ),
+                joined(
+                    rv, self.device, self._warn, side=self._fsdp, local_rank=self.local_rank
+                ) as self.group,
+            ):
                 return self._run()
         finally:
             self.ckpt.close()
@@ -248,7 +275,7 @@ class Trainer:
         checkpoints newer than that were not committed by all, and are removed."""
         assert self.control.rendezvous is not None
         step = self.control.rendezvous.resume_step
-        if dropped := self.ckpt.drop_above(step):
+        if not self._follower and (dropped := self.ckpt.drop_above(step)):
             text = f"removed uncommitted checkpoints of steps {dropped} (committed: {step})"
             self.emit(Log(level=LogLevel.INFO, text=text))
         return None if step is None else self._load_step(step)
@@ -268,7 +295,7 @@ class Trainer:
         else:
             self.workload.load_state_dict(loaded.state["workload"])
         self.state.load_state_dict(loaded.state["train"])
-        rng.restore(loaded.state["rng"])
+        rng.restore(self._own_rng(loaded.state))
         self.saved_step = self.state.step
         saved_micro, self.state.micro_batch = (
             self.state.micro_batch,
@@ -315,25 +342,44 @@ class Trainer:
     def _save(self, reason: str) -> None:
         if self._fsdp:
             self.stall_s += self._save_part()
+        elif self._follower:
+            self._rng_states()  # its part of the host's checkpoint: its RNG states
         else:
             state = {
                 "workload": self.workload.state_dict(),
                 "train": self.state.state_dict(),
-                "rng": rng.capture(),
+                **self._rng_states(),
             }
             self.stall_s += self.ckpt.save(self.state.step, state)
         self.saved_step = self.state.step
         self._last_ckpt_t = time.monotonic()
 
+    def _rng_states(self) -> dict[str, Any]:
+        """The RNG states a checkpoint holds: this rank's, and with more than one rank per host
+        every local rank's by local rank (gathered: a collective of every rank)."""
+        mine = rng.capture()
+        if self.group is None or self._procs < 2:
+            return {"rng": mine}
+        return {"rng": mine, "rng_local": self.group.host_states(mine)}
+
+    def _own_rng(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This rank's RNG states in a checkpoint: its local rank's where the host's are kept."""
+        local = state.get("rng_local")
+        if isinstance(local, list) and self.local_rank < len(local):
+            return cast(dict[str, Any], local[self.local_rank])
+        return cast(dict[str, Any], state["rng"])
+
     def _save_part(self) -> float:
         from executors.kinds.torch import sharded
 
         w = self.workload
-        trainer: dict[str, Any] = {"train": self.state.state_dict(), "rng": rng.capture()}
+        trainer: dict[str, Any] = {"train": self.state.state_dict(), **self._rng_states()}
         if w.scheduler is not None:
             trainer["lr_scheduler"] = w.scheduler.state_dict()
         state = sharded.sharded_state(w.model, w.optimizer)
-        return self.ckpt.save_part(self.state.step, state, trainer, self._ckpt_group)
+        return self.ckpt.save_part(
+            self.state.step, state, trainer, self._ckpt_group, procs=self._procs
+        )
 
     def _digest(self) -> str:
         """sha256 of the whole parameters (a sharded job's gathered: a collective)."""
@@ -524,6 +570,8 @@ class Trainer:
         )
         self.workload.optimizer.zero_grad(set_to_none=True)
         self.ckpt.wait()
+        if self.group is not None and self._procs > 1:
+            self.group.barrier()  # local rank 0 has published what its followers load
         micro = self.state.micro_batch
         loaded = self._last_saved()
         if loaded is not None:
