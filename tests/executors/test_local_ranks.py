@@ -5,25 +5,32 @@ the executor, the others in follower processes it starts for the run
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
+import torch
 from support.distbed import (
     TIMEOUT_S,
     Member,
     Reference,
     finished,
     kill_all,
+    manifests,
     serve,
     start,
     uninterrupted,
 )
 from support.helpers import TINY_CONFIG, env_with, wait_for
 
+from executors.fencing.publish import checkpoint_name
+from executors.kinds.torch.sharded import METADATA, TRAINER
 from executors.kinds.torch.torch_kind import PROGRESS_ENV
 from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded
 from protocol.spec import JobSpec
@@ -141,3 +148,119 @@ def test_a_follower_ignores_sigterm_and_its_death_fails_the_run_saying_which(
     assert isinstance(ended, RunEnded) and ended.fault == "crash", ended
     said = [x.message for x in second.client.seen if isinstance(x, Fault)]
     assert any(f"local rank 1 (pid {follower.pid}) was killed by signal 9" in s for s in said), said
+
+
+# ------------------------------------------------------------------ sharded (FSDP2)
+
+FSDP = msgspec.structs.replace(
+    SPEC, name="lrf", parallel="fsdp", config={**TINY_CONFIG, "n_layer": 2}
+)
+
+
+@pytest.fixture(scope="module")
+def four_hosts_fsdp(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """The uninterrupted FSDP run on four hosts of one rank each."""
+    return uninterrupted(tmp_path_factory.mktemp("ref-fsdp"), FSDP, hosts=4)
+
+
+def hashed(path: Path) -> tuple[int, str]:
+    data = path.read_bytes()
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def test_a_sharded_host_of_two_ranks_writes_one_part_and_resumes_it_bit_exact(
+    tmp_path: Path, four_hosts_fsdp: Reference, cleanup: list[Member]
+) -> None:
+    """FSDP over two hosts of two ranks ends as over four hosts of one. Each host's part of a
+    step is one folder: its two ranks' DCP files, a copy of the other host's two, the index and
+    one trainer state holding both ranks' RNG states; its manifest lists exactly what is on
+    disk (hashed here). Those parts alone, in fresh workdirs, resume bit-exact."""
+    works = [tmp_path / "r0", tmp_path / "r1"]
+    members = serve(works)
+    cleanup.extend(members)
+    start(members, FSDP, procs_per_host=2)
+    assert {finished(m).params_sha256 for m in members} == {four_hosts_fsdp.digest}
+    for node, work in enumerate(works):
+        (m10,) = [m for m in manifests(work) if m.step == 10]
+        assert (m10.node_rank, m10.nnodes) == (node, 2) and m10.files is not None
+        folder = work / "checkpoints" / f"{checkpoint_name(10)}.pt"
+        own = {f"__{2 * node + k}_0.distcp" for k in range(2)}
+        other = {f"__{2 * (1 - node) + k}_0.distcp" for k in range(2)}
+        on_disk = {p.name: hashed(p) for p in folder.iterdir()}
+        assert set(on_disk) == own | other | {METADATA, TRAINER}
+        assert on_disk == {f.path: (f.size, f.sha256) for f in m10.files}
+        trainer = torch.load(folder / TRAINER, weights_only=True)
+        assert len(trainer["rng_local"]) == 2
+        local = [s["torch"] for s in trainer["rng_local"]]
+        assert not torch.equal(local[0], local[1]), "each local rank's own RNG state"
+        assert torch.equal(trainer["rng"]["torch"], local[0])
+
+    fresh = [tmp_path / "f0", tmp_path / "f1"]
+    for src, dst in zip(works, fresh, strict=True):
+        (dst / "checkpoints").mkdir(parents=True)
+        for p in (src / "checkpoints").glob(f"{checkpoint_name(10)}*"):
+            (shutil.copytree if p.is_dir() else shutil.copy)(p, dst / "checkpoints" / p.name)
+    again = serve(fresh)
+    cleanup.extend(again)
+    start(again, FSDP, epoch=2, resume_step=10, procs_per_host=2)
+    for m in again:
+        resumed = m.client.until(lambda x: isinstance(x, Resumed) and x.epoch == 2, 60)
+        assert isinstance(resumed, Resumed) and resumed.step == 10
+    assert {finished(m).params_sha256 for m in again} == {four_hosts_fsdp.digest}
+
+
+ELASTIC = msgspec.structs.replace(
+    FSDP, name="lre", steps=24, checkpoint_every_steps=8, config={**FSDP.config, "global_batch": 8}
+)
+LOGICAL = 4
+LOSS_RTOL = 1e-5
+"""As in ``test_fsdp_train``: only the order of the reduce-scatter's sums differs after a
+world-size change."""
+
+
+def phase(members: list[Member], last: int, *, epoch: int, resume: int | None) -> None:
+    spec = msgspec.structs.replace(ELASTIC, steps=last)
+    start(members, spec, epoch=epoch, resume_step=resume, logical_ranks=LOGICAL, procs_per_host=2)
+    for m in members:
+        finished(m)
+
+
+def losses(m: Member) -> dict[int, float]:
+    return {x.step: x.loss for x in m.client.seen if isinstance(x, Progress) and x.step > 0}
+
+
+def test_a_sharded_job_of_two_ranks_per_host_shrinks_to_one_host_and_grows_back_resharded(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """Elastic FSDP, two ranks per host: 2 hosts (4 ranks) -> 1 host (2 ranks) with the other's
+    workdir gone (its shards live on as the ring copies on the first) -> 2 hosts, the new one
+    empty. Each epoch loads the committed step resharded; the losses follow the uninterrupted
+    run's within LOSS_RTOL."""
+    ref = serve([tmp_path / "ref0", tmp_path / "ref1"], [EVERY_STEP] * 2)
+    cleanup.extend(ref)
+    phase(ref, ELASTIC.steps, epoch=1, resume=None)
+    want = losses(ref[0])
+
+    works = [tmp_path / "w0", tmp_path / "w1"]
+    first = serve(works, [EVERY_STEP] * 2)
+    cleanup.extend(first)
+    phase(first, 8, epoch=1, resume=None)
+    kill_all(first)
+    shutil.rmtree(works[1])
+    (alone,) = serve([works[0]], [EVERY_STEP])
+    cleanup.append(alone)
+    phase([alone], 16, epoch=2, resume=8)
+    kill_all([alone])
+    grown = serve([works[0], tmp_path / "w2"], [EVERY_STEP] * 2)
+    cleanup.extend(grown)
+    phase(grown, 24, epoch=3, resume=16)
+
+    got: dict[int, float] = {}
+    for leader in (first[0], alone, grown[0]):
+        got.update(losses(leader))
+    assert sorted(got) == sorted(want) == list(range(1, ELASTIC.steps + 1))
+    worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in got)
+    print(f"worst relative loss difference after resharding: {worst:.2e}")
+    assert worst <= LOSS_RTOL, f"worst relative loss difference {worst:.2e}"
+    resumed = [x.step for x in grown[1].client.seen if isinstance(x, Resumed)]
+    assert resumed == [16], resumed
