@@ -422,14 +422,7 @@ def _cross_check(inv: Inventory, text: str) -> None:
             _fail(inv, text, [*keys, "hosts"], "a host is named twice")
         if p.hosts and (p.warm_standby or p.warm_twin):
             _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
-        if (p.procs_per_host or 1) > 1 and job.spec.executor == "torch" and not p.hosts:
-            _fail(
-                inv,
-                text,
-                [*keys, "procs_per_host"],
-                "the torch kind runs more than one rank per host in a job on several `hosts` "
-                "for now (one host trains one rank)",
-            )
+        _check_procs(inv, text, keys, job)
         _check_elastic(inv, text, keys, job)
         _check_parallel(inv, text, keys, job)
         if p.hosts and job.spec.executor not in ("torch", "command"):
@@ -458,6 +451,33 @@ def _check_socket_paths(inv: Inventory, text: str, name: str) -> None:
                 text,
                 ["hosts", name, "root"],
                 f"too deep for job {job!r}: {why}; use a shorter root",
+            )
+
+
+def _check_procs(inv: Inventory, text: str, keys: list[str], job: Job) -> None:
+    """The torch kind's ``procs_per_host``: over several hosts, one GPU per rank on a GPU host."""
+    p = job.placement
+    procs = p.procs_per_host or 1
+    if procs < 2 or job.spec.executor != "torch":
+        return
+    where = [*keys, "procs_per_host"]
+    if not p.hosts:
+        _fail(
+            inv,
+            text,
+            where,
+            "the torch kind runs more than one rank per host in a job on several `hosts` for "
+            "now (one host trains one rank)",
+        )
+    for h in [*p.hosts, *p.spares]:
+        gpus = inv.hosts[h].gpus if h in inv.hosts else 0
+        if 0 < gpus < procs:
+            _fail(
+                inv,
+                text,
+                where,
+                f"{procs} ranks per host take a GPU each; host {h} has {gpus} (or set "
+                f"procs_per_host = {gpus})",
             )
 
 

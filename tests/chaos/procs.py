@@ -3,7 +3,8 @@ which executors of a job *train* (their training thread burns CPU) between two s
 
 Every host of the bed runs on this machine (network namespaces, one pid namespace), so
 /proc sees every executor there is. An executor is known by its command line (``serve
---workdir W``, W a workdir of a job); its training thread by its OS name. A thread is
+--workdir W``, W a workdir of a job; a torch job's local rank above 0 by its ``rank_process
+--workdir W --local-rank K``); its training thread by its OS name. A thread is
 counted as training in the window between two samples when its CPU time (utime + stime in
 /proc/PID/task/TID/stat) grew in that window: a SIGSTOPped trainer, or one parked after its
 lease, holds a thread that does not train. Those are counted apart (``frozen``): present
@@ -22,6 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+FOLLOWER = "executors.kinds.torch.rank_process"
+"""A torch job's local rank above 0 (``--workdir W --local-rank K``): its own trainer, which
+may train beside local rank 0 of its executor (``job/local-K`` here), never beside another
+process of the same local rank."""
 TRAIN_THREAD = "hotspare-train"
 """The OS name of an executor's training thread (executors/agent/serve.py); idle executors have none."""
 SAMPLE_S = 0.1
@@ -136,13 +141,17 @@ class Sampler:
         except OSError:
             return None
         args = [a.decode(errors="replace") for a in argv]
-        if "serve" not in args or "--workdir" not in args:
+        follower = FOLLOWER in args
+        if ("serve" not in args and not follower) or "--workdir" not in args:
             return None
         i = args.index("--workdir")
         workdir = os.path.normpath(args[i + 1]) if i + 1 < len(args) else ""
+        local = ""
+        if follower and "--local-rank" in args[:-1]:
+            local = f"/local-{args[args.index('--local-rank') + 1]}"
         for job, dirs in self.workdirs.items():
             if workdir in dirs:
-                return job, workdir
+                return job + local, workdir
         return None
 
     def sample(self) -> None:

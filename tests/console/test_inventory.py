@@ -353,6 +353,16 @@ MALFORMED: list[tuple[str, str | bytes, list[str]]] = [
         ["{p}:8: jobs.j.procs_per_host: Expected `int` >= 1"],
     ),
     (
+        "job-torch-procs-per-host-past-the-gpus",
+        "".join(
+            f'[hosts.{n}]\nregion = "r"\ntransport = "local"\nroot = "x"\ngpus = 2\n' for n in "hg"
+        ).join(["[regions.r]\n", '[jobs.j]\nhosts = ["h", "g"]\nprocs_per_host = 4\nsteps = 1\n']),
+        [
+            "{p}:14: jobs.j.procs_per_host: 4 ranks per host take a GPU each; host h has 2 (or "
+            "set procs_per_host = 2)"
+        ],
+    ),
+    (
         "job-torch-procs-per-host",
         H + "[jobs.j]\nprocs_per_host = 2\nsteps = 1\n",
         [

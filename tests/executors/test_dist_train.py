@@ -167,10 +167,10 @@ def test_resuming_a_step_a_member_lacks_or_another_member_wrote_is_a_clear_fault
     assert not (works[0] / "checkpoints" / "step-0000000030.json").exists(), "uncommitted"
 
     members[0].client.send(Stop(reason=StopReason.OPERATOR))
-    rv = Rendezvous(node_rank=1, addresses=["127.0.0.1"] * 2, master_port=1, procs_per_host=2)
+    rv = Rendezvous(node_rank=2, addresses=["127.0.0.1"] * 2, master_port=1)
     members[1].client.send(Start(spec=SPEC, epoch=2, rendezvous=rv))
     refused = members[1].client.until(lambda x: isinstance(x, Fault) and x.fault == "config", 10)
-    assert isinstance(refused, Fault) and "procs_per_host: 2" in refused.message
+    assert isinstance(refused, Fault) and "node rank 2 outside 0..1" in refused.message
     assert "\n" not in refused.message
     codes = [m.proc.finish(30) for m in members]
     assert [rc for rc, _ in codes] == [exitcodes.STOPPED, exitcodes.CONFIG]

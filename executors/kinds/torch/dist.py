@@ -168,6 +168,13 @@ def check(rv: Rendezvous, device: torch.device, local_rank: int = 0) -> None:
         raise ConfigError(f"backend: nccl needs a CUDA device; this executor trains on {device}")
     if not 0 <= local_rank < rv.procs_per_host:
         raise ConfigError(f"local rank {local_rank} outside 0..{rv.procs_per_host - 1}")
+    if device.type == "cuda" and rv.procs_per_host > 1:
+        first, have = device.index or 0, torch.cuda.device_count()
+        if first + rv.procs_per_host > have:
+            raise ConfigError(
+                f"procs_per_host: {rv.procs_per_host} ranks take a GPU each from cuda:{first}; "
+                f"this host has {have}"
+            )
     if not 0 <= rv.node_rank < rv.nnodes:
         raise ConfigError(f"rendezvous: node rank {rv.node_rank} outside 0..{rv.nnodes - 1}")
     if rv.logical_ranks is not None and not 1 <= rv.world_size <= rv.logical_ranks:

@@ -113,8 +113,11 @@ class LocalRanks:
         for order in self._orders:
             log = self._logs / f"local-{order.local_rank}.log"
             with open(log, "wb") as err:
+                argv = [sys.executable, "-m", "executors.kinds.torch.rank_process"]
+                # what it trains, for ps and /proc (its order comes on stdin)
+                where = ["--workdir", order.workdir, "--local-rank", str(order.local_rank)]
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "executors.kinds.torch.rank_process"],
+                    argv + where,
                     stdin=subprocess.PIPE,
                     stdout=err,
                     stderr=err,

@@ -1,5 +1,6 @@
 """A follower: local rank K > 0 of a host, started by local rank 0 for one run
-(``executors.kinds.torch.local_ranks``), given its ``RankOrder`` on stdin.
+(``executors.kinds.torch.local_ranks``), given its ``RankOrder`` on stdin (its command line's
+``--workdir`` and ``--local-rank`` only say what it trains, for ``ps`` and /proc).
 
 It trains the same step loop as local rank 0 (``Trainer`` with ``local_rank``), dies with its
 parent (first thing, before torch is imported), ignores SIGINT and SIGTERM (a stop reaches it
@@ -27,6 +28,9 @@ def main() -> int:
         return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    from executors.threadname import name_os_thread
+
+    name_os_thread("hotspare-train")  # as local rank 0's training thread is named
     from pathlib import Path
 
     import torch

@@ -51,7 +51,7 @@ from executors.kinds import Outcome
 from executors.kinds.torch import local_ranks, logical, rng
 from executors.kinds.torch.boundary import Boundary, Halt
 from executors.kinds.torch.device import is_oom, make_deterministic, pick_device
-from executors.kinds.torch.dist import Group, flatten, joined, trained
+from executors.kinds.torch.dist import Group, check, flatten, joined, trained
 from executors.kinds.torch.workload import Factory, Workload, WorkloadContext, resolve
 from protocol.errors import ConfigError
 from protocol.faults import FaultKind, StopReason
@@ -169,6 +169,7 @@ class Trainer:
             rv = self.control.rendezvous
             if rv is None:
                 return self._run()
+            check(rv, self.device, self.local_rank)  # before any follower is started
             with (
                 local_ranks.running(
                     self.spec,
