@@ -9,6 +9,7 @@ from console.fleet.hosts import HostRuntime
 from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief
+from console.supervise.group.supervisor import GroupSupervisor
 from console.ui.view import Row, age
 from protocol.units import MIB, size, used_of
 
@@ -197,6 +198,13 @@ def event_lines(events: list[Event]) -> str:
     return "\n".join(f"{clock(e.t)}  {e.msg}" for e in events)
 
 
+def _ranks(node: int, procs: int) -> str:
+    """A member's ranks: ``rank 2``, or with more than one per host ``node 1: ranks 2-3``."""
+    if procs == 1:
+        return f"rank {node}"
+    return f"node {node}: ranks {node * procs}-{node * procs + procs - 1}"
+
+
 def job_summary(ctl: Controller, job: str) -> str:
     sup = ctl.jobs[job]
     state = sup.state.value + (f" ({sup.failure.value})" if sup.failure else "")
@@ -210,15 +218,17 @@ def job_summary(ctl: Controller, job: str) -> str:
         return line
     committed = sup.rec.committed[-1] if sup.rec.committed else None
     newest = {h: m for h, m in sup.checkpoints}  # each member's newest checkpoint it said
+    procs = sup.procs_per_host(hosts) if isinstance(sup, GroupSupervisor) else 1
     members = ", ".join(
-        f"{h} (rank {r}, {ctl.fleet.hosts[h].state.value}"
+        f"{h} ({_ranks(r, procs)}, {ctl.fleet.hosts[h].state.value}"
         + (f", part {size(newest[h].size)} @{newest[h].step}" if h in newest else "")
         + ")"
         for r, h in enumerate(hosts)
     )
+    per_host = f", {procs} ranks per host" if procs > 1 else ""
     text = (
         f"{line}   committed step {committed if committed is not None else '-'}   "
-        f"{PARALLEL[sup.spec.parallel]}\n{members}"
+        f"{PARALLEL[sup.spec.parallel]}{per_host}\n{members}"
     )
     planned, least = len(ctl.inv.members(job)), ctl.inv.min_hosts(job)
     if least < planned:

@@ -101,3 +101,14 @@ def test_a_sharded_jobs_detail_says_so_with_each_members_part(tmp_path: Path) ->
         assert "c (rank 2, up, part 13 MiB @40)" in summary, summary
     finally:
         ctl.lock.release()
+
+
+def test_a_job_of_two_ranks_per_host_names_each_members_ranks(tmp_path: Path) -> None:
+    ctl = controller(local_group(tmp_path, parallel="fsdp", procs_per_host=2))
+    try:
+        summary = job_summary(ctl, "j")
+        assert "each member holds its part, 2 ranks per host" in summary, summary
+        assert "a (node 0: ranks 0-1, up)" in summary, summary
+        assert "c (node 2: ranks 4-5, up)" in summary, summary
+    finally:
+        ctl.lock.release()

@@ -254,7 +254,7 @@ class GroupSupervisor(Supervisor):
             node_rank=0,
             addresses=[self._inv.data_address(h) for h in plan],
             master_port=(port := next_port(self._last_port)),
-            procs_per_host=self._procs_per_host(plan),
+            procs_per_host=self.procs_per_host(plan),
             backend=Backend(self.placement.backend or self._default_backend(plan)),
             resume_step=resume,
             timeout_s=self.collective_timeout_s,
@@ -292,7 +292,9 @@ class GroupSupervisor(Supervisor):
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
         return run
 
-    def _procs_per_host(self, plan: list[str]) -> int:
+    def procs_per_host(self, plan: list[str]) -> int:
+        """Ranks on each host of ``plan``: the job's own, else one for the torch kind, else the
+        fewest GPUs of a member (at least one)."""
         if self.placement.procs_per_host is not None:
             return self.placement.procs_per_host
         if self.spec.executor == "torch":
