@@ -32,7 +32,7 @@ from support.helpers import TINY_CONFIG, env_with, wait_for
 from executors.fencing.publish import checkpoint_name
 from executors.kinds.torch.sharded import METADATA, TRAINER
 from executors.kinds.torch.torch_kind import PROGRESS_ENV
-from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded
+from protocol.messages import CheckpointSaved, Fault, Progress, Resumed, RunEnded, Stopped
 from protocol.spec import JobSpec
 
 SPEC = JobSpec(
@@ -264,3 +264,30 @@ def test_a_sharded_job_of_two_ranks_per_host_shrinks_to_one_host_and_grows_back_
     assert worst <= LOSS_RTOL, f"worst relative loss difference {worst:.2e}"
     resumed = [x.step for x in grown[1].client.seen if isinstance(x, Resumed)]
     assert resumed == [16], resumed
+
+
+def test_a_preemptions_sigterm_to_a_member_and_its_follower_checkpoints_every_rank_at_one_step(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """SIGTERM to one member's executor and its follower (as to their process group): the
+    follower ignores it, the executor asks the stop, and both members' four ranks stop at one
+    step with that step checkpointed (a follower that died of the SIGTERM would have failed the
+    run as a crash, with no checkpoint)."""
+    works = [tmp_path / "r0", tmp_path / "r1"]
+    members = serve(works, [EVERY_STEP] * 2)
+    cleanup.extend(members)
+    start(members, LONG, procs_per_host=2)
+    _, second = members
+    second.client.until(lambda x: isinstance(x, Progress) and x.step >= 3, 60)
+    (follower,) = followers(second.proc.proc.pid)
+    follower.send_signal(signal.SIGTERM)
+    second.proc.proc.send_signal(signal.SIGTERM)
+    stopped = [m.client.until(lambda x: isinstance(x, (Stopped, RunEnded)), 60) for m in members]
+    assert all(isinstance(s, Stopped) for s in stopped), stopped
+    steps = {s.step for s in stopped if isinstance(s, Stopped)}
+    (step,) = steps
+    assert [s.checkpoint_step for s in stopped if isinstance(s, Stopped)] == [step, step]
+    assert [s.reason for s in stopped if isinstance(s, Stopped)] == ["peer_stopped", "preempted"]
+    for w in works:
+        assert step in {m.step for m in manifests(w)}, "that step is on disk on both members"
+    wait_for(lambda: gone(follower), 30, "the follower ended with its run")
