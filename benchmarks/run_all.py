@@ -66,6 +66,7 @@ BENCHES = [
     Bench("provision_mttr", "provision_mttr.py", [], ["--trials", "1"], 1200, 600),
     Bench("lease_under_load", "lease_under_load.py", [], ["--seconds", "20"], 1200, 600),
     Bench("sharded_checkpoint", "sharded_checkpoint.py", [], ["--quick"], 1800, 600),
+    Bench("local_ranks", "local_ranks.py", [], ["--quick"], 1200, 600),
     Bench(
         "console_restart", "console_restart.py", [], ["--trials", "2", "--every", "12"], 900, 300
     ),
