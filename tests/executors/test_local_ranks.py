@@ -291,3 +291,21 @@ def test_a_preemptions_sigterm_to_a_member_and_its_follower_checkpoints_every_ra
     for w in works:
         assert step in {m.step for m in manifests(w)}, "that step is on disk on both members"
     wait_for(lambda: gone(follower), 30, "the follower ended with its run")
+
+
+def test_local_rank_0s_own_crash_is_said_as_such_not_blamed_on_its_follower(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """Local rank 0's run raises at step 5: its follower then fails too (its group is gone), but
+    the crash said is local rank 0's own, and the follower is ended."""
+    crash = env_with(HOTSPARE_INJECT="crash@5")
+    members = serve([tmp_path / "r0", tmp_path / "r1"], [None, crash])
+    cleanup.extend(members)
+    start(members, LONG, procs_per_host=2)
+    _, second = members
+    ended = second.client.until(lambda x: isinstance(x, RunEnded), 90)  # joins and 5 steps
+    assert isinstance(ended, RunEnded) and ended.fault == "crash", ended
+    said = [x.message for x in second.client.seen if isinstance(x, Fault)]
+    assert any("injected crash at step 5" in s for s in said), said
+    assert not any("local rank" in s for s in said), said
+    wait_for(lambda: not followers(second.proc.proc.pid), 30, "the follower ended")

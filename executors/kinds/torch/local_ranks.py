@@ -43,6 +43,8 @@ step: every step is a collective) before they are killed."""
 FAILED_WAIT_S = 3.0
 """How long a run that failed waits for its followers to end by themselves (a dead peer ends
 their collectives) before they are killed: one that died first is the likely cause."""
+CULPRIT_GRACE_S = 0.3
+"""How long a failed run looks for a follower that ended before it (``run_failed``)."""
 TAIL_CHARS = 600
 
 
@@ -66,6 +68,8 @@ class Follower:
     proc: subprocess.Popen[bytes]
     log: Path
     killed: bool = False
+    culprit: bool = False
+    """It had ended on its own when local rank 0's run failed: the likely cause."""
 
 
 def device_of(leader: str, local_rank: int) -> str:
@@ -133,9 +137,22 @@ class LocalRanks:
     def pids(self) -> list[int]:
         return [f.proc.pid for f in self.followers]
 
+    def run_failed(self, grace_s: float = CULPRIT_GRACE_S) -> None:
+        """Local rank 0's run failed, its group not left yet: which followers had ended on their
+        own by then (a dead follower's sockets close a moment before it can be reaped: looked
+        for a short while). Those that end after, once the group is left, are its consequence."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            for f in self.followers:
+                f.culprit = f.proc.poll() not in (None, 0)
+            if any(f.culprit for f in self.followers) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
     def end(self, *, failed: bool) -> str | None:
         """Wait for the followers (``failed``: briefly), kill what is left by its pid; why the
-        first one that failed by itself did (None: none did)."""
+        first one that had ended on its own when the run failed did (``run_failed``; None:
+        none did)."""
         deadline = time.monotonic() + (FAILED_WAIT_S if failed else END_WAIT_S)
         for f in self.followers:
             try:
@@ -145,11 +162,7 @@ class LocalRanks:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(f.proc.pid, signal.SIGKILL)
                 f.proc.wait()
-        return next((self._why(f) for f in self.followers if self._failed(f)), None)
-
-    @staticmethod
-    def _failed(f: Follower) -> bool:
-        return not f.killed and f.proc.returncode != 0
+        return next((self._why(f) for f in self.followers if f.culprit), None)
 
     @staticmethod
     def _why(f: Follower) -> str:

@@ -179,12 +179,17 @@ class Trainer:
                     run_id=self.control.run_id,
                     workdir=self.workdir,
                     device=str(self.device),
-                ),
+                ) as ranks,
                 joined(
                     rv, self.device, self._warn, side=self._fsdp, local_rank=self.local_rank
                 ) as self.group,
             ):
-                return self._run()
+                try:
+                    return self._run()
+                except Exception:
+                    if ranks is not None:  # before the group is left: who had ended by then
+                        ranks.run_failed()
+                    raise
         finally:
             self.ckpt.close()
 
