@@ -229,6 +229,8 @@ def losses(m: Member) -> dict[int, float]:
     return {x.step: x.loss for x in m.client.seen if isinstance(x, Progress) and x.step > 0}
 
 
+@pytest.mark.long  # the suite proves elastic FSDP resharding at one rank per host
+# (test_fsdp_train) and the part of a host of two ranks here
 def test_a_sharded_job_of_two_ranks_per_host_shrinks_to_one_host_and_grows_back_resharded(
     tmp_path: Path, cleanup: list[Member]
 ) -> None:
