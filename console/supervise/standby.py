@@ -68,7 +68,9 @@ class Standby:
         self._warm_task: asyncio.Task[None] | None = None
         self._warm_on: str | None = None
         """The host the newest warm standby was started on."""
-        self._pumps: dict[int, asyncio.Task[str]] = {}
+        self._pumps: dict[ExecutorLink, asyncio.Task[str]] = {}
+        """Each link's reader, keyed by the link itself (held: its id cannot be reused while
+        it is here); a finished one is dropped once another link is pumped."""
         self._keeping = False
         """The job keeps a warm standby (``keep_warm`` was called): it follows the spares."""
 
@@ -311,15 +313,23 @@ class Standby:
     # ------------------------------------------------------------------ pumps
 
     def pump(self, link: ExecutorLink) -> asyncio.Task[str]:
-        """One reader per link for its whole life, so a standby's link can become the job's link."""
-        task = self._pumps.get(id(link))
+        """One reader per link for its whole life, so a standby's link can become the job's link.
+
+        Keyed by the link, not by ``id(link)``: a link freed left its finished reader under its
+        id, and a new link given the same address was taken as pumped already (its reader
+        never started), so a warm standby that had just come up read as "its link is gone"
+        and a second executor was started beside it (fresh-clone runs, a drain while the
+        standby still started: test_warm_standby_default, test_standby_pumps)."""
+        task = self._pumps.get(link)
         if task is None:
+            for other in [k for k, t in self._pumps.items() if t.done()]:
+                del self._pumps[other]
             task = asyncio.create_task(link.pump(lambda msg: self._route(link, msg)))
-            self._pumps[id(link)] = task
+            self._pumps[link] = task
         return task
 
     def pumping(self, link: ExecutorLink) -> bool:
-        task = self._pumps.get(id(link))
+        task = self._pumps.get(link)
         return link.hello is not None and task is not None and not task.done()
 
     def _route(self, link: ExecutorLink, msg: ExecutorMessage) -> None:

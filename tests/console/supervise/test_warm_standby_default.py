@@ -111,7 +111,7 @@ async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_sta
         await asyncio.wait_for(task, 60)
         await ctl.close()
     events = list(read(journal))
-    story = [f"{e.kind.value} {e.host}: {e.msg}" for e in events]
+    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in events)
     # until the job's first step on b: its one executor there is the standby. A restart on b
     # after that (a lease lapsed on a loaded machine, say) starts another, rightly: a fresh-clone
     # run at e43cb70 counted two starts on b and kept no journal to tell which case it was.
@@ -177,7 +177,7 @@ async def test_a_drain_while_the_standby_still_starts_moves_the_job_into_that_st
         await asyncio.wait_for(task, 60)
         await ctl.close()
     events = list(read(journal))
-    story = [f"{e.kind.value} {e.host}: {e.msg}" for e in events]
+    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in events)
     # until the job's first step on b: its one executor there is the standby. A restart on b
     # after that (a lease lapsed on a loaded machine, say) starts another, rightly: a fresh-clone
     # run at e43cb70 counted two starts on b and kept no journal to tell which case it was.
