@@ -83,7 +83,13 @@ def alive(pid: int) -> bool:
 
 
 def cmdline(pid: int) -> list[str]:
-    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    """Its command line; [] once it is gone (a short-lived child listed a moment before: a
+    fresh-clone run read one that had ended)."""
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode() for a in data.split(b"\0") if a]
 
 
 def started_pid(text: str) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 
 import executors
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, HotspareError
 from protocol.messages import Rendezvous
 from protocol.spec import JobSpec
 
@@ -205,5 +205,7 @@ def running(
         ranks.end(failed=False)
 
 
-class LocalRankFailed(RuntimeError):
+class LocalRankFailed(HotspareError):
     """A follower ended on its own while the run needed it (its exit and last words)."""
+
+    permanent = False  # the run is restarted, its followers started again
