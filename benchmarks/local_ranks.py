@@ -25,7 +25,7 @@ The scripts differ (an MLP under torchrun, charlm under the torch kind); both ar
 figures are the supervisors' (detection, process starts, ``import torch``, rendezvous, load).
 
     python benchmarks/local_ranks.py [--trials 3] [--quick] [--json]
-        [--only torchrun,hotspare,hotspare_1] [--kill-at 60] [--steps 400] [--step-time 0.05]
+        [--only torchrun,hotspare,hotspare_1] [--kill-at 70] [--steps 400] [--step-time 0.05]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ SCRIPT = HERE / "ddp_plain.py"
 @dataclass(frozen=True)
 class Settings:
     steps: int = 400
-    kill_at: int = 60
+    kill_at: int = 70
     save_every: int = 20
     step_time: float = 0.05
     timeout_s: float = 180.0
@@ -197,6 +197,7 @@ def inventory(folder: Path, procs: int, s: Settings) -> Path:
         "hosts": hosts,
         "jobs": {"j": job},
     }
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "inventory.toml"
     path.write_text(tomli_w.dumps(data))
     return path
@@ -277,7 +278,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="one trial")
     p.add_argument("--json", action="store_true")
     p.add_argument("--only", default=",".join(SIDES))
-    p.add_argument("--kill-at", type=int, default=60)
+    p.add_argument("--kill-at", type=int, default=70)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--step-time", type=float, default=0.05)
     a = p.parse_args()
