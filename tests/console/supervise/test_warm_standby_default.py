@@ -23,7 +23,7 @@ from console.controller import Controller
 from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.records.incidents import incidents
-from console.records.journal import Kind, read
+from console.records.journal import Event, Kind, read
 from console.states import JobState
 from console.supervise.launcher import Launcher
 from console.supervise.policy import Policy
@@ -50,6 +50,21 @@ def slow_spare_fleet(tmp_path: Path) -> Path:
         },
         jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
     )
+
+
+def trained_in_the_standby(events: list[Event]) -> None:
+    """Until the job's first step on b, its one executor there is the standby, and no
+    executor was told 'not needed'. A restart on b after that (a lease lapsed on a loaded
+    machine, say) starts another, rightly. The journal is printed whole when it fails: a
+    fresh-clone run at e43cb70 counted two starts on b and kept nothing to tell why (the next
+    one showed the standby's link taken as gone: ``Standby.pump``)."""
+    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in events)
+    trained = next(i for i, e in enumerate(events) if e.data.get("phase") == "first_step")
+    started = [
+        e.msg for e in events[:trained] if e.kind is Kind.EXECUTOR and "started on b" in e.msg
+    ]
+    assert len(started) == 1 and "warm standby" in started[0], story
+    assert not [e.msg for e in events if "not needed" in e.msg], story
 
 
 async def test_warm_standby_false_starts_nothing_on_the_spare(tmp_path: Path) -> None:
@@ -111,16 +126,7 @@ async def test_a_host_lost_while_its_standby_still_starts_fails_over_to_that_sta
         await asyncio.wait_for(task, 60)
         await ctl.close()
     events = list(read(journal))
-    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in events)
-    # until the job's first step on b: its one executor there is the standby. A restart on b
-    # after that (a lease lapsed on a loaded machine, say) starts another, rightly: a fresh-clone
-    # run at e43cb70 counted two starts on b and kept no journal to tell which case it was.
-    trained = next(i for i, e in enumerate(events) if e.data.get("phase") == "first_step")
-    started = [
-        e.msg for e in events[:trained] if e.kind is Kind.EXECUTOR and "started on b" in e.msg
-    ]
-    assert len(started) == 1 and "warm standby" in started[0], story
-    assert not [e.msg for e in events if "not needed" in e.msg], story
+    trained_in_the_standby(events)
     # the standby was started for no fault: its coming up, though the failover waited for it,
     # is no phase of the incident (CI: it was, whenever it came up once the failover was
     # being prepared, and the incident's breakdown counted a start that was not the fault's)
@@ -177,16 +183,7 @@ async def test_a_drain_while_the_standby_still_starts_moves_the_job_into_that_st
         await asyncio.wait_for(task, 60)
         await ctl.close()
     events = list(read(journal))
-    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in events)
-    # until the job's first step on b: its one executor there is the standby. A restart on b
-    # after that (a lease lapsed on a loaded machine, say) starts another, rightly: a fresh-clone
-    # run at e43cb70 counted two starts on b and kept no journal to tell which case it was.
-    trained = next(i for i, e in enumerate(events) if e.data.get("phase") == "first_step")
-    started = [
-        e.msg for e in events[:trained] if e.kind is Kind.EXECUTOR and "started on b" in e.msg
-    ]
-    assert len(started) == 1 and "warm standby" in started[0], story
-    assert not [e.msg for e in events if "not needed" in e.msg], story
+    trained_in_the_standby(events)
 
 
 async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
