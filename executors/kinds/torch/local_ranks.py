@@ -193,8 +193,8 @@ def running(
         yield None
         return
     ranks = LocalRanks(spec, rv, epoch=epoch, run_id=run_id, workdir=workdir, device=device)
-    ranks.start()
     try:
+        ranks.start()  # inside: those started before one that could not be are ended too
         yield ranks
     except BaseException as e:
         why = ranks.end(failed=True)
