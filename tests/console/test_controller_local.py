@@ -329,13 +329,22 @@ async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_lose
 
 @pytest.mark.long  # the suite proves it in test_controller_stay, test_service and tests/ui/test_views.py
 async def test_killing_the_console_leaves_training_going_and_a_new_one_reattaches(
-    fleet: Path, baseline: str, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """The executor trains on under its last lease, and the next console started within it
     reattaches. A lease longer than the tests' 3 s: the first console's close waits for its
     clean-ups (a warm standby still starting is stopped), and took 5 s once (scripts/test-long,
-    loaded), past the lease, so the executor had stopped itself when the next one came."""
-    set_console(fleet, lease_s=15.0)
+    loaded), past the lease, so the executor had stopped itself when the next one came. And a
+    job long enough to still train then: at 400 steps a close of 6 s (scripts/test-long at
+    acaa030) let it finish with no console, and the next one rightly read the finish back
+    instead of reattaching."""
+    fleet = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=2000)}},
+        lease_s=15.0,
+    )
+    baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 40, 90, "step 40")
