@@ -262,11 +262,14 @@ def steps_on_disk(workdir: Path) -> int:
 
 def fleet_ab(tmp_path: Path) -> tuple[Path, dict[str, dict[str, str]]]:
     """Job j on a with spare b; a console's last lease (60 s) outlasts what a test does after
-    it quits. The inventory and each host's executor environment."""
+    it quits, and the job (1500 steps, about 12 s paced) outlasts the quit: at 400 steps a
+    quit of 5 s (it stops a warm standby still starting) let the job finish with no console,
+    so the drain the next console found had nothing left to move (a fresh-clone run at
+    2a69c12). The inventory and each host's executor environment."""
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1500)}},
         unattended_s=60.0,
     )
     return inventory, {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
