@@ -51,9 +51,10 @@ HERE = ROOT / "benchmarks"
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
 
 from chaos.observe import executor_events  # noqa: E402
-from chaos.procs import FOLLOWER  # noqa: E402
+from chaos.procs import followers_in  # noqa: E402
 from common import Figure, emit  # noqa: E402
-from multihost_torchrun import Line, read_log, step_of, steps  # noqa: E402
+from multihost_torchrun import Line, process_tree, read_log, step_of, steps  # noqa: E402
+from support.distbed import free_port  # noqa: E402
 from support.helpers import TINY_CONFIG  # noqa: E402
 
 from console.controller import Controller  # noqa: E402
@@ -95,7 +96,7 @@ def _until(cond: object, timeout: float, what: str) -> None:
 
 
 def torchrun_trial(folder: Path, s: Settings) -> Trial:
-    port = _free_port()
+    port = free_port()
     agents: list[subprocess.Popen[bytes]] = []
     logs = [folder / f"node{i}" / "steps.log" for i in range(2)]
     t0 = time.time()
@@ -160,21 +161,11 @@ def torchrun_trial(folder: Path, s: Settings) -> Trial:
 
 
 def _kill_tree(pid: int) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        top = psutil.Process(pid)
-        tree = [top, *top.children(recursive=True)]
-        for p in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(tree, timeout=30)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    tree = process_tree(pid)
+    for p in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(tree, timeout=30)
 
 
 # ------------------------------------------------------------------ hotspare
@@ -205,14 +196,11 @@ def inventory(folder: Path, procs: int, s: Settings) -> Path:
 
 def _victim(folder: Path, procs: int) -> int:
     """The second host's rank 3: its follower (two per host), else its executor."""
-    work = str(folder / "b" / "jobs" / "j")
+    work = folder / "b" / "jobs" / "j"
     if procs == 1:
-        return int((folder / "b" / "jobs" / "j" / "executor.pid").read_text())
-    for p in psutil.process_iter(["cmdline"]):
-        args = p.info["cmdline"] or []
-        if FOLLOWER in args and work in args:
-            return int(p.pid)
-    raise RuntimeError("no follower of b found in /proc")
+        return int((work / "executor.pid").read_text())
+    (pid,) = followers_in(work)
+    return pid
 
 
 async def hotspare_trial(folder: Path, procs: int, s: Settings) -> Trial:

@@ -27,6 +27,8 @@ FOLLOWER = "executors.kinds.torch.rank_process"
 """A torch job's local rank above 0 (``--workdir W --local-rank K``): its own trainer, which
 may train beside local rank 0 of its executor (``job/local-K`` here), never beside another
 process of the same local rank."""
+
+
 TRAIN_THREAD = "hotspare-train"
 """The OS name of an executor's training thread (executors/agent/serve.py); idle executors have none."""
 SAMPLE_S = 0.1
@@ -87,6 +89,19 @@ def _state(pid: int) -> str:
     except OSError:
         return "gone"
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+def followers_in(workdir: Path) -> list[int]:
+    """Pids of the live followers training in ``workdir``, from their command lines."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or _state(int(name)) in ("Z", "X", "gone"):
+            continue
+        with contextlib.suppress(OSError):
+            args = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            if FOLLOWER in args and str(workdir) in args:
+                found.append(int(name))
+    return found
 
 
 class Sampler:

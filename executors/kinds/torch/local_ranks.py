@@ -67,7 +67,6 @@ class Follower:
     local_rank: int
     proc: subprocess.Popen[bytes]
     log: Path
-    killed: bool = False
     culprit: bool = False
     """It had ended on its own when local rank 0's run failed: the likely cause."""
 
@@ -134,9 +133,6 @@ class LocalRanks:
             proc.stdin.close()
             self.followers.append(Follower(order.local_rank, proc, log))
 
-    def pids(self) -> list[int]:
-        return [f.proc.pid for f in self.followers]
-
     def run_failed(self, grace_s: float = CULPRIT_GRACE_S) -> None:
         """Local rank 0's run failed, its group not left yet: which followers had ended on their
         own by then (a dead follower's sockets close a moment before it can be reaped: looked
@@ -158,7 +154,6 @@ class LocalRanks:
             try:
                 f.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                f.killed = True
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(f.proc.pid, signal.SIGKILL)
                 f.proc.wait()

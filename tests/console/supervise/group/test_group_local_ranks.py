@@ -10,9 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-from chaos.procs import FOLLOWER, Sampler
+from chaos.procs import Sampler, followers_in
 from support.fleetbed import job_table, local_host, run_until, until, write_inventory
 from support.groupbed import controller
 
@@ -42,16 +41,6 @@ async def _uninterrupted(inv: Path) -> str:
     sup = ctl.jobs["j"]
     assert sup.state is JobState.FINISHED, sup.live.why
     return sup.sha256
-
-
-def followers_in(workdir: Path) -> list[psutil.Process]:
-    """Live followers training in ``workdir``, from their command lines."""
-    found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        args = p.info["cmdline"] or []
-        if FOLLOWER in args and str(workdir) in args and p.info["status"] != "zombie":
-            found.append(p)
-    return found
 
 
 @pytest.mark.long  # the suite proves it at the executor level (tests/executors/test_local_ranks)
