@@ -124,8 +124,8 @@ def kill(path: Path) -> None:
         return
     try:
         os.write(fd, b"1")
-    except OSError as e:
-        if e.errno != errno.ENODEV:
+    except OSError as e:  # removed between the open and the write (its run ended): gone too
+        if e.errno not in (errno.ENODEV, errno.ENOENT):
             raise
     finally:
         os.close(fd)
