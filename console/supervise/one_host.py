@@ -86,7 +86,6 @@ class JobSupervisor(Supervisor):
         self._watch = Watch(
             self.live,
             states=self._states,
-            inv=inv,
             journal=journal,
             detection=services.detection,
             policy=services.policy,
@@ -96,6 +95,7 @@ class JobSupervisor(Supervisor):
             probe=self._probe,
             loss=self._loss,
             messages=self._job_messages,
+            leave=self._last_lease.leave,
             keep_spares=keeper.keep,
         )
         self._recovery = Recovery(

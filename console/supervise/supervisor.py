@@ -28,6 +28,7 @@ from console.states import FailureKind, HostState, JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
+from console.supervise.leave import LastLease
 from console.supervise.link_loss import LinkLoss
 from console.supervise.live import LiveJob, Transitions
 from console.supervise.messages import JobMessages
@@ -127,6 +128,10 @@ class Supervisor(ABC):
             rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
         )
 
+        self._last_lease = LastLease(
+            self.live, lease=self.lease, unattended_s=c.unattended_s, journal=journal
+        )
+        """A clean quit's last lease to every executor still training (one path for both)."""
         self._states = Transitions(
             self.live, journal=journal, alert=services.alert, alerted=services.alerted
         )

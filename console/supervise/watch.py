@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
 from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.link import ExecutorLink, LinkError
-from console.inventory import Inventory
 from console.records.journal import Journal, Kind
 from console.states import JobState
 from console.supervise.incident import OpenIncident
@@ -27,7 +26,6 @@ from console.supervise.probe import Probe
 from console.supervise.standby import Standby
 
 POLL_S = 0.2
-LEAVE_TIMEOUT_S = 2.0
 READ_BACK_TIMEOUT_S = 30.0
 """Reading an ended run's events.jsonl for a checkpoint its link did not deliver."""
 
@@ -48,7 +46,6 @@ class Watch:
         live: LiveJob,
         *,
         states: Transitions,
-        inv: Inventory,
         journal: Journal,
         detection: DetectionSettings,
         policy: Callable[[], Policy],
@@ -58,11 +55,11 @@ class Watch:
         probe: Probe,
         loss: LinkLoss,
         messages: JobMessages,
+        leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]],
         keep_spares: Callable[[], Coroutine[None, None, None]] | None = None,
     ) -> None:
         self._live = live
         self._states = states
-        self._inv = inv
         self._journal = journal
         self._detection = detection
         self._policy = policy
@@ -72,6 +69,8 @@ class Watch:
         self._probe = probe
         self._messages = messages
         """Where the executor's messages go; its ``ended`` is set by a run that ended."""
+        self._leave = leave
+        """The console quits cleanly: the last lease (``LastLease.leave``)."""
         self._keep_spares = keep_spares
         """Runs while the executor does: replaces spares found unfit (``SpareKeeper.keep``)."""
         self._loss = loss
@@ -109,7 +108,8 @@ class Watch:
                     await self.read_back(outcome)
                     return outcome
         except asyncio.CancelledError:
-            await self._leave()  # the console quits: the job trains on without it
+            if job.link is not None and job.host is not None:  # the console quits: the job
+                await self._leave([(job.host, job.link)])  # trains on without it
             raise
         finally:
             for task in tasks:
@@ -148,35 +148,6 @@ class Watch:
             data={"step": saved.manifest.step, "read_back": True},
         )
         self._messages.on_message(saved)
-
-    async def _leave(self) -> None:
-        """The console quits cleanly: a last lease of ``unattended_s`` (persisted like any), so
-        training goes on and a console started within it reattaches. Best effort, quickly."""
-        job, unattended = self._live, self._inv.console.unattended_s
-        link, host = job.link, job.host
-        if link is None or link.hello is None or host is None or job.state is not JobState.RUNNING:
-            return
-        if unattended <= self._inv.console.lease_s:
-            return
-        try:
-            async with asyncio.timeout(LEAVE_TIMEOUT_S):
-                await link.send(self._lease.renewal(link, host, job.epoch, ttl_s=unattended))
-        except (LinkError, NoAnchor, TimeoutError) as e:
-            self._journal.record(
-                Kind.EXECUTOR,
-                f"{job.name}: the last lease before quitting did not reach {host}: {e}",
-                job=job.name,
-                host=host,
-            )
-            return
-        self._journal.record(
-            Kind.EXECUTOR,
-            f"{job.name}: the executor on {host} may train on for {unattended:g} s without a "
-            "console (its last lease)",
-            job=job.name,
-            host=host,
-            data={"unattended_s": unattended, "epoch": job.epoch},
-        )
 
     async def _renew_leases(self) -> None:
         job = self._live

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -86,6 +86,7 @@ class GroupEpoch:
         lost: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
         answered: Callable[[Member, list[Member]], None] = lambda _m, _running: None,
+        leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]] | None = None,
     ) -> None:
         self.members = members
         self.epoch = epoch
@@ -106,6 +107,9 @@ class GroupEpoch:
         self._answered = answered
         """Tells the supervisor of a member that answers again after a silence, with the
         members whose run has not ended."""
+        self._leave = leave
+        """The console quits cleanly: the last lease to each member still training
+        (``LastLease.leave``, one path for every job)."""
         self._changed = asyncio.Event()
         self.first: Member | None = None
         """The member whose run ended first: the origin of this epoch's end."""
@@ -148,6 +152,12 @@ class GroupEpoch:
                 self._changed.clear()
                 await self._changed.wait()
             return self.members
+        except asyncio.CancelledError:  # the console quits: the members train on without it
+            if self._leave is not None:
+                await self._leave(
+                    [(m.host, m.link) for m in self.members if m.link and m.exit is None]
+                )
+            raise
         finally:
             for t in tasks:
                 t.cancel()

@@ -317,6 +317,7 @@ class GroupSupervisor(Supervisor):
             lost=self._messages.lost,
             unreachable=self._executors.ready_replacement,
             answered=self._messages.answered,
+            leave=self._last_lease.leave,
         )
         self.epoch_run = run
         return run

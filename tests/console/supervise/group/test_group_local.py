@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -49,6 +50,12 @@ def started_pids(inv: Path, hosts: str) -> dict[str, list[int]]:
         if e.kind is Kind.EXECUTOR and e.host in out and "started on" in e.msg:
             out[e.host].append(e.data["pid"])
     return out
+
+
+def steps_on_disk(root: Path) -> int:
+    """The newest step the member's executor says it trained (its own events)."""
+    lines = (root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
+    return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
 
 
 def executor_pid(root: Path) -> int:
@@ -221,25 +228,47 @@ async def test_a_member_sigstopped_past_its_lease_is_killed_before_its_rank_runs
     assert inc.fault_class == "executor_hang", "its host answered: a hang, not a lost host"
 
 
-async def test_a_new_console_reattaches_to_every_member(tmp_path: Path, baseline: str) -> None:
-    inv = local_group(tmp_path)
-    ctl = controller(inv)
+async def test_a_console_that_quits_leaves_every_member_training_and_the_next_reattaches(
+    tmp_path: Path, baseline: str
+) -> None:
+    """``q``: each member's last lease is ``unattended_s`` long, so the group trains on well
+    past ``lease_s`` with no console, and a console started then reattaches to every member
+    with no incident. (A group's members got no last lease: they stopped one lease after a
+    clean quit, while a single host's executor trained on.)"""
+    inv = local_group(tmp_path, console={"unattended_s": 60.0})
+    slow = {"HOTSPARE_INJECT": "slow_step@0.08"}  # the same steps, paced to outlast the wait
+    ctl = controller(inv, **slow)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 40, 120, "step 40")
     pids = {h: executor_pid(tmp_path / h) for h in "abc"}
-    task.cancel()  # the console dies; the members train on under their leases
+    task.cancel()  # q: the console quits cleanly
     await asyncio.gather(task, return_exceptions=True)
     await ctl.close()
-    again = controller(inv)
+    quit_at, lease_s = time.monotonic(), ctl.inv.console.lease_s
+    at_quit = {h: steps_on_disk(tmp_path / h) for h in "abc"}
+    # Two whole leases later, with no console, every member still trains (/proc, its events).
+    await until(lambda: time.monotonic() > quit_at + 2 * lease_s, 30, "two leases to pass")
+    for h, pid in pids.items():
+        assert not gone(psutil.Process(pid)), f"{h}'s executor stopped with the console"
+        await until(
+            lambda h=h: steps_on_disk(tmp_path / h) > at_quit[h] + 10,
+            60,
+            f"steps taken on {h} with no console",
+        )
+    again = controller(inv, **slow)
     sup2 = again.jobs["j"]
-    await asyncio.wait_for(again.run(), 180)
+    await asyncio.wait_for(again.run(), 240)
     await again.close()
     assert sup2.state is JobState.FINISHED, sup2.live.why
     assert sup2.sha256 == baseline
     assert started_pids(inv, "abc") == {h: [pid] for h, pid in pids.items()}, (
         "the same executors throughout"
     )
-    assert any(e.kind is Kind.EXECUTOR and "reattached to all 3" in e.msg for e in journal(inv))
+    events = journal(inv)
+    assert any(e.kind is Kind.EXECUTOR and "reattached to all 3" in e.msg for e in events)
+    assert not [e for e in events if e.kind is Kind.INCIDENT], "no incident for a clean quit"
+    last = [e for e in events if "may train on for 60 s" in e.msg]
+    assert sorted(e.host for e in last) == ["a", "b", "c"], "one last lease to each member"
     assert again.store.job("j").epoch == 1, "no new epoch: nothing restarted"
 
 
