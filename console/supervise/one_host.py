@@ -19,7 +19,6 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from console import clock
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.spares.placement import choose_primary
@@ -29,6 +28,7 @@ from console.supervise.lease import NoAnchor, Unpersisted, fresh_anchor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.recovery import Recovery
 from console.supervise.standby import Prepared, Standby
+from console.supervise.start_lease import granted_start
 from console.supervise.twin import Twin
 from console.supervise.watch import Watch
 from protocol.faults import StopReason
@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 from console.supervise.supervisor import UNSAVED_RETRY_S, Supervisor
 
 __all__ = ["JobSupervisor"]
-
-REGRANTS = 3
-"""How many times a Start's lease found half spent by its own grant is granted afresh."""
 
 
 class JobSupervisor(Supervisor):
@@ -302,36 +299,33 @@ class JobSupervisor(Supervisor):
         return Outcome(Exit.STOPPED, "stopped by an operator before its start")
 
     async def _first_lease(self, link: ExecutorLink, host: str) -> Start:
-        """The Start, once its lease's bound (with the new epoch) is on disk. While the state
-        cannot be written the job waits, its executor idle: nothing trains under an epoch and
-        a lease a console started later could not see (an executor gone meanwhile is found
-        when the Start is sent). A grant that took half a lease itself (the state's write on
-        a slow disk: its reading was fresh, the lease it bounds is then half spent) is made
-        again on a new reading, up to ``REGRANTS`` times, then sent as it is."""
-        regrants = 0
-        while True:
+        """The Start, once its lease's bound (with the new epoch) is on disk, granted on a
+        fresh reading and granted again if the grant itself spent half of it
+        (``granted_start``, one path for every job). While the state cannot be written the job
+        waits, its executor idle: nothing trains under an epoch and a lease a console started
+        later could not see (an executor gone meanwhile is found when the Start is sent)."""
+
+        async def reading(link: ExecutorLink) -> ExecutorLink:
             await fresh_anchor(link, self.lease.ttl_s)
-            used = link.anchor
+            return link
+
+        while True:
             try:
-                start = self.lease.start(link, host, self.spec, self.live.epoch)
+                _, start = await granted_start(
+                    link,
+                    host,
+                    job=self.name,
+                    ttl_s=self.lease.ttl_s,
+                    reading=reading,
+                    grant=lambda link: self.lease.start(link, host, self.spec, self.live.epoch),
+                    journal=self._journal,
+                )
+                return start
             except Unpersisted:
                 self._states.wait_note(
                     f"{self.name} waits to start on {host}: its lease cannot be persisted"
                 )
                 await asyncio.sleep(UNSAVED_RETRY_S)
-                continue
-            spent = clock.mono() - used[1] if used is not None else 0.0
-            if spent <= self.lease.ttl_s / 2 or regrants >= REGRANTS:
-                return start
-            regrants += 1
-            self._journal.record(
-                Kind.ACTION,
-                f"{self.name}: the Start's lease on {host} was {spent:.2f} s spent when granted "
-                f"(of {self.lease.ttl_s:g} s): granted again on a new reading",
-                job=self.name,
-                host=host,
-                data={"spent_s": round(spent, 3), "regrant": regrants},
-            )
 
     def _keep_twin(self) -> None:
         if self._inv.jobs[self.name].placement.warm_twin:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Callable
@@ -40,9 +41,10 @@ from console.supervise.group.resume import ResumeStep
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.lease import NoAnchor
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
 from protocol.faults import StopReason
-from protocol.messages import Backend, ExecutorState, Rendezvous
+from protocol.messages import Backend, ExecutorState, Rendezvous, Start
 
 if TYPE_CHECKING:
     from console.supervise.services import JobServices
@@ -280,8 +282,22 @@ class GroupSupervisor(Supervisor):
         for m, link in zip(members, got, strict=True):
             assert isinstance(link, ExecutorLink)
             m.link = link
-            try:
-                start = run.start(m, self.spec, msgspec.structs.replace(rdv, node_rank=m.node_rank))
+            ours = msgspec.structs.replace(rdv, node_rank=m.node_rank)
+
+            def grant(link: ExecutorLink, m: Member = m, ours: Rendezvous = ours) -> Start:
+                m.link = link
+                return run.start(m, self.spec, ours)
+
+            try:  # granted on a current reading, and again if the grant spent half of it
+                link, start = await granted_start(
+                    link,
+                    m.host,
+                    job=self.name,
+                    ttl_s=self.lease.ttl_s,
+                    reading=functools.partial(self._reading, m.host),
+                    grant=grant,
+                    journal=self._journal,
+                )
                 await link.send(start)
             except LinkError as e:
                 run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
@@ -291,6 +307,14 @@ class GroupSupervisor(Supervisor):
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
         return run
+
+    async def _reading(self, host: str, link: ExecutorLink) -> ExecutorLink:
+        """``link``, or a new one to the same idle executor when its Hello is old: a current
+        clock reading for its first lease (a member's link is not read before its Start)."""
+        got = await self._executors.fresh(host, link)
+        if isinstance(got, Outcome):
+            raise LinkError(got.why)
+        return got
 
     def procs_per_host(self, plan: list[str]) -> int:
         """Ranks on each host of ``plan``: the job's own, else one for the torch kind, else the

@@ -22,6 +22,8 @@ from support.fleetbed import (
     until,
     write_inventory,
 )
+from support.groupbed import controller as group_controller
+from support.groupbed import local_group
 
 from console import clock
 from console.controller import Controller
@@ -159,3 +161,44 @@ async def test_a_fresh_reading_is_taken_after_the_readings_a_stalled_loop_left_q
         ctl.stop_job("j")
         await asyncio.wait_for(task, 60)
         await ctl.close()
+
+
+async def test_a_group_members_start_whose_own_grant_took_a_lease_is_granted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same stall in a group's start: a member's grant took longer than a lease (the
+    state's write on a slow disk, once). It is granted again on a new reading, as a single
+    host's Start is, not sent spent: the group trains on at epoch 1 and no member loses its
+    lease. (The group's Starts had no such rule: the member stopped at once, 'lease ended',
+    and the group restarted at epoch 2.)"""
+    inv = local_group(tmp_path, steps=100_000)
+    slow: list[float] = []
+    start = JobLease.start
+
+    def slow_start(self: JobLease, *args: Any, **kw: Any) -> Start:
+        granted = start(self, *args, **kw)
+        if not slow:  # the first member's grant takes a lease and a second, once
+            began = time.monotonic()
+            time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
+            slow.append(time.monotonic() - began)
+        return granted
+
+    monkeypatch.setattr(JobLease, "start", slow_start)
+    ctl = group_controller(inv)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= 30 or task.done(), 120, "30 steps")
+        assert not task.done(), task
+        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
+        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    events = list(read(inv.parent / "state" / "journal.jsonl"))
+    (again,) = [e for e in events if "granted again on a new reading" in e.msg]
+    assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
+    for h in "abc":
+        workdir_events = (tmp_path / h / "jobs" / "j" / "events.jsonl").read_text()
+        assert "lease_lost" not in workdir_events, f"{h}'s executor lost its lease"

@@ -1,0 +1,82 @@
+"""A deterministic reference computed once per test run, whichever worker asks first.
+
+The suite runs in pytest-xdist workers that share no memory, and a module's tests land on any
+of them: a reference run (an uninterrupted job, to compare a resumed one's parameters with) was
+made again by each worker that ran one of its tests, up to three times the same training. Here
+the first worker to ask makes it and writes it down; the others wait for it and read it. Only
+what is the same wherever it is computed belongs here (a run's final parameters' digest).
+Without xdist, or where the run's folder cannot be written, it is kept in this process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+WAIT_S = 900.0
+"""How long a worker waits for another to make a reference (a long training run at most)."""
+POLL_S = 0.2
+
+_MINE: dict[str, object] = {}
+
+
+def _folder() -> Path | None:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run or not run.isalnum():
+        return None
+    return Path(tempfile.gettempdir()) / f"hotspare-once-{run}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """``path`` held by this process alone, waited for with a deadline (never forever)."""
+    with path.open("a") as f:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"waited {WAIT_S:g} s for another worker's {path}"
+                    ) from None
+                time.sleep(POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def once(key: str | bytes, make: Callable[[], T]) -> T:
+    """``make()``'s value for ``key``, made once per test run (its value must be JSON)."""
+    raw = key if isinstance(key, bytes) else key.encode()
+    name = hashlib.sha256(raw).hexdigest()[:32]
+    if name in _MINE:
+        return _MINE[name]  # type: ignore[return-value]
+    folder = _folder()
+    if folder is None:
+        value = _MINE[name] = make()
+        return value
+    folder.mkdir(exist_ok=True)
+    done = folder / f"{name}.json"
+    with _locked(folder / f"{name}.lock"):
+        if done.exists():
+            value = json.loads(done.read_text())
+        else:
+            value = make()
+            tmp = folder / f"{name}.tmp"
+            tmp.write_text(json.dumps(value))
+            tmp.replace(done)
+    _MINE[name] = value
+    return value  # type: ignore[no-any-return]
