@@ -187,8 +187,15 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FAILING_OVER: frozenset(
         {JobState.DEPLOYING, JobState.PENDING, JobState.FAILED, JobState.STOPPED}
     ),
+    # RESTARTING -> PENDING: under observe a restart in place waits for an operator.
     JobState.RESTARTING: frozenset(
-        {JobState.DEPLOYING, JobState.FAILING_OVER, JobState.FAILED, JobState.STOPPED}
+        {
+            JobState.DEPLOYING,
+            JobState.FAILING_OVER,
+            JobState.PENDING,
+            JobState.FAILED,
+            JobState.STOPPED,
+        }
     ),
     JobState.FINISHED: frozenset(),
     JobState.FAILED: frozenset({JobState.PENDING}),

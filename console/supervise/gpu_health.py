@@ -5,6 +5,9 @@ in ``WARN_IN_A_ROW`` samples in a row moves it off under the auto policy, the ho
 where a fit host is free to take it (else it trains on, slower, and the journal says why: a
 warning is no reason to stop training).
 
+Under the observe policy a FAIL is alerted once per streak, and nothing is drained or moved
+(it drained the host and moved the job, acting where the policy says it only alerts).
+
 Found in the merge of the two message paths (issue 30): a group's member whose GPU warned
 sample after sample was never moved; only a single host's job was.
 """
@@ -33,6 +36,8 @@ class GpuCall:
     last ``WARN_IN_A_ROW`` samples: auto policy only, a fit host free)."""
     why: str
     """The findings, as the alert and the incident say them."""
+    acts: bool = True
+    """False under the observe policy: the call is alerted, and nothing is drained or moved."""
 
     def said(self, host: str) -> str:
         word = "GPU FAIL" if self.move is StopReason.GPU_FAIL else "GPU WARN"
@@ -49,6 +54,8 @@ class GpuWatch:
         """False for a read-only console: samples are recorded, nothing is asked or journalled."""
         self._warned: dict[str, int] = {}
         """Samples in a row with a GPU warning, by host."""
+        self._failing: set[str] = set()
+        """Hosts failing now, already said under the observe policy (said once per streak)."""
 
     def heard(self, host: str, msg: Health) -> GpuCall | None:
         """Record the sample (always: a read-only console shows it too) and say whether the
@@ -61,7 +68,14 @@ class GpuWatch:
         self._warned[host] = self._warned.get(host, 0) + 1 if warns and not failing else 0
         if not self._acts:
             return None
-        if failing:
+        if not failing:
+            self._failing.discard(host)
+        elif self._policy() is Policy.OBSERVE:  # "never act, only alert": once per streak
+            if host in self._failing:
+                return None
+            self._failing.add(host)
+            return GpuCall(StopReason.GPU_FAIL, "; ".join(f.message for f in failing), acts=False)
+        else:
             return GpuCall(StopReason.GPU_FAIL, "; ".join(f.message for f in failing))
         if self._warned[host] != WARN_IN_A_ROW or self._policy() is not Policy.AUTO:
             return None
@@ -79,7 +93,10 @@ class GpuWatch:
     def mark(self, call: GpuCall, host: str, job: str, leave: dict[str, str]) -> str:
         """What ``call`` does to ``host`` before ``job``'s rank on it is drained, for either
         kind: a FAIL drains the host; a lasting warning marks it to be left by the job
-        (``LiveJob.leave``: its planned stop does not restart there). Returns the alert."""
+        (``LiveJob.leave``: its planned stop does not restart there). Returns the alert. A
+        call that does not act (the observe policy) marks nothing: the caller moves nothing."""
+        if not call.acts:
+            return f"{call.said(host)}: the observe policy drains nothing; {job} trains on there"
         if call.move is StopReason.GPU_FAIL:
             self._fleet.set_state(host, HostState.DRAINING, f"GPU FAIL: {call.why}")
             return f"{host}: GPU FAIL ({call.why}): draining it and moving {job} off"

@@ -156,4 +156,5 @@ class JobMessages:
         if call is None or job.state is not JobState.RUNNING:
             return
         self._alert(self._gpu.mark(call, host, job.name, job.leave), host=host)
-        self._move(call.move, call.said(host))
+        if call.acts:
+            self._move(call.move, call.said(host))

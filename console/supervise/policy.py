@@ -11,7 +11,8 @@ class Policy(StrEnum):
     AUTO = "auto"
     """Act without asking, including proactive moves off a host with a GPU WARN."""
     OBSERVE = "observe"
-    """Never act, only alert."""
+    """Never act, only alert: every recovery waits for an operator (``approval.approved``), a
+    failing GPU drains nothing (``gpu_health``); an operator's own drain still moves the job."""
 
     @classmethod
     def parse(cls, name: str) -> Policy:

@@ -27,6 +27,7 @@ from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
+from protocol.faults import StopReason
 
 
 class Recovery:
@@ -100,6 +101,9 @@ class Recovery:
             self._incident.open(outcome.exit.value, outcome.why)
         decision = budgeted(decision, self._restarts, host, outcome.why, last_step(job, [outcome]))
         if decision.act is Act.RESTART:
+            if not await self._approved(outcome, f"a restart on {host}", failover=False):
+                await self._drop_readied(host, faulted)
+                return None
             return self._restart(decision, outcome, host, faulted)
         if decision.act is Act.CRASH_LOOP:
             await self._over(decision, outcome, host, faulted)
@@ -119,10 +123,7 @@ class Recovery:
         """The job is over (finished, its configuration bad, stopped, or crash-looping):
         nothing readied for it stays."""
         job = self._live
-        await self._standby.drop_warm()
-        await self._twin.drop()
-        if faulted is not None and host is not None:
-            await self._standby.discard(Prepared(host, faulted))
+        await self._drop_readied(host, faulted)
         if decision.act is Act.FINISH:
             finish(
                 job,
@@ -147,6 +148,32 @@ class Recovery:
             own = outcome.exit is Exit.STOPPED or not job.stop_requested
             self._states.fail(FailureKind.STOPPED, outcome.why if own else "stopped by an operator")
         self.release()
+
+    async def _drop_readied(self, host: str | None, faulted: ExecutorLink | None) -> None:
+        """Nothing readied for a job that is over stays: its warm standby, its twin, the
+        executor whose run ended and that waits."""
+        await self._standby.drop_warm()
+        await self._twin.drop()
+        if faulted is not None and host is not None:
+            await self._standby.discard(Prepared(host, faulted))
+
+    async def _approved(self, outcome: Outcome, what: str, *, failover: bool) -> bool:
+        """Whether the policy lets the recovery go ahead (``approval.approved``): a failover
+        after a fault asks under manual; under observe every recovery waits for an operator.
+        A drain is an operator's own ask."""
+        job = self._live
+        return await approved(
+            job,
+            policy=self._policy(),
+            states=self._states,
+            alert=self._alert,
+            save=self._save,
+            release=self.release,
+            why=outcome.why,
+            asks=f"{job.name} needs {what} ({outcome.why})",
+            failover=failover,
+            operator=outcome.reason == StopReason.DRAIN,
+        )
 
     def _restart(
         self, decision: Next, outcome: Outcome, host: str, faulted: ExecutorLink | None
@@ -211,16 +238,8 @@ class Recovery:
         job, fleet, standby = self._live, self._fleet, self._standby
         old = job.host
         self._states.move(JobState.FAILING_OVER, outcome.why)
-        if not await approved(
-            job,
-            policy=self._policy(),
-            states=self._states,
-            alert=self._alert,
-            save=self._save,
-            release=self.release,
-            why=outcome.why,
-            asks=f"{job.name} needs a failover off {old} ({outcome.why})",
-        ):
+        planned = outcome.exit is Exit.PLANNED  # a move planned: it goes ahead under manual
+        if not await self._approved(outcome, f"a failover off {old}", failover=not planned):
             return None
         if old is not None and fleet.hosts[old].job == job.name:
             fleet.hosts[old].job = None

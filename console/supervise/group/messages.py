@@ -178,6 +178,8 @@ class MemberMessages:
         if call is None or self._live.state is not JobState.RUNNING or m.link is None:
             return
         self._alert(self._gpu.mark(call, m.host, self._name, self._live.leave), host=m.host)
+        if not call.acts:
+            return
         self.open_incident(m, call.move.value, call.said(m.host), planned=True)
         self._states.move(JobState.CHECKPOINTING, call.said(m.host))
         link = m.link

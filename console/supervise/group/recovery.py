@@ -23,6 +23,7 @@ from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
 from console.supervise.what_next import Act, budgeted, unfit, what_next
+from protocol.faults import StopReason
 
 
 class Pick(Protocol):
@@ -162,16 +163,18 @@ class GroupRecovery:
             self.release()
             return None
         if decision.act is Act.RESTART and not planned:
+            if not await self._approved(first, "a restart in place", failover=False):
+                return None
             return (await self._resume.step([]),)
         replace = [members[i] for i in decision.replace]
         newcomer = self._growth.take() if planned else None
         before = list(self._members())
         if replace:
-            self._states.move(
-                JobState.FAILING_OVER,
-                f"replacing {', '.join(m.host for m in replace)}: {first.exit.why}",
-            )
-            if not planned and not await self._approved(first):
+            hosts = ", ".join(m.host for m in replace)
+            self._states.move(JobState.FAILING_OVER, f"replacing {hosts}: {first.exit.why}")
+            # a move planned goes ahead under manual, as a single host's does; under observe
+            # it waits (it went ahead unasked under every policy)
+            if not await self._approved(first, f"{hosts} replaced", failover=not planned):
                 return None
             for m in replace:
                 if self._reap is not None and fleet.hosts[m.host].state is not HostState.DOWN:
@@ -202,6 +205,8 @@ class GroupRecovery:
             self._decided(before, plan, first, members)
             self._assign(plan)
         else:
+            if not await self._approved(first, "a restart in place", failover=False):
+                return None
             plan = before
             self._states.move(JobState.RESTARTING, "planned stop: restarting the group")
             self._incident.phase(
@@ -279,7 +284,10 @@ class GroupRecovery:
         """The job is over: every host it held is free (``finish.release``)."""
         release(self._live, self._fleet)
 
-    async def _approved(self, first: Member) -> bool:
+    async def _approved(self, first: Member, what: str, *, failover: bool) -> bool:
+        """Whether the policy lets the recovery go ahead (``approval.approved``, as for a
+        single host): a replacement after a fault asks under manual; under observe every
+        recovery waits for an operator. A drain is an operator's own ask."""
         assert first.exit is not None
         return await approved(
             self._live,
@@ -289,7 +297,9 @@ class GroupRecovery:
             save=self._save,
             release=self.release,
             why=first.exit.why,
-            asks=f"{self._name} needs {first.host} replaced ({first.exit.why})",
+            asks=f"{self._name} needs {what} ({first.exit.why})",
+            failover=failover,
+            operator=first.exit.reason == StopReason.DRAIN,
         )
 
     async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:

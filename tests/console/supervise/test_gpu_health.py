@@ -176,3 +176,31 @@ async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     assert unfit(svc.fleet, "a", member.exit, sup.live.leave) is None, (
         "the other members stay where they are"
     )
+
+
+@pytest.mark.parametrize("kind", ["one host", "group member"])
+async def test_under_observe_a_failing_gpu_is_alerted_once_and_nothing_is_drained(
+    tmp_path: Path, kind: str
+) -> None:
+    """``observe``: never act, only alert. A FAIL drained the host and moved the job under
+    observe as under auto (the policy was read for warnings only). Now it is alerted once per
+    streak; no Drain is sent, the host stays up, no incident opens, the job keeps running."""
+    calls = Calls()
+    calls.policy = Policy.OBSERVE
+    svc = up(calls, tmp_path)
+    wire = Wire()
+    sup, say, host, _ = on_job(kind, svc, wire)
+    for _ in range(3):
+        say(FAILING)
+    await asyncio.sleep(0)  # a drain would be sent by a task
+    assert not [m for m in wire.sent if isinstance(m, Drain)]
+    assert svc.fleet.hosts[host].state is HostState.UP
+    assert sup.live.state is JobState.RUNNING and sup.live.leave == {}
+    assert not incidents(read(svc.inv.state_dir / "journal.jsonl"))
+    alerts = [args[0] for name, args in calls.made if name == "alert"]
+    assert len([a for a in alerts if "GPU FAIL" in a]) == 1, alerts
+    assert "observe policy drains nothing" in alerts[-1]
+    say(OK)  # the streak ends; a new one is said again
+    say(FAILING)
+    alerts = [args[0] for name, args in calls.made if name == "alert"]
+    assert len([a for a in alerts if "GPU FAIL" in a]) == 2, alerts
