@@ -85,7 +85,7 @@ class GroupEpoch:
         silent: Callable[[Member], None],
         lost: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
-        answered: Callable[[Member, list[Member]], None] = lambda _m, _running: None,
+        answered: Callable[[Member, list[Member]], Awaitable[None]] | None = None,
         leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]] | None = None,
     ) -> None:
         self.members = members
@@ -284,7 +284,8 @@ class _MemberSide:
         m.link, m.last_seen = link, time.monotonic()
         with contextlib.suppress(LinkError, NoAnchor):
             await link.send(run.grant(m))
-        run._answered(m, [x for x in run.members if x.exit is None])
+        if run._answered is not None:
+            await run._answered(m, [x for x in run.members if x.exit is None])
 
     def faulted(self, link: ExecutorLink) -> Outcome:
         link.close()

@@ -340,11 +340,19 @@ class GroupSupervisor(Supervisor):
             silent=self._messages.silent,
             lost=self._messages.lost,
             unreachable=self._executors.ready_replacement,
-            answered=self._messages.answered,
+            answered=self._answered,
             leave=self._last_lease.leave,
         )
         self.epoch_run = run
         return run
+
+    async def _answered(self, m: Member, running: list[Member]) -> None:
+        """``m`` answers again after a silence (a blip): once no member of the epoch is
+        silent, the job reads as before and an executor readied to replace it is stopped, as a
+        single host's readied target is (it sat idle on the spare until the epoch ended)."""
+        self._messages.answered(m, running)
+        if all(x.link is not None for x in running):
+            self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
 
     # ------------------------------------------------------------- reattach
 

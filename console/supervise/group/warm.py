@@ -59,6 +59,8 @@ class WarmExecutors:
         """Hosts whose executor's run ended and that waits, alive, for the next epoch's Start:
         kept under lease while the group recovers."""
         self._keeping: asyncio.Task[None] | None = None
+        self._calling_off: asyncio.Task[None] | None = None
+        """Readied executors being stopped in the background (``call_off``)."""
         self.readied: dict[str, asyncio.Task[ExecutorLink | Outcome]] = {}
         """Idle executors started on replacement hosts while a lost member's lease runs out
         (torch imported, waiting for Start): host -> its start."""
@@ -86,10 +88,28 @@ class WarmExecutors:
             self._launcher.start(target, promote_upto=None, released=lambda _h: None)
         )
 
-    async def drop_readied(self, keep: list[str]) -> None:
-        """Readied executors on hosts the next epoch does not use are stopped."""
+    def call_off(self, why: str) -> None:
+        """The readied executors are not needed (the member they were for answers again):
+        stopped in the background, so the caller goes on reading its links meanwhile; the
+        next ``drop_readied`` waits for it."""
+        if self.readied and (self._calling_off is None or self._calling_off.done()):
+            self._calling_off = asyncio.create_task(self.drop_readied([], why=why))
+
+    async def drop_readied(self, keep: list[str], why: str = "") -> None:
+        """Readied executors on hosts the next epoch does not use are stopped (``why``: said
+        in the journal, where it is not the next epoch that leaves them out)."""
+        calling_off, self._calling_off = self._calling_off, None
+        if calling_off is not None and calling_off is not asyncio.current_task():
+            await asyncio.gather(calling_off, return_exceptions=True)
         for host in [h for h in self.readied if h not in keep]:
             task = self.readied.pop(host)
+            if why:
+                self._journal.record(
+                    Kind.EXECUTOR,
+                    f"{self._name}: the executor readied on {host} is not needed: {why}",
+                    job=self._name,
+                    host=host,
+                )
             if not task.done():
                 task.cancel()  # the launcher stops an executor whose start was cancelled
                 await asyncio.gather(task, return_exceptions=True)

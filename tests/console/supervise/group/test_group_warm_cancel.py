@@ -2,23 +2,32 @@
 replacement host ends cancelled: it does not swallow its own cancellation, taking it for the
 readied start's, and go on to start an executor on that host. (Looking into a console that
 did not quit mid-grow in a loaded run: ``WarmExecutors.executor`` caught every CancelledError
-of ``await readied``.)"""
+of ``await readied``.) A readied executor no longer needed (its member answers again) is
+stopped."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 from support.fleetbed import until
+from support.jobbed import Calls, running, services
 
+from console import clock
+from console.fleet.link import ExecutorLink
+from console.records.journal import read
+from console.supervise.group.epoch import Member, _MemberSide
+from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
 from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from protocol.faults import StopReason
 
 
 class Starts:
@@ -72,3 +81,47 @@ async def test_a_readied_start_cancelled_on_its_own_falls_back_to_a_start() -> N
     readied.cancel()
     got = await asyncio.wait_for(launch, 5)
     assert isinstance(got, Outcome) and starts.hosts == ["d"], "started anew on d"
+
+
+class Idle(ExecutorLink):
+    """An idle executor's link: keeps what is sent, and whether it was closed."""
+
+    def __init__(self) -> None:  # no transport: nothing is opened
+        self.sent: list[object] = []
+        self.shut = False
+        self.anchor = (clock.mono(), clock.mono())  # a clock reading, as a Hello gives
+        self.hello = None
+
+    async def send(self, msg: Any) -> None:
+        self.sent.append(msg)
+
+    def close(self) -> None:
+        self.shut = True
+
+
+async def test_a_member_that_answers_again_calls_off_the_executor_readied_to_replace_it(
+    tmp_path: Path,
+) -> None:
+    """A single host's readied target is called off when its host answers again (a blip); a
+    group's readied replacement sat idle on the spare (torch imported, its GPU's memory held)
+    until the epoch ended. Now it is stopped once no member is silent, and not before."""
+    svc = services(tmp_path, Calls())
+    sup = running(svc, "group", ["a", "b"])
+    assert isinstance(sup, GroupSupervisor)
+    a, b = Member(0, "a"), Member(1, "b")  # both silent: their links lost
+    run = sup._epoch([a, b], 1)
+    readied = Idle()
+
+    async def started() -> Idle:
+        return readied
+
+    sup._executors.readied["c"] = cast(Any, asyncio.create_task(started()))
+    await _MemberSide(run, b, "link closed").answered(Idle())
+    await asyncio.sleep(0)
+    assert "c" in sup._executors.readied and not readied.sent, "a is still silent: kept"
+    await _MemberSide(run, a, "link closed").answered(Idle())
+    await until(lambda: readied.shut, 5, "the readied executor called off")
+    assert [getattr(m, "reason", None) for m in readied.sent] == [StopReason.NOT_NEEDED]
+    assert not sup._executors.readied
+    said = [e.msg for e in read(svc.inv.state_dir / "journal.jsonl")]
+    assert any("readied on c is not needed: a answers again" in m for m in said), said
