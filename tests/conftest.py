@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import sshbed
+from support import once, sshbed
 from support.helpers import tmpfs
 
 SMALL_DISK = 4 << 20
@@ -16,6 +17,16 @@ pytest_plugins = [
     "support.cpu_account",  # CPU per test, with HOTSPARE_TEST_CPU=FILE
     "support.hang_dump",  # where a hung test's asyncio tasks wait
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_references(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Under xdist, references made once per run are kept where every worker finds them
+    (``support.once``): beside the workers' own temporary folders, removed with them."""
+    if hasattr(request.config, "workerinput"):
+        os.environ[once.FOLDER_ENV] = str(tmp_path_factory.getbasetemp().parent / "once")
 
 
 @pytest.fixture

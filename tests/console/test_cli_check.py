@@ -79,6 +79,10 @@ class Shipped:
     again: subprocess.CompletedProcess[str]
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
     """A copy of the shipped inventory, checked before deploying, with --deploy, then again."""

@@ -114,6 +114,10 @@ def saved_steps(proc: ExecutorProcess) -> list[int]:
     return [e["manifest"]["step"] for e in proc.of("checkpoint")]
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExecutorProcess, Path]:
     """One uninterrupted run: the reference for every other test."""

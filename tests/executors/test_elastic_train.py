@@ -106,6 +106,10 @@ class Reference:
     losses: dict[int, float]
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def references(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[bool], Reference]]:
     """The uninterrupted 3-member run of SPEC with each reduce (made when first asked for)."""

@@ -56,6 +56,10 @@ def cleanup() -> Iterator[list[Member]]:
     kill_all(members)
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     """One uninterrupted 2-rank FSDP run of SPEC."""

@@ -52,6 +52,10 @@ def cleanup() -> Iterator[list[Member]]:
     kill_all(members)
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def four_hosts(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     """The uninterrupted run of SPEC on four hosts of one rank each."""

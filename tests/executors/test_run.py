@@ -13,6 +13,9 @@ from support.helpers import ExecutorProcess, env_with, run_job, wait_for, write_
 
 from executors import exitcodes
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:

@@ -20,6 +20,7 @@ import psutil
 import tomli_w
 
 from support.helpers import REPO, TINY_CONFIG, env_with
+from support.once import once
 from support.wait import until as until  # re-exported: the tests import it from here too
 
 # Fast detection for tests: heartbeat 0.25 s, suspect after 1 s, lease 3 s.
@@ -103,27 +104,30 @@ def local_host(root: Path, region: str = "r1", **over: Any) -> dict[str, Any]:
     return {"region": region, "transport": "local", "root": str(root), **over}
 
 
-_BASELINES: dict[bytes, str] = {}
-_BASELINE_PARAMS: dict[bytes, str] = {}
+def _baseline(inventory: Path, job: str, workdir: Path) -> tuple[str, str]:
+    """(``params_sha256``, ``checkpoint_params``) of the job run uninterrupted, made once per
+    spec and test run, whichever worker asks first (``once``)."""
+    from console.inventory import load
+
+    def make() -> list[str]:
+        sha = _run_baseline(inventory, job, workdir)
+        return [sha, checkpoint_params(workdir)]
+
+    sha, params = once(
+        b"fleetbed.baseline " + msgspec.json.encode(load(inventory).jobs[job].spec), make
+    )
+    return sha, params
 
 
 def baseline_sha(inventory: Path, job: str, workdir: Path) -> str:
-    """The job run uninterrupted by the executor alone, with the same environment (cached per spec)."""
-    from console.inventory import load
-
-    key = msgspec.json.encode(load(inventory).jobs[job].spec)
-    if key not in _BASELINES:
-        _BASELINES[key] = _run_baseline(inventory, job, workdir)
-        _BASELINE_PARAMS[key] = checkpoint_params(workdir)
-    return _BASELINES[key]
+    """The job run uninterrupted by the executor alone, with the same environment (once per
+    spec; ``workdir``: where it runs, if this is the first ask)."""
+    return _baseline(inventory, job, workdir)[0]
 
 
 def baseline_params(inventory: Path, job: str, workdir: Path) -> str:
     """``checkpoint_params`` of the uninterrupted run's final checkpoint (run once per spec)."""
-    from console.inventory import load
-
-    baseline_sha(inventory, job, workdir)
-    return _BASELINE_PARAMS[msgspec.json.encode(load(inventory).jobs[job].spec)]
+    return _baseline(inventory, job, workdir)[1]
 
 
 def checkpoint_params(workdir: Path) -> str:

@@ -5,7 +5,7 @@ of them: a reference run (an uninterrupted job, to compare a resumed one's param
 made again by each worker that ran one of its tests, up to three times the same training. Here
 the first worker to ask makes it and writes it down; the others wait for it and read it. Only
 what is the same wherever it is computed belongs here (a run's final parameters' digest).
-Without xdist, or where the run's folder cannot be written, it is kept in this process only.
+Without xdist it is kept in this process only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,11 +29,14 @@ POLL_S = 0.2
 _MINE: dict[str, object] = {}
 
 
+FOLDER_ENV = "HOTSPARE_TEST_ONCE_DIR"
+"""Set by the tests' conftest in each xdist worker: a folder every worker of the run shares
+(beside the workers' own temporary folders, so pytest removes it with them)."""
+
+
 def _folder() -> Path | None:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run or not run.isalnum():
-        return None
-    return Path(tempfile.gettempdir()) / f"hotspare-once-{run}"
+    folder = os.environ.get(FOLDER_ENV)
+    return Path(folder) if folder else None
 
 
 @contextlib.contextmanager
@@ -68,7 +70,7 @@ def once(key: str | bytes, make: Callable[[], T]) -> T:
     if folder is None:
         value = _MINE[name] = make()
         return value
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     done = folder / f"{name}.json"
     with _locked(folder / f"{name}.lock"):
         if done.exists():

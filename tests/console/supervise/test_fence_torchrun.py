@@ -89,6 +89,10 @@ def final_params(root: Path) -> str:
     return h.hexdigest()
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = tmp_path_factory.mktemp("torchrun-baseline")

@@ -65,6 +65,10 @@ def controller(inv: Path) -> Controller:
     return Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "abc"})
 
 
+# the module-wide reference is made once, on the one worker that runs the whole module
+pytestmark = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     inv = inventory(tmp_path_factory.mktemp("command-group"))
