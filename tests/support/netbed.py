@@ -18,16 +18,15 @@ fast instead of timing out. A routed namespace never reaches past this machine.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from support.sshbed import SshBed, SshHost
+from support.wait import flocked
 
 NETWORK = "10.213.0.0/16"
 RULE_PREF = 2130
@@ -80,16 +79,7 @@ the client then meets a host key that "CHANGED": a chaos run at 982d54b hung tha
 @contextlib.contextmanager
 def _claiming(timeout: float = 60.0) -> Iterator[set[int]]:
     """The values of N whose 10.213.N.0/24 an interface here uses now, with the lock held."""
-    with open(LOCK, "a") as f:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{LOCK} held for over {timeout:.0f}s") from None
-                time.sleep(0.01)
+    with flocked(LOCK, timeout):
         argv = ["ip", "-4", "-o", "addr", "show"]
         done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30)
         yield {

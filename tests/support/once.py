@@ -10,15 +10,14 @@ Without xdist it is kept in this process only.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from support.wait import flocked
 
 T = TypeVar("T")
 
@@ -39,27 +38,6 @@ def _folder() -> Path | None:
     return Path(folder) if folder else None
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """``path`` held by this process alone, waited for with a deadline (never forever)."""
-    with path.open("a") as f:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"waited {WAIT_S:g} s for another worker's {path}"
-                    ) from None
-                time.sleep(POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def once(key: str | bytes, make: Callable[[], T]) -> T:
     """``make()``'s value for ``key``, made once per test run (its value must be JSON)."""
     raw = key if isinstance(key, bytes) else key.encode()
@@ -72,7 +50,7 @@ def once(key: str | bytes, make: Callable[[], T]) -> T:
         return value
     folder.mkdir(parents=True, exist_ok=True)
     done = folder / f"{name}.json"
-    with _locked(folder / f"{name}.lock"):
+    with flocked(folder / f"{name}.lock", WAIT_S, POLL_S):
         if done.exists():
             value = json.loads(done.read_text())
         else:

@@ -1,13 +1,17 @@
 """Waiting on a condition with a deadline: the one polling helper of the tests, in its blocking
-(``wait_for``) and its asyncio form (``until``, the event loop running meanwhile). Never a sleep
+(``wait_for``) and its asyncio form (``until``, the event loop running meanwhile), and a file
+lock another process of the run may hold (``flocked``). Never a sleep
 as synchronisation: the predicate is asked until it holds, and the test fails naming ``what``
 at the deadline."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 POLL_S = 0.05
@@ -44,3 +48,23 @@ async def until(
         deadline.check()
         await asyncio.sleep(interval)
     return value
+
+
+@contextlib.contextmanager
+def flocked(path: Path, timeout: float, interval: float = 0.01) -> Iterator[None]:
+    """``path`` locked (``flock``) by this process alone while the block runs; another process
+    of the run holding it is waited for, and the test fails at the deadline naming it."""
+    with path.open("a") as f:
+        wait_for(lambda: _took(f), timeout, f"{path}, held by another process", interval)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _took(f: Any) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -55,6 +55,22 @@ def asked(calls: Calls) -> list[str]:
     return [args[0] for name, args in calls.made if name == "alert" and "in the console" in args[0]]
 
 
+async def moves_unasked(
+    calls: Calls, sup: JobSupervisor | GroupSupervisor, run: list[Outcome]
+) -> None:
+    """The recovery of a run that ended so goes on to move the job (to spare c) and asks no
+    operator."""
+    recovering = asyncio.create_task(recovered(sup, run))
+    await until(
+        lambda: sup.live.approval is not None or recovering.done() or "c" in sup.hosts_in_use(),
+        10,
+        "the move or an ask",
+    )
+    assert sup.live.approval is None and not asked(calls), asked(calls)
+    recovering.cancel()
+    await asyncio.gather(recovering, return_exceptions=True)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_under_observe_a_crash_waits_for_an_operator_before_its_restart_in_place(
     tmp_path: Path, kind: str
@@ -99,15 +115,7 @@ async def test_an_operators_drain_moves_the_job_unasked(
     under manual asked again before it moved; a group's did not)."""
     calls, sup = job(tmp_path, kind, policy)
     sup._fleet.set_state("a", HostState.DRAINING, "operator")
-    recovering = asyncio.create_task(recovered(sup, ends(kind, DRAINED)))
-    await until(
-        lambda: sup.live.approval is not None or recovering.done() or "c" in sup.hosts_in_use(),
-        10,
-        "the move or an ask",
-    )
-    assert sup.live.approval is None and not asked(calls), asked(calls)
-    recovering.cancel()
-    await asyncio.gather(recovering, return_exceptions=True)
+    await moves_unasked(calls, sup, ends(kind, DRAINED))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,12 +137,4 @@ async def test_under_observe_a_preemptions_move_waits_under_manual_it_goes_ahead
     (tmp_path / "manual").mkdir()
     calls, sup = job(tmp_path / "manual", kind, Policy.MANUAL)
     sup._fleet.set_state("a", HostState.DRAINING, "preempted")
-    recovering = asyncio.create_task(recovered(sup, ends(kind, PREEMPTED)))
-    await until(
-        lambda: sup.live.approval is not None or recovering.done() or "c" in sup.hosts_in_use(),
-        10,
-        "the move or an ask",
-    )
-    assert sup.live.approval is None and not asked(calls), asked(calls)
-    recovering.cancel()
-    await asyncio.gather(recovering, return_exceptions=True)
+    await moves_unasked(calls, sup, ends(kind, PREEMPTED))

@@ -38,6 +38,24 @@ from console.supervise.watch import Watch
 from protocol.messages import Heartbeat, Start
 
 
+def first_grant_stalled(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The first Start's grant takes a lease and a second, once (the state's write on a slow
+    disk): how long it took, once it has."""
+    slow: list[float] = []
+    start = JobLease.start
+
+    def slow_start(self: JobLease, *args: Any, **kw: Any) -> Start:
+        granted = start(self, *args, **kw)
+        if not slow:
+            began = time.monotonic()
+            time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
+            slow.append(time.monotonic() - began)
+        return granted
+
+    monkeypatch.setattr(JobLease, "start", slow_start)
+    return slow
+
+
 async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,18 +106,7 @@ async def test_a_start_whose_own_grant_took_a_lease_is_granted_again(
         hosts={"a": local_host(tmp_path / "a")},
         jobs={"j": {"host": "a", **job_table(steps=100_000)}},
     )
-    slow: list[float] = []
-    start = JobLease.start
-
-    def slow_start(self: JobLease, *args: Any, **kw: Any) -> Start:
-        granted = start(self, *args, **kw)
-        if not slow:  # the first grant takes a lease and a second, once
-            began = time.monotonic()
-            time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
-            slow.append(time.monotonic() - began)
-        return granted
-
-    monkeypatch.setattr(JobLease, "start", slow_start)
+    slow = first_grant_stalled(monkeypatch)
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     sup = ctl.jobs["j"]
     task = asyncio.create_task(ctl.run())
@@ -172,18 +179,7 @@ async def test_a_group_members_start_whose_own_grant_took_a_lease_is_granted_aga
     lease. (The group's Starts had no such rule: the member stopped at once, 'lease ended',
     and the group restarted at epoch 2.)"""
     inv = local_group(tmp_path, steps=100_000)
-    slow: list[float] = []
-    start = JobLease.start
-
-    def slow_start(self: JobLease, *args: Any, **kw: Any) -> Start:
-        granted = start(self, *args, **kw)
-        if not slow:  # the first member's grant takes a lease and a second, once
-            began = time.monotonic()
-            time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
-            slow.append(time.monotonic() - began)
-        return granted
-
-    monkeypatch.setattr(JobLease, "start", slow_start)
+    slow = first_grant_stalled(monkeypatch)  # the first member's
     ctl = group_controller(inv)
     sup = ctl.jobs["j"]
     task = asyncio.create_task(ctl.run())
