@@ -525,17 +525,17 @@ class Controller:
             sup.request_move(StopReason.MIGRATE, f"operator: fail over {job}", target)
 
     def approve(self, job: str) -> bool:
-        self._answer(f"approve failover of {job}", job)
+        self._answer(f"approve recovery of {job}", job)
         return self.jobs[job].answer(True)
 
     def deny(self, job: str) -> bool:
-        self._answer(f"deny failover of {job}", job)
+        self._answer(f"deny recovery of {job}", job)
         return self.jobs[job].answer(False)
 
     def _answer(self, what: str, job: str) -> None:
         approval = self.jobs[job].approval
         if approval is None or approval.done():
-            self._refuse(what, f"{job} has no failover waiting for approval", job=job)
+            self._refuse(what, f"{job} has no recovery waiting for approval", job=job)
         self._act(what, job=job)
 
     def checkpoint_now(self, job: str) -> None:

@@ -63,13 +63,17 @@ JOB_ACTIONS = {
         ask_one=failover_confirm,
     ),
     "approve": Action(
-        "approve failover of", lambda ctl, job: ctl.approve(job), "manual policy", None, _awaiting
+        "approve recovery of",
+        lambda ctl, job: ctl.approve(job),
+        "a failover under manual, any recovery under observe",
+        None,
+        _awaiting,
     ),
     "deny": Action(
-        "deny failover of",
+        "deny recovery of",
         lambda ctl, job: ctl.deny(job),
-        "manual policy",
-        "Deny the failover of {}?",
+        "the job stops",
+        "Deny the recovery of {}? It stops.",
         _awaiting,
     ),
     "checkpoint": Action(

@@ -146,7 +146,7 @@ async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
         await pilot.press("a")
         await wait_for(pilot, lambda: table(app).cell("j", "state") == "finished", 120, "finish")
         assert table(app).cell("j", "host -> spare").startswith("b ->")
-    assert any(e.kind is Kind.ACTION and e.msg == "approve failover of j" for e in events)
+    assert any(e.kind is Kind.ACTION and e.msg == "approve recovery of j" for e in events)
 
 
 async def test_o_toggles_cordon_and_d_drains_only_once_confirmed(tmp_path: Path) -> None:

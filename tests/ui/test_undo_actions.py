@@ -3,7 +3,8 @@ or may not be done now, says so and is journalled as refused, never as done (iss
 
 Before: ``o`` on a drained host said ``cordon c: done`` and changed nothing, ``r`` said
 ``revive c: done`` and did nothing, the palette had no undrain (a drained host never came
-back), and ``approve failover of j`` was journalled with no failover waiting."""
+back), and ``approve failover of j`` was journalled with no failover waiting (now ``approve
+recovery of j``: under observe a restart waits for it too)."""
 
 from __future__ import annotations
 
@@ -155,13 +156,13 @@ async def test_approving_with_no_failover_waiting_is_refused_not_journalled_as_d
         await pilot.press("2")
         await wait_for(pilot, lambda: "j" in table(app).row_keys(), 5, "j listed")
         await pilot.press("a")
-        await wait_for(pilot, lambda: notified(app, "approve failover of j: refused"), 5, "said")
+        await wait_for(pilot, lambda: notified(app, "approve recovery of j: refused"), 5, "said")
         await pilot.press("x")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
-        await wait_for(pilot, lambda: notified(app, "deny failover of j: refused"), 5, "said")
-    none = "j has no failover waiting for approval"
+        await wait_for(pilot, lambda: notified(app, "deny recovery of j: refused"), 5, "said")
+    none = "j has no recovery waiting for approval"
     assert actions(events) == [
-        (f"approve failover of j: refused ({none})", none),
-        (f"deny failover of j: refused ({none})", none),
+        (f"approve recovery of j: refused ({none})", none),
+        (f"deny recovery of j: refused ({none})", none),
     ], "journalled as refused, never as done"
