@@ -10,7 +10,9 @@ from collections.abc import Callable
 
 from console.states import FailureKind, JobState
 from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.outcome import Outcome
 from console.supervise.policy import Decision, Policy, decide
+from protocol.faults import StopReason
 
 
 async def approved(
@@ -21,22 +23,22 @@ async def approved(
     alert: Alert,
     save: Callable[[], object],
     release: Callable[[], None],
-    why: str,
+    end: Outcome,
     asks: str,
     failover: bool = True,
-    operator: bool = False,
 ) -> bool:
-    """Whether the recovery may go ahead. ``why``: what happened; ``asks``: what the operator
-    is asked, ending before "; VERB in the console". ``failover``: the job leaves a host after
-    a fault (manual asks); False for a restart where it is, or a planned move (an operator's
-    drain, a preemption's notice): those go ahead under manual and wait only under observe,
-    which never acts alone. ``operator``: an operator asked for it (a drain, a target). A
+    """Whether the recovery of the run that ended so (``end``) may go ahead. ``asks``: what the
+    operator is asked, ending before "; VERB in the console". ``failover``: the job leaves a
+    host after a fault (manual asks); False for a restart where it is, or a planned move (an
+    operator's drain, a preemption's notice): those go ahead under manual and wait only under
+    observe, which never acts alone. An operator's own ask (a drain, a target) goes ahead. A
     denial stops the job (remembered across consoles) and releases its hosts."""
-    decision = decide(policy, failover=failover, operator=operator or live.target is not None)
+    operator = end.reason == StopReason.DRAIN or live.target is not None
+    decision = decide(policy, failover=failover, operator=operator)
     if decision is Decision.ACT:
         return True
     verb = "approve" if decision is Decision.ASK else "go ahead by hand"
-    states.move(JobState.PENDING, f"waiting for an operator to {verb}: {why}")
+    states.move(JobState.PENDING, f"waiting for an operator to {verb}: {end.why}")
     alert(f"{asks}; {verb} in the console", job=live.name)
     live.approval = asyncio.get_running_loop().create_future()
     answer = await live.approval

@@ -68,15 +68,15 @@ class GpuWatch:
         self._warned[host] = self._warned.get(host, 0) + 1 if warns and not failing else 0
         if not self._acts:
             return None
-        if not failing:
-            self._failing.discard(host)
-        elif self._policy() is Policy.OBSERVE:  # "never act, only alert": once per streak
-            if host in self._failing:
+        if failing:
+            why = "; ".join(f.message for f in failing)
+            if self._policy() is not Policy.OBSERVE:
+                return GpuCall(StopReason.GPU_FAIL, why)
+            if host in self._failing:  # "never act, only alert": said once per streak
                 return None
             self._failing.add(host)
-            return GpuCall(StopReason.GPU_FAIL, "; ".join(f.message for f in failing), acts=False)
-        else:
-            return GpuCall(StopReason.GPU_FAIL, "; ".join(f.message for f in failing))
+            return GpuCall(StopReason.GPU_FAIL, why, acts=False)
+        self._failing.discard(host)
         if self._warned[host] != WARN_IN_A_ROW or self._policy() is not Policy.AUTO:
             return None
         if not fleet.usable():

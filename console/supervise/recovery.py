@@ -27,7 +27,6 @@ from console.supervise.standby import Prepared, Standby
 from console.supervise.twin import Twin
 from console.supervise.unless_down import HostLost, unless_down
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
-from protocol.faults import StopReason
 
 
 class Recovery:
@@ -159,8 +158,7 @@ class Recovery:
 
     async def _approved(self, outcome: Outcome, what: str, *, failover: bool) -> bool:
         """Whether the policy lets the recovery go ahead (``approval.approved``): a failover
-        after a fault asks under manual; under observe every recovery waits for an operator.
-        A drain is an operator's own ask."""
+        after a fault asks under manual; under observe every recovery waits for an operator."""
         job = self._live
         return await approved(
             job,
@@ -169,10 +167,9 @@ class Recovery:
             alert=self._alert,
             save=self._save,
             release=self.release,
-            why=outcome.why,
+            end=outcome,
             asks=f"{job.name} needs {what} ({outcome.why})",
             failover=failover,
-            operator=outcome.reason == StopReason.DRAIN,
         )
 
     def _restart(

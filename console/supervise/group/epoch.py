@@ -85,8 +85,8 @@ class GroupEpoch:
         silent: Callable[[Member], None],
         lost: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
-        answered: Callable[[Member, list[Member]], Awaitable[None]] | None = None,
-        leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]] | None = None,
+        answered: Callable[[Member, list[Member]], Awaitable[None]],
+        leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]],
     ) -> None:
         self.members = members
         self.epoch = epoch
@@ -153,10 +153,7 @@ class GroupEpoch:
                 await self._changed.wait()
             return self.members
         except asyncio.CancelledError:  # the console quits: the members train on without it
-            if self._leave is not None:
-                await self._leave(
-                    [(m.host, m.link) for m in self.members if m.link and m.exit is None]
-                )
+            await self._leave([(m.host, m.link) for m in self.members if m.link and m.exit is None])
             raise
         finally:
             for t in tasks:
@@ -284,8 +281,7 @@ class _MemberSide:
         m.link, m.last_seen = link, time.monotonic()
         with contextlib.suppress(LinkError, NoAnchor):
             await link.send(run.grant(m))
-        if run._answered is not None:
-            await run._answered(m, [x for x in run.members if x.exit is None])
+        await run._answered(m, [x for x in run.members if x.exit is None])
 
     def faulted(self, link: ExecutorLink) -> Outcome:
         link.close()

@@ -23,7 +23,6 @@ from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
 from console.supervise.what_next import Act, budgeted, unfit, what_next
-from protocol.faults import StopReason
 
 
 class Pick(Protocol):
@@ -287,7 +286,7 @@ class GroupRecovery:
     async def _approved(self, first: Member, what: str, *, failover: bool) -> bool:
         """Whether the policy lets the recovery go ahead (``approval.approved``, as for a
         single host): a replacement after a fault asks under manual; under observe every
-        recovery waits for an operator. A drain is an operator's own ask."""
+        recovery waits for an operator."""
         assert first.exit is not None
         return await approved(
             self._live,
@@ -296,10 +295,9 @@ class GroupRecovery:
             alert=self._alert,
             save=self._save,
             release=self.release,
-            why=first.exit.why,
+            end=first.exit,
             asks=f"{self._name} needs {what} ({first.exit.why})",
             failover=failover,
-            operator=first.exit.reason == StopReason.DRAIN,
         )
 
     async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:

@@ -56,6 +56,31 @@ def first_grant_stalled(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return slow
 
 
+async def trains_on_after_one_regrant(
+    ctl: Controller, slow: list[float], steps: int, roots: list[Path]
+) -> None:
+    """Job j, its first grant stalled (``slow``), trains ``steps`` steps at epoch 1, then is
+    stopped: one regrant journalled, for a grant that spent more than the lease, and no
+    executor under ``roots`` lost its lease (its own events)."""
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= steps or task.done(), 120, f"{steps} steps")
+        assert not task.done(), task
+        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
+        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+    events = list(read(ctl.inv.state_dir / "journal.jsonl"))
+    (again,) = [e for e in events if "granted again on a new reading" in e.msg]
+    assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
+    for root in roots:
+        workdir_events = (root / "jobs" / "j" / "events.jsonl").read_text()
+        assert "lease_lost" not in workdir_events, f"the executor under {root} lost its lease"
+
+
 async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,22 +133,7 @@ async def test_a_start_whose_own_grant_took_a_lease_is_granted_again(
     )
     slow = first_grant_stalled(monkeypatch)
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
-    sup = ctl.jobs["j"]
-    task = asyncio.create_task(ctl.run())
-    try:
-        await until(lambda: sup.step >= 50 or task.done(), 90, "50 steps")
-        assert not task.done(), task
-        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
-        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
-    finally:
-        ctl.stop_job("j")
-        await asyncio.wait_for(task, 60)
-        await ctl.close()
-    events = list(read(inv.parent / "state" / "journal.jsonl"))
-    (again,) = [e for e in events if "granted again on a new reading" in e.msg]
-    assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
-    workdir_events = (tmp_path / "a" / "jobs" / "j" / "events.jsonl").read_text()
-    assert "lease_lost" not in workdir_events, "the executor lost its lease"
+    await trains_on_after_one_regrant(ctl, slow, 50, [tmp_path / "a"])
 
 
 async def test_a_fresh_reading_is_taken_after_the_readings_a_stalled_loop_left_queued(
@@ -181,20 +191,4 @@ async def test_a_group_members_start_whose_own_grant_took_a_lease_is_granted_aga
     inv = local_group(tmp_path, steps=100_000)
     slow = first_grant_stalled(monkeypatch)  # the first member's
     ctl = group_controller(inv)
-    sup = ctl.jobs["j"]
-    task = asyncio.create_task(ctl.run())
-    try:
-        await until(lambda: sup.step >= 30 or task.done(), 120, "30 steps")
-        assert not task.done(), task
-        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
-        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
-    finally:
-        ctl.stop_job("j")
-        await asyncio.wait_for(task, 60)
-        await ctl.close()
-    events = list(read(inv.parent / "state" / "journal.jsonl"))
-    (again,) = [e for e in events if "granted again on a new reading" in e.msg]
-    assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
-    for h in "abc":
-        workdir_events = (tmp_path / h / "jobs" / "j" / "events.jsonl").read_text()
-        assert "lease_lost" not in workdir_events, f"{h}'s executor lost its lease"
+    await trains_on_after_one_regrant(ctl, slow, 30, [tmp_path / h for h in "abc"])
