@@ -34,6 +34,7 @@ from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.incident import carry_on
 from console.supervise.observe import FOLLOW_EVERY_S
 from console.supervise.one_host import JobSupervisor
+from console.supervise.orders import ON_ITS_WAY
 from console.supervise.policy import Policy
 from console.supervise.refusal import Refused
 from console.supervise.restart import paid_off
@@ -522,7 +523,7 @@ class Controller:
             )
         self._act(what, job=job)
         if not sup.answer(True, target):
-            sup.request_move(StopReason.MIGRATE, f"operator: fail over {job}", target)
+            sup.request_move(StopReason.MIGRATE, f"operator: fail over {job}", target, off=sup.host)
 
     def approve(self, job: str) -> bool:
         self._answer(f"approve recovery of {job}", job)
@@ -575,13 +576,13 @@ class Controller:
         jobs = [
             s
             for s in self.jobs.values()
-            if host in s.hosts_in_use() and s.state is JobState.RUNNING
+            if host in s.hosts_in_use() and (s.state is JobState.RUNNING or s.state in ON_ITS_WAY)
         ]
         self.fleet.set_state(host, HostState.DRAINING, "operator")
-        for sup in jobs:
-            sup.request_move(StopReason.DRAIN, f"operator drained {host}")
-        if not jobs:
-            self.fleet.set_state(host, HostState.DRAINED, "no jobs to move")
+        for sup in jobs:  # one on its way there moves once it trains (kept, moot if it left)
+            sup.request_move(StopReason.DRAIN, f"operator drained {host}", off=host)
+        if self.fleet.hosts[host].job is None:  # else drained once its job leaves it (Fleet.free)
+            self.fleet.set_state(host, HostState.DRAINED, "no job holds it")
 
     def undrain(self, host: str) -> None:
         """A drained host takes jobs again."""

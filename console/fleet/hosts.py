@@ -146,6 +146,18 @@ class Fleet:
             if state is HostState.UP:
                 self.changed.set()
 
+    def free(self, name: str, job: str, why: str) -> None:
+        """``job`` no longer holds ``name`` (it left it, readied it for nothing, or ended): the
+        host is free for others, and a drain waiting for it is done (draining -> drained).
+        The one place a drain ends while jobs run (an operator's drain of a host no job holds
+        ends at once): a job that crashed during its drain, or came up on the host after it
+        was drained, once left the host draining for good, and ``undrain`` refused it."""
+        rt = self.hosts[name]
+        if rt.job == job:
+            rt.job = None
+        if rt.job is None and rt.state is HostState.DRAINING:
+            self.set_state(name, HostState.DRAINED, why)
+
     def fit(self, name: str) -> bool:
         """Up, failing no health rule or health probe, and not being released: a host a job
         may go to (a spare found broken is not where a job should fail over to)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Journal, Kind
-from console.states import HostState, JobState
+from console.states import JobState
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.outcome import Outcome
 
@@ -64,8 +64,6 @@ def release(job: LiveJob, fleet: Fleet) -> None:
     or members, and a target readied for it), and it keeps no spares."""
     for name, rt in fleet.hosts.items():
         if rt.job == job.name:
-            rt.job = None
-            if rt.state is HostState.DRAINING:  # nothing left to move off it
-                fleet.set_state(name, HostState.DRAINED, f"{job.name} is over")
+            fleet.free(name, job.name, f"{job.name} is over")
     job.spares = []
     fleet.changed.set()

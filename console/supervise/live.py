@@ -11,7 +11,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from console.fleet.link import ExecutorLink
 from console.records.incidents import end_phase
@@ -26,6 +26,18 @@ HISTORY_LEN = 600
 """Progress samples kept for the console's curves (one per Progress message)."""
 LOG_TAIL_LEN = 200
 CHECKPOINTS_KEPT = 12
+
+
+class KeptMove(NamedTuple):
+    """A move asked for while the job could not make it: made once it trains, unless moot."""
+
+    reason: StopReason
+    why: str
+    target: str | None = None
+    """The host an operator chose (moot once the job trains there)."""
+    off: str | None = None
+    """The host the move takes the job off (a drain's, a failover's): moot once the job trains
+    elsewhere (a failover took it off meanwhile)."""
 
 
 class Alert(Protocol):
@@ -89,9 +101,9 @@ class LiveJob:
     that warned sample after sample, an operator's move); emptied of a host once it is left."""
     stop_requested: bool = False
     """An operator asked this job to stop (remembered across consoles once it has)."""
-    move_kept: tuple[StopReason, str, str | None] | None = None
-    """(reason, why, target) of a move asked for while the job was on its way to training
-    (deploying, restarting, failing over): made once it trains (``Orders.trains``)."""
+    move_kept: KeptMove | None = None
+    """A move asked for while the job was on its way to training (deploying, restarting,
+    failing over) or unreachable: made once it trains (``Orders.trains``)."""
 
     @property
     def state(self) -> JobState:

@@ -11,17 +11,23 @@ from collections.abc import Callable
 from console.records.journal import Journal, Kind
 from console.states import JobState
 from console.supervise.incident import OpenIncident
-from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.live import Alert, KeptMove, LiveJob, Transitions
 from protocol.faults import StopReason
 from protocol.messages import CheckpointNow, ConsoleMessage, Drain, Stop
 
 ON_ITS_WAY = frozenset(
-    {JobState.PENDING, JobState.DEPLOYING, JobState.RESTARTING, JobState.FAILING_OVER}
+    {
+        JobState.PENDING,
+        JobState.DEPLOYING,
+        JobState.RESTARTING,
+        JobState.FAILING_OVER,
+        JobState.UNREACHABLE,
+    }
 )
-"""States a job leaves for training by a launch (or for an end): a move asked for in one is
-kept until it trains, not dropped. Not kept: one checkpointing is moving already, one
-unreachable either answers again or fails over (the move would be its failover's), and one
-that ended trains no more."""
+"""States a job leaves for training by a launch, an answer again after a silence (or for an
+end): a move asked for in one is kept until it trains, not dropped; it is moot if the job
+trains off the host it was to leave by then (a failover took it elsewhere). Not kept: one
+checkpointing is moving already, and one that ended trains no more."""
 
 
 class Orders:
@@ -34,8 +40,11 @@ class Orders:
         journal: Journal,
         alert: Alert,
         wake: Callable[[], None],
+        hosts: Callable[[], list[str]],
     ) -> None:
         self._live = live
+        self._hosts = hosts
+        """The hosts the job trains on now (one; a group's members)."""
         self._states = states
         self._incident = incident
         self._journal = journal
@@ -43,17 +52,24 @@ class Orders:
         self._wake = wake
         """Wake whatever waits for the fleet to change (a supervisor waiting for a host)."""
 
-    def request_move(self, reason: StopReason, why: str, target: str | None = None) -> None:
+    def request_move(
+        self, reason: StopReason, why: str, target: str | None = None, off: str | None = None
+    ) -> None:
         """Planned migration: checkpoint at the current step, stop, then move (0 lost steps).
+        ``off``: the host the job is to leave (an operator's drain of it).
 
         Only a job that trains can be moved so. One on its way to training (being deployed,
-        restarted or failed over) has no step to checkpoint yet: the move is kept, journalled
-        as such, and made once it trains a step (``trains``); one that cannot train (checkpointing
-        already, ended) is reported as not delivered (never raised)."""
+        restarted or failed over, or unreachable) has no step to checkpoint yet: the move is
+        kept, journalled as such, and made once it trains a step (``trains``); one that cannot
+        train (checkpointing already, ended) is reported as not delivered (never raised)."""
         job = self._live
-        if job.link is None or not job.machine.can(JobState.CHECKPOINTING):
+        if (
+            job.state in ON_ITS_WAY
+            or job.link is None
+            or not job.machine.can(JobState.CHECKPOINTING)
+        ):
             if job.state in ON_ITS_WAY and not job.stop_requested:
-                job.move_kept = (reason, why, target)
+                job.move_kept = KeptMove(reason, why, target, off)
                 self._journal.record(
                     Kind.ACTION,
                     f"{job.name}: move kept: it is {job.state.value}; it moves "
@@ -86,8 +102,17 @@ class Orders:
         if job.move_kept is None or job.state is not JobState.RUNNING or job.incident is not None:
             return
         kept, job.move_kept = job.move_kept, None
-        reason, why, target = kept
+        reason, why, target, off = kept
         if job.stop_requested:
+            return
+        if off is not None and off not in self._hosts():
+            self._journal.record(
+                Kind.ACTION,
+                f"{job.name}: move kept is moot: it no longer trains on {off}",
+                job=job.name,
+                host=job.host,
+                data={"order": "drain", "delivered": False, "moot": True, "off": off},
+            )
             return
         if target is not None and job.host == target:
             self._journal.record(
@@ -98,7 +123,7 @@ class Orders:
                 data={"order": "drain", "delivered": False, "moot": True, "target": target},
             )
             return
-        self.request_move(reason, why, target)
+        self.request_move(reason, why, target, off)
 
     def request_checkpoint(self) -> None:
         self._send(CheckpointNow(reason="operator"), "checkpoint now")

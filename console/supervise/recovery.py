@@ -214,8 +214,6 @@ class Recovery:
             self._incident.open("host_lost", outcome.why)
             fleet.set_state(host, HostState.DOWN, outcome.why)
         self._planned(outcome, host)
-        if outcome.exit is Exit.PLANNED and fleet.hosts[host].state is HostState.DRAINING:
-            fleet.set_state(host, HostState.DRAINED, f"{job.name} moved off")
         job.leave.pop(host, None)
         if (
             outcome.exit is not Exit.HOST_LOST
@@ -238,8 +236,8 @@ class Recovery:
         planned = outcome.exit is Exit.PLANNED  # a move planned: it goes ahead under manual
         if not await self._approved(outcome, f"a failover off {old}", failover=not planned):
             return None
-        if old is not None and fleet.hosts[old].job == job.name:
-            fleet.hosts[old].job = None
+        if old is not None:
+            fleet.free(old, job.name, f"{job.name} left it")
         # a host lost may be chosen again once it is back; one the job leaves up (a crash past
         # the restart limit, a preemption, a drain) is not
         back = old is not None and fleet.hosts[old].state is HostState.DOWN
@@ -278,8 +276,7 @@ class Recovery:
                 job=job.name,
                 host=target,
             )
-            if fleet.hosts[target].job == job.name:
-                fleet.hosts[target].job = None
+            fleet.free(target, job.name, f"{job.name} readied it for nothing")
             standby.prepared = None
             target = None
         if not copied and outcome.exit is Exit.PLANNED and job.checkpoint is not None:

@@ -108,9 +108,8 @@ class Standby:
 
     def _freed(self, host: str) -> None:
         """A host readied for this job and then not used is free for others again."""
-        rt = self._fleet.hosts[host]
-        if rt.job == self._live.name and host != self._live.host:
-            rt.job = None
+        if host != self._live.host:
+            self._fleet.free(host, self._live.name, f"{self._live.name} readied it for nothing")
         self._fleet.changed.set()
 
     # ------------------------------------------------------------ preparation
@@ -162,8 +161,8 @@ class Standby:
             pass
         finally:  # also when cancelled: the target is free again unless readied
             fleet.readying.discard(target)
-            if not isinstance(started, ExecutorLink) and fleet.hosts[target].job == job.name:
-                fleet.hosts[target].job = None
+            if not isinstance(started, ExecutorLink):
+                fleet.free(target, job.name, f"{job.name} readied it for nothing")
         return (
             Prepared(target, started, promoted=True) if isinstance(started, ExecutorLink) else None
         )
@@ -306,9 +305,10 @@ class Standby:
                 host=prepared.host,
             )
             await self._probe.kill(prepared.host, self._probe.workdir(prepared.host))
-        rt = self._fleet.hosts[prepared.host]
-        if rt.job == self._live.name and prepared.host != self._live.host:
-            rt.job = None
+        if prepared.host != self._live.host:
+            self._fleet.free(
+                prepared.host, self._live.name, f"{self._live.name} readied it for nothing"
+            )
 
     # ------------------------------------------------------------------ pumps
 

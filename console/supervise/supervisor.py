@@ -186,6 +186,7 @@ class Supervisor(ABC):
             journal=journal,
             alert=services.alert,
             wake=fleet.changed.set,
+            hosts=self.hosts_in_use,
         )
         self._job_messages = JobMessages(  # a single host's messages; any job's read-only view
             self.live,
@@ -247,9 +248,12 @@ class Supervisor(ABC):
         self._services.on_progress(self, msg)
         self._orders.trains()
 
-    def request_move(self, reason: StopReason, why: str, target: str | None = None) -> None:
-        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps)."""
-        self._orders.request_move(reason, why, target)
+    def request_move(
+        self, reason: StopReason, why: str, target: str | None = None, off: str | None = None
+    ) -> None:
+        """Planned migration: checkpoint at the current step, stop, then move (0 lost steps);
+        ``off``: the host the job is to leave (kept until it trains, moot if it left it)."""
+        self._orders.request_move(reason, why, target, off)
 
     def request_checkpoint(self) -> None:
         self._orders.request_checkpoint()
@@ -313,9 +317,9 @@ class Supervisor(ABC):
         launch, dropping a spare that held its replicas for another ranked higher; a group kept
         its spares, and chose only once none was left."""
         job, fleet = self.live, self._fleet
-        for h, rt in fleet.hosts.items():
-            if rt.job == self.name and h not in hosts:
-                rt.job = None
+        for h in fleet.hosts:
+            if h not in hosts:
+                fleet.free(h, self.name, f"{self.name} left it")
         for h in hosts:
             fleet.hosts[h].job = self.name
         job.host = hosts[0]

@@ -188,6 +188,48 @@ async def test_draining_a_host_migrates_with_zero_lost_steps(
     assert stopped == resumed > 0, "b resumed at the very step a stopped at"
 
 
+async def test_a_host_drained_while_its_job_deploys_there_is_left_once_the_job_trains(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    """An operator drains a while j is still being deployed there. It was called drained at
+    once ("no jobs to move") and j trained its whole run on it: the drain now waits for j,
+    which moves once it trains, with no step lost, and a is drained only once j has left it."""
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.state is JobState.DEPLOYING, 60, "deploying")
+    ctl.drain_host("a")
+    assert ctl.fleet.hosts["a"].state is HostState.DRAINING, "j is on its way there"
+    await asyncio.wait_for(task, 120)
+    await ctl.close()
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    assert ctl.fleet.hosts["a"].state is HostState.DRAINED
+    stopped, resumed = moved_without_loss(tmp_path)
+    assert stopped == resumed > 0, "b resumed at the very step a stopped at"
+    kept = [e.data for e in journal(fleet) if e.kind is Kind.ACTION and e.data.get("kept")]
+    assert kept, "the move was kept until j trained"
+
+
+async def test_a_job_that_dies_during_its_hosts_drain_leaves_it_drained(
+    fleet: Path, baseline: str, tmp_path: Path
+) -> None:
+    """j's executor is SIGKILLed as its host is drained (before its drain's checkpoint, or
+    while its restart is decided: either order). j fails over to b and ends bit-exact; a is
+    drained, so ``undrain`` takes it back. a stayed draining for good, and undrain refused it."""
+    ctl = controller(fleet)
+    sup = ctl.jobs["j"]
+    task = await run_until(ctl, lambda: sup.step >= 30, 90, "step 30")
+    os.kill(executor_pid(tmp_path / "a"), signal.SIGKILL)
+    ctl.drain_host("a")
+    await asyncio.wait_for(task, 120)
+    assert sup.sha256 == baseline
+    assert sup.host == "b"
+    assert ctl.fleet.hosts["a"].state is HostState.DRAINED
+    ctl.undrain("a")
+    assert ctl.fleet.hosts["a"].state is HostState.UP
+    await ctl.close()
+
+
 @pytest.mark.long  # a kept move's decision: test_orders (no process)
 async def test_a_fail_over_ordered_while_the_job_restarts_is_made_once_it_trains(
     fleet: Path, baseline: str, tmp_path: Path

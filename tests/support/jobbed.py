@@ -92,9 +92,12 @@ def services(tmp_path: Path, calls: Calls, more: dict[str, str] | None = None) -
     )
 
 
-def running(svc: JobServices, kind: str, hosts: list[str]) -> JobSupervisor | GroupSupervisor:
+def running(
+    svc: JobServices, kind: str, hosts: list[str], *, deployed: bool = True
+) -> JobSupervisor | GroupSupervisor:
     """Job j on ``hosts[0]`` (kind "one host") or the group g on ``hosts`` (node ranks in
-    order), running: as its supervisor sees it when its run ends."""
+    order), running: as its supervisor sees it when its run ends (``deployed`` False: still
+    deploying there)."""
     sup: JobSupervisor | GroupSupervisor
     if kind == "one host":
         sup = JobSupervisor(svc, "j")
@@ -103,7 +106,8 @@ def running(svc: JobServices, kind: str, hosts: list[str]) -> JobSupervisor | Gr
         sup = GroupSupervisor(svc, "g")
         sup._assign_members(hosts)
     sup.live.machine.move(JobState.DEPLOYING)
-    sup.live.machine.move(JobState.RUNNING)
+    if deployed:
+        sup.live.machine.move(JobState.RUNNING)
     return sup
 
 

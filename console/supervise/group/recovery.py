@@ -192,10 +192,8 @@ class GroupRecovery:
             if newcomer is not None and newcomer not in plan:
                 plan.append(newcomer)
             job.rec.restarts = 0
-            for m in replace:
+            for m in replace:  # a draining host is drained once the job leaves it (_assign)
                 job.leave.pop(m.host, None)
-                if fleet.hosts[m.host].state is HostState.DRAINING:
-                    fleet.set_state(m.host, HostState.DRAINED, f"{self._name} moved off")
             self._decided(before, plan, first, members)
             self._assign(plan)
         elif newcomer is not None:

@@ -68,7 +68,6 @@ class GroupSupervisor(Supervisor):
         inv = services.inv
         self._policy = services.policy
         self._detection = services.detection
-        self._progress = lambda msg: services.on_progress(self, msg)
         self.placement = inv.jobs[name].placement
         rec = self.live.rec
         self.members: list[str] = list(rec.members) or inv.members(name)
@@ -103,7 +102,7 @@ class GroupSupervisor(Supervisor):
             replicator=services.replicator,
             commits=self.commits,
             save=services.store.save,
-            progress=self._progress,
+            progress=self._trained,  # a move kept meanwhile is made, as for one host
             members=members,
             refused=self._resume.refuse,
             lease=self.lease,

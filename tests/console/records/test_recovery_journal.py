@@ -49,6 +49,7 @@ def recovery_of(job: LiveJob, journal: Journal, states: Any) -> Recovery:
             hosts={"a": SimpleNamespace(job="j", leaving=False, state=HostState.UP)},
             failing=lambda host: [],
             changed=asyncio.Event(),
+            free=lambda *a: None,
         ),  # type: ignore[arg-type]
         journal=journal,
         alert=lambda *a, **k: None,

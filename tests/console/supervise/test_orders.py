@@ -54,6 +54,7 @@ class Bed:
             journal=self.journal,
             alert=self.alert,
             wake=lambda: None,
+            hosts=lambda: [self.live.host] if self.live.host else [],
         )
 
     def alert(self, msg: str, *, job: str | None = None, host: str | None = None) -> None:
@@ -145,3 +146,36 @@ async def test_a_move_ordered_while_the_job_checkpoints_is_reported_not_delivere
         "delivered": False,
         "error": "j is checkpointing, not training",
     }
+
+
+async def test_a_drain_of_an_unreachable_jobs_host_is_kept_until_it_answers_and_trains(
+    tmp_path: Path,
+) -> None:
+    """Drained while j was silent (its lease being waited out): the Drain went over the dead
+    link, and j, answering again, trained on the drained host. Kept now, and made at its
+    first step after the answer."""
+    bed = Bed(tmp_path, JobState.UNREACHABLE)
+    bed.live.link = Link()  # type: ignore[assignment]  # the link that went silent
+    bed.orders.request_move(StopReason.DRAIN, "operator drained a", off="a")
+    assert bed.live.state is JobState.UNREACHABLE and bed.live.move_kept is not None
+    assert bed.live.link.sent == [] and bed.alerts == []  # type: ignore[union-attr]
+    link = Link()
+    bed.live.link = link  # type: ignore[assignment]  # it answers again (LinkLoss)
+    bed.states.move(JobState.RUNNING, "a answers again")
+    bed.orders.trains()
+    await asyncio.sleep(0)
+    assert [type(m) for m in link.sent] == [Drain], link.sent
+    assert bed.live.state is JobState.CHECKPOINTING
+
+
+async def test_a_kept_drain_is_moot_once_the_job_trains_off_the_drained_host(
+    tmp_path: Path,
+) -> None:
+    """Drained while j failed over off it: j trains on b, and the drain of a moves it no
+    further (a kept move with no target moved it again, off the host it had just come to)."""
+    bed = Bed(tmp_path, JobState.FAILING_OVER)
+    bed.orders.request_move(StopReason.DRAIN, "operator drained a", off="a")
+    link = bed.trains_on("b")
+    await asyncio.sleep(0)
+    assert link.sent == [] and bed.live.state is JobState.RUNNING
+    assert bed.actions()[-1] == {"order": "drain", "delivered": False, "moot": True, "off": "a"}
