@@ -46,6 +46,7 @@ async def approved(
     if not answer:
         live.rec.stopped = True
         save()
-        states.fail(FailureKind.STOPPED, "failover denied by an operator")
+        what = "failover" if failover else "recovery"  # a restart in place under observe
+        states.fail(FailureKind.STOPPED, f"{what} denied by an operator")
         release()
     return answer

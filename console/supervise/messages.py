@@ -1,30 +1,42 @@
-"""What a job's executor says, and what is done about it: a single host's messages, and a
-read-only console's view of any job (which acts on nothing).
+"""What a job's executors say, and what is done about it: one dispatcher for a single host's
+executor (node rank 0 of a group of one) and a group's members, and a read-only console's view
+of any job (which acts on nothing).
 
-Progress moves the job's step and closes an incident once training got past where it resumed;
-a checkpoint is journalled and replicated to the spares; a GPU failing a health rule drains the
-host and moves the job; a preemption, a NaN or an OOM opens its incident; a config fault, a
-finish, a stop or a run that ended under a live executor say how the run ended (``exit``).
+- rank 0's progress and resume are the job's (``JobSaid``); every executor's heartbeat keeps
+  its host seen, its clock checked and its warnings journalled (``Heard``);
+- a checkpoint is journalled and replicated to the spares; it is the job's once it is whole:
+  a single host's at once, a group's once every member's shard of the step is written
+  (``Commits``, two-phase);
+- a GPU failing a health rule moves the executor's rank off its host (``move``: the job, or
+  one member's rank), a preemption, a NaN or an OOM opens the job's incident;
+- a finish, a stop, a run that ended under a live executor or a configuration fault is the
+  run's end, returned to whoever watches the executor (``Watch`` or ``GroupEpoch``), which
+  keeps its own account of it.
+
+Found in the merge of the two dispatchers (issue 30): a single host's and a group's were two
+copies that differed in more than the kind asks (the order of a checkpoint's effects, which
+messages a read-only console acted on), and each new message had to be added twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
-from console.records.journal import Journal
+from console.records.journal import Journal, Kind
 from console.replication.replicator import Replicator, Source
 from console.states import JobState
 from console.supervise.gpu_health import GpuWatch
+from console.supervise.group.commit import Commits
 from console.supervise.heard import Heard
 from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease
 from console.supervise.live import Alert, LiveJob
-from console.supervise.outcome import Exit, Outcome, from_finished, from_run_ended, from_stopped
+from console.supervise.member import Member
+from console.supervise.outcome import Outcome, run_end
 from console.supervise.policy import Policy
 from console.supervise.said import JobSaid
 from protocol.faults import FaultKind, StopReason
@@ -39,12 +51,11 @@ from protocol.messages import (
     Progress,
     Resumed,
     RunEnded,
-    Stopped,
 )
 
 
 class JobMessages:
-    """Where a single-host job's messages go (``on_message``), given what they update."""
+    """Where a job's executors' messages go (``on_message``), given what they update."""
 
     def __init__(
         self,
@@ -60,20 +71,32 @@ class JobMessages:
         replicator: Replicator,
         incident: OpenIncident,
         progress: Callable[[Progress], None],
-        move: Callable[[StopReason, str], None],
+        move: Callable[[Member, StopReason, str], None],
+        members: Callable[[], list[str]],
+        commits: Commits | None = None,
+        refused: Callable[[str, int], None] = lambda _host, _step: None,
         acts: bool = True,
     ) -> None:
         self._live = live
         self._inv = inv
         self._fleet = fleet
+        self._journal = journal
         self._alert = alert
         self._replicator = replicator
         self._incident = incident
         self._move = move
-        """Ask for a planned move off the host: (reason, why)."""
+        """Move an executor's rank off its host for its GPU's health: (executor, reason, why)."""
+        self._members = members
+        """The job's hosts now, by node rank."""
+        self._commits = commits
+        """A group's two-phase commit; None: one host's checkpoint is whole when written."""
+        self._refused = refused
+        """A member on this host could not load this step: the next resume chooses another."""
         self._acts = acts
         """False for a read-only console: messages update the view, and nothing is done about
         them (no incident opened, no drain, no restart count reset)."""
+        self._newest: dict[int, Source] = {}
+        """Each executor's newest checkpoint (a group's: shard) written this epoch, by node rank."""
         self._heard = Heard(
             live.name,
             journal=journal,
@@ -84,77 +107,108 @@ class JobMessages:
         )
         """Warnings journalled and clocks checked, as for every job's executors."""
         self._gpu = GpuWatch(fleet, policy, acts=acts)
-        """What the host's GPU health asks of the job, as for every job's hosts."""
-        self.ended = asyncio.Event()
-        """Set when a message says the run ended while the executor stays (``RunEnded``)."""
+        """What an executor's GPU health asks of its rank, as for every job's hosts."""
         self._said = JobSaid(live, journal=journal, incident=incident, progress=progress, save=save)
-        """What it says that updates the job, as for every job's rank 0."""
+        """What rank 0 says that updates the job."""
 
-    def new_executor(self) -> None:
-        """Another executor, another clock: its pace is measured afresh."""
-        if self._live.host is not None:
-            self._heard.new_executor(self._live.host)
+    @property
+    def _group(self) -> bool:
+        """A group's members: lines and faults name the member, checkpoints are shards."""
+        return self._commits is not None
 
-    def on_message(self, msg: ExecutorMessage) -> None:
-        job = self._live
-        assert job.host is not None
+    def new_executor(self, host: str) -> None:
+        """Another executor on ``host``, another clock: its pace is measured afresh."""
+        self._heard.new_executor(host)
+
+    def new_epoch(self, hosts: list[str]) -> None:
+        """An epoch starts on ``hosts``: each executor may be new (a replacement)."""
+        self._newest.clear()
+        for host in hosts:
+            self._heard.new_executor(host)
+
+    def send_newest(self, spares: list[str]) -> None:
+        """Every executor's newest checkpoint of this epoch to new spares (the spare keeper's)."""
+        for source in self._newest.values():
+            self._replicator.submit(self._live.name, spares, source)
+
+    def on_message(self, m: Member, msg: ExecutorMessage) -> Outcome | None:
+        """What ``m``'s executor said, done; the run's end if it says its run ended."""
+        job, host, first = self._live, m.host, m.node_rank == 0
         if isinstance(msg, Heartbeat):
-            job.last_seen = time.monotonic()
-            self._fleet.seen(job.host)
-            self._heard.clock(job.host, msg.clock)
+            self._fleet.seen(host)
+            self._heard.clock(host, msg.clock)
+            if first:
+                job.last_seen = time.monotonic()
         elif isinstance(msg, Progress):
-            self._said.progressed(msg)
+            if first:
+                self._said.progressed(msg)
         elif isinstance(msg, CheckpointSaved):
-            job.checkpoint = msg.manifest
-            job.checkpoint_path = checkpoint_file(
-                self._inv.host_root(job.host), job.name, msg.manifest.step
-            )
-            job.checkpoints.append((job.host, msg.manifest))
-            self._said.checkpoint(job.host, msg)
-            if msg.manifest.epoch == job.epoch:
-                self._replicator.submit(
-                    job.name, job.spares, Source(job.host, job.checkpoint_path, msg.manifest)
-                )
-                if self._acts:  # one host's checkpoint is whole when written
-                    self._said.committed(msg.manifest.step, job.host)
+            self._on_checkpoint(m, msg)
         elif isinstance(msg, Resumed):
-            self._said.resumed(msg)
+            if first:
+                self._said.resumed(msg)
         elif isinstance(msg, Health):
-            self._on_health(msg)
+            self._on_health(m, msg)
         elif isinstance(msg, Fault):
-            self._said.line(f"FAULT {msg.fault}: {msg.message}")
-            self._on_fault(msg)
+            self._line(f"FAULT {msg.fault}: {msg.message}", host)
+            self._on_fault(m, msg)
         elif isinstance(msg, Log):
-            self._said.line(f"{msg.level.upper()} {msg.text}")
-            self._heard.log(job.host, msg)
-        elif isinstance(msg, Finished):
-            job.exit = from_finished(msg.step, msg.params_sha256, msg.warnings)
-            self._incident.finished(msg.step)
-        elif isinstance(msg, Stopped):
-            job.exit = from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+            self._line(f"{msg.level.upper()} {msg.text}", host)
+            self._heard.log(host, msg)
         elif isinstance(msg, RunEnded):  # the executor stays: a restart in place needs no new one
-            self._said.line(f"RUN ENDED {msg.fault}: {msg.message}")
-            job.exit = from_run_ended(msg.fault, msg.message, msg.step)
-            job.faulted = job.link
-            self.ended.set()
+            self._line(f"RUN ENDED {msg.fault}: {msg.message}", host)
+        elif isinstance(msg, Finished) and first:
+            self._incident.finished(msg.step)
+        return run_end(msg)
 
-    def _on_fault(self, msg: Fault) -> None:
-        job = self._live
-        assert job.host is not None
-        self._heard.fault(job.host, msg, job.link)
+    def _line(self, text: str, host: str) -> None:
+        self._said.line(text, host if self._group else None)
+
+    def _on_fault(self, m: Member, msg: Fault) -> None:
+        rank = {"node_rank": m.node_rank} if self._group else {}
+        self._heard.fault(m.host, msg, m.link, **rank)
         if not self._acts:
             return
-        self._incident.of_fault(msg, job.host, job.last_seen)
-        if msg.fault == FaultKind.CONFIG:
-            job.exit = Outcome(Exit.CONFIG, msg.message)
+        if msg.fault == FaultKind.RESUME_FAILED:
+            self._refused(m.host, msg.step)
+        self._incident.of_fault(msg, m.host, m.last_seen)
 
-    def _on_health(self, msg: Health) -> None:
-        job = self._live
-        host = job.host
-        assert host is not None
-        call = self._gpu.heard(host, msg)
-        if call is None or job.state is not JobState.RUNNING:
+    def _on_checkpoint(self, m: Member, msg: CheckpointSaved) -> None:
+        job, man = self._live, msg.manifest
+        shard = m.node_rank if self._group else None
+        # the path is derived from what the console knows, never taken from the host
+        path = checkpoint_file(self._inv.host_root(m.host), job.name, man.step)
+        self._said.checkpoint(m.host, msg, shard=shard)
+        current = man.epoch == job.epoch
+        if current:
+            source = Source(m.host, path, man, shard=shard)
+            self._newest[m.node_rank] = source
+            self._replicator.submit(job.name, job.spares, source)
+        if self._commits is None:  # one host's checkpoint is whole when written
+            job.checkpoint, job.checkpoint_path = man, path
+            job.checkpoints.append((m.host, man))
+            if current and self._acts:
+                self._said.committed(man.step, m.host)
             return
-        self._alert(self._gpu.mark(call, host, job.name, job.leave), host=host)
+        if not current or self._commits.saved(m.node_rank, man.step, man.epoch) is None:
+            return
+        job.checkpoint, job.checkpoint_path = man, path
+        job.checkpoints.append((m.host, man))
+        members = self._members()
+        self._journal.record(
+            Kind.CHECKPOINT,
+            f"{job.name}: step {man.step} committed (all {len(members)} shards written)",
+            job=job.name,
+            host=members[0],
+            data={"step": man.step, "committed": True, "epoch": man.epoch},
+        )
+        self._said.committed(man.step, members[0])
+
+    def _on_health(self, m: Member, msg: Health) -> None:
+        job = self._live
+        call = self._gpu.heard(m.host, msg)
+        if call is None or job.state is not JobState.RUNNING or m.link is None:
+            return
+        self._alert(self._gpu.mark(call, m.host, job.name, job.leave), host=m.host)
         if call.acts:
-            self._move(call.move, call.said(host))
+            self._move(m, call.move, call.said(m.host))

@@ -30,7 +30,7 @@ class Observe:
         record: Callable[[], JobRecord],
         fleet: Fleet,
         link: Callable[[str], ExecutorLink],
-        on_message: Callable[[ExecutorMessage], None],
+        on_message: Callable[[ExecutorMessage], object],
         look: Callable[[JobRecord], Coroutine[Any, Any, None]],
     ) -> None:
         self._live = live

@@ -59,7 +59,7 @@ class JobSupervisor(Supervisor):
             targets=targets,
             probe=self._probe,
             incident=self._incident,
-            on_message=self._job_messages.on_message,
+            on_message=lambda msg: self._watch.heard(msg),
         )
         self._twin = Twin(
             self.live,
@@ -91,7 +91,7 @@ class JobSupervisor(Supervisor):
             standby=self._standby,
             probe=self._probe,
             loss=self._loss,
-            messages=self._job_messages,
+            messages=self._messages,
             leave=self._last_lease.leave,
             keep_spares=keeper.keep,
         )

@@ -10,7 +10,7 @@ from enum import StrEnum
 import msgspec
 
 from protocol.faults import PLANNED_STOPS, FaultKind, StopReason
-from protocol.messages import CheckpointSaved
+from protocol.messages import CheckpointSaved, ExecutorMessage, Fault, Finished, RunEnded, Stopped
 
 
 class Exit(StrEnum):
@@ -114,6 +114,21 @@ def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
     if fault == FaultKind.CRASH.value:
         return Outcome(Exit.RUN_CRASHED, message or "the run crashed", step)
     return Outcome(Exit.RUN_CRASHED, f"{fault}: {message}" if message else fault, step)
+
+
+def run_end(msg: ExecutorMessage) -> Outcome | None:
+    """How the run ended, if ``msg`` says it did (None: it trains on): a finish, a stop, a run
+    that died under a live executor (``RunEnded``: the executor waits), or a configuration
+    fault. One reading for a single host's executor and a group's member."""
+    if isinstance(msg, Finished):
+        return from_finished(msg.step, msg.params_sha256, msg.warnings)
+    if isinstance(msg, Stopped):
+        return from_stopped(msg.reason, msg.step, msg.checkpoint_step)
+    if isinstance(msg, RunEnded):
+        return from_run_ended(msg.fault, msg.message, msg.step)
+    if isinstance(msg, Fault) and msg.fault == FaultKind.CONFIG:
+        return Outcome(Exit.CONFIG, msg.message)
+    return None
 
 
 def from_events_tail(text: str) -> Outcome:

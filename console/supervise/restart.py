@@ -1,7 +1,7 @@
 """Restart in place, one decision for a single host's job and a group's members alike: may the
 run start again on the host it ended on, and is there a restart left in the budget
 (``restart_limit`` in a row; a checkpoint past the step a restart resumed from pays them off:
-``JobMessages._restarts_paid_off``, ``MemberMessages._on_checkpoint``), and what follows when it
+``JobSaid.committed``), and what follows when it
 is spent: the job moves off that host once; spent again on the next host before any checkpoint
 past the restart (a crash in the job's code or data, not in a host), the job fails as a crash
 loop instead of moving back and forth between hosts for ever.

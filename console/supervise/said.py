@@ -1,6 +1,5 @@
 """What an executor says that updates its job, the same for a single host's executor and a
-group's members: one copy, called by both message handlers (``messages.JobMessages`` and
-``group.messages.MemberMessages``), so the two cannot drift.
+group's members: called by the one dispatcher every job has (``messages.JobMessages``).
 
 - rank 0's progress is the job's step, loss and pace, and ends its incident once training got
   past the step it resumed from;
@@ -10,8 +9,8 @@ group's members: one copy, called by both message handlers (``messages.JobMessag
 - a checkpoint past the step a restart resumed from forgives the restarts (``restart_limit``
   bounds a crash loop, not crashes ever), and says so in the journal.
 
-Single-host and group differences stay with their handlers: how a run ends (a single host's
-``Finished``, ``Stopped`` and ``RunEnded`` are its exit; a group's come from every member),
+What differs by kind stays with the dispatcher's collaborators: how a run's end is counted (a
+single host's is the job's; a group's comes from every member: ``Watch``, ``GroupEpoch``),
 what a checkpoint commits (a single host's at once; a group's once every shard is written)
 and what a GPU failing a health rule moves (the job, or one member's rank).
 """

@@ -16,6 +16,7 @@ import contextlib
 import functools
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from console.fleet.link import ExecutorLink, LinkError
@@ -25,12 +26,14 @@ from console.records.state_store import JobRecord
 from console.spares.placement import choose_spares
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
+from console.supervise.group.commit import Commits
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
 from console.supervise.leave import LastLease
 from console.supervise.link_loss import LinkLoss
 from console.supervise.live import LiveJob, Transitions
+from console.supervise.member import Member
 from console.supervise.messages import JobMessages
 from console.supervise.observe import Observe
 from console.supervise.orders import Orders
@@ -188,7 +191,8 @@ class Supervisor(ABC):
             wake=fleet.changed.set,
             hosts=self.hosts_in_use,
         )
-        self._job_messages = JobMessages(  # a single host's messages; any job's read-only view
+        commits = self._checkpoint_commits(rec, store.save)
+        self._messages = JobMessages(  # one dispatcher, whichever kind; a read-only view too
             self.live,
             inv=inv,
             fleet=fleet,
@@ -200,7 +204,10 @@ class Supervisor(ABC):
             replicator=services.replicator,
             incident=self._incident,
             progress=self._trained,
-            move=self._orders.request_move,
+            move=self._move_rank,
+            members=self.hosts_in_use,
+            commits=None if services.read_only else commits,
+            refused=self._refused,
             acts=not services.read_only,
         )
 
@@ -213,7 +220,7 @@ class Supervisor(ABC):
             record=lambda: store.job(name),
             fleet=fleet,
             link=self.launcher.link,
-            on_message=self._job_messages.on_message,
+            on_message=lambda msg: self._messages.on_message(self._rank0(), msg),
             look=look,
         )
 
@@ -236,6 +243,26 @@ class Supervisor(ABC):
     def hosts_in_use(self) -> list[str]:
         """The hosts the job trains on now (one; a multi-host job's members)."""
         raise NotImplementedError
+
+    def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
+        """What makes a written checkpoint the job's: None, its being written (one host's is
+        whole); a group's two-phase commit (every member's shard of the step written)."""
+        return None
+
+    def _rank0(self) -> Member:
+        """The executor the job's link reaches, as node rank 0 (a single host's, a group's
+        first member's: what a read-only console watches)."""
+        job = self.live
+        return Member(0, job.host or "", link=job.link, last_seen=job.last_seen)
+
+    def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
+        """``m``'s GPU fails a health rule: the job moves off its host (0 lost steps)."""
+        self._orders.request_move(reason, why)
+
+    def _refused(self, host: str, step: int) -> None:
+        """A member on ``host`` could not load ``step`` (a group's: its next resume chooses
+        another)."""
+        return
 
     def _preparing(self) -> bool:
         """Whether an executor is being readied on a failover's target (its incident says so)."""

@@ -19,11 +19,13 @@ from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
 from console.supervise.link_loss import LinkLoss
 from console.supervise.live import LiveJob, Transitions
+from console.supervise.member import Member
 from console.supervise.messages import JobMessages
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
 from console.supervise.probe import Probe
 from console.supervise.standby import Standby
+from protocol.messages import ExecutorMessage, RunEnded
 
 POLL_S = 0.2
 READ_BACK_TIMEOUT_S = 30.0
@@ -68,7 +70,9 @@ class Watch:
         self._standby = standby
         self._probe = probe
         self._messages = messages
-        """Where the executor's messages go; its ``ended`` is set by a run that ended."""
+        """Where the executor's messages go (the dispatcher every job has)."""
+        self._ended = asyncio.Event()
+        """Set when a message says the run ended while the executor stays (``RunEnded``)."""
         self._leave = leave
         """The console quits cleanly: the last lease (``LastLease.leave``)."""
         self._keep_spares = keep_spares
@@ -78,7 +82,24 @@ class Watch:
 
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
-        self._messages.new_executor()
+        if self._live.host is not None:
+            self._messages.new_executor(self._live.host)
+
+    def heard(self, msg: ExecutorMessage) -> None:
+        """What the job's executor said (node rank 0 of a group of one), done; a run that
+        ended is the watch's end (one under a live executor, ``RunEnded``, at once: the
+        executor stays, and its link with it)."""
+        job = self._live
+        assert job.host is not None
+        end = self._messages.on_message(
+            Member(0, job.host, link=job.link, last_seen=job.last_seen), msg
+        )
+        if end is None:
+            return
+        job.exit = end
+        if isinstance(msg, RunEnded):  # a restart in place needs no new executor
+            job.faulted = job.link
+            self._ended.set()
 
     # ---------------------------------------------------------------- watch
 
@@ -86,7 +107,7 @@ class Watch:
         """Until the executor's run has ended (relinking after blips); how it ended."""
         job = self._live
         job.exit = None
-        self._messages.ended.clear()
+        self._ended.clear()
         tasks = [asyncio.create_task(self._renew_leases()), asyncio.create_task(self._liveness())]
         if self._keep_spares is not None:
             tasks.append(asyncio.create_task(self._keep_spares()))
@@ -94,7 +115,7 @@ class Watch:
             while True:
                 assert job.link is not None
                 pump = self._standby.pump(job.link)
-                ended = asyncio.create_task(self._messages.ended.wait())
+                ended = asyncio.create_task(self._ended.wait())
                 try:  # the link closing, or a run that ended under a live executor
                     await asyncio.wait({pump, ended}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -147,7 +168,7 @@ class Watch:
             host=job.host,
             data={"step": saved.manifest.step, "read_back": True},
         )
-        self._messages.on_message(saved)
+        self.heard(saved)
 
     async def _renew_leases(self) -> None:
         job = self._live

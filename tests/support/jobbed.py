@@ -17,8 +17,8 @@ from console.records.journal import Journal
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
 from console.states import JobState
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Outcome
 from console.supervise.policy import Policy

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -23,49 +22,24 @@ from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.link import ExecutorLink, LinkError
 from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
 from console.supervise.link_loss import LinkLoss
+from console.supervise.member import Member
 from console.supervise.outcome import (
     CRASHES,
     Exit,
     Outcome,
-    from_finished,
-    from_run_ended,
-    from_stopped,
 )
-from protocol.faults import FaultKind
 from protocol.messages import (
     ExecutorMessage,
     Fault,
-    Finished,
     Heartbeat,
     Lease,
     Rendezvous,
     RunEnded,
     Start,
-    Stopped,
 )
 from protocol.spec import JobSpec
 
 POLL_S = 0.2
-
-
-@dataclass
-class Member:
-    """One host of a multi-host job in this epoch."""
-
-    node_rank: int
-    host: str
-    link: ExecutorLink | None = None
-    last_seen: float = 0.0
-    """When its executor was last heard from (monotonic)."""
-    until: float = 0.0
-    """``clock.mono()`` past which the newest lease granted to it has surely ended (skew not added)."""
-    exit: Outcome | None = None
-    """How its run ended this epoch."""
-    exit_at: float = 0.0
-    step: int = 0
-    waiting: bool = False
-    """Its run ended and its executor waits, alive, for the next epoch's Start (RunEnded): kept
-    under lease, so it is still there, warm, when the group restarts."""
 
 
 class GroupEpoch:
@@ -80,7 +54,7 @@ class GroupEpoch:
         lease: JobLease,
         detection: DetectionSettings,
         loss: LinkLoss,
-        on_message: Callable[[Member, ExecutorMessage], None],
+        on_message: Callable[[Member, ExecutorMessage], Outcome | None],
         collective_timeout_s: float,
         silent: Callable[[Member], None],
         lost: Callable[[Member, str, str], None],
@@ -209,16 +183,11 @@ class GroupEpoch:
             m.last_seen = time.monotonic()
         if isinstance(msg, Heartbeat):
             m.step = max(m.step, msg.step)
-        self._on_message(m, msg)
-        if isinstance(msg, Finished):
-            self.ended(m, from_finished(msg.step, msg.params_sha256, msg.warnings))
-        elif isinstance(msg, Stopped):
-            self.ended(m, from_stopped(msg.reason, msg.step, msg.checkpoint_step))
-        elif isinstance(msg, RunEnded):
+        end = self._on_message(m, msg)  # the one dispatcher: what the message means
+        if isinstance(msg, RunEnded):  # its executor stays, warm, for the next epoch
             m.waiting = True
-            self.ended(m, from_run_ended(msg.fault, msg.message, msg.step))
-        elif isinstance(msg, Fault) and msg.fault == FaultKind.CONFIG:
-            self.ended(m, Outcome(Exit.CONFIG, msg.message))
+        if end is not None:
+            self.ended(m, end)
 
     async def _renew(self, m: Member) -> None:
         """``m``'s lease, renewed at each of its executor's clock readings while it may train."""

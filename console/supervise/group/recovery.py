@@ -14,11 +14,12 @@ from console.states import FailureKind, HostState, JobState
 from console.supervise.approval import approved
 from console.supervise.finish import finish, last_step, release
 from console.supervise.group.elastic import Growth
-from console.supervise.group.epoch import GroupEpoch, Member
+from console.supervise.group.epoch import GroupEpoch
 from console.supervise.group.resume import ResumeStep
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.incident import OpenIncident
 from console.supervise.live import Alert, LiveJob, Transitions
+from console.supervise.member import Member
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
@@ -39,7 +40,7 @@ class Pick(Protocol):
 
 
 class OpenMemberIncident(Protocol):
-    """Opens the job's incident naming a member (``MemberMessages.open_incident``)."""
+    """Opens the job's incident naming a member (``MemberEvents.open_incident``)."""
 
     def __call__(self, m: Member, fault_class: str, why: str, planned: bool = False) -> None: ...
 

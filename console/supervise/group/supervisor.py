@@ -8,8 +8,9 @@ torch warm), d at epoch 2 from step 40 -> running``.
 
 The supervisor places and launches each epoch (or reattaches to one at console start); the
 rest is done by pieces it builds, each handed the shared ``LiveJob`` and only what else it
-needs: ``GroupEpoch`` (one epoch's links, leases, silence), ``MemberMessages`` (what members
-say, and the incident a member's failure opens), ``GroupRecovery`` (what to do once an epoch
+needs: ``GroupEpoch`` (one epoch's links, leases, silence), ``JobMessages`` (what members
+say: the dispatcher every job has, given this group's ``Commits``), ``MemberEvents`` (a
+member's silence, loss or GPU move, and the incident it opens), ``GroupRecovery`` (what to do once an epoch
 ended), ``ResumeStep`` (the step to resume from, replicas promoted), ``WarmExecutors``
 (survivors kept warm, replacements readied) and ``Commits`` (two-phase commit). Orders (stop,
 checkpoint now) go to rank 0's executor, and the executors agree at each step boundary, so
@@ -30,16 +31,18 @@ import msgspec
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
+from console.records.state_store import JobRecord
 from console.spares.spare_keeper import SpareKeeper
 from console.states import JobState
 from console.supervise.group.commit import Commits
 from console.supervise.group.elastic import Growth
-from console.supervise.group.epoch import GroupEpoch, Member
-from console.supervise.group.messages import MemberMessages
+from console.supervise.group.epoch import GroupEpoch
+from console.supervise.group.member_events import MemberEvents
 from console.supervise.group.recovery import GroupRecovery
 from console.supervise.group.resume import ResumeStep
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.lease import NoAnchor
+from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
@@ -72,7 +75,6 @@ class GroupSupervisor(Supervisor):
         rec = self.live.rec
         self.members: list[str] = list(rec.members) or inv.members(name)
         """The job's hosts now, by node rank."""
-        self.commits = Commits(rec, services.store.save, len(self.members))
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
         self._last_port: int | None = None
@@ -91,23 +93,7 @@ class GroupSupervisor(Supervisor):
             members=members,
             replicator=services.replicator,
         )
-        self._messages = MemberMessages(
-            self.live,
-            states=self._states,
-            inv=inv,
-            fleet=self._fleet,
-            journal=self._journal,
-            alert=services.alert,
-            incident=self._incident,
-            replicator=services.replicator,
-            commits=self.commits,
-            save=services.store.save,
-            progress=self._trained,  # a move kept meanwhile is made, as for one host
-            members=members,
-            refused=self._resume.refuse,
-            lease=self.lease,
-            policy=self._policy,
-        )
+        self._events = MemberEvents(self.live, states=self._states, incident=self._incident)
         self._executors = WarmExecutors(
             self.live,
             launcher=self.launcher,
@@ -144,7 +130,7 @@ class GroupSupervisor(Supervisor):
             self.live,
             states=self._states,
             incident=self._incident,
-            open_incident=self._messages.open_incident,
+            open_incident=self._events.open_incident,
             inv=inv,
             fleet=self._fleet,
             journal=self._journal,
@@ -165,6 +151,18 @@ class GroupSupervisor(Supervisor):
 
     def hosts_in_use(self) -> list[str]:
         return list(self.members)
+
+    def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
+        """A step is the job's once every member's shard of it is written (two-phase)."""
+        self.commits = Commits(rec, save, len(rec.members or self._inv.members(self.name)))
+        return self.commits
+
+    def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
+        """Only ``m``'s rank leaves its host: the next epoch puts it on another."""
+        self._events.move(m, reason, why)
+
+    def _refused(self, host: str, step: int) -> None:
+        self._resume.refuse(host, step)
 
     # ------------------------------------------------------------------ run
 
@@ -336,8 +334,8 @@ class GroupSupervisor(Supervisor):
             loss=self._loss,
             on_message=self._messages.on_message,
             collective_timeout_s=self.collective_timeout_s,
-            silent=self._messages.silent,
-            lost=self._messages.lost,
+            silent=self._events.silent,
+            lost=self._events.lost,
             unreachable=self._executors.ready_replacement,
             answered=self._answered,
             leave=self._last_lease.leave,
@@ -349,7 +347,7 @@ class GroupSupervisor(Supervisor):
         """``m`` answers again after a silence (a blip): once no member of the epoch is
         silent, the job reads as before and an executor readied to replace it is stopped, as a
         single host's readied target is (it sat idle on the spare until the epoch ended)."""
-        self._messages.answered(m, running)
+        self._events.answered(m, running)
         if all(x.link is not None for x in running):
             self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
 

@@ -15,11 +15,11 @@ from console import clock
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Journal, Kind
-from console.supervise.group.epoch import Member
-from console.supervise.group.messages import send_quietly
+from console.supervise.group.member_events import send_quietly
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease, NoAnchor
 from console.supervise.live import LiveJob
+from console.supervise.member import Member
 from console.supervise.outcome import CRASHES, Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
 from protocol.faults import StopReason

@@ -154,8 +154,8 @@ def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
     from support.jobbed import Calls, services
 
     from console.replication.replicator import Source
-    from console.supervise.group.epoch import Member
     from console.supervise.group.supervisor import GroupSupervisor
+    from console.supervise.member import Member
 
     svc = services(tmp_path, Calls())
     group = GroupSupervisor(svc, "g")

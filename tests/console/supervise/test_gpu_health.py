@@ -18,8 +18,8 @@ from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
 from console.supervise.gpu_health import WARN_IN_A_ROW, GpuWatch
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
@@ -113,7 +113,7 @@ def on_job(
     if kind == "one host":
         sup = one = JobSupervisor(svc, "j")
         one.live.host, one.live.link, host = "a", cast(ExecutorLink, wire), "a"
-        say = one._job_messages.on_message
+        say = one._watch.heard
     else:
         sup = group = GroupSupervisor(svc, "g")
         m = member = Member(1, "b", link=cast(ExecutorLink, wire))

@@ -14,8 +14,8 @@ import pytest
 from support.jobbed import Calls, running, services
 
 from console.states import HostState, JobState
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain, Progress
 
@@ -47,7 +47,7 @@ async def test_a_drain_kept_while_the_job_deploys_is_made_at_its_first_step(
     if isinstance(sup, GroupSupervisor):
         sup._messages.on_message(Member(0, "a", link=link), step)  # type: ignore[arg-type]
     else:
-        sup._job_messages.on_message(step)
+        sup._watch.heard(step)
     await asyncio.sleep(0)  # the send is a task
     assert [type(m) for m in link.sent] == [Drain], link.sent
     assert sup.live.state is JobState.CHECKPOINTING and sup.live.move_kept is None

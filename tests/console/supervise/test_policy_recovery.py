@@ -94,7 +94,8 @@ async def test_under_observe_a_denied_restart_stops_the_job(tmp_path: Path, kind
     await until(lambda: sup.live.approval is not None or recovering.done(), 10, "an ask")
     assert sup.answer(False)
     assert await recovering is None
-    assert sup.live.state is JobState.STOPPED and "denied" in sup.live.why, sup.live.why
+    assert sup.live.state is JobState.STOPPED, sup.live.state
+    assert sup.live.why == "recovery denied by an operator", "a restart is no failover"
     assert sup.live.rec.stopped, "remembered: a console started later does not restart it"
 
 

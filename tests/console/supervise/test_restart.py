@@ -14,8 +14,8 @@ from support.manifests import manifest, saved
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
@@ -192,7 +192,7 @@ async def test_a_whole_checkpoint_past_the_resumed_step_forgives_the_restarts_an
         live = one.live
 
         def say(host: str, msg: ExecutorMessage) -> None:
-            one._job_messages.on_message(msg)
+            one._watch.heard(msg)
     else:
         group = GroupSupervisor(svc, "g")
         group._assign_members(members)

@@ -13,8 +13,8 @@ from console import clock
 from console.records.incidents import Resolution, incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
 from console.supervise.policy import Policy
 from protocol.faults import FaultKind
@@ -94,7 +94,7 @@ async def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifti
     if kind == "one host":
         one = JobSupervisor(svc, "j")
         one.live.host, host = "a", "a"
-        say = one._job_messages.on_message
+        say = one._watch.heard
     else:
         group, member = GroupSupervisor(svc, "g"), Member(1, "b")
         host = "b"
@@ -141,7 +141,7 @@ def test_every_kind_opens_an_incident_for_a_nan_an_oom_and_a_preemption_its_exec
     if kind == "one host":
         one = JobSupervisor(svc, "j")
         one.live.host, host = "a", "a"
-        say = one._job_messages.on_message
+        say = one._watch.heard
     else:
         group, host = GroupSupervisor(svc, "g"), "b"
         rank0, rank1 = Member(0, "a"), Member(1, "b")
@@ -218,7 +218,7 @@ def test_an_incident_whose_recovery_resumed_at_the_last_step_is_resolved_by_the_
         one = JobSupervisor(svc, "j")
         one.live.host = "a"
         sup: JobSupervisor | GroupSupervisor = one
-        say = one._job_messages.on_message
+        say = one._watch.heard
     else:
         group = sup = GroupSupervisor(svc, "g")
         group.live.host = "a"

@@ -15,8 +15,8 @@ from console.fleet.hosts import Fleet
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import FailureKind, HostState, JobState
-from console.supervise.group.epoch import Member
 from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next

@@ -19,12 +19,13 @@ from support.jobbed import Calls, running, services
 from console import clock
 from console.fleet.link import ExecutorLink
 from console.records.journal import read
-from console.supervise.group.epoch import Member, _MemberSide
+from console.supervise.group.epoch import _MemberSide
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
 from console.supervise.live import LiveJob
+from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 from protocol.faults import StopReason
