@@ -105,22 +105,21 @@ class Orders:
         reason, why, target, off = kept
         if job.stop_requested:
             return
-        if off is not None and off not in self._hosts():
+        moot = (
+            (f"it no longer trains on {off}", {"off": off})
+            if off is not None and off not in self._hosts()
+            else (f"it trains on {target} already", {"target": target})
+            if target is not None and job.host == target
+            else None
+        )
+        if moot is not None:
+            said, where = moot
             self._journal.record(
                 Kind.ACTION,
-                f"{job.name}: move kept is moot: it no longer trains on {off}",
+                f"{job.name}: move kept is moot: {said}",
                 job=job.name,
                 host=job.host,
-                data={"order": "drain", "delivered": False, "moot": True, "off": off},
-            )
-            return
-        if target is not None and job.host == target:
-            self._journal.record(
-                Kind.ACTION,
-                f"{job.name}: move kept is moot: it trains on {target} already",
-                job=job.name,
-                host=job.host,
-                data={"order": "drain", "delivered": False, "moot": True, "target": target},
+                data={"order": "drain", "delivered": False, "moot": True, **where},
             )
             return
         self.request_move(reason, why, target, off)

@@ -16,6 +16,7 @@ from console.states import HostState, JobState
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.one_host import JobSupervisor
+from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from protocol.faults import FaultKind
 from protocol.messages import (
@@ -28,6 +29,7 @@ from protocol.messages import (
     LogLevel,
     Progress,
     Resumed,
+    RunEnded,
 )
 
 CONSOLE = Path(__file__).resolve().parents[3] / "console"
@@ -234,3 +236,28 @@ def test_an_incident_whose_recovery_resumed_at_the_last_step_is_resolved_by_the_
     (inc,) = incidents(read(svc.inv.state_dir / "journal.jsonl"))
     assert inc.resolution is Resolution.RECOVERED and inc.lost_steps == 0
     assert sup.live.incident is None
+
+
+def test_only_rank_zero_speaks_for_the_jobs_step_a_members_run_end_is_its_own(
+    tmp_path: Path,
+) -> None:
+    """The one dispatcher (``JobMessages``): a group's member 1 training ahead moves neither
+    the job's step nor its liveness, and its incident stays open, where rank 0's step does
+    both; a member's Finished or RunEnded is returned as that member's end, the same reading
+    as a single host's (``outcome.run_end``)."""
+    svc = services(tmp_path, Calls())
+    group = GroupSupervisor(svc, "g")
+    group._assign_members(["a", "b"])
+    live = group.live
+    live.incident, live.resumed_step = 3, 10
+    ahead = Progress(step=12, steps=100, loss=0.5, steps_per_s=4.0)
+    assert group._messages.on_message(Member(1, "b"), ahead) is None
+    assert (live.step, live.incident, live.last_seen) == (0, 3, 0.0), "member 1 is not the job"
+    assert group._messages.on_message(Member(0, "a"), ahead) is None
+    assert live.step == 12 and live.incident is None and live.last_seen > 0
+    ended = group._messages.on_message(
+        Member(1, "b"), RunEnded(step=12, fault=FaultKind.CRASH, message="exit 1", exit_code=1)
+    )
+    assert ended is not None and ended.exit is Exit.RUN_CRASHED and ended.step == 12
+    done = group._messages.on_message(Member(0, "a"), Finished(step=100, params_sha256="ab"))
+    assert done is not None and done.exit is Exit.FINISHED and done.sha256 == "ab"
