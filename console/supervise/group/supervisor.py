@@ -13,8 +13,9 @@ say: the dispatcher every job has, given this group's ``Commits``), ``MemberEven
 member's silence, loss or GPU move, and the incident it opens), ``GroupRecovery`` (what to do once an epoch
 ended), ``ResumeStep`` (the step to resume from, replicas promoted), ``WarmExecutors``
 (survivors kept warm, replacements readied) and ``Commits`` (two-phase commit). Orders (stop,
-checkpoint now) go to rank 0's executor, and the executors agree at each step boundary, so
-every member stops or checkpoints at the same step.
+checkpoint now) go to rank 0's executor over its link now (a relink followed; else the first
+member still linked), and the executors agree at each step boundary, so every member stops
+or checkpoints at the same step.
 """
 
 from __future__ import annotations
@@ -300,7 +301,7 @@ class GroupSupervisor(Supervisor):
                 run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
             except NoAnchor as e:  # its bound could not be persisted (the disk filled again)
                 run.ended(m, Outcome(Exit.CRASHED, f"not started on {m.host}: {e}"))
-        job.link = members[0].link
+        self._steer()  # rank 0's link, else the first linked member's
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
         return run
@@ -334,7 +335,7 @@ class GroupSupervisor(Supervisor):
             loss=self._loss,
             on_message=self._messages.on_message,
             collective_timeout_s=self.collective_timeout_s,
-            silent=self._events.silent,
+            silent=self._silent,
             lost=self._events.lost,
             unreachable=self._executors.ready_replacement,
             answered=self._answered,
@@ -343,10 +344,26 @@ class GroupSupervisor(Supervisor):
         self.epoch_run = run
         return run
 
+    def _steer(self) -> None:
+        """The link an operator's orders go over (``live.link``): rank 0's, else the first
+        member's still linked (a Stop or Drain to one member stops every member at one step).
+        Kept in step with relinks, as a single host's is: it stayed rank 0's first link, so
+        after a blip on it a stop went nowhere and the group trained on to its end."""
+        run = self.epoch_run
+        if run is not None:
+            linked = [m.link for m in run.members if m.link is not None and m.exit is None]
+            self.live.link = linked[0] if linked else None
+
+    def _silent(self, m: Member) -> None:
+        self._events.silent(m)
+        self._steer()
+
     async def _answered(self, m: Member, running: list[Member]) -> None:
-        """``m`` answers again after a silence (a blip): once no member of the epoch is
-        silent, the job reads as before and an executor readied to replace it is stopped, as a
-        single host's readied target is (it sat idle on the spare until the epoch ended)."""
+        """``m`` answers again after a silence (a blip): orders go over its new link, once no
+        member of the epoch is silent the job reads as before, and an executor readied to
+        replace it is stopped, as a single host's readied target is (it sat idle on the spare
+        until the epoch ended)."""
+        self._steer()
         self._events.answered(m, running)
         if all(x.link is not None for x in running):
             self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
@@ -391,7 +408,7 @@ class GroupSupervisor(Supervisor):
                 link.close()
                 run.ended(m, Outcome(Exit.CRASHED, f"no executor of epoch {job.epoch} on {m.host}"))
         linked = [m for m in members if m.link is not None]
-        job.link = members[0].link
+        self._steer()  # rank 0's link, else the first linked member's
         if len(linked) == len(members):
             job.step = max(m.step for m in members)
             if job.incident is not None:  # a console restart: the group never stopped

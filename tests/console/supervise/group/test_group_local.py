@@ -327,6 +327,43 @@ async def test_an_operators_stop_stops_every_member_at_one_step_and_a_start_resu
     assert again.resumed_step == stopped_at, "from the step every member stopped at"
 
 
+async def test_an_operators_stop_after_rank_zeros_link_blipped_stops_the_group(
+    tmp_path: Path,
+) -> None:
+    """Rank 0's link drops and is relinked (a blip: its executor trains on); then the operator
+    stops the job. The group's orders went on over rank 0's first link, closed since: the stop
+    was journalled not delivered and the group trained on to its end. As a single host's
+    relink does, the link orders go over is the one that answered."""
+    inv = local_group(tmp_path, steps=LONG_RUN)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run(stay=True))
+    try:
+        await until(lambda: sup.step >= 20 or task.done(), 120, "step 20")
+        run = sup.epoch_run
+        assert run is not None
+        first = run.members[0].link
+        assert first is not None
+        first.close()  # the console's end of rank 0's link drops
+        await until(
+            lambda: run.members[0].link not in (None, first) or task.done(), 30, "rank 0 relinked"
+        )
+        step = sup.step
+        await until(lambda: sup.step > step + 5 or task.done(), 60, "steps after the blip")
+        ctl.stop_job("j")
+        await until(lambda: sup.state.is_terminal() or task.done(), 60, "j stopped")
+        assert sup.state is JobState.STOPPED, sup.live.why
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await ctl.close()
+    undelivered = [e.msg for e in journal(inv) if "NOT delivered" in e.msg]
+    assert undelivered == [], undelivered
+    last = {h: shards(tmp_path / h)[-1].step for h in "abc"}
+    assert len(set(last.values())) == 1 and last["a"] < LONG_RUN, f"one step, mid-run: {last}"
+
+
 @pytest.mark.long
 async def test_a_preemption_notice_to_one_member_moves_it_with_zero_lost_steps(
     tmp_path: Path, baseline: str
