@@ -153,9 +153,10 @@ class Fleet:
         ends at once): a job that crashed during its drain, or came up on the host after it
         was drained, once left the host draining for good, and ``undrain`` refused it."""
         rt = self.hosts[name]
-        if rt.job == job:
-            rt.job = None
-        if rt.job is None and rt.state is HostState.DRAINING:
+        if rt.job != job:
+            return  # not this job's to free: another holds it, or none did
+        rt.job = None
+        if rt.state is HostState.DRAINING:
             self.set_state(name, HostState.DRAINED, why)
 
     def fit(self, name: str) -> bool:

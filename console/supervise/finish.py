@@ -62,8 +62,7 @@ def finish(
 def release(job: LiveJob, fleet: Fleet) -> None:
     """The job is over (finished, failed, stopped): every host it held is free again (its host
     or members, and a target readied for it), and it keeps no spares."""
-    for name, rt in fleet.hosts.items():
-        if rt.job == job.name:
-            fleet.free(name, job.name, f"{job.name} is over")
+    for name in fleet.hosts:
+        fleet.free(name, job.name, f"{job.name} is over")
     job.spares = []
     fleet.changed.set()

@@ -344,8 +344,8 @@ class Supervisor(ABC):
         launch, dropping a spare that held its replicas for another ranked higher; a group kept
         its spares, and chose only once none was left."""
         job, fleet = self.live, self._fleet
-        for h in fleet.hosts:
-            if h not in hosts:
+        for h, rt in fleet.hosts.items():
+            if rt.job == self.name and h not in hosts:
                 fleet.free(h, self.name, f"{self.name} left it")
         for h in hosts:
             fleet.hosts[h].job = self.name

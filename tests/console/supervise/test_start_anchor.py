@@ -56,23 +56,29 @@ def first_grant_stalled(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return slow
 
 
+async def trains_at_epoch_one(ctl: Controller, stalled: list[float], steps: int) -> None:
+    """Job j, its start once stalled longer than a lease (``stalled``: how long), trains
+    ``steps`` steps at epoch 1 (no restart), then is stopped."""
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    try:
+        await until(lambda: sup.step >= steps or task.done(), 120, f"{steps} steps")
+        assert not task.done(), task
+        assert stalled and stalled[0] > FAST_CONSOLE["lease_s"]
+        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
+    finally:
+        ctl.stop_job("j")
+        await asyncio.wait_for(task, 60)
+        await ctl.close()
+
+
 async def trains_on_after_one_regrant(
     ctl: Controller, slow: list[float], steps: int, roots: list[Path]
 ) -> None:
     """Job j, its first grant stalled (``slow``), trains ``steps`` steps at epoch 1, then is
     stopped: one regrant journalled, for a grant that spent more than the lease, and no
     executor under ``roots`` lost its lease (its own events)."""
-    sup = ctl.jobs["j"]
-    task = asyncio.create_task(ctl.run())
-    try:
-        await until(lambda: sup.step >= steps or task.done(), 120, f"{steps} steps")
-        assert not task.done(), task
-        assert slow and slow[0] > FAST_CONSOLE["lease_s"]
-        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
-    finally:
-        ctl.stop_job("j")
-        await asyncio.wait_for(task, 60)
-        await ctl.close()
+    await trains_at_epoch_one(ctl, slow, steps)
     events = list(read(ctl.inv.state_dir / "journal.jsonl"))
     (again,) = [e for e in events if "granted again on a new reading" in e.msg]
     assert again.data["spent_s"] > FAST_CONSOLE["lease_s"]
@@ -101,17 +107,7 @@ async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
 
     monkeypatch.setattr(Watch, "new_executor", stalled)
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
-    sup = ctl.jobs["j"]
-    task = asyncio.create_task(ctl.run())
-    try:
-        await until(lambda: sup.step >= 50 or task.done(), 90, "50 steps")
-        assert not task.done(), task
-        assert stalls and stalls[0] > FAST_CONSOLE["lease_s"]
-        assert sup.state is JobState.RUNNING and sup.epoch == 1, (sup.state, sup.epoch)
-    finally:
-        ctl.stop_job("j")
-        await asyncio.wait_for(task, 60)
-        await ctl.close()
+    await trains_at_epoch_one(ctl, stalls, 50)
     events = list(read(inv.parent / "state" / "journal.jsonl"))
     lapsed = [e.msg for e in events if "lease" in e.msg and ("lost" in e.msg or "ended" in e.msg)]
     assert not lapsed, lapsed
