@@ -218,6 +218,24 @@ def test_a_stop_sent_to_one_rank_stops_both_at_the_same_step(
     assert os.path.exists(members[0].work / "events.jsonl")
 
 
+def test_a_group_of_one_trains_what_one_host_alone_trains(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """A single-host job is a group of one (issue 30): the same spec started with a
+    rendezvous of one member ends with the parameters of a Start without one, so a job
+    supervised either way trains one trajectory. Rank 0 reseeded its random streams after
+    building the model, and a group of one ended elsewhere."""
+    spec = SPEC  # dropout 0.1 and random batches: both draw on the seeded streams
+    alone, grouped = serve([tmp_path / "alone", tmp_path / "grouped"])
+    cleanup += [alone, grouped]
+    alone.client.send(Start(spec=spec, epoch=1))
+    start([grouped], spec)
+    digests = [finished(m).params_sha256 for m in (alone, grouped)]
+    assert digests[0] == digests[1]
+    assert [s.step for s in manifests(grouped.work)] == [10, 20, 30, 40]
+    assert {(s.node_rank, s.nnodes) for s in manifests(grouped.work)} == {(0, 1)}
+
+
 def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_process() -> None:
     """In this process: one member groups, one after another, on IPv4, IPv6 and a non-loopback
     address (each as the machine has it); nothing of a group (or gloo's binding) outlasts it."""

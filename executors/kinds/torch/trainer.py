@@ -240,7 +240,10 @@ class Trainer:
                 rank=g.rank,
                 elastic=self._logical_ranks is not None,
             )
-            rng.seed_all(self.spec.seed + g.rank)  # the same model on every rank, its own dropout
+            # the same model on every rank, each its own dropout: rank 0 goes on in the seed's
+            # streams as one host alone does (a group of one trains what a single host trains)
+            if g.rank:
+                rng.seed_all(self.spec.seed + g.rank)
             if self._fsdp:
                 from executors.kinds.torch import sharded
 
