@@ -131,6 +131,13 @@ class JobMessages:
         for source in self._newest.values():
             self._replicator.submit(self._live.name, spares, source)
 
+    def newest_step(self, m: Member) -> int:
+        """The newest step ``m``'s executor is known to have checkpointed: its own of this
+        epoch, or the job's newest whole checkpoint (-1: none)."""
+        own = self._newest.get(m.node_rank)
+        job = self._live.checkpoint
+        return max(own.manifest.step if own else -1, job.step if job is not None else -1)
+
     def on_message(self, m: Member, msg: ExecutorMessage) -> Outcome | None:
         """What ``m``'s executor said, done; the run's end if it says its run ended."""
         job, host, first = self._live, m.host, m.node_rank == 0

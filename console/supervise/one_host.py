@@ -26,6 +26,7 @@ from console.spares.spare_keeper import SpareKeeper, send_newest
 from console.states import JobState
 from console.supervise.lease import NoAnchor, Unpersisted, fresh_anchor
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.read_back import NO_CONSOLE
 from console.supervise.recovery import Recovery
 from console.supervise.standby import Prepared, Standby
 from console.supervise.start_lease import granted_start
@@ -89,7 +90,7 @@ class JobSupervisor(Supervisor):
             lease=self.lease,
             incident=self._incident,
             standby=self._standby,
-            probe=self._probe,
+            read_back=self._read_back,
             loss=self._loss,
             messages=self._messages,
             leave=self._last_lease.leave,
@@ -219,7 +220,7 @@ class JobSupervisor(Supervisor):
                 # checkpoint at its stop was left behind. (A job an operator starts again
                 # ended as this console saw: it starts there.)
                 outcome = await self._probe.ended(host)
-                await self._watch.read_back(outcome, "no console was there to hear it")
+                await self._watch.read_back(outcome, NO_CONSOLE)
                 return outcome
             return host, False
         return await self._place()

@@ -38,6 +38,7 @@ from console.supervise.messages import JobMessages
 from console.supervise.observe import Observe
 from console.supervise.orders import Orders
 from console.supervise.probe import Probe
+from console.supervise.read_back import ReadBack
 from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared
 from protocol.faults import StopReason
@@ -210,6 +211,11 @@ class Supervisor(ABC):
             refused=self._refused,
             acts=not services.read_only,
         )
+
+        self._read_back = ReadBack(
+            self.live, messages=self._messages, ended=self._probe.ended, journal=journal
+        )
+        """A checkpoint an executor wrote that its link never delivered, read from its events."""
 
         async def look(rec: JobRecord) -> None:
             shards: list[int | None] = list(range(len(rec.members))) if rec.members else [None]

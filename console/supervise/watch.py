@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
 from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.link import ExecutorLink, LinkError
-from console.records.journal import Journal, Kind
+from console.records.journal import Journal
 from console.states import JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
@@ -23,13 +23,11 @@ from console.supervise.member import Member
 from console.supervise.messages import JobMessages
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
-from console.supervise.probe import Probe
+from console.supervise.read_back import LINK_CLOSED, ReadBack
 from console.supervise.standby import Standby
 from protocol.messages import ExecutorMessage, RunEnded
 
 POLL_S = 0.2
-READ_BACK_TIMEOUT_S = 30.0
-"""Reading an ended run's events.jsonl for a checkpoint its link did not deliver."""
 
 
 def _clock() -> str:
@@ -54,7 +52,7 @@ class Watch:
         lease: JobLease,
         incident: OpenIncident,
         standby: Standby,
-        probe: Probe,
+        read_back: ReadBack,
         loss: LinkLoss,
         messages: JobMessages,
         leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]],
@@ -68,7 +66,8 @@ class Watch:
         self._lease = lease
         self._incident = incident
         self._standby = standby
-        self._probe = probe
+        self._read_back = read_back
+        """A checkpoint the run wrote that its link never delivered (``ReadBack``)."""
         self._messages = messages
         """Where the executor's messages go (the dispatcher every job has)."""
         self._ended = asyncio.Event()
@@ -137,38 +136,13 @@ class Watch:
                 task.cancel()
             job.link = None
 
-    async def read_back(
-        self, outcome: Outcome, unheard: str = "its link closed before it said so"
-    ) -> None:
-        """A run that says it checkpointed at a step the console never heard of (its link
-        closed, or was relinked, before that CheckpointSaved was read; or no console was there
-        to hear it: ``unheard``): the checkpoint is taken from the executor's events.jsonl as
-        if it had come over the link, so the failover copies it and resumes there, not from the
-        one before (a preemption's checkpoint at the stop lost 11 steps so; 19 when it came
-        while no console watched). Only a checkpoint of this epoch is taken."""
+    async def read_back(self, outcome: Outcome, unheard: str = LINK_CLOSED) -> None:
+        """A checkpoint the run wrote and the console never heard of, read from the executor's
+        events (``ReadBack``, one path for every job's executors)."""
         job = self._live
-        if outcome.exit in (Exit.FINISHED, Exit.CONFIG, Exit.STOPPED):
-            return  # the job goes nowhere
-        known = job.checkpoint.step if job.checkpoint is not None else -1
-        said = outcome.checkpoint_step if outcome.checkpoint_step is not None else -1
-        saved = outcome.saved
-        if job.host is None or max(said, saved.manifest.step if saved else -1) <= known:
-            return
-        if saved is None or saved.manifest.step < said:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(READ_BACK_TIMEOUT_S):
-                    saved = (await self._probe.ended(job.host)).saved
-        if saved is None or saved.manifest.epoch != job.epoch or saved.manifest.step <= known:
-            return
-        self._journal.record(
-            Kind.EXECUTOR,
-            f"{job.name}: checkpoint step {saved.manifest.step} read back from the events of "
-            f"the executor on {job.host} ({unheard})",
-            job=job.name,
-            host=job.host,
-            data={"step": saved.manifest.step, "read_back": True},
-        )
-        self.heard(saved)
+        if job.host is not None:
+            member = Member(0, job.host, link=job.link, last_seen=job.last_seen)
+            await self._read_back.read_back(member, outcome, unheard)
 
     async def _renew_leases(self) -> None:
         job = self._live

@@ -45,6 +45,7 @@ from console.supervise.group.warm import WarmExecutors
 from console.supervise.lease import NoAnchor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE
 from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
 from protocol.faults import StopReason
@@ -194,6 +195,7 @@ class GroupSupervisor(Supervisor):
                         task.cancel()
                     await asyncio.gather(*beside, return_exceptions=True)
                 self.epoch_run = None
+                await self._read_back_shards(run)
                 nxt = await self._group_recovery.recover(run)
                 if nxt is None:
                     return
@@ -202,6 +204,21 @@ class GroupSupervisor(Supervisor):
         finally:
             await self._executors.stop_keeping()
             await self._executors.drop_readied([])
+
+    async def _read_back_shards(self, run: GroupEpoch) -> None:
+        """Each member's checkpoint at its end that its link never delivered, read from its
+        events (``ReadBack``, as for a single host): once every member's shard of the step is
+        read, the step is committed and the group resumes there. A group preempted while no
+        console watched resumed from the step before, 12 steps back."""
+        await asyncio.gather(
+            *(
+                # a member this console never heard (found gone at its start): no console was
+                # there to hear its last checkpoint
+                self._read_back.read_back(m, m.exit, LINK_CLOSED if m.last_seen else NO_CONSOLE)
+                for m in run.members
+                if m.exit is not None
+            )
+        )
 
     # --------------------------------------------------------------- launch
 
