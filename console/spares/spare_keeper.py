@@ -24,7 +24,6 @@ from collections.abc import Callable
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.records.journal import Journal, Kind
-from console.replication.replicator import Replicator, Source
 from console.spares.placement import choose_spares
 from console.states import HostState, JobState
 from console.supervise.live import LiveJob
@@ -170,14 +169,3 @@ class SpareKeeper:
             priority=self._priorities(),
             count=count,
         ).spares
-
-
-def send_newest(live: LiveJob, replicator: Replicator) -> Callable[[list[str]], None]:
-    """A single host's job: its newest checkpoint, from its host, to new spares."""
-
-    def send(spares: list[str]) -> None:
-        if live.checkpoint is not None and live.checkpoint_path is not None and live.host:
-            source = Source(live.host, live.checkpoint_path, live.checkpoint)
-            replicator.submit(live.name, spares, source)
-
-    return send

@@ -96,7 +96,8 @@ class JobMessages:
         """False for a read-only console: messages update the view, and nothing is done about
         them (no incident opened, no drain, no restart count reset)."""
         self._newest: dict[int, Source] = {}
-        """Each executor's newest checkpoint (a group's: shard) written this epoch, by node rank."""
+        """Each executor's newest checkpoint (a group's: shard) written this epoch, by node rank;
+        a single host's executor's, the one it resumed from until it writes one."""
         self._heard = Heard(
             live.name,
             journal=journal,
@@ -117,7 +118,9 @@ class JobMessages:
         return self._commits is not None
 
     def new_executor(self, host: str) -> None:
-        """Another executor on ``host``, another clock: its pace is measured afresh."""
+        """Another executor on ``host`` (a single host's), another clock: its pace is measured
+        afresh, and its newest checkpoint is the one it resumes from or writes."""
+        self._newest.clear()
         self._heard.new_executor(host)
 
     def new_epoch(self, hosts: list[str]) -> None:
@@ -127,7 +130,8 @@ class JobMessages:
             self._heard.new_executor(host)
 
     def send_newest(self, spares: list[str]) -> None:
-        """Every executor's newest checkpoint of this epoch to new spares (the spare keeper's)."""
+        """Every executor's newest checkpoint of this epoch to new spares (the spare keeper's,
+        one path for both kinds), each from the host that holds it now."""
         for source in self._newest.values():
             self._replicator.submit(self._live.name, spares, source)
 
@@ -154,6 +158,7 @@ class JobMessages:
         elif isinstance(msg, Resumed):
             if first:
                 self._said.resumed(msg)
+            self._resumed_from(m, msg)
         elif isinstance(msg, Health):
             self._on_health(m, msg)
         elif isinstance(msg, Fault):
@@ -210,6 +215,20 @@ class JobMessages:
             data={"step": man.step, "committed": True, "epoch": man.epoch},
         )
         self._said.committed(man.step, members[0])
+
+    def _resumed_from(self, m: Member, msg: Resumed) -> None:
+        """A single host's executor resumed from the job's newest checkpoint: it lies in that
+        host's own checkpoints now (promoted there, or written there), so that is where a new
+        spare's copy is taken from. The path the host that wrote it used, on the host the job
+        moved to, was sent instead (another root: no such file), and nothing reached a spare
+        taken between a failover and the first checkpoint after it. (A group's members each
+        resume a shard of their own; a new spare gets this epoch's shards as they are written.)"""
+        job, man = self._live, self._live.checkpoint
+        if self._group or man is None or man.step != msg.step or msg.epoch != job.epoch:
+            return
+        path = checkpoint_file(self._inv.host_root(m.host), job.name, man.step)
+        job.checkpoint_path = path
+        self._newest[m.node_rank] = Source(m.host, path, man)
 
     def _on_health(self, m: Member, msg: Health) -> None:
         job = self._live

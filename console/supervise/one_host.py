@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.spares.placement import choose_primary
-from console.spares.spare_keeper import SpareKeeper, send_newest
+from console.spares.spare_keeper import SpareKeeper
 from console.states import JobState
 from console.supervise.lease import NoAnchor, Unpersisted, fresh_anchor
 from console.supervise.outcome import Exit, Outcome
@@ -69,13 +69,13 @@ class JobSupervisor(Supervisor):
             pump=self._standby.pump,
             pumping=self._standby.pumping,
         )
-        keeper = SpareKeeper(
+        self._keeper = keeper = SpareKeeper(
             self.live,
             inv=inv,
             fleet=fleet,
             journal=journal,
             hosts=lambda: [self.live.host] if self.live.host else [],
-            send_newest=send_newest(self.live, services.replicator),
+            send_newest=self._messages.send_newest,
             reserved=self._reserved,
             priorities=self._priorities,
             save=store.save,

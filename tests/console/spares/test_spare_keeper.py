@@ -185,6 +185,43 @@ def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
     assert submitted == [], "a new epoch's spares get its own shards, none of the last one's"
 
 
+def test_after_a_failover_a_new_spare_gets_the_checkpoint_the_new_host_resumed_from(
+    tmp_path: Path,
+) -> None:
+    """A single host's job failed over from a to b and resumed there at step 20: a spare
+    taken now gets step 20 from b's own checkpoints (one path with a group's: each executor's
+    newest). It was sent from b at the path a wrote it at (another root: no such file on b),
+    and from a, the host left, before b said where it resumed."""
+    from support.jobbed import Calls, services
+
+    from console.reach.deploy import checkpoint_file
+    from console.replication.replicator import Source
+    from console.supervise.member import Member
+    from console.supervise.one_host import JobSupervisor
+    from protocol.messages import Resumed
+
+    svc = services(tmp_path, Calls())
+    one = JobSupervisor(svc, "j")
+    submitted: list[tuple[list[str], Source]] = []
+    svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
+    one.live.host, one.live.rec.epoch = "a", 1
+    one._messages.new_executor("a")
+    one._messages.on_message(Member(0, "a"), saved(manifest(20, job="j", epoch=1)))
+    one.live.host, one.live.rec.epoch = "b", 2  # failed over: b's executor, epoch 2
+    one._messages.new_executor("b")
+    submitted.clear()
+    one._keeper._send_newest(["c"])
+    assert submitted == [], "nothing from a, the host the job left, or from b before it resumed"
+    resumed = Resumed(step=20, checkpoint="step-00000020.pt", epoch=2, load_s=0.1)
+    one._messages.on_message(Member(0, "b"), resumed)
+    one._keeper._send_newest(["c"])
+    ((spares, src),) = submitted
+    on_b = checkpoint_file(svc.inv.host_root("b"), "j", 20)
+    assert (spares, src.host, src.path, src.manifest.step) == (["c"], "b", on_b, 20)
+    assert on_b != checkpoint_file(svc.inv.host_root("a"), "j", 20), "the roots differ"
+    assert one.live.checkpoint_path == on_b, "a failover's copy is taken from there too"
+
+
 async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there(
     tmp_path: Path,
 ) -> None:
