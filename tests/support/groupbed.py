@@ -61,6 +61,11 @@ def shards(root: Path, job: str = "j") -> list[CheckpointManifest]:
     ]
 
 
+def executor_pid(root: Path, job: str = "j") -> int:
+    """The pid of the job's executor on the host rooted at ``root`` (its workdir's pid file)."""
+    return int((root / "jobs" / job / "executor.pid").read_text())
+
+
 def group_baseline(**over: Any) -> str:
     """The uninterrupted three-host run of ``group_job(**over)`` on local hosts (once per spec
     and test run, whichever worker asks first: ``once``)."""

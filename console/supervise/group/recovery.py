@@ -181,7 +181,7 @@ class GroupRecovery:
                     await self._reap(m.host)  # its old run gone before the next epoch trains
             # no await from the choice to the assignment: a host chosen is taken before a
             # release (or another job) can find it free
-            targets = await self._targets(
+            targets = await self.targets(
                 [m.host for m in replace], survivors=len(members) - len(replace)
             )
             if targets is None:
@@ -299,7 +299,7 @@ class GroupRecovery:
             failover=failover,
         )
 
-    async def _targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
+    async def targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
         """A host for each member leaving (``Targets.pick``, the single host's choice, readied
         executors first). An elastic job that has none for some (None) shrinks, if it keeps
         ``min_hosts``; an operator's target for a lone member is waited for."""

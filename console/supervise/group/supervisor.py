@@ -34,7 +34,7 @@ from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.spares.spare_keeper import SpareKeeper
-from console.states import JobState
+from console.states import HostState, JobState
 from console.supervise.group.commit import Commits
 from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch
@@ -178,11 +178,15 @@ class GroupSupervisor(Supervisor):
         job = self.live
         run = await self._reattach()
         resume = self.commits.committed
+        placed = run is not None  # reattached: its members train where they are
         try:
             while not job.state.is_terminal():
                 if run is None:
                     if self._stop_before_start():
                         return
+                    if not placed and not await self._first_placement():
+                        return
+                    placed = True
                     run = await self._launch_epoch(resume)
                 beside = [
                     asyncio.create_task(self.growth.watch(), name=f"grow {self.name}"),
@@ -219,6 +223,45 @@ class GroupSupervisor(Supervisor):
                 if m.exit is not None
             )
         )
+
+    async def _first_placement(self) -> bool:
+        """Before this console's first epoch of the job: a member host that may take no job
+        (cordoned, draining or drained by an operator, being released, failing a health rule)
+        gives its rank to another, chosen as a failover's replacement is
+        (``GroupRecovery.targets``: readied hosts, the spares, the nearest usable host) and
+        waited for while there is none, as a single host's job is placed only on a usable
+        host. The group started on a cordoned or drained member host. A host down or not
+        yet heard is not judged here: its deploy fails and the recovery replaces it.
+        False: the job was stopped while it waited."""
+        plan = list(self.members)
+        why = {h: self._may_not_start_on(h) for h in plan}
+        out = [h for h in plan if why[h] is not None]
+        if not out:
+            return True
+        targets = await self._group_recovery.targets(out, survivors=len(plan) - len(out))
+        if targets is None:
+            return False
+        for old, new in zip(out, targets, strict=True):
+            self._journal.record(
+                Kind.PLACEMENT,
+                f"{self.name}: {old} {why[old]}: its rank starts "
+                + (f"on {new}" if new else "nowhere (the group shrinks)"),
+                job=self.name,
+                host=old,
+                data={"from": old, "to": new, "change": "member"},
+            )
+        moved = dict(zip(out, targets, strict=True))  # the hosts left are freed (_assign)
+        self._assign_members([h for h in (moved.get(h, h) for h in plan) if h is not None])
+        return True
+
+    def _may_not_start_on(self, host: str) -> str | None:
+        rt = self._fleet.hosts[host]
+        if rt.state in (HostState.CORDONED, HostState.DRAINING, HostState.DRAINED):
+            return f"is {rt.state.value}"
+        if rt.leaving:
+            return "is being released"
+        failing = self._fleet.failing(host)
+        return f"fails a health rule ({failing[0].message})" if failing else None
 
     # --------------------------------------------------------------- launch
 

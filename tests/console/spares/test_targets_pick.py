@@ -25,7 +25,7 @@ def group(tmp_path: Path) -> GroupSupervisor:
 
 
 async def targets(g: GroupSupervisor, leaving: list[str]) -> list[str | None] | None:
-    return await asyncio.wait_for(g._group_recovery._targets(leaving, survivors=1), 5)
+    return await asyncio.wait_for(g._group_recovery.targets(leaving, survivors=1), 5)
 
 
 async def test_the_spares_in_their_order_without_a_readied_host(tmp_path: Path) -> None:

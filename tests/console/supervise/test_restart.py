@@ -131,7 +131,7 @@ async def test_a_single_host_and_a_groups_member_leaving_a_go_to_the_same_host(
             group = GroupSupervisor(svc, "g")
             group._assign_members(["a", "b"])
             group.live.spares = ["c"]
-            picks.append((await group._group_recovery._targets(["a"], survivors=1) or [None])[0])
+            picks.append((await group._group_recovery.targets(["a"], survivors=1) or [None])[0])
     assert picks == [expected, expected]
 
 

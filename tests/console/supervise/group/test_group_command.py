@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import EXECUTOR_ENV, local_host, until, write_inventory
+from support.groupbed import executor_pid
 from support.helpers import REPO
 
 from console.controller import Controller
@@ -83,10 +84,6 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
         return sup.sha256
 
     return asyncio.run(go())
-
-
-def executor_pid(root: Path) -> int:
-    return int((root / "jobs" / "j" / "executor.pid").read_text())
 
 
 async def test_a_plain_ddp_script_under_torchrun_fails_over_bit_exact(

@@ -19,7 +19,7 @@ import tomli_w
 from chaos.observe import executor_events
 from chaos.procs import Sampler
 from support.fleetbed import run_until, slow_python, until
-from support.groupbed import controller, group_baseline, local_group, shards
+from support.groupbed import controller, executor_pid, group_baseline, local_group, shards
 from support.lease_bounds import LeaseBounds
 
 from console.records.incidents import incidents
@@ -56,10 +56,6 @@ def steps_on_disk(root: Path) -> int:
     """The newest step the member's executor says it trained (its own events)."""
     lines = (root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
     return max((json.loads(x).get("step", 0) for x in lines if '"progress"' in x), default=0)
-
-
-def executor_pid(root: Path) -> int:
-    return int((root / "jobs" / "j" / "executor.pid").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -4,26 +4,22 @@ preemption's checkpoint at the stop is where the group resumes (no step lost).""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
+from chaos.observe import executor_events
 from support.fleetbed import run_until, until
-from support.groupbed import controller, group_baseline, local_group
+from support.groupbed import controller, executor_pid, group_baseline, local_group
 
 from console.records.journal import read
 from console.states import JobState
 
 
-def events(root: Path) -> list[dict]:  # type: ignore[type-arg]
-    lines = (root / "jobs" / "j" / "events.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines]
-
-
-def executor_pid(root: Path) -> int:
-    return int((root / "jobs" / "j" / "executor.pid").read_text())
+def events(root: Path) -> list[dict[str, Any]]:
+    return executor_events(root / "jobs" / "j")
 
 
 @pytest.fixture(scope="module")
