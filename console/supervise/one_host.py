@@ -84,7 +84,6 @@ class JobSupervisor(Supervisor):
         self._watch = Watch(
             self.live,
             states=self._states,
-            journal=journal,
             detection=services.detection,
             policy=services.policy,
             lease=self.lease,

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
 from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.link import ExecutorLink, LinkError
-from console.records.journal import Journal
 from console.states import JobState
 from console.supervise.incident import OpenIncident
 from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
@@ -46,7 +45,6 @@ class Watch:
         live: LiveJob,
         *,
         states: Transitions,
-        journal: Journal,
         detection: DetectionSettings,
         policy: Callable[[], Policy],
         lease: JobLease,
@@ -60,7 +58,6 @@ class Watch:
     ) -> None:
         self._live = live
         self._states = states
-        self._journal = journal
         self._detection = detection
         self._policy = policy
         self._lease = lease
