@@ -5,7 +5,7 @@ A run that ended says at which step it checkpointed last; if the console never h
 there to hear it), the checkpoint is taken from the executor's events as if it had come over
 the link, so the job resumes there, not from the one before. One path for every job: a
 single host's executor and each member of a group (whose shards of one step then commit it).
-Found so: a preemption's checkpoint at the stop lost 11 steps on a single host (19 when it came
+Found so: a group's last step left uncommitted at its finish; a preemption's checkpoint at the stop lost 11 steps on a single host (19 when it came
 while no console watched); a group preempted while no console watched resumed 12 steps back.
 """
 
@@ -50,12 +50,18 @@ class ReadBack:
         from it is dispatched as if heard (one host's is the job's; a group's shard counts
         towards its step's commit)."""
         job = self._live
-        if outcome.exit in (Exit.FINISHED, Exit.CONFIG) or (
+        if outcome.exit is Exit.CONFIG or (
             outcome.exit is Exit.STOPPED and not outcome.peer_stopped
         ):
             return  # the job goes nowhere (a group's member stopped with its peers: it does)
         known = self._messages.newest_step(m)
         said = outcome.checkpoint_step if outcome.checkpoint_step is not None else -1
+        if outcome.exit is Exit.FINISHED:
+            # a finish says its step, not whether it checkpointed there: no checkpoint is past
+            # it, so the events are read only while one may be unheard. A group's shard of the
+            # last step lost on its link (relinked under load) left that step uncommitted at
+            # the finish, every other member's shard of it on disk and on the spare.
+            said = outcome.step if outcome.step is not None else -1
         saved = outcome.saved
         if max(said, saved.manifest.step if saved else -1) <= known:
             return

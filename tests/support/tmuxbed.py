@@ -3,12 +3,36 @@ stop`` as an operator runs it, and which process holds a state dir's console loc
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from support.fleetbed import EXECUTOR_ENV
+
 HOTSPARE = Path(sys.executable).with_name("hotspare")
+
+PACED = json.dumps({h: EXECUTOR_ENV for h in ("a", "b", "c")})
+"""The executors' environment on the beds' hosts (``HOTSPARE_EXECUTOR_ENV``): paced, as the
+in-process consoles' are. Unpaced, the one executor of a view test trained at a whole core
+for the test's half minute (69 CPU s of the suite's heaviest UI test)."""
+
+
+def paced_env() -> dict[str, str]:
+    """The environment of a ``hotspare`` started by a test as a subprocess."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HOTSPARE_EXECUTOR_ENV": PACED}
+
+
+def view_command(inventory: Path, *extra: str) -> str:
+    """The shell line tmux runs for a view: COLUMNS/LINES from the environment would override
+    the terminal's real size; the executors it starts are paced."""
+    words = [str(HOTSPARE), "--inventory", str(inventory), *extra]
+    return (
+        f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 HOTSPARE_EXECUTOR_ENV={shlex.quote(PACED)} "
+        + shlex.join(words)
+    )
 
 
 def tmux(*args: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.fleetbed import POLL_S, job_table, local_host, write_inventory
-from support.tmuxbed import HOTSPARE, lock_holder, stop_controller, tmux
+from support.tmuxbed import HOTSPARE, lock_holder, paced_env, stop_controller, tmux, view_command
 from support.uibed import fleet, reap
 
 from console.records.incidents import incidents
@@ -60,8 +60,7 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     tmp_path: Path, session: None
 ) -> None:
     inventory = fleet(tmp_path, steps=200_000)
-    # COLUMNS/LINES from the environment would override the terminal's real size
-    command = f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 {HOTSPARE} --inventory {inventory} --policy auto"
+    command = view_command(inventory, "--policy", "auto")
     tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
     tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
     shown = until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
@@ -105,7 +104,7 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
         lease_s=8.0,
         unattended_s=120.0,
     )
-    command = f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 {HOTSPARE} --inventory {inventory} --policy auto"
+    command = view_command(inventory, "--policy", "auto")
     tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
     tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
     journal = inventory.parent / "state" / "journal.jsonl"
@@ -195,7 +194,7 @@ def test_a_read_only_console_beside_a_live_one_watches_and_changes_nothing(
         [str(HOTSPARE), "--inventory", str(inventory), "run", "--policy", "auto"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=paced_env(),
         start_new_session=True,
     )
     try:
@@ -207,7 +206,7 @@ def test_a_read_only_console_beside_a_live_one_watches_and_changes_nothing(
             time.sleep(POLL_S)  # polling, bounded by the deadline above
         executor = int(pidfile.read_text().strip())
         assert lock_holder(state) == owner.pid
-        command = f"env -u COLUMNS -u LINES {HOTSPARE} --inventory {inventory} --read-only"
+        command = view_command(inventory, "--read-only")
         tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
         tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
         until(lambda s: "READ-ONLY" in s and "Fleet" in s, 30, "the read-only Fleet view")

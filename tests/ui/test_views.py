@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from support.tmuxbed import HOTSPARE, lock_holder, stop_controller, tmux
+from support.tmuxbed import lock_holder, stop_controller, tmux, view_command
 from support.uibed import fleet
 
 from console.records.console_lock import held
@@ -84,11 +84,9 @@ def sessions() -> Iterator[None]:
 
 
 def open_view(session: str, inventory: Path, *extra: str) -> None:
-    command = (
-        f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 {HOTSPARE} --inventory {inventory} "
-        + " ".join(extra)
+    tmux(
+        "new-session", "-d", "-s", session, "-x", "120", "-y", "40", view_command(inventory, *extra)
     )
-    tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", command)
     tmux("set-option", "-t", session, "remain-on-exit", "on")
 
 
@@ -147,7 +145,7 @@ def test_training_never_pauses_when_a_view_quits_or_is_killed(
 
 
 def screen_command(inventory: Path) -> str:
-    return f"env -u COLUMNS -u LINES OMP_NUM_THREADS=1 {HOTSPARE} --inventory {inventory}"
+    return view_command(inventory)
 
 
 def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
