@@ -250,6 +250,12 @@ class Supervisor(ABC):
         """The hosts the job trains on now (one; a multi-host job's members)."""
         raise NotImplementedError
 
+    def shards(self) -> list[int | None]:
+        """What the job's checkpoints replicate as (the ``Replicator``'s shards): one host's,
+        whole (None); a group's, each member's shard by node rank, whatever its size (an
+        elastic group shrunk to one member still has shard 0, not a whole checkpoint)."""
+        return [None]
+
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
         """What makes a written checkpoint the job's: None, its being written (one host's is
         whole); a group's two-phase commit (every member's shard of the step written)."""

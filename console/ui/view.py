@@ -354,15 +354,16 @@ def replica_cell(
     job: str,
     spare: str,
     newest: int | None,
-    shards: int = 1,
+    shards: list[int | None] | None = None,
     now: float | None = None,
 ) -> str:
     """The spare's newest replica, its age and its lag: the steps from it to the job's newest
     checkpoint ``newest`` (a replica of that checkpoint is ``lag 0``, however far training has
     gone on since; no lag where no checkpoint is known). DISK FULL while copies to it fail
-    for space. A multi-host job's spare is as current as its oldest shard (``shards``)."""
+    for space. A multi-host job's spare is as current as its oldest shard (``shards``: the
+    job's, ``Supervisor.shards``; default one host's whole checkpoint)."""
     now = time.time() if now is None else now
-    states = [ctl.replicator.replica(job, spare, s if shards > 1 else None) for s in range(shards)]
+    states = [ctl.replicator.replica(job, spare, s) for s in shards or [None]]
     st = min(states, key=lambda x: -1 if x.manifest is None else x.manifest.step)
     text = "-" if st.manifest is None else f"{spare} @{st.manifest.step}"
     if st.manifest is not None:
@@ -406,9 +407,7 @@ def job_rows(
         ckpt_s = f"@{ckpt.step} {age(now - ckpt.created_at)} ago" if ckpt else "-"
         newest = ckpt.step if ckpt else None
         replica = (
-            "-"
-            if spare is None
-            else replica_cell(ctl, name, spare, newest, max(1, len(hosts)), now)
+            "-" if spare is None else replica_cell(ctl, name, spare, newest, sup.shards(), now)
         )
         state = sup.state.value
         if sup.state is JobState.UNREACHABLE:  # counted down live, not the moment it was noted

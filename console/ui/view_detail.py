@@ -9,6 +9,7 @@ from console.fleet.hosts import HostRuntime
 from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief
+from console.replication.replicator import ReplicaState, shard_key
 from console.supervise.group.supervisor import GroupSupervisor
 from console.ui.view import Row, age
 from protocol.units import MIB, size, used_of
@@ -59,16 +60,19 @@ def _secs(x: float | None) -> str:
 
 
 def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict[str, Row]:
-    """The newest checkpoints first, each with the hosts known to hold a verified copy."""
+    """The newest checkpoints first, each with the hosts known to hold a verified copy: a
+    spare holds a step when it holds every shard of it (a group's replica states were
+    keyed by shard, and matched against the job's name none was ever listed)."""
     now = time.time() if now is None else now
     sup = ctl.jobs[job]
-    replicas = {h: st for (j, h), st in ctl.replicator.state.items() if j == job}
+    shards = sup.shards()
+    spares = sorted({spare for (_, spare) in ctl.replicator.state} | set(sup.spares))
+    replicas = {spare: _replicas(ctl, job, spare, shards) for spare in spares}
     rows: dict[str, Row] = {}
     for host, m in reversed(sup.checkpoints):
         holders = [host]
-        for spare, st in sorted(replicas.items()):
-            newest = st.manifest is not None and st.manifest.sha256 == m.sha256
-            if newest or (m.step in st.kept and st.manifest is not None):
+        for spare, states in replicas.items():
+            if all(_holds(st, m.step) for st in states):
                 holders.append(f"{spare} (replica)")
         rows[f"{m.step}:{m.sha256}"] = (
             str(m.step),
@@ -80,17 +84,32 @@ def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict
     return rows
 
 
+def _replicas(
+    ctl: Controller, job: str, spare: str, shards: list[int | None]
+) -> list[ReplicaState]:
+    """What ``spare`` holds of each shard of the job (read, never created)."""
+    key = ctl.replicator.state.get
+    return [key((shard_key(job, s), spare)) or ReplicaState() for s in shards]
+
+
+def _holds(st: ReplicaState, step: int) -> bool:
+    """A verified replica of ``step`` (the newest, or one kept beside it): the same step, as
+    the replicator takes a replica of a step to be that step's."""
+    return st.manifest is not None and (st.manifest.step == step or step in st.kept)
+
+
 def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
     """Per spare: its newest verified replica, and its disk as last measured before a copy."""
     now = time.time() if now is None else now
     sup = ctl.jobs[job]
-    holders = dict.fromkeys(sup.spares) | {h: None for (j, h) in ctl.replicator.state if j == job}
+    shards = sup.shards()
+    keys = {shard_key(job, s) for s in shards}
+    holders = dict.fromkeys(sup.spares) | {h: None for (k, h) in ctl.replicator.state if k in keys}
     lines = []
-    shards = len(sup.hosts_in_use())
-    if shards > 1:  # a multi-host job: every member's shard, per spare
+    if shards != [None]:  # a multi-host job: every member's shard, per spare
         for spare in holders:
             parts = []
-            for shard in range(shards):
+            for shard in shards:
                 st = ctl.replicator.replica(job, spare, shard)
                 parts.append(
                     f"shard {shard} step {st.manifest.step} {size(st.manifest.size)} "

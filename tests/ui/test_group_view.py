@@ -11,7 +11,7 @@ from support.manifests import manifest as stub_manifest
 
 from console.replication.replicator import ReplicaState
 from console.states import HostState
-from console.ui.view_detail import job_summary, replica_lines
+from console.ui.view_detail import checkpoint_rows, job_summary, replica_lines
 from protocol.spec import CheckpointManifest
 
 
@@ -110,5 +110,43 @@ def test_a_job_of_two_ranks_per_host_names_each_members_ranks(tmp_path: Path) ->
         assert "each member holds its part, 2 ranks per host" in summary, summary
         assert "a (node 0: ranks 0-1, up)" in summary, summary
         assert "c (node 2: ranks 4-5, up)" in summary, summary
+    finally:
+        ctl.lock.release()
+
+
+def test_a_step_is_on_a_spare_once_every_shard_of_it_is(tmp_path: Path) -> None:
+    """The checkpoint rows name a spare beside a committed step when each member's shard of
+    it is there (a group's replicas were never matched: no spare was ever listed)."""
+    ctl = controller(local_group(tmp_path))
+    try:
+        sup = ctl.jobs["j"]
+        sup.spares = ["d", "e"]
+        sup.checkpoints.extend([("a", manifest(20, 2)), ("a", manifest(40, 0))])
+        for shard in range(3):  # d: every shard of 40, and of 20 kept beside it
+            ctl.replicator.state[(f"j/node-{shard}", "d")] = ReplicaState(
+                manifest(40, shard), kept=[20, 40]
+            )
+        for shard in range(2):  # e: two of the three shards of 40 only
+            ctl.replicator.state[(f"j/node-{shard}", "e")] = ReplicaState(manifest(40, shard))
+        rows = checkpoint_rows(ctl, "j", now=100.0)
+        holders = {row[0]: row[-1] for row in rows.values()}
+        assert holders == {"40": "a, d (replica)", "20": "a, d (replica)"}
+    finally:
+        ctl.lock.release()
+
+
+def test_an_elastic_group_shrunk_to_one_member_still_shows_its_shards_replica(
+    tmp_path: Path,
+) -> None:
+    from console.ui.view import job_rows
+
+    ctl = controller(local_group(tmp_path, min_hosts=1))
+    try:
+        sup = ctl.jobs["j"]
+        sup.members, sup.spares, sup.live.host = ["a"], ["d"], "a"
+        sup.checkpoint = manifest(40, 0)
+        ctl.replicator.state[("j/node-0", "d")] = ReplicaState(manifest(40, 0))
+        assert job_rows(ctl)["j"][-1] == "d @40 (lag 0)", "shard 0's replica, not a whole one"
+        assert replica_lines(ctl, "j").startswith("d: shard 0 step 40 1 B")
     finally:
         ctl.lock.release()

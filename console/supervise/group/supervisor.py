@@ -154,6 +154,9 @@ class GroupSupervisor(Supervisor):
     def hosts_in_use(self) -> list[str]:
         return list(self.members)
 
+    def shards(self) -> list[int | None]:
+        return list(range(len(self.members)))
+
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
         """A step is the job's once every member's shard of it is written (two-phase)."""
         self.commits = Commits(rec, save, len(rec.members or self._inv.members(self.name)))

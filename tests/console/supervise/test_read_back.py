@@ -10,6 +10,8 @@ import types
 from pathlib import Path
 
 import pytest
+from support.manifests import manifest
+from support.manifests import saved as saved_message
 
 from console.records.journal import Journal, Kind, read
 from console.supervise.member import Member
@@ -17,22 +19,10 @@ from console.supervise.outcome import Exit, Outcome, from_finished, from_stopped
 from console.supervise.read_back import ReadBack
 from protocol.faults import StopReason
 from protocol.messages import CheckpointSaved
-from protocol.spec import CheckpointManifest
 
 
 def saved(step: int, epoch: int = 1) -> CheckpointSaved:
-    manifest = CheckpointManifest(
-        job="j",
-        step=step,
-        file=f"step-{step:010d}.pt",
-        size=1,
-        sha256="0" * 64,
-        epoch=epoch,
-        spec_hash="s",
-        code_version="v",
-        created_at=0.0,
-    )
-    return CheckpointSaved(manifest=manifest, path="p", manifest_path="m", write_s=0, stall_s=0)
+    return saved_message(manifest(step, epoch=epoch))
 
 
 class Dispatcher:
