@@ -103,6 +103,8 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
     assert committed and committed[-1] == 240
     on_disk = {m.step for m in shards(tmp_path / "a")}
     assert on_disk <= set(committed) | {240}
+    for shard in range(3):  # the last step's copies were waited for, not cut by the close
+        assert (replicas / f"node-{shard}" / "step-0000000240.json").exists(), shard
     (read_back,) = [e for e in journal(inv) if e.data.get("read_back")]
     assert read_back.host == "c" and read_back.data["step"] == 240
 
