@@ -182,8 +182,12 @@ class Transitions:
             job.rec.open_incidents = [i for i in job.rec.open_incidents if i != n]  # next save
 
     def wait_note(self, why: str) -> None:
-        """The job waits (for a host, a spare): pending, with an alert not repeated too often."""
+        """The job waits (for a host, a spare): pending, with an alert not repeated too often.
+        A job pending already (its start) is given the note too: it kept an empty one, and
+        alerted again at every wait, as the note never matched."""
         if self._live.state is not JobState.PENDING:
             self.move(JobState.PENDING, why)
-        if self._live.why != why or not self._alerted(why):
+        new = self._live.why != why
+        self._live.why = why
+        if new or not self._alerted(why):
             self._alert(why, job=self._live.name)

@@ -299,10 +299,13 @@ class GroupRecovery:
             failover=failover,
         )
 
-    async def targets(self, leaving: list[str], *, survivors: int) -> list[str | None] | None:
+    async def targets(
+        self, leaving: list[str], *, survivors: int, waits: str | None = None
+    ) -> list[str | None] | None:
         """A host for each member leaving (``Targets.pick``, the single host's choice, readied
         executors first). An elastic job that has none for some (None) shrinks, if it keeps
-        ``min_hosts``; an operator's target for a lone member is waited for."""
+        ``min_hosts``; an operator's target for a lone member is waited for. ``waits``: the
+        job's note while it waits for a host (default: a recovery's)."""
         job = self._live
         while True:
             lone = job.target is not None and len(leaving) == 1  # several: no one target
@@ -325,5 +328,5 @@ class GroupRecovery:
             if job.stop_requested:
                 self._stop_before_start()
                 return None
-            self._states.wait_note(f"no spare left for {self._name}: it waits for a host")
+            self._states.wait_note(waits or f"no spare left for {self._name}: it waits for a host")
             await self._wait_for_hosts()

@@ -241,7 +241,12 @@ class GroupSupervisor(Supervisor):
         out = [h for h in plan if why[h] is not None]
         if not out:
             return True
-        targets = await self._group_recovery.targets(out, survivors=len(plan) - len(out))
+        ranks = ", ".join(f"{h} ({why[h]})" for h in out)
+        targets = await self._group_recovery.targets(
+            out,
+            survivors=len(plan) - len(out),
+            waits=f"no usable host for {self.name} in place of {ranks}: it waits for a host",
+        )
         if targets is None:
             return False
         for old, new in zip(out, targets, strict=True):

@@ -4,6 +4,7 @@ placed only on a usable host."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,35 @@ async def test_which_member_hosts_a_first_placement_gives_to_a_spare(
     assert await asyncio.wait_for(g._first_placement(), 5)
     assert g.members == (["a", "c"] if moved else ["a", "b"])
     assert g.live.rec.members == (g.members if moved else []), "a move persisted at once"
+
+
+async def test_a_first_placement_with_no_usable_host_waits_saying_it_is_a_start(
+    tmp_path: Path,
+) -> None:
+    """b cordoned and no spare: the group waits for a host, with a note that says which member
+    host it waits to replace and why (it read 'no spare left', a recovery's words, at a start)."""
+    from support.jobbed import Calls, services
+
+    from console.supervise.group.supervisor import GroupSupervisor
+    from console.supervise.live import JobState as State
+
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    svc.fleet.set_state("b", HostState.CORDONED, "test")
+    svc.fleet.set_state("c", HostState.CORDONED, "test")
+    never = asyncio.Event()
+    svc = dataclasses.replace(svc, wait_for_hosts=never.wait)  # no host comes
+    g = GroupSupervisor(svc, "g")
+    g.live.spares = ["c"]
+    placing = asyncio.create_task(g._first_placement())
+    try:
+        deadline = asyncio.get_running_loop().time() + 5
+        while g.live.state is not State.PENDING or "waits" not in g.live.why:
+            assert asyncio.get_running_loop().time() < deadline, g.live.why
+            await asyncio.sleep(0.01)
+        assert g.live.why == "no usable host for g in place of b (is cordoned): it waits for a host"
+        assert not placing.done() and g.members == ["a", "b"], "nothing placed while it waits"
+    finally:
+        placing.cancel()
+        await asyncio.gather(placing, return_exceptions=True)
