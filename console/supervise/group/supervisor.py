@@ -65,6 +65,15 @@ def next_port(last: int | None, draw: Callable[[int, int], int] = random.randran
     return port + 1 if last is not None and port >= last else port
 
 
+def recorded_members(rec: JobRecord, one_host: bool) -> list[str]:
+    """The member hosts the job's record names, by node rank: its members; for a job on one
+    host (``one_host``), a record with its host and no members (written for a single host's
+    executor) names a group of one, whose executor is reattached, not started anew."""
+    if rec.members:
+        return list(rec.members)
+    return [rec.host] if one_host and rec.host else []
+
+
 class GroupSupervisor(Supervisor):
     """A job with ``hosts = [...]``: one executor per member host, the console the coordinator."""
 
@@ -75,7 +84,7 @@ class GroupSupervisor(Supervisor):
         self._detection = services.detection
         self.placement = inv.jobs[name].placement
         rec = self.live.rec
-        self.members: list[str] = list(rec.members) or inv.members(name)
+        self.members: list[str] = recorded_members(rec, self._one_host()) or inv.members(name)
         """The job's hosts now, by node rank."""
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
@@ -159,8 +168,12 @@ class GroupSupervisor(Supervisor):
 
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
         """A step is the job's once every member's shard of it is written (two-phase)."""
-        self.commits = Commits(rec, save, len(rec.members or self._inv.members(self.name)))
+        placed = recorded_members(rec, self._one_host()) or self._inv.members(self.name)
+        self.commits = Commits(rec, save, len(placed))
         return self.commits
+
+    def _one_host(self) -> bool:
+        return not self._inv.multi_host(self.name)
 
     def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
         """Only ``m``'s rank leaves its host: the next epoch puts it on another."""
@@ -443,13 +456,13 @@ class GroupSupervisor(Supervisor):
         it; a member that cannot be reached is waited out under the persisted lease bound
         (it may still be training), never taken for gone."""
         job = self.live
-        if not job.rec.members or job.epoch == 0 or self.starting_again:
+        plan = recorded_members(job.rec, self._one_host())
+        if not plan or job.epoch == 0 or self.starting_again:
             # started again by an operator: its last epoch ended as this console saw (stopped,
             # failed), and what its members' events say of it is no news (a stop read back
             # from them failed the job again as stopped)
             return None
         self.lease.restore()
-        plan = list(job.rec.members)
         self._assign_members(plan)
         members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
         run = self._epoch(members, job.epoch)
