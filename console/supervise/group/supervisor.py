@@ -467,6 +467,7 @@ class GroupSupervisor(Supervisor):
         members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
         run = self._epoch(members, job.epoch)
         self.commits.new_epoch(job.epoch, len(plan))
+        pids: list[str] = []
         for m in members:
             link = self.launcher.link(m.host)
             try:
@@ -478,6 +479,7 @@ class GroupSupervisor(Supervisor):
                 ExecutorState.STOPPING,
             ):
                 m.link, m.last_seen, m.step = link, time.monotonic(), hello.step
+                pids.append(f"executor pid {hello.pid} on {m.host}")
                 with contextlib.suppress(LinkError):
                     await link.send(run.grant(m))
             elif hello.epoch == job.epoch and hello.state == ExecutorState.FAULTED:
@@ -497,7 +499,8 @@ class GroupSupervisor(Supervisor):
                 self._incident.phase("loaded", step=job.step, last_step=job.step)
             self._journal.record(
                 Kind.EXECUTOR,
-                f"{self.name}: reattached to all {len(members)} members at epoch {job.epoch}",
+                f"{self.name}: reattached to all {len(members)} members at epoch {job.epoch} "
+                f"({', '.join(pids)})",
                 job=self.name,
                 host=plan[0],
                 data={"epoch": job.epoch, "members": plan},

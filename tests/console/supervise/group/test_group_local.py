@@ -282,7 +282,9 @@ async def test_a_console_that_quits_leaves_every_member_training_and_the_next_re
         "the same executors throughout"
     )
     events = journal(inv)
-    assert any(e.kind is Kind.EXECUTOR and "reattached to all 3" in e.msg for e in events)
+    (said,) = [e.msg for e in events if e.kind is Kind.EXECUTOR and "reattached to all 3" in e.msg]
+    for h, pid in pids.items():  # which processes it took, as a single host's line says
+        assert f"executor pid {pid} on {h}" in said, said
     assert not [e for e in events if e.kind is Kind.INCIDENT], "no incident for a clean quit"
     last = [e for e in events if "may train on for 60 s" in e.msg]
     assert sorted(e.host for e in last) == ["a", "b", "c"], "one last lease to each member"
