@@ -183,7 +183,8 @@ class Placement(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     warm_standby: bool | None = None
     """Keep an idle executor on the first spare, readied for the job (torch imported and warmed
     up; a command's zygote with its modules imported), for a faster failover and a planned
-    move of about a second. Default: on for a job on one host (``standby``)."""
+    move of about a second; a group's member moved to that spare takes it. Default: on for a
+    job on one host, off for a group (``standby``)."""
     warm_twin: bool = False
     """Keep an idle executor (a warm twin) beside the job's executor on its own host: a restart
     in place after the executor's process died is a Start to the twin, not a process start."""
@@ -420,8 +421,8 @@ def _cross_check(inv: Inventory, text: str) -> None:
                 _fail(inv, text, [*keys, "hosts"], _known("host", member, inv.hosts))
         if len(set(p.hosts)) != len(p.hosts):
             _fail(inv, text, [*keys, "hosts"], "a host is named twice")
-        if p.hosts and (p.warm_standby or p.warm_twin):
-            _fail(inv, text, keys, "warm_standby and warm_twin are for jobs on one host for now")
+        if p.hosts and p.warm_twin:
+            _fail(inv, text, keys, "warm_twin is for jobs on one host for now")
         _check_procs(inv, text, keys, job)
         _check_elastic(inv, text, keys, job)
         _check_parallel(inv, text, keys, job)

@@ -388,6 +388,16 @@ class Standby:
                 data={"standby": True},
             )
 
+    def take_warm(self, host: str) -> Prepared | None:
+        """The warm standby, for a group's member placed on ``host``: None unless it is there
+        and still fit to use; taken, it is this Standby's no longer (its link is the
+        taker's to close: its reader ends with it)."""
+        warm = self.warm
+        if warm is None or warm.host != host or not self._usable(warm):
+            return None
+        self.warm = None
+        return warm
+
     def _first_fit_spare(self) -> str | None:
         job, fleet = self._live, self._fleet
         return next(

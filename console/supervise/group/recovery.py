@@ -314,7 +314,7 @@ class GroupRecovery:
                 pick = await self._pick(
                     old,
                     taken=frozenset(self._members()) | frozenset(chosen),
-                    first=tuple(self._executors.readied),
+                    first=tuple(self._executors.ready_hosts()),
                     to_target=lone,
                 )
                 if pick is None:

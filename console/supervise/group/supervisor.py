@@ -46,6 +46,7 @@ from console.supervise.lease import NoAnchor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE
+from console.supervise.standby import Standby
 from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
 from protocol.faults import StopReason
@@ -105,6 +106,17 @@ class GroupSupervisor(Supervisor):
             replicator=services.replicator,
         )
         self._events = MemberEvents(self.live, states=self._states, incident=self._incident)
+        self._standby = Standby(
+            self.live,
+            fleet=self._fleet,
+            journal=self._journal,
+            launcher=self.launcher,
+            targets=self._targets,
+            probe=self._probe,
+            incident=self._incident,
+            on_message=lambda _msg: None,  # the members' links are the epoch's to read
+        )
+        """The warm standby on the first spare (``warm_standby``): the single host's."""
         self._executors = WarmExecutors(
             self.live,
             launcher=self.launcher,
@@ -114,6 +126,7 @@ class GroupSupervisor(Supervisor):
             policy=self._policy,
             members=members,
             wait_gone=self._probe.wait_gone,
+            standby=self._standby,
         )
         self.growth = Growth(
             self.live,
@@ -136,6 +149,7 @@ class GroupSupervisor(Supervisor):
             reserved=self._reserved,
             priorities=self._priorities,
             save=services.store.save,
+            after=self._standby.follow_spares,
         )
         self._group_recovery = GroupRecovery(
             self.live,
@@ -224,6 +238,9 @@ class GroupSupervisor(Supervisor):
         finally:
             await self._executors.stop_keeping()
             await self._executors.drop_readied([])
+            await self._standby.cancel_warm()
+            if job.state.is_terminal():  # a job over keeps no standby (a console quitting
+                await self._standby.drop_warm()  # leaves it to its idle exit, as for one host)
 
     async def _read_back_shards(self, run: GroupEpoch) -> None:
         """Each member's checkpoint at its end that its link never delivered, read from its
@@ -385,6 +402,8 @@ class GroupSupervisor(Supervisor):
         self._steer()  # rank 0's link, else the first linked member's
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
+        if self._inv.jobs[self.name].placement.standby:
+            self._standby.keep_warm()
         return run
 
     async def _reading(self, host: str, link: ExecutorLink) -> ExecutorLink:

@@ -22,6 +22,7 @@ from console.supervise.live import LiveJob
 from console.supervise.member import Member
 from console.supervise.outcome import CRASHES, Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
+from console.supervise.standby import Standby
 from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Stop
 
@@ -40,6 +41,7 @@ class WarmExecutors:
         policy: Callable[[], Policy],
         members: Callable[[], list[str]],
         wait_gone: Callable[[str], Awaitable[bool | None]],
+        standby: Standby,
     ) -> None:
         self._live = live
         self._name = live.name
@@ -52,6 +54,9 @@ class WarmExecutors:
         """The job's hosts now, by node rank."""
         self._wait_gone = wait_gone
         """Until no executor of the job holds its workdir on the host (``Probe.wait_gone``)."""
+        self._standby = standby
+        """The job's warm standby on its first spare, if it keeps one (``warm_standby``): the
+        single host's, one path for both kinds."""
         self.exiting: set[str] = set()
         """Hosts whose executor stopped at the end of the last epoch (a planned stop, a
         finish) and may still be on its way out, holding the workdir a new one needs."""
@@ -67,10 +72,18 @@ class WarmExecutors:
 
     # ------------------------------------------------------------ readied
 
+    def ready_hosts(self) -> list[str]:
+        """Hosts with an idle executor ready for the job: readied replacements, and the warm
+        standby's spare (a recovery's first choices)."""
+        warm = self._standby.warm
+        return [*self.readied, *([warm.host] if warm is not None else [])]
+
     def ready_replacement(self, m: Member) -> None:
         """``m``'s host cannot be asked: start an idle executor on the host that would replace
-        it, so a replacement decided when the lease ends needs no process start then."""
-        if self.readied or decide(self._policy(), failover=True) is not Decision.ACT:
+        it, so a replacement decided when the lease ends needs no process start then. A warm
+        standby is that executor already (a second started on its spare's workdir would be
+        refused)."""
+        if self.ready_hosts() or decide(self._policy(), failover=True) is not Decision.ACT:
             return
         usable = self._fleet.usable(exclude=set(self._members()))
         spares = [s for s in self._live.spares if s in usable]
@@ -145,8 +158,21 @@ class WarmExecutors:
         return again
 
     async def executor(self, host: str) -> ExecutorLink | Outcome:
-        """The executor that will run this member: a warm one (its run ended, it waits), one
-        readied while a lost member's lease ran out, else one started (deployed first)."""
+        """The executor that will run this member: the warm standby on its host, a warm one
+        (its run ended, it waits), one readied while a lost member's lease ran out, else one
+        started (deployed first)."""
+        standby = self._standby.take_warm(host)
+        if standby is not None:
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._name}: the warm standby on {host} takes the member's rank",
+                job=self._name,
+                host=host,
+                data={"standby": True},
+            )
+            link = await self._relinked_idle(host, standby.link)
+            if link is not None:
+                return link
         readied = self.readied.pop(host, None)
         if readied is not None:
             try:
@@ -157,14 +183,9 @@ class WarmExecutors:
                     raise  # this launch is cancelled (the console quits), not the readied start
                 got = None
             if isinstance(got, ExecutorLink):
-                # a fresh link: its Hello is a current clock reading to anchor the first lease
-                # to (the readied link's is as old as the lease wait)
-                got.close()
-                link = self._launcher.link(host)
-                with contextlib.suppress(LinkError):
-                    if (await link.open(timeout=5)).state == ExecutorState.IDLE:
-                        return link
-                link.close()
+                link = await self._relinked_idle(host, got)
+                if link is not None:
+                    return link
         if host in self.warm:
             self.warm.discard(host)
             link = self._launcher.link(host)
@@ -177,6 +198,18 @@ class WarmExecutors:
             self.exiting.discard(host)
             await self._wait_gone(host)
         return await self._launcher.start(host, promote_upto=None, released=lambda _h: None)
+
+    async def _relinked_idle(self, host: str, readied: ExecutorLink) -> ExecutorLink | None:
+        """A fresh link to a readied idle executor: its Hello is a current clock reading to
+        anchor the first lease to (the readied link's is as old as the wait); None when it is
+        gone or no longer idle."""
+        readied.close()
+        link = self._launcher.link(host)
+        with contextlib.suppress(LinkError):
+            if (await link.open(timeout=5)).state == ExecutorState.IDLE:
+                return link
+        link.close()
+        return None
 
     # ------------------------------------------------------------ warm survivors
 

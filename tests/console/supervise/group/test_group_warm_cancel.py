@@ -28,6 +28,7 @@ from console.supervise.live import LiveJob
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from console.supervise.standby import Standby
 from protocol.faults import StopReason
 
 
@@ -55,6 +56,7 @@ def warm(starts: Starts) -> WarmExecutors:
         policy=lambda: Policy.AUTO,
         members=lambda: ["a", "c"],
         wait_gone=gone,
+        standby=cast(Standby, SimpleNamespace(warm=None, take_warm=lambda _host: None)),
     )
 
 

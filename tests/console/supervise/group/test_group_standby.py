@@ -1,0 +1,70 @@
+"""A group's warm standby (``warm_standby = true``): an idle executor readied on its first
+spare before anything fails, which a member's rank moved there takes, as a single host's job
+takes its standby (one ``Standby`` for both kinds; issue 30). Real executors, a real kill."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from support.fleetbed import run_until, until
+from support.groupbed import controller, executor_pid, group_baseline, local_group
+
+from console.inventory import load
+from console.records.journal import Event, read
+from console.states import HostState, JobState
+from protocol.errors import ConfigError
+
+
+def journal(inventory: Path) -> list[Event]:
+    return list(read(inventory.parent / "state" / "journal.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def baseline() -> str:
+    return group_baseline()
+
+
+async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_starts(
+    tmp_path: Path, baseline: str
+) -> None:
+    """c's host is killed; its rank goes to d, whose standby was up before the kill: the
+    only executor ever started on d is that standby (its pid file and the journal's starts),
+    no replacement is readied beside it (a second executor on its workdir is refused), and
+    the group ends with the uninterrupted run's parameters."""
+    inv = local_group(tmp_path, warm_standby=True)
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    events: list[Event] = []
+    ctl.journal.subscribe(events.append)
+
+    def ready() -> bool:
+        return any("warm standby ready on d" in e.msg for e in events)
+
+    task = await run_until(
+        ctl,
+        lambda: sup.step >= 60 and ready() and ctl.replicator.replica("j", "d", 2).manifest,
+        120,
+        "step 60, the standby up on d and shard 2 there",
+    )
+    standby = executor_pid(tmp_path / "d")
+    ctl.kill_host("c")
+    await until(lambda: ctl.store.job("j").members == ["a", "b", "d"], 120, "c's rank on d")
+    await asyncio.wait_for(task, 180)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.fleet.hosts["c"].state is HostState.DOWN
+    lines = journal(inv)
+    started_on_d = [e.data["pid"] for e in lines if e.host == "d" and "started on d" in e.msg]
+    assert started_on_d == [standby], "the standby, and nothing started on d after it"
+    assert any("the warm standby on d takes the member's rank" in e.msg for e in lines)
+    assert not [e.msg for e in lines if "readying an executor on d" in e.msg]
+
+
+def test_a_group_may_keep_a_warm_standby_not_a_warm_twin(tmp_path: Path) -> None:
+    assert load(local_group(tmp_path / "s", warm_standby=True)).jobs["j"].placement.standby
+    assert not load(local_group(tmp_path / "d")).jobs["j"].placement.standby, "off by default"
+    with pytest.raises(ConfigError, match="warm_twin is for jobs on one host for now"):
+        load(local_group(tmp_path / "t", warm_twin=True))
