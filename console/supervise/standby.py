@@ -388,10 +388,25 @@ class Standby:
                 data={"standby": True},
             )
 
-    def take_warm(self, host: str) -> Prepared | None:
+    def starting_on(self) -> str | None:
+        """The spare a warm standby is being started on now, if one is."""
+        task = self._warm_task
+        return self._warm_on if task is not None and not task.done() else None
+
+    async def take_warm(self, host: str) -> Prepared | None:
         """The warm standby, for a group's member placed on ``host``: None unless it is there
         and still fit to use; taken, it is this Standby's no longer (its link is the
-        taker's to close: its reader ends with it)."""
+        taker's to close: its reader ends with it). One still starting there is waited for,
+        unless its host is found down meanwhile: an executor started beside it on its
+        workdir would be refused, as a single host's failover found."""
+        starting = self._warm_task
+        if starting is not None and not starting.done() and self._warm_on == host:
+            with contextlib.suppress(HostLost):
+                await unless_down(
+                    self._fleet,
+                    lambda: self._warm_on,
+                    asyncio.gather(starting, return_exceptions=True),
+                )
         warm = self.warm
         if warm is None or warm.host != host or not self._usable(warm):
             return None

@@ -73,10 +73,11 @@ class WarmExecutors:
     # ------------------------------------------------------------ readied
 
     def ready_hosts(self) -> list[str]:
-        """Hosts with an idle executor ready for the job: readied replacements, and the warm
-        standby's spare (a recovery's first choices)."""
+        """Hosts with an idle executor ready for the job, or coming up: readied replacements,
+        and the warm standby's spare (a recovery's first choices)."""
         warm = self._standby.warm
-        return [*self.readied, *([warm.host] if warm is not None else [])]
+        on = warm.host if warm is not None else self._standby.starting_on()
+        return [*self.readied, *([on] if on is not None else [])]
 
     def ready_replacement(self, m: Member) -> None:
         """``m``'s host cannot be asked: start an idle executor on the host that would replace
@@ -161,7 +162,7 @@ class WarmExecutors:
         """The executor that will run this member: the warm standby on its host, a warm one
         (its run ended, it waits), one readied while a lost member's lease ran out, else one
         started (deployed first)."""
-        standby = self._standby.take_warm(host)
+        standby = await self._standby.take_warm(host)
         if standby is not None:
             self._journal.record(
                 Kind.EXECUTOR,

@@ -8,8 +8,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from support.fleetbed import run_until, until
-from support.groupbed import controller, executor_pid, group_baseline, local_group
+from support.fleetbed import local_host, run_until, slow_python, until, write_inventory
+from support.groupbed import controller, executor_pid, group_baseline, group_job, local_group
 
 from console.inventory import load
 from console.records.journal import Event, read
@@ -61,6 +61,44 @@ async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_start
     assert started_on_d == [standby], "the standby, and nothing started on d after it"
     assert any("the warm standby on d takes the member's rank" in e.msg for e in lines)
     assert not [e.msg for e in lines if "readying an executor on d" in e.msg]
+
+
+async def test_a_member_lost_while_the_standby_still_starts_moves_into_that_standby(
+    tmp_path: Path, baseline: str
+) -> None:
+    """c is killed while d's standby is still coming up (d's python starts 6 s late): no
+    replacement is readied beside it and the recovery does not start a second executor on
+    d's workdir (refused: the single host's failover found that); it waits for the standby
+    and the rank moves into it."""
+    python, slow = slow_python(tmp_path / "bin", delay_s=6.0)
+    slow.touch()
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={
+            **{h: local_host(tmp_path / h) for h in "abc"},
+            "d": local_host(tmp_path / "d", role="spare", python=str(python)),
+        },
+        jobs={"j": group_job(warm_standby=True)},
+    )
+    ctl = controller(inv)
+    sup = ctl.jobs["j"]
+    task = await run_until(
+        ctl,
+        lambda: sup.state is JobState.RUNNING and sup._standby.starting_on() == "d",
+        120,
+        "the group training and d's standby starting",
+    )
+    ctl.kill_host("c")
+    await asyncio.wait_for(task, 240)
+    await ctl.close()
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert sup.sha256 == baseline
+    assert ctl.store.job("j").members == ["a", "b", "d"]
+    lines = journal(inv)
+    story = "\n".join(f"{e.t:.3f} {e.kind.value} {e.host}: {e.msg}" for e in lines)
+    started_on_d = [e.msg for e in lines if e.host == "d" and "started on d" in e.msg]
+    assert len(started_on_d) == 1 and "as its warm standby" in started_on_d[0], story
+    assert any("the warm standby on d takes the member's rank" in e.msg for e in lines), story
 
 
 def test_a_group_may_keep_a_warm_standby_not_a_warm_twin(tmp_path: Path) -> None:

@@ -43,6 +43,18 @@ class Starts:
         return Outcome(Exit.CRASHED, "not started: a test")
 
 
+class NoStandby:
+    """A job that keeps no warm standby."""
+
+    warm = None
+
+    def starting_on(self) -> None:
+        return None
+
+    async def take_warm(self, host: str) -> None:
+        return None
+
+
 def warm(starts: Starts) -> WarmExecutors:
     async def gone(_host: str) -> bool:
         return True
@@ -56,7 +68,7 @@ def warm(starts: Starts) -> WarmExecutors:
         policy=lambda: Policy.AUTO,
         members=lambda: ["a", "c"],
         wait_gone=gone,
-        standby=cast(Standby, SimpleNamespace(warm=None, take_warm=lambda _host: None)),
+        standby=cast(Standby, NoStandby()),
     )
 
 
