@@ -207,6 +207,7 @@ class Controller:
             for name in self.jobs:
                 self._spawn(name)
             await self._supervise(stay)
+            await self.replicator.settle()  # the last checkpoints reach the spares
             if self.inv.console.webhook:
                 with contextlib.suppress(TimeoutError):
                     await hook.drain(10)

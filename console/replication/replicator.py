@@ -40,8 +40,8 @@ from console.replication.replica import Received, ReplicaPlan, UnsafeManifest, f
 from protocol.spec import CheckpointManifest
 
 CLEANUP_TIMEOUT_S = 10.0
-JOB_ENDED_COPY_S = 60.0
-"""How long an ended job's copies in flight are waited for before its supervision is done."""
+SETTLE_S = 60.0
+"""How long copies still under way are waited for once every job has ended."""
 """Removing a failed copy's files; what is not removed then goes before the next copy."""
 
 
@@ -275,26 +275,40 @@ class Replicator:
         )
         return relayed, "relay"
 
-    async def job_ended(self, job: str, timeout: float = JOB_ENDED_COPY_S) -> None:
-        """A job that ended: its copies still under way finish first (for at most
-        ``timeout``), so its last checkpoint reaches its spares before a ``hotspare run``
-        exits (the console's close cut them: a group's last step never reached its spare);
-        then it keeps its replicas, not the keys that copied them."""
-        ours = [(key, e) for key, e in self._idle.items() if key[0].split("/")[0] == job]
+    async def job_ended(self, job: str, timeout: float = 60.0) -> None:
+        """A job that ended keeps its replicas, not the keys that copied them; its copies
+        still under way finish first (for at most ``timeout``)."""
+        if not self._direct.has_keys(job):
+            return
+        ours = [e for (key, _), e in self._idle.items() if key.split("/")[0] == job]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                for event in ours:
+                    await event.wait()
+        await self._direct.revoke(job)
+
+    async def settle(self, timeout: float = SETTLE_S) -> None:
+        """Every copy still under way finishes (for at most ``timeout``): a console whose jobs
+        all ended waits for them before it closes, so a job's last checkpoint reaches its
+        spares before ``hotspare run`` exits (the close cut them: a group's last step never
+        reached its spare). What is still copying then is journalled as cut."""
+        waiting = list(self._idle.items())
         try:
             async with asyncio.timeout(timeout):
-                for _, event in ours:
+                for _, event in waiting:
                     await event.wait()
         except TimeoutError:
-            cut = sorted({spare for (_, spare), e in ours if not e.is_set()})
-            self._journal.record(
-                Kind.REPLICA,
-                f"{job}: copies to {', '.join(cut)} still under way {timeout:g} s after the job "
-                "ended; a console closing now cuts them (the replicas before stay)",
-                job=job,
-            )
-        if self._direct.has_keys(job):
-            await self._direct.revoke(job)
+            for (key, spare), event in waiting:
+                if not event.is_set():
+                    job = key.split("/")[0]
+                    self._journal.record(
+                        Kind.REPLICA,
+                        f"{job}: the copy to {spare} was still under way {timeout:g} s after "
+                        "every job ended; the console's close cuts it (the replicas before "
+                        "stay)",
+                        job=job,
+                        host=spare,
+                    )
 
     def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
         st.disk, st.disk_at = disk, clock.wall()

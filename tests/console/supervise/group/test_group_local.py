@@ -73,11 +73,9 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
     never comes over its link (lost so in a fresh-clone run under load: the group
     finished with step 240 uncommitted): it is read back from c's events at the finish."""
     real = GroupEpoch._message
-    dropped: list[int] = []
 
     def message(self: GroupEpoch, m: Member, msg: ExecutorMessage) -> None:
         if m.host == "c" and isinstance(msg, CheckpointSaved) and msg.manifest.step == 240:
-            dropped.append(msg.manifest.step)
             return None
         return real(self, m, msg)
 
@@ -86,7 +84,6 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
     ctl = controller(inv)
     await asyncio.wait_for(ctl.run(), 240)
     await ctl.close()
-    assert dropped == [240], "nothing was lost: the test did not test"
     sup = ctl.jobs["j"]
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.sha256 == baseline, "the same spec gives the same parameters"
@@ -105,6 +102,8 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
     assert on_disk <= set(committed) | {240}
     for shard in range(3):  # the last step's copies were waited for, not cut by the close
         assert (replicas / f"node-{shard}" / "step-0000000240.json").exists(), shard
+    # c's shard of 240 dropped here (or, in a loaded run, lost on its relinked link before it
+    # came: a fresh-clone run at fdb6029), and read back from its events
     (read_back,) = [e for e in journal(inv) if e.data.get("read_back")]
     assert read_back.host == "c" and read_back.data["step"] == 240
 
