@@ -242,7 +242,7 @@ class Supervisor(ABC):
 
     @property
     def standby(self) -> Prepared | None:
-        """The warm standby on the first spare, when the job asks for one (one host only)."""
+        """The warm standby on the first spare, when the job keeps one."""
         return None
 
     @abstractmethod

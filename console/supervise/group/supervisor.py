@@ -46,7 +46,7 @@ from console.supervise.lease import NoAnchor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE
-from console.supervise.standby import Standby
+from console.supervise.standby import Prepared, Standby
 from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
 from protocol.faults import StopReason
@@ -179,6 +179,10 @@ class GroupSupervisor(Supervisor):
 
     def shards(self) -> list[int | None]:
         return list(range(len(self.members)))
+
+    @property
+    def standby(self) -> Prepared | None:
+        return self._standby.warm
 
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
         """A step is the job's once every member's shard of it is written (two-phase)."""

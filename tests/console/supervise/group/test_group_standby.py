@@ -39,8 +39,9 @@ async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_start
     events: list[Event] = []
     ctl.journal.subscribe(events.append)
 
-    def ready() -> bool:
-        return any("warm standby ready on d" in e.msg for e in events)
+    def ready() -> bool:  # as the job's supervisor says it, and its journal
+        up = sup.standby is not None and sup.standby.host == "d"
+        return up and any("warm standby ready on d" in e.msg for e in events)
 
     task = await run_until(
         ctl,
