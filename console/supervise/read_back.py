@@ -55,13 +55,12 @@ class ReadBack:
         ):
             return  # the job goes nowhere (a group's member stopped with its peers: it does)
         known = self._messages.newest_step(m)
-        said = outcome.checkpoint_step if outcome.checkpoint_step is not None else -1
-        if outcome.exit is Exit.FINISHED:
-            # a finish says its step, not whether it checkpointed there: no checkpoint is past
-            # it, so the events are read only while one may be unheard. A group's shard of the
-            # last step lost on its link (relinked under load) left that step uncommitted at
-            # the finish, every other member's shard of it on disk and on the spare.
-            said = outcome.step if outcome.step is not None else -1
+        # a finish says its step, not whether it checkpointed there: no checkpoint is past
+        # it, so the events are read only while one may be unheard. A group's shard of the
+        # last step lost on its link (relinked under load) left that step uncommitted at the
+        # finish, every other member's shard of it on disk and on the spare.
+        upto = outcome.step if outcome.exit is Exit.FINISHED else outcome.checkpoint_step
+        said = upto if upto is not None else -1
         saved = outcome.saved
         if max(said, saved.manifest.step if saved else -1) <= known:
             return

@@ -66,12 +66,11 @@ def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict
     now = time.time() if now is None else now
     sup = ctl.jobs[job]
     shards = sup.shards()
-    spares = sorted({spare for (_, spare) in ctl.replicator.state} | set(sup.spares))
-    replicas = {spare: _replicas(ctl, job, spare, shards) for spare in spares}
+    replicas = {spare: _replicas(ctl, job, spare, shards) for spare in _holders(ctl, job)}
     rows: dict[str, Row] = {}
     for host, m in reversed(sup.checkpoints):
         holders = [host]
-        for spare, states in replicas.items():
+        for spare, states in sorted(replicas.items()):
             if all(_holds(st, m.step) for st in states):
                 holders.append(f"{spare} (replica)")
         rows[f"{m.step}:{m.sha256}"] = (
@@ -82,6 +81,13 @@ def checkpoint_rows(ctl: Controller, job: str, now: float | None = None) -> dict
             ", ".join(holders),
         )
     return rows
+
+
+def _holders(ctl: Controller, job: str) -> list[str]:
+    """The job's spares, then any other host a replica of one of its shards was copied to."""
+    sup = ctl.jobs[job]
+    keys = {shard_key(job, s) for s in sup.shards()}
+    return list(dict.fromkeys([*sup.spares, *(h for (k, h) in ctl.replicator.state if k in keys)]))
 
 
 def _replicas(
@@ -103,8 +109,7 @@ def replica_lines(ctl: Controller, job: str, now: float | None = None) -> str:
     now = time.time() if now is None else now
     sup = ctl.jobs[job]
     shards = sup.shards()
-    keys = {shard_key(job, s) for s in shards}
-    holders = dict.fromkeys(sup.spares) | {h: None for (k, h) in ctl.replicator.state if k in keys}
+    holders = _holders(ctl, job)
     lines = []
     if shards != [None]:  # a multi-host job: every member's shard, per spare
         for spare in holders:

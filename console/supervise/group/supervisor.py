@@ -85,7 +85,7 @@ class GroupSupervisor(Supervisor):
         self._detection = services.detection
         self.placement = inv.jobs[name].placement
         rec = self.live.rec
-        self.members: list[str] = recorded_members(rec, self._one_host()) or inv.members(name)
+        self.members: list[str] = self._placed(rec)
         """The job's hosts now, by node rank."""
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
@@ -186,12 +186,16 @@ class GroupSupervisor(Supervisor):
 
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
         """A step is the job's once every member's shard of it is written (two-phase)."""
-        placed = recorded_members(rec, self._one_host()) or self._inv.members(self.name)
-        self.commits = Commits(rec, save, len(placed))
+        self.commits = Commits(rec, save, len(self._placed(rec)))
         return self.commits
 
     def _one_host(self) -> bool:
         return not self._inv.multi_host(self.name)
+
+    def _placed(self, rec: JobRecord) -> list[str]:
+        """The members the record names, else the inventory's (read before ``members`` is
+        set: the commits are built in the base constructor)."""
+        return recorded_members(rec, self._one_host()) or self._inv.members(self.name)
 
     def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
         """Only ``m``'s rank leaves its host: the next epoch puts it on another."""
