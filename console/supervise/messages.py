@@ -114,8 +114,10 @@ class JobMessages:
 
     @property
     def _group(self) -> bool:
-        """A group's members: lines and faults name the member, checkpoints are shards."""
-        return self._commits is not None
+        """A job on several hosts: lines and faults name the member, checkpoints are shards
+        (a job on one host, supervised as a group of one, keeps a single host's wording and
+        its replicas whole, in ``replicas/JOB``: one layout for its spares however it runs)."""
+        return self._inv.multi_host(self._live.name)
 
     def new_executor(self, host: str) -> None:
         """Another executor on ``host`` (a single host's), another clock: its pace is measured
@@ -207,13 +209,14 @@ class JobMessages:
         job.checkpoint, job.checkpoint_path = man, path
         job.checkpoints.append((m.host, man))
         members = self._members()
-        self._journal.record(
-            Kind.CHECKPOINT,
-            f"{job.name}: step {man.step} committed (all {len(members)} shards written)",
-            job=job.name,
-            host=members[0],
-            data={"step": man.step, "committed": True, "epoch": man.epoch},
-        )
+        if self._group:  # a group of one's one shard is its checkpoint, whole: as one host's
+            self._journal.record(
+                Kind.CHECKPOINT,
+                f"{job.name}: step {man.step} committed (all {len(members)} shards written)",
+                job=job.name,
+                host=members[0],
+                data={"step": man.step, "committed": True, "epoch": man.epoch},
+            )
         self._said.committed(man.step, members[0])
 
     def _resumed_from(self, m: Member, msg: Resumed) -> None:

@@ -218,8 +218,7 @@ class Supervisor(ABC):
         """A checkpoint an executor wrote that its link never delivered, read from its events."""
 
         async def look(rec: JobRecord) -> None:
-            shards: list[int | None] = list(range(len(rec.members))) if rec.members else [None]
-            await services.replicator.look(name, rec.spares, shards)
+            await services.replicator.look(name, rec.spares, self.shards())
 
         self._observe = Observe(
             self.live,

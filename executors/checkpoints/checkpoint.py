@@ -447,7 +447,8 @@ class CheckpointManager:
         if (
             self.node_rank is not None
             and not self.any_shard
-            and (manifest.node_rank, manifest.nnodes) != (self.node_rank, self.nnodes)
+            # a single host's checkpoint (node rank None) is a group of one's shard 0
+            and (manifest.node_rank or 0, manifest.nnodes) != (self.node_rank, self.nnodes)
         ):
             raise CorruptCheckpoint(
                 f"the shard of node rank {manifest.node_rank} of {manifest.nnodes}; this member "

@@ -187,3 +187,16 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(small_disk: Path) -> None:
     assert loaded.manifest.step == 20, "the newest good checkpoint survives"
     save_steps(m, 40, size=300_000)  # pruning made room again
     assert m.consecutive_failures == 0
+
+
+def test_a_single_hosts_checkpoint_loads_as_a_group_of_ones_shard(tmp_path: Path) -> None:
+    """A job on one host supervised as a group of one (issue 30) starts its executor as node
+    rank 0 of 1: the checkpoints its single-host executor wrote before (node rank None) are
+    that shard, whole; never another member's of a larger group."""
+    save_steps(manager(tmp_path, Events()), 10)
+    loaded = manager(tmp_path, Events(), node_rank=0, nnodes=1).load_latest()
+    assert loaded is not None and loaded.manifest.step == 10
+    assert loaded.manifest.node_rank is None  # written by the single host's executor
+    events = Events()
+    assert manager(tmp_path, events, node_rank=1, nnodes=2).load_latest() is None
+    assert [f.fault for f in events.faults()] == ["checkpoint_corrupt"]

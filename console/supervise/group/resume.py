@@ -58,6 +58,9 @@ class ResumeStep:
         optimizer, a global data position): any of them loads on any member."""
         self._shards = len(inv.members(name))
         """Node ranks the job can have (its planned size): the replica folders on a spare."""
+        self._sharded = inv.multi_host(name)
+        """A job on several hosts replicates each rank's shard to a folder of its own; a job on
+        one host (a group of one) its whole checkpoint, in ``replicas/JOB``."""
         self._refused: set[tuple[str, int]] = set()
         """(host, step): a member on that host could not load that step (its executor said so,
         or its promotion failed); never chosen for that host again."""
@@ -80,7 +83,7 @@ class ResumeStep:
         if planned:  # the leaving members' hosts are up: their last shards reach the spares
             for r in replaced:
                 # interchangeable shards: rank 0's of the stop (every member's goes to every spare)
-                shard = 0 if self._any_shard else r
+                shard = self._shard(0 if self._any_shard else r)
                 await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
         committed = self._commits.steps()
         have = list(await asyncio.gather(*(self._shards_on(r, h) for r, h in enumerate(members))))
@@ -157,13 +160,17 @@ class ResumeStep:
         for r, host in enumerate(members):
             if step in have[r] or (host, step) in self._refused:
                 continue
-            src = Source(source, path, manifest, shard=manifest.node_rank)
+            src = Source(source, path, manifest, shard=self._shard(manifest.node_rank or 0))
             if await self._replicator.copy(self._name, host, src):
                 folder = self._replica_folder(host, manifest.node_rank or 0)
                 have[r][step] = (held[0], folder, manifest)
 
-    def _replica_folder(self, host: str, shard: int) -> str:
-        return replica_dir(self._inv.host_root(host), shard_key(self._name, shard))
+    def _shard(self, rank: int) -> int | None:
+        """What node rank ``rank``'s checkpoints replicate as (the ``Replicator``'s shard)."""
+        return rank if self._sharded else None
+
+    def _replica_folder(self, host: str, rank: int) -> str:
+        return replica_dir(self._inv.host_root(host), shard_key(self._name, self._shard(rank)))
 
     async def _shards_on(self, shard: int, host: str) -> dict[int, Held]:
         """Steps of ``shard`` that ``host`` holds complete, each with the epoch it was written
@@ -181,7 +188,9 @@ class ResumeStep:
         found: dict[int, Held] = {}
         for folder in folders:  # in order: its own checkpoints first
             for m in listed[folder]:
-                if self._any_shard or (m.node_rank == shard and m.nnodes == len(self._members())):
+                # a single host's executor wrote node rank None: a group of one's shard 0
+                mine = (m.node_rank or 0) == shard and m.nnodes == len(self._members())
+                if self._any_shard or mine:
                     found.setdefault(m.step, (m.epoch, folder, m))
         return found
 
@@ -197,7 +206,7 @@ def _newest_whole(have: list[dict[int, Held]], committed: list[int]) -> int | No
         if step in committed:
             return True
         held = [h[step] for h in have]
-        ranks = {m.node_rank for _, _, m in held}
+        ranks = {m.node_rank or 0 for _, _, m in held}  # None: a single host's, shard 0 of 1
         return len({e for e, _, _ in held}) == 1 and ranks == set(range(held[0][2].nnodes))
 
     return max((s for s in common if whole(s)), default=None)

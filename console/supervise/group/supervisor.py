@@ -178,6 +178,8 @@ class GroupSupervisor(Supervisor):
         return list(self.members)
 
     def shards(self) -> list[int | None]:
+        if self._one_host():
+            return [None]  # a group of one replicates its checkpoints whole, as one host did
         return list(range(len(self.members)))
 
     @property
