@@ -119,14 +119,10 @@ class JobMessages:
         its replicas whole, in ``replicas/JOB``: one layout for its spares however it runs)."""
         return self._inv.multi_host(self._live.name)
 
-    def new_executor(self, host: str) -> None:
-        """Another executor on ``host`` (a single host's), another clock: its pace is measured
-        afresh, and its newest checkpoint is the one it resumes from or writes."""
-        self._newest.clear()
-        self._heard.new_executor(host)
-
     def new_epoch(self, hosts: list[str]) -> None:
-        """An epoch starts on ``hosts``: each executor may be new (a replacement)."""
+        """An epoch starts on ``hosts`` (one host's, a group's members): each executor may be
+        new (a replacement), another clock whose pace is measured afresh; each one's newest
+        checkpoint is the one it resumes from or writes."""
         self._newest.clear()
         for host in hosts:
             self._heard.new_executor(host)

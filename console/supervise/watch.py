@@ -79,7 +79,7 @@ class Watch:
     def new_executor(self) -> None:
         """Another executor, another clock: its pace is measured afresh."""
         if self._live.host is not None:
-            self._messages.new_executor(self._live.host)
+            self._messages.new_epoch([self._live.host])
 
     def heard(self, msg: ExecutorMessage) -> None:
         """What the job's executor said (node rank 0 of a group of one), done; a run that

@@ -20,7 +20,7 @@ from console.supervise.group.warm import WarmExecutors
 from console.supervise.incident import OpenIncident
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.member import Member
-from console.supervise.outcome import Exit
+from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
 from console.supervise.what_next import Act, budgeted, unfit, what_next
@@ -102,6 +102,15 @@ class GroupRecovery:
         self._reap = reap
         """Kill what is left of a member's run on a host the console can reach."""
 
+    def _ended(self, m: Member, end: Outcome) -> str:
+        """The journal's line for ``m``'s end: a member's, by node rank; a group of one's (a
+        job on one host) in one host's words."""
+        if self._inv.multi_host(self._name):
+            return f"{self._name}: member {m.node_rank} on {m.host} ended: {end.said()}"
+        if end.exit is Exit.RUN_CRASHED and m.waiting:
+            return f"{self._name}: the run on {m.host} ended, its executor stays: {end.said()}"
+        return f"{self._name}: executor on {m.host} ended: {end.said()}"
+
     async def recover(self, run: GroupEpoch) -> tuple[int | None] | None:
         """Act on how the epoch ended: the committed step to resume from next (in a tuple: it
         may be None, step 0), or None when the job is over."""
@@ -111,7 +120,7 @@ class GroupRecovery:
             assert m.exit is not None
             self._journal.record(
                 Kind.EXECUTOR,
-                f"{self._name}: member {m.node_rank} on {m.host} ended: {m.exit.said()}",
+                self._ended(m, m.exit),
                 job=self._name,
                 host=m.host,
                 data={"exit": m.exit.exit.value, "step": m.exit.step, "node_rank": m.node_rank},

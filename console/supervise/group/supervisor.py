@@ -528,8 +528,12 @@ class GroupSupervisor(Supervisor):
                 self._incident.phase("loaded", step=job.step, last_step=job.step)
             self._journal.record(
                 Kind.EXECUTOR,
-                f"{self.name}: reattached to all {len(members)} members at epoch {job.epoch} "
-                f"({', '.join(pids)})",
+                f"{self.name}: reattached to "
+                + (
+                    f"all {len(members)} members at epoch {job.epoch} ({', '.join(pids)})"
+                    if len(members) > 1
+                    else pids[0]  # a group of one: as one host's ("executor pid N on a")
+                ),
                 job=self.name,
                 host=plan[0],
                 data={"epoch": job.epoch, "members": plan},

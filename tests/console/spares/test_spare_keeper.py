@@ -205,10 +205,10 @@ def test_after_a_failover_a_new_spare_gets_the_checkpoint_the_new_host_resumed_f
     submitted: list[tuple[list[str], Source]] = []
     svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
     one.live.host, one.live.rec.epoch = "a", 1
-    one._messages.new_executor("a")
+    one._messages.new_epoch(["a"])
     one._messages.on_message(Member(0, "a"), saved(manifest(20, job="j", epoch=1)))
     one.live.host, one.live.rec.epoch = "b", 2  # failed over: b's executor, epoch 2
-    one._messages.new_executor("b")
+    one._messages.new_epoch(["b"])
     submitted.clear()
     one._keeper._send_newest(["c"])
     assert submitted == [], "nothing from a, the host the job left, or from b before it resumed"

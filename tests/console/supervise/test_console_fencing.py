@@ -186,7 +186,11 @@ async def test_a_stop_with_no_executor_to_tell_is_kept_not_lost(tmp_path: Path) 
     task: asyncio.Task[object] = asyncio.create_task(ctl.run())
     try:
         sup = ctl.jobs["j"]
-        await until(lambda: ctl.alerted("no usable host for j"), 20, "j waiting for a host")
+        await until(
+            lambda: sup.why.startswith("no usable host for j") and ctl.alerted(sup.why),
+            20,
+            "j waiting for a host",
+        )
         ctl.stop_job("j")
         await until(lambda: sup.state.is_terminal(), 20, "j stopped")
         assert (sup.state, sup.failure) == (JobState.STOPPED, None)

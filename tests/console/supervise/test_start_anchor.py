@@ -33,8 +33,8 @@ from console.reach.deploy import job_dir
 from console.records.journal import read
 from console.states import JobState
 from console.supervise.lease import JobLease
+from console.supervise.messages import JobMessages
 from console.supervise.policy import Policy
-from console.supervise.watch import Watch
 from protocol.messages import Heartbeat, Start
 
 
@@ -96,16 +96,16 @@ async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
         jobs={"j": {"host": "a", "steps": 100_000, **job_table(steps=100_000)}},
     )
     stalls: list[float] = []
-    new_executor = Watch.new_executor
+    new_epoch = JobMessages.new_epoch
 
-    def stalled(self: Watch) -> None:
-        new_executor(self)
+    def stalled(self: JobMessages, hosts: list[str]) -> None:
+        new_epoch(self, hosts)  # its executor linked, its Start next
         if not stalls:  # the loop blocked longer than a lease, once, right before the Start
             began = time.monotonic()
             time.sleep(FAST_CONSOLE["lease_s"] + 1.0)
             stalls.append(time.monotonic() - began)
 
-    monkeypatch.setattr(Watch, "new_executor", stalled)
+    monkeypatch.setattr(JobMessages, "new_epoch", stalled)
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     await trains_at_epoch_one(ctl, stalls, 50)
     events = list(read(inv.parent / "state" / "journal.jsonl"))
