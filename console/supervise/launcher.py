@@ -107,6 +107,10 @@ class Launcher:
         path = posixpath.join(self.workdir(host), TWIN_SOCKET) if twin else self.socket(host)
         return ExecutorLink(self._transport(host), path, self._console_id, self._term)
 
+    def relink(self, link: ExecutorLink) -> ExecutorLink:
+        """A new, unopened link to what serves ``link``'s socket (the job's, or its twin's)."""
+        return ExecutorLink(link.transport, link.socket_path, self._console_id, self._term)
+
     # ------------------------------------------------------------ starting
 
     async def start(

@@ -21,7 +21,7 @@ from console.supervise.launcher import Launcher
 from console.supervise.live import LiveJob
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.probe import Probe
-from console.supervise.unless_down import HostLost, unless_down
+from console.supervise.unless_down import HostLost, given_up, unless_down
 from protocol.faults import StopReason
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
@@ -201,12 +201,7 @@ class Standby:
                     self._fleet, on, asyncio.gather(task, return_exceptions=True)
                 )
             except HostLost as e:
-                self._journal.record(
-                    Kind.ACTION,
-                    f"{self._live.name}: {e.host} was lost while it was readied; not used",
-                    job=self._live.name,
-                    host=e.host,
-                )
+                given_up(self._journal, self._live.name, e.host)
         self._preparing_on = None
         warm = not isinstance(prepared, Prepared)
         if warm:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from console.fleet.hosts import Fleet
+from console.records.journal import Journal, Kind
 from console.states import HostState
 from protocol.errors import HotspareError
 
@@ -57,3 +58,11 @@ async def unless_down(
         fleet.readying -= watched
         if not task.done():  # this coroutine was cancelled itself
             task.cancel()
+
+
+def given_up(journal: Journal, job: str, host: str) -> None:
+    """Journal that the executor readied for ``job`` on ``host`` was given up: the host was
+    found down while it started (one line, whichever supervisor readied it)."""
+    journal.record(
+        Kind.ACTION, f"{job}: {host} was lost while it was readied; not used", job=job, host=host
+    )

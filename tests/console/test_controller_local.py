@@ -30,13 +30,14 @@ from support.helpers import PLAIN_SCRIPT, plain_command
 from support.lease_bounds import LeaseBounds
 
 from console.controller import Controller
-from console.fleet.link import ExecutorLink
 from console.inventory import load
 from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from console.supervise.member import Member
+from console.supervise.messages import JobMessages
+from console.supervise.outcome import Outcome
 from console.supervise.policy import Policy
-from console.supervise.standby import Standby
 from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 
 
@@ -331,13 +332,13 @@ async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_lose
     link closed by the console as the preemption's Fault was read and nothing read after it
     (CI at 059ac18: b resumed from step 80, 11 steps lost, as the link closed before the last
     messages were read)."""
-    real = Standby._route
+    real = JobMessages.on_message  # the one dispatcher of what every job's executors say
     terminated = asyncio.Event()
     dropped: list[str] = []
 
-    def route(self: Standby, link: ExecutorLink, msg: ExecutorMessage) -> None:
-        if link is not self._live.link or link.transport.name != "a" or not terminated.is_set():
-            return real(self, link, msg)
+    def heard(self: JobMessages, m: Member, msg: ExecutorMessage) -> Outcome | None:
+        if m.host != "a" or m.link is None or not terminated.is_set():
+            return real(self, m, msg)
         if lost == "checkpoint_dropped":
             if isinstance(msg, CheckpointSaved) and not dropped:
                 dropped.append(type(msg).__name__)
@@ -347,12 +348,12 @@ async def test_a_preemption_whose_checkpoint_the_link_never_delivered_still_lose
             return None
         elif isinstance(msg, Fault):
             dropped.append("the link")
-            real(self, link, msg)
-            link.close()
-            return None
-        return real(self, link, msg)
+            end = real(self, m, msg)
+            m.link.close()
+            return end
+        return real(self, m, msg)
 
-    monkeypatch.setattr(Standby, "_route", route)
+    monkeypatch.setattr(JobMessages, "on_message", heard)
     ctl = controller(fleet)
     sup = ctl.jobs["j"]
     task = await run_until(ctl, lambda: sup.step >= 50, 90, "step 50")

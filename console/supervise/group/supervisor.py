@@ -49,6 +49,7 @@ from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE
 from console.supervise.standby import Prepared, Standby
 from console.supervise.start_lease import granted_start
 from console.supervise.supervisor import Supervisor
+from console.supervise.twin import Twin
 from protocol.faults import StopReason
 from protocol.messages import Backend, ExecutorState, Rendezvous, Start
 
@@ -117,6 +118,14 @@ class GroupSupervisor(Supervisor):
             on_message=lambda _msg: None,  # the members' links are the epoch's to read
         )
         """The warm standby on the first spare (``warm_standby``): the single host's."""
+        self._twin = Twin(
+            self.live,
+            launcher=self.launcher,
+            journal=self._journal,
+            pump=self._standby.pump,
+            pumping=self._standby.pumping,
+        )
+        """The warm twin beside a group of one's executor (``warm_twin``, one host's only)."""
         self._executors = WarmExecutors(
             self.live,
             launcher=self.launcher,
@@ -127,6 +136,7 @@ class GroupSupervisor(Supervisor):
             members=members,
             wait_gone=self._probe.wait_gone,
             standby=self._standby,
+            twin=self._twin,
         )
         self.growth = Growth(
             self.live,
@@ -249,8 +259,9 @@ class GroupSupervisor(Supervisor):
             await self._executors.stop_keeping()
             await self._executors.drop_readied([])
             await self._standby.cancel_warm()
-            if job.state.is_terminal():  # a job over keeps no standby (a console quitting
-                await self._standby.drop_warm()  # leaves it to its idle exit, as for one host)
+            if job.state.is_terminal():  # a job over keeps no standby nor twin (a console
+                await self._standby.drop_warm()  # quitting leaves them to their idle exit,
+                await self._twin.drop()  # as for one host)
 
     async def _read_back_shards(self, run: GroupEpoch) -> None:
         """Each member's checkpoint at its end that its link never delivered, read from its
@@ -322,6 +333,8 @@ class GroupSupervisor(Supervisor):
         job = self.live
         plan = list(self.members)
         self._states.move(JobState.DEPLOYING, f"on {', '.join(plan)}")
+        if self._twin.host not in (None, *plan):
+            await self._twin.drop()  # the job left its host: no twin lingers there
         self._assign_members(plan)
         await self._executors.stop_keeping()
         await self._executors.drop_readied(plan)
@@ -414,7 +427,12 @@ class GroupSupervisor(Supervisor):
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
         if self._inv.jobs[self.name].placement.standby:
             self._standby.keep_warm()
+        self._keep_twin()
         return run
+
+    def _keep_twin(self) -> None:
+        if self._inv.jobs[self.name].placement.warm_twin:  # a job on one host's only
+            self._twin.keep()
 
     async def _reading(self, host: str, link: ExecutorLink) -> ExecutorLink:
         """``link``, or a new one to the same idle executor when its Hello is old: a current
@@ -539,6 +557,7 @@ class GroupSupervisor(Supervisor):
                 data={"epoch": job.epoch, "members": plan},
             )
             self._states.move(JobState.RUNNING, "reattached")
+            self._keep_twin()
             self._drain_found()
         else:
             self._states.move(

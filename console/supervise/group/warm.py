@@ -23,6 +23,8 @@ from console.supervise.member import Member
 from console.supervise.outcome import CRASHES, Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
 from console.supervise.standby import Standby
+from console.supervise.twin import Twin
+from console.supervise.unless_down import HostLost, given_up, unless_down
 from protocol.faults import StopReason
 from protocol.messages import ExecutorState, Stop
 
@@ -42,6 +44,7 @@ class WarmExecutors:
         members: Callable[[], list[str]],
         wait_gone: Callable[[str], Awaitable[bool | None]],
         standby: Standby,
+        twin: Twin,
     ) -> None:
         self._live = live
         self._name = live.name
@@ -57,6 +60,10 @@ class WarmExecutors:
         self._standby = standby
         """The job's warm standby on its first spare, if it keeps one (``warm_standby``): the
         single host's, one path for both kinds."""
+        self._twin = twin
+        """The warm twin beside a group of one's executor (``warm_twin``: a job on one host),
+        the single host's: a restart in place after its executor's process is gone starts
+        the next epoch in it."""
         self.exiting: set[str] = set()
         """Hosts whose executor stopped at the end of the last epoch (a planned stop, a
         finish) and may still be on its way out, holding the workdir a new one needs."""
@@ -98,9 +105,20 @@ class WarmExecutors:
             job=self._name,
             host=target,
         )
-        self.readied[target] = asyncio.create_task(
-            self._launcher.start(target, promote_upto=None, released=lambda _h: None)
-        )
+        self.readied[target] = asyncio.create_task(self._readied_on(target))
+
+    async def _readied_on(self, target: str) -> ExecutorLink | Outcome:
+        """An idle executor started on ``target``, given up (HostLost) once the fleet finds
+        the host down: a frozen target would hold the next epoch up for the start's timeouts."""
+        try:
+            return await unless_down(
+                self._fleet,
+                target,
+                self._launcher.start(target, promote_upto=None, released=lambda _h: None),
+            )
+        except HostLost:
+            given_up(self._journal, self._name, target)
+            raise
 
     def call_off(self, why: str) -> None:
         """The readied executors are not needed (the member they were for answers again):
@@ -128,7 +146,7 @@ class WarmExecutors:
                 task.cancel()  # the launcher stops an executor whose start was cancelled
                 await asyncio.gather(task, return_exceptions=True)
                 continue
-            got = task.result() if not task.cancelled() else None
+            got = None if task.cancelled() or task.exception() else task.result()
             if isinstance(got, ExecutorLink):
                 await send_quietly(got, Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
                 got.close()
@@ -145,7 +163,7 @@ class WarmExecutors:
         if anchor is not None and clock.mono() - anchor[1] <= self._lease.ttl_s / 3:
             return link
         link.close()
-        again = self._launcher.link(host)
+        again = self._launcher.relink(link)
         try:
             hello = await again.open(timeout=5)
         except LinkError as e:
@@ -183,6 +201,8 @@ class WarmExecutors:
                 if task is not None and task.cancelling():
                     raise  # this launch is cancelled (the console quits), not the readied start
                 got = None
+            except HostLost as e:  # its rank is placed anew, on another host
+                return Outcome(Exit.HOST_LOST, str(e))
             if isinstance(got, ExecutorLink):
                 link = await self._relinked_idle(host, got)
                 if link is not None:
@@ -198,6 +218,9 @@ class WarmExecutors:
         if host in self.exiting:
             self.exiting.discard(host)
             await self._wait_gone(host)
+        twin = self._twin.take(host)  # it refuses a Start while an executor holds the workdir
+        if twin is not None and (link := await self._relinked_idle(host, twin)) is not None:
+            return link
         return await self._launcher.start(host, promote_upto=None, released=lambda _h: None)
 
     async def _relinked_idle(self, host: str, readied: ExecutorLink) -> ExecutorLink | None:
@@ -205,7 +228,7 @@ class WarmExecutors:
         anchor the first lease to (the readied link's is as old as the wait); None when it is
         gone or no longer idle."""
         readied.close()
-        link = self._launcher.link(host)
+        link = self._launcher.relink(readied)  # its socket: the job's, or its twin's
         with contextlib.suppress(LinkError):
             if (await link.open(timeout=5)).state == ExecutorState.IDLE:
                 return link

@@ -29,6 +29,7 @@ from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.standby import Standby
+from console.supervise.twin import Twin
 from protocol.faults import StopReason
 
 
@@ -55,6 +56,13 @@ class NoStandby:
         return None
 
 
+class NoTwin:
+    """A job that keeps no warm twin."""
+
+    def take(self, host: str) -> None:
+        return None
+
+
 def warm(starts: Starts) -> WarmExecutors:
     async def gone(_host: str) -> bool:
         return True
@@ -69,6 +77,7 @@ def warm(starts: Starts) -> WarmExecutors:
         members=lambda: ["a", "c"],
         wait_gone=gone,
         standby=cast(Standby, NoStandby()),
+        twin=cast(Twin, NoTwin()),
     )
 
 
