@@ -105,6 +105,7 @@ class WarmExecutors:
             job=self._name,
             host=target,
         )
+        self._fleet.hosts[target].job = self._name  # no other job's failover takes it meanwhile
         self.readied[target] = asyncio.create_task(self._readied_on(target))
 
     async def _readied_on(self, target: str) -> ExecutorLink | Outcome:
@@ -135,6 +136,8 @@ class WarmExecutors:
             await asyncio.gather(calling_off, return_exceptions=True)
         for host in [h for h in self.readied if h not in keep]:
             task = self.readied.pop(host)
+            if host not in self._members():  # free for other jobs (a workdir is its job's own)
+                self._fleet.free(host, self._name, f"{self._name} readied it for nothing")
             if why:
                 self._journal.record(
                     Kind.EXECUTOR,
