@@ -33,7 +33,6 @@ from console.states import HOST_ORDERS, HostState, JobState, host_order_refusal
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.incident import carry_on
 from console.supervise.observe import FOLLOW_EVERY_S
-from console.supervise.one_host import JobSupervisor
 from console.supervise.orders import ON_ITS_WAY
 from console.supervise.policy import Policy
 from console.supervise.refusal import Refused
@@ -240,10 +239,8 @@ class Controller:
         return metrics
 
     def _supervisor(self, name: str) -> Supervisor:
-        """A job on one host, or a multi-host job's group."""
-        if self.inv.multi_host(name):
-            return GroupSupervisor(self.services, name)
-        return JobSupervisor(self.services, name)
+        """Every job's: one on one host is a group of one (issue 30: one supervisor)."""
+        return GroupSupervisor(self.services, name)
 
     def _console_died(
         self, at: float, steps: dict[str, int], fault_class: str = "console_restart"

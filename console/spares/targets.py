@@ -69,18 +69,19 @@ class Targets:
             self._inv, home, spares=spares, usable=usable, reserved=self._reserved()
         )
 
-    async def ensure_replica(self, target: str) -> bool:
-        """If ``target`` lacks the newest checkpoint another reachable host holds (the job's
-        own host first, then the replicas), copy it there first; False when that copy failed."""
+    async def ensure_replica(self, target: str, own: Source | None) -> bool:
+        """If ``target`` lacks the newest whole checkpoint another reachable host holds (``own``,
+        the job's newest on the host that wrote or resumed it, first; then the replicas), copy
+        it there first; False when that copy failed. A job on one host's (its checkpoints are
+        whole): a failover to a host that was no spare resumed from step 0 without it."""
         job, fleet, inv, replicator = self._live, self._fleet, self._inv, self._replicator
         best: Source | None = None
         if (
-            job.checkpoint is not None
-            and job.checkpoint_path
-            and job.host
-            and fleet.hosts[job.host].state not in (HostState.DOWN, HostState.SUSPECT)
+            own is not None
+            and own.host != target
+            and fleet.hosts[own.host].state not in (HostState.DOWN, HostState.SUSPECT)
         ):
-            best = Source(job.host, job.checkpoint_path, job.checkpoint)
+            best = own
         for (name, holder), st in replicator.state.items():
             m = st.manifest
             if (

@@ -1,5 +1,5 @@
 """A job's open incident: opened once per fault, its phases recorded as recovery goes on,
-resolved (by Watch) at the first step trained after it, or ended unrecovered when the job
+resolved (by what rank 0 says) at the first step trained after it, or ended unrecovered when the job
 stops or fails (``Transitions``), and carried on when the job is started again.
 """
 

@@ -17,8 +17,7 @@ from typing import Protocol
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.inventory import Inventory
-from console.reach.deploy import deploy, executor_command, job_dir, replica_dir
-from console.reach.remote import list_manifests, promote
+from console.reach.deploy import deploy, executor_command, job_dir
 from console.reach.transport.base import Transport, TransportError
 from console.records.journal import Journal, Kind
 from console.supervise.outcome import Exit, Outcome
@@ -117,13 +116,11 @@ class Launcher:
         self,
         host: str,
         *,
-        promote_upto: int | None,
         released: Callable[[str], None],
         standby: bool = False,
     ) -> ExecutorLink | Outcome:
         """An idle executor on ``host`` (warmed up for the job's kind, waiting for Start), linked; or why not.
 
-        ``promote_upto``: put the newest replica of at most that epoch in place first.
         ``released``: called with the host once an executor started for a start that was
         cancelled has been stopped (the host is free again).
         ``standby``: a warm standby, started for no fault: its coming up is no incident's phase,
@@ -136,8 +133,6 @@ class Launcher:
             await t.connect()
             bundle = await deploy(t, root, python)
             await t.makedirs(workdir)
-            if promote_upto is not None:
-                await self.promote(host, promote_upto)
             left = await self._left_behind(host, standby=standby)
             if left is not None:
                 return left
@@ -283,24 +278,6 @@ class Launcher:
         with contextlib.suppress(LinkError):  # an optimisation: a broken link is found when used
             await link.send(Prepare(spec=self._inv.jobs[self.job].spec))
         return link
-
-    async def promote(self, host: str, upto_epoch: int) -> None:
-        """Put the newest replica on ``host`` (of at most ``upto_epoch``) in place as the
-        executor's checkpoints; with none, the executor starts from step 0."""
-        t = self._transport(host)
-        root, python = self._inv.host_root(host), self._inv.python(host)
-        checkpoints = posixpath.join(self.workdir(host), "checkpoints")
-        replicas = [
-            m
-            for m in await list_manifests(t, python, replica_dir(root, self.job))
-            if m.epoch <= upto_epoch
-        ]
-        if replicas:
-            await promote(t, python, replica_dir(root, self.job), checkpoints, replicas[-1].step)
-        else:
-            await t.remove(checkpoints)
-        step = replicas[-1].step if replicas else 0
-        self._phase("transfer_done", host=host, replica_step=step)
 
     # ------------------------------------------------------------ stopping
 

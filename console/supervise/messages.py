@@ -10,7 +10,7 @@ of any job (which acts on nothing).
 - a GPU failing a health rule moves the executor's rank off its host (``move``: the job, or
   one member's rank), a preemption, a NaN or an OOM opens the job's incident;
 - a finish, a stop, a run that ended under a live executor or a configuration fault is the
-  run's end, returned to whoever watches the executor (``Watch`` or ``GroupEpoch``), which
+  run's end, returned to whoever watches the executor (``GroupEpoch``), which
   keeps its own account of it.
 
 Found in the merge of the two dispatchers (issue 30): a single host's and a group's were two
@@ -132,6 +132,11 @@ class JobMessages:
         one path for both kinds), each from the host that holds it now."""
         for source in self._newest.values():
             self._replicator.submit(self._live.name, spares, source)
+
+    def newest(self, rank: int) -> Source | None:
+        """Node rank ``rank``'s newest checkpoint of this epoch (or the one it resumed from),
+        on the host that holds it."""
+        return self._newest.get(rank)
 
     def newest_step(self, m: Member) -> int:
         """The newest step ``m``'s executor is known to have checkpointed: its own of this

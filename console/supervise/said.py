@@ -10,7 +10,7 @@ group's members: called by the one dispatcher every job has (``messages.JobMessa
   bounds a crash loop, not crashes ever), and says so in the journal.
 
 What differs by kind stays with the dispatcher's collaborators: how a run's end is counted (a
-single host's is the job's; a group's comes from every member: ``Watch``, ``GroupEpoch``),
+single host's is the job's; a group's comes from every member: ``GroupEpoch``),
 what a checkpoint commits (a single host's at once; a group's once every shard is written)
 and what a GPU failing a health rule moves (the job, or one member's rank).
 """

@@ -1,27 +1,24 @@
-"""Executors readied on another host: a failover's target while the old lease runs out, and
-the warm standby. Each link has one reader for its whole life, so a readied executor's link
-becomes the job's link without a gap.
+"""The warm standby (``warm_standby``): an idle executor readied on the job's first fit spare
+before anything fails, which a rank moved to that spare takes (``WarmExecutors.executor``),
+so a failover there is a Start, not a process start. Its link has one reader while it waits
+(heartbeats and health keep the spare's state current); the taker relinks to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.fleet.hosts import Fleet
 from console.fleet.link import ExecutorLink, LinkError
-from console.reach.transport.base import TransportError
 from console.records.journal import Journal, Kind
-from console.spares.targets import Targets
 from console.states import JobState
-from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
 from console.supervise.live import LiveJob
-from console.supervise.outcome import Exit, Outcome
+from console.supervise.outcome import Outcome
 from console.supervise.probe import Probe
-from console.supervise.unless_down import HostLost, given_up, unless_down
+from console.supervise.unless_down import HostLost, unless_down
 from protocol.faults import StopReason
 from protocol.messages import ExecutorMessage, Health, Heartbeat, Stop
 
@@ -32,8 +29,6 @@ class Prepared:
 
     host: str
     link: ExecutorLink
-    promoted: bool = False
-    """The newest replica is already in place as its checkpoint."""
 
 
 class Standby:
@@ -44,25 +39,13 @@ class Standby:
         fleet: Fleet,
         journal: Journal,
         launcher: Launcher,
-        targets: Targets,
         probe: Probe,
-        incident: OpenIncident,
-        on_message: Callable[[ExecutorMessage], None],
     ) -> None:
         self._live = live
         self._fleet = fleet
         self._journal = journal
         self._launcher = launcher
-        self._targets = targets
         self._probe = probe
-        self._incident = incident
-        self._on_message = on_message
-        """Where the messages of the job's own link go."""
-        self.prepared: Prepared | None = None
-        """An idle executor readied on the failover target while the old lease runs out."""
-        self._preparing: asyncio.Task[Prepared | None] | None = None
-        self._preparing_on: str | None = None
-        """The host being readied, once chosen."""
         self.warm: Prepared | None = None
         """The warm standby on the first spare, when the job asks for one."""
         self._warm_task: asyncio.Task[None] | None = None
@@ -76,35 +59,13 @@ class Standby:
 
     # ------------------------------------------------------------- starting
 
-    async def start(
-        self, host: str, promote_replica: bool, *, standby: bool = False
-    ) -> ExecutorLink | Outcome:
-        """An idle executor on ``host``, linked and pumped; or why not (``standby``: the warm
-        standby's, whose coming up is no incident's phase)."""
-        started = await self._launcher.start(
-            host,
-            promote_upto=self._live.epoch if promote_replica else None,
-            released=self._freed,
-            standby=standby,
-        )
+    async def start(self, host: str) -> ExecutorLink | Outcome:
+        """The warm standby's idle executor on ``host``, linked and pumped; or why not (its
+        coming up is no incident's phase)."""
+        started = await self._launcher.start(host, released=self._freed, standby=True)
         if isinstance(started, ExecutorLink):
             self.pump(started)
         return started
-
-    async def executor_on(self, host: str, promote_replica: bool) -> ExecutorLink | Outcome:
-        """The executor to launch the job with on ``host``: the one prepared there if it is
-        still up, otherwise a new one (a prepared one elsewhere is discarded)."""
-        prepared, self.prepared = self.prepared, None
-        if prepared is not None and prepared.host == host and self.pumping(prepared.link):
-            if promote_replica and not prepared.promoted:
-                try:
-                    await self._launcher.promote(host, self._live.epoch)
-                except TransportError as e:
-                    return Outcome(Exit.HOST_LOST, f"cannot promote the replica on {host}: {e}")
-            return prepared.link
-        if prepared is not None:
-            await self.discard(prepared)
-        return await self.start(host, promote_replica)
 
     def _freed(self, host: str) -> None:
         """A host readied for this job and then not used is free for others again."""
@@ -112,130 +73,9 @@ class Standby:
             self._fleet.free(host, self._live.name, f"{self._live.name} readied it for nothing")
         self._fleet.changed.set()
 
-    # ------------------------------------------------------------ preparation
-
-    @property
-    def preparing(self) -> bool:
-        """A failover target is being readied (or was, and not yet taken or called off)."""
-        return self._preparing is not None
-
-    def begin_preparation(self, old: str) -> None:
-        """Ready a failover target now, while ``old``'s lease runs out (an idle executor
-        trains nothing); a blip calls it off."""
-        self._preparing = asyncio.create_task(self.prepare_failover(old))
-
-    async def prepare_failover(self, old: str) -> Prepared | None:
-        """While the lost host's lease runs out: replica in place and an idle executor up on the target.
-
-        Nothing trains until Start, which is sent only after the lease has ended.
-        """
-        job, fleet = self._live, self._fleet
-        starting = self._warm_task
-        if starting is not None and not starting.done():
-            # a standby being started now is the target: not a second executor beside it
-            # (the launcher would adopt the standby's process twice); watched as a readying
-            self._preparing_on = self._warm_on
-            await asyncio.wait({starting})
-        warm = self.warm
-        if warm is not None and warm.host != old and self._usable(warm):
-            self._preparing_on = warm.host
-            fleet.hosts[warm.host].job = job.name
-            try:
-                await self._targets.ensure_replica(warm.host)
-                await self._launcher.promote(warm.host, job.epoch)
-            except TransportError:
-                return None
-            self.warm = None
-            return Prepared(warm.host, warm.link, promoted=True)
-        target = await self._targets.pick(old)
-        if target is None:
-            return None
-        self._preparing_on = target
-        fleet.hosts[target].job = job.name
-        fleet.readying.add(target)  # watched for reachability while nothing reports from it
-        started: ExecutorLink | object = None
-        try:
-            await self._targets.ensure_replica(target)
-            started = await self.start(target, promote_replica=True)
-        except TransportError:
-            pass
-        finally:  # also when cancelled: the target is free again unless readied
-            fleet.readying.discard(target)
-            if not isinstance(started, ExecutorLink):
-                fleet.free(target, job.name, f"{job.name} readied it for nothing")
-        return (
-            Prepared(target, started, promoted=True) if isinstance(started, ExecutorLink) else None
-        )
-
-    async def cancel_preparation(self) -> None:
-        self._incident.forget_early()
-        task, self._preparing = self._preparing, None
-        self._preparing_on = None
-        if task is None:
-            return
-        task.cancel()
-        result = await asyncio.gather(task, return_exceptions=True)
-        if isinstance(result[0], Prepared):
-            await self.discard(result[0])
-
-    async def take_prepared(self, old: str | None) -> str | None:
-        """The target readied during the lease wait (or the warm standby), if it is still fit
-        to use; it becomes ``prepared``. A readying whose host is found down meanwhile is
-        given up, not waited for (a frozen host would hold it up for its timeouts)."""
-        task, self._preparing = self._preparing, None
-        prepared: object = None
-        starting = self._warm_task
-        if task is None and starting is not None and not starting.done():
-            # a standby still starting is this failover's to take: a second executor started
-            # beside it on its workdir ended the job (one was told 'not needed' under it)
-            with contextlib.suppress(HostLost):
-                await unless_down(
-                    self._fleet,
-                    lambda: self._warm_on,
-                    asyncio.gather(starting, return_exceptions=True),
-                )
-        if task is not None:
-            try:
-                on = lambda: self._preparing_on  # noqa: E731
-                (prepared,) = await unless_down(
-                    self._fleet, on, asyncio.gather(task, return_exceptions=True)
-                )
-            except HostLost as e:
-                given_up(self._journal, self._live.name, e.host)
-        self._preparing_on = None
-        warm = not isinstance(prepared, Prepared)
-        if warm:
-            prepared = self.warm
-            if prepared is None:
-                return None
-        assert isinstance(prepared, Prepared)
-        if prepared.host != old and self._usable(prepared):
-            if warm:
-                self.warm = None
-            self.prepared = prepared
-            self._fleet.hosts[prepared.host].job = self._live.name
-            return prepared.host
-        if warm and self._live.target not in (None, prepared.host) and prepared.host != old:
-            return None  # an operator chose another target: the standby stays where it is
-        if warm:
-            self.warm = None
-        what = "warm standby" if warm else "executor readied"
-        self._journal.record(
-            Kind.EXECUTOR,
-            f"{self._live.name}: the {what} on {prepared.host} is not used: "
-            + self._not_usable(prepared, old),
-            job=self._live.name,
-            host=prepared.host,
-            data={"standby": warm},
-        )
-        await self.discard(prepared)
-        return None
-
-    def _not_usable(self, prepared: Prepared, old: str | None) -> str:
-        """Why a readied executor is not taken for the failover (for the journal)."""
+    def _not_usable(self, prepared: Prepared) -> str:
+        """Why the standby is not taken by the rank placed on its host (for the journal)."""
         host, rt = prepared.host, self._fleet.hosts[prepared.host]
-        if host == old:
-            return "it is on the host the job leaves"
         if not self.pumping(prepared.link):
             return "its link is gone"
         unfit = self._host_unfit(host)
@@ -244,17 +84,6 @@ class Standby:
         if rt.job not in (None, self._live.name):
             return f"{host} was taken by job {rt.job}"
         return f"the operator chose {self._live.target}"
-
-    def _runs_the_job(self, prepared: Prepared) -> bool:
-        """Is ``prepared``'s process the job's own executor now?"""
-        live = self._live.link
-        return (
-            prepared.host == self._live.host
-            and live is not None
-            and live.hello is not None
-            and prepared.link.hello is not None
-            and live.hello.pid == prepared.link.hello.pid
-        )
 
     def _usable(self, prepared: Prepared) -> bool:
         """A readied executor the job may still start on: linked, its host fit and not taken
@@ -272,10 +101,6 @@ class Standby:
         """Stop a readied executor that will not be used, and wait until it has let go of the
         workdir: the next executor started there (a failover may pick the same host again)
         must not find it still holding the lock and serving the socket."""
-        if self._runs_the_job(prepared):
-            if prepared.link is not self._live.link:
-                prepared.link.close()
-            return  # taken for the job (by another link to it): never told to stop
         if prepared.link.hello is not None:
             self._launcher.dismissed.add((prepared.host, prepared.link.hello.pid))
         told = ""
@@ -308,7 +133,8 @@ class Standby:
     # ------------------------------------------------------------------ pumps
 
     def pump(self, link: ExecutorLink) -> asyncio.Task[str]:
-        """One reader per link for its whole life, so a standby's link can become the job's link.
+        """One reader per link while the standby waits (its heartbeats and health are the
+        spare's).
 
         Keyed by the link, not by ``id(link)``: a link freed left its finished reader under its
         id, and a new link given the same address was taken as pumped already (its reader
@@ -328,9 +154,6 @@ class Standby:
         return link.hello is not None and task is not None and not task.done()
 
     def _route(self, link: ExecutorLink, msg: ExecutorMessage) -> None:
-        if link is self._live.link:
-            self._on_message(msg)
-            return
         host = link.transport.name
         if isinstance(msg, Heartbeat):
             self._fleet.seen(host)
@@ -372,7 +195,7 @@ class Standby:
         self._warm_on = spare
         if spare is None:
             return
-        started = await self.start(spare, promote_replica=False, standby=True)
+        started = await self.start(spare)
         if isinstance(started, ExecutorLink):
             self.warm = Prepared(spare, started)
             self._journal.record(
@@ -403,9 +226,20 @@ class Standby:
                     asyncio.gather(starting, return_exceptions=True),
                 )
         warm = self.warm
-        if warm is None or warm.host != host or not self._usable(warm):
+        if warm is None or warm.host != host:
             return None
         self.warm = None
+        if not self._usable(warm):  # an executor started there instead says why (the journal)
+            self._journal.record(
+                Kind.EXECUTOR,
+                f"{self._live.name}: the warm standby on {host} is not used: "
+                + self._not_usable(warm),
+                job=self._live.name,
+                host=host,
+                data={"standby": True},
+            )
+            await self.discard(warm)
+            return None
         return warm
 
     def _first_fit_spare(self) -> str | None:
@@ -438,9 +272,9 @@ class Standby:
         and one is readied on the first fit spare; a job without one gets one once a spare is
         fit (healthy again, or a new spare). A standby that is fine stays where it is (no move
         back when a spare ahead of it is healthy again), and a spare the last try failed on is
-        not tried every round. Nothing is done while a failover readies or a standby starts."""
+        not tried every round. Nothing is done during an incident or while a standby starts."""
         job = self._live
-        if not self._keeping or self.preparing or job.incident is not None:
+        if not self._keeping or job.incident is not None:
             return
         if job.state is not JobState.RUNNING:
             return

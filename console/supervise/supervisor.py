@@ -1,5 +1,5 @@
-"""What every job's supervisor has, one host (``JobSupervisor``, ``one_host.py``) or a group
-(``GroupSupervisor``, ``group/supervisor.py``).
+"""What every job's supervisor has (``GroupSupervisor``, ``group/supervisor.py``: a job on one
+host is a group of one; issue 30 made the two supervisors one).
 
 Given ``JobServices`` (what it may use of the fleet-wide controller, ``services.py``), it
 builds the pieces both kinds use, each handed the shared ``LiveJob`` and only what else it
@@ -77,8 +77,8 @@ class Supervisor(ABC):
     """What every job's supervisor has, one host or a group: the job's live view, its lease,
     its state moves, its incident, the probe of its hosts, its launcher, the classifier of a
     lost link, an operator's orders and a read-only console's view; the run's beginning (a
-    job finished or stopped before this console started goes nowhere). What follows is the
-    kind's: ``JobSupervisor`` (one host) or ``GroupSupervisor`` (one executor per member)."""
+    job finished or stopped before this console started goes nowhere). What follows is
+    ``GroupSupervisor``'s (one executor per member; a job on one host has one member)."""
 
     rec: _Live[JobRecord] = _Live()
     failure: _Live[FailureKind | None] = _Live()

@@ -168,15 +168,15 @@ async def test_an_executor_told_to_stop_is_never_taken_for_the_next_one_on_its_h
     it (it is told to stop and waited out, and a new executor is linked)."""
     ctl = _one_job_fleet(tmp_path)
     sup = ctl.jobs["j"]
-    old = await sup._start_executor("b", promote_replica=False)
+    old = await sup.launcher.start("b", released=lambda _h: None)
     assert isinstance(old, ExecutorLink) and old.hello is not None
     try:
         sup.dismissed.add(("b", old.hello.pid))  # told to stop, not gone yet
-        again = await sup._start_executor("b", promote_replica=False)
+        again = await sup.launcher.start("b", released=lambda _h: None)
         assert isinstance(again, ExecutorLink) and again.hello is not None
         assert again.hello.pid != old.hello.pid, "linked to the dismissed executor"
         assert _gone(old.hello.pid)
-        await sup._discard(Prepared("b", again))
+        await sup._standby.discard(Prepared("b", again))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(old.hello.pid, signal.SIGKILL)
@@ -190,14 +190,14 @@ async def test_dismissing_a_readied_executor_waits_until_it_has_let_go_of_the_wo
     ctl = _one_job_fleet(tmp_path)
     sup = ctl.jobs["j"]
     try:
-        old = await sup._start_executor("b", promote_replica=False)
+        old = await sup.launcher.start("b", released=lambda _h: None)
         assert isinstance(old, ExecutorLink) and old.hello is not None
-        await sup._discard(Prepared("b", old))
+        await sup._standby.discard(Prepared("b", old))
         assert _gone(old.hello.pid), "gone once the discard returns"
-        new = await sup._start_executor("b", promote_replica=False)
+        new = await sup.launcher.start("b", released=lambda _h: None)
         assert isinstance(new, ExecutorLink) and new.hello is not None
         assert new.hello.pid != old.hello.pid
-        await sup._discard(Prepared("b", new))
+        await sup._standby.discard(Prepared("b", new))
     finally:
         await ctl.close()
 
@@ -210,17 +210,17 @@ async def test_an_idle_executor_left_by_a_dead_console_is_taken_not_fought(
     executor is already running here", its restarts ran out and the job went to a host with
     no replica. An idle executor on the job's workdir has loaded nothing: it is taken."""
     first = _one_job_fleet(tmp_path)
-    left = await first.jobs["j"]._start_executor("b", promote_replica=True)
+    left = await first.jobs["j"].launcher.start("b", released=lambda _h: None)
     assert isinstance(left, ExecutorLink) and left.hello is not None
     left.close()  # the first console dies: its link goes, the idle executor stays
     await first.close()
     second = _one_job_fleet(tmp_path)
     try:
-        taken = await second.jobs["j"]._start_executor("b", promote_replica=True)
+        taken = await second.jobs["j"].launcher.start("b", released=lambda _h: None)
         assert isinstance(taken, ExecutorLink) and taken.hello is not None, taken
         assert taken.hello.pid == left.hello.pid
         assert not _gone(left.hello.pid)
-        await second.jobs["j"]._discard(Prepared("b", taken))
+        await second.jobs["j"]._standby.discard(Prepared("b", taken))
         assert _gone(left.hello.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):

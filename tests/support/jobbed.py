@@ -19,10 +19,10 @@ from console.replication.replicator import Replicator
 from console.states import JobState
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Outcome
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
+from protocol.messages import ExecutorMessage
 from support.fleetbed import job_table, local_host, write_inventory
 
 
@@ -94,28 +94,37 @@ def services(tmp_path: Path, calls: Calls, more: dict[str, str] | None = None) -
 
 def running(
     svc: JobServices, kind: str, hosts: list[str], *, deployed: bool = True
-) -> JobSupervisor | GroupSupervisor:
-    """Job j on ``hosts[0]`` (kind "one host") or the group g on ``hosts`` (node ranks in
-    order), running: as its supervisor sees it when its run ends (``deployed`` False: still
-    deploying there)."""
-    sup: JobSupervisor | GroupSupervisor
-    if kind == "one host":
-        sup = JobSupervisor(svc, "j")
-        sup._assign(hosts[:1])
-    else:
-        sup = GroupSupervisor(svc, "g")
-        sup._assign_members(hosts)
+) -> GroupSupervisor:
+    """Job j on ``hosts[0]`` (kind "one host": a group of one) or the group g on ``hosts``
+    (node ranks in order), running: as its supervisor sees it when its run ends
+    (``deployed`` False: still deploying there)."""
+    sup = supervisor(svc, kind, hosts)
     sup.live.machine.move(JobState.DEPLOYING)
     if deployed:
         sup.live.machine.move(JobState.RUNNING)
     return sup
 
 
-async def recovered(sup: JobSupervisor | GroupSupervisor, ends: list[Outcome]) -> object:
-    """What ``sup``'s recovery returns for its run ending so (a single host: ``ends[0]``; a
-    group: one end per member, the first the one that ended the run), within 10 s."""
-    if isinstance(sup, JobSupervisor):
-        return await asyncio.wait_for(sup._recovery.recover(ends[0]), 10)
+def supervisor(svc: JobServices, kind: str, hosts: list[str]) -> GroupSupervisor:
+    """Job j on ``hosts[0]`` (kind "one host": a group of one) or the group g on ``hosts``,
+    placed there at epoch 1 (its commits counting its members' shards), not yet deploying."""
+    sup = GroupSupervisor(svc, "j" if kind == "one host" else "g")
+    sup._assign_members(hosts[:1] if kind == "one host" else hosts)
+    sup.live.rec.epoch = 1
+    sup.commits.new_epoch(1, len(sup.members))  # as an epoch's start does
+    return sup
+
+
+def say(sup: GroupSupervisor, host: str, msg: ExecutorMessage) -> Outcome | None:
+    """What the executor on ``host`` (one of ``sup``'s members) says, through the one
+    dispatcher; the run's end if it says its run ended."""
+    return sup._messages.on_message(Member(sup.members.index(host), host), msg)
+
+
+async def recovered(sup: GroupSupervisor, ends: list[Outcome]) -> object:
+    """What ``sup``'s recovery returns for its run ending so (one end per member, the first
+    the one that ended the run; a group of one's is the first), within 10 s."""
+    ends = ends[: len(sup.members)]
     members = [Member(r, h, exit=e) for r, (h, e) in enumerate(zip(sup.members, ends, strict=True))]
     run = SimpleNamespace(members=members, origin=lambda: members[0])
     return await asyncio.wait_for(sup._group_recovery.recover(run), 10)  # type: ignore[arg-type]

@@ -17,10 +17,10 @@ from console.supervise.group.elastic import Growth
 from console.supervise.group.epoch import GroupEpoch
 from console.supervise.group.resume import ResumeStep
 from console.supervise.group.warm import WarmExecutors
-from console.supervise.incident import OpenIncident
+from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.member import Member
-from console.supervise.outcome import Exit, Outcome
+from console.supervise.outcome import RESTART_IN_PLACE, Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
 from console.supervise.what_next import Act, budgeted, unfit, what_next
@@ -71,6 +71,7 @@ class GroupRecovery:
         assign: Callable[[list[str]], None],
         growth: Growth,
         reap: Callable[[str], Awaitable[bool]] | None = None,
+        wind_down: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._live = live
         self._name = live.name
@@ -100,7 +101,15 @@ class GroupRecovery:
         self._growth = growth
         """The job's size: whether it may shrink, and the host a grow was started for."""
         self._reap = reap
+        self._wind_down = wind_down
+        """Before the job reads as over: nothing readied for it stays (its warm standby, its
+        twin, readied replacements), so an operator's start right after is no refusal ("still
+        winding down"), as a single host's was not."""
         """Kill what is left of a member's run on a host the console can reach."""
+
+    async def _over(self) -> None:
+        if self._wind_down is not None:
+            await self._wind_down()
 
     def _ended(self, m: Member, end: Outcome) -> str:
         """The journal's line for ``m``'s end: a member's, by node rank; a group of one's (a
@@ -136,6 +145,8 @@ class GroupRecovery:
             stop_requested=job.stop_requested,
             unfit=[unfit(fleet, m.host, end, leave) for m, end in zip(members, ends, strict=True)],
         )
+        if decision.act in (Act.FINISH, Act.CONFIG, Act.STOP):
+            await self._over()
         if decision.act is Act.FINISH:
             self._finished(members)
             return None
@@ -162,12 +173,17 @@ class GroupRecovery:
             if m.exit is not None and m.exit.exit is Exit.HOST_LOST:
                 fleet.set_state(m.host, HostState.DOWN, m.exit.why)
         planned = decision.planned
-        cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
-        self._open_incident(first, cls, f"{first.host}: {first.exit.why}", planned=planned)
+        if first.exit.preempted:  # its Fault unread (only its Stopped): a preemption all the same
+            cls, why = "preemption", preempted_why(first.host)
+        else:
+            cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
+            why = f"{first.host}: {first.exit.why}"
+        self._open_incident(first, cls, why, planned=planned)
         decision = budgeted(
             decision, self._restarts, first.host, first.exit.why, self._last(members)
         )
         if decision.act is Act.CRASH_LOOP:
+            await self._over()
             self._states.fail(FailureKind.CRASH_LOOP, decision.why)
             self.release()
             return None
@@ -180,6 +196,13 @@ class GroupRecovery:
         before = list(self._members())
         if replace:
             hosts = ", ".join(m.host for m in replace)
+            if first in replace and first.exit.exit in RESTART_IN_PLACE:  # it could have...
+                self._journal.record(  # ...restarted there, but its host may not keep it
+                    Kind.ACTION,
+                    f"{self._name}: not restarted on {first.host}: {decision.why}; failing over",
+                    job=self._name,
+                    host=first.host,
+                )
             self._states.move(JobState.FAILING_OVER, f"replacing {hosts}: {first.exit.why}")
             # a move planned goes ahead under manual, as a single host's does; under observe
             # it waits (it went ahead unasked under every policy)

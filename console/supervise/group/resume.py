@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from console.fleet.hosts import Fleet
 from console.inventory import Inventory
@@ -42,6 +42,7 @@ class ResumeStep:
         incident: OpenIncident,
         members: Callable[[], list[str]],
         replicator: Replicator,
+        ensure: Callable[[str], Awaitable[bool]],
     ) -> None:
         self._name = name
         self._replicator = replicator
@@ -58,6 +59,9 @@ class ResumeStep:
         optimizer, a global data position): any of them loads on any member."""
         self._shards = len(inv.members(name))
         """Node ranks the job can have (its planned size): the replica folders on a spare."""
+        self._ensure = ensure
+        """A job on one host: its newest whole checkpoint copied to a new host first, from
+        wherever it is (``Targets.ensure_replica``): the host may have been no spare."""
         self._sharded = inv.multi_host(name)
         """A job on several hosts replicates each rank's shard to a folder of its own; a job on
         one host (a group of one) its whole checkpoint, in ``replicas/JOB``."""
@@ -85,6 +89,9 @@ class ResumeStep:
                 # interchangeable shards: rank 0's of the stop (every member's goes to every spare)
                 shard = self._shard(0 if self._any_shard else r)
                 await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
+        if not self._sharded:
+            for r in replaced:
+                await self._ensure(members[r])
         committed = self._commits.steps()
         have = list(await asyncio.gather(*(self._shards_on(r, h) for r, h in enumerate(members))))
         for r, host in enumerate(members):

@@ -1,6 +1,10 @@
-"""A multi-host job's life: start every member at one epoch, watch them, and when any member's
-run ends, restart the group at a new epoch, same world size and rank order, from the newest
-step every member committed, a lost member's host replaced by a spare.
+"""Every job's life (issue 30: one supervisor; a job on one host is a group of one, keeping
+one host's replica layout and journal wording): start every member at one epoch, watch them,
+and when any member's run ends, restart the group at a new epoch, same world size and rank
+order, from the newest step every member committed, a lost member's host replaced by a spare.
+
+Example for one host: ``a running -> a unreachable -> its lease waited out -> b (a spare,
+its executor readied meanwhile; replica promoted) at epoch 2 from step 40 -> running``.
 
 Example sequence (as in the journal): ``a, b, c running (epoch 1) -> c unreachable -> its
 lease waited out -> c replaced by d (shard of step 40 promoted there) -> a, b (in place,
@@ -33,6 +37,7 @@ import msgspec
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
+from console.spares.placement import choose_primary
 from console.spares.spare_keeper import SpareKeeper
 from console.states import HostState, JobState
 from console.supervise.group.commit import Commits
@@ -105,6 +110,7 @@ class GroupSupervisor(Supervisor):
             incident=self._incident,
             members=members,
             replicator=services.replicator,
+            ensure=lambda target: self._targets.ensure_replica(target, self._messages.newest(0)),
         )
         self._events = MemberEvents(self.live, states=self._states, incident=self._incident)
         self._standby = Standby(
@@ -112,12 +118,9 @@ class GroupSupervisor(Supervisor):
             fleet=self._fleet,
             journal=self._journal,
             launcher=self.launcher,
-            targets=self._targets,
             probe=self._probe,
-            incident=self._incident,
-            on_message=lambda _msg: None,  # the members' links are the epoch's to read
         )
-        """The warm standby on the first spare (``warm_standby``): the single host's."""
+        """The warm standby on the first spare (``warm_standby``)."""
         self._twin = Twin(
             self.live,
             launcher=self.launcher,
@@ -182,6 +185,7 @@ class GroupSupervisor(Supervisor):
             assign=self._assign_members,
             growth=self.growth,
             reap=self._probe.reap,
+            wind_down=self._wind_down,
         )
 
     def hosts_in_use(self) -> list[str]:
@@ -219,7 +223,7 @@ class GroupSupervisor(Supervisor):
     # ------------------------------------------------------------------ run
 
     def _last_host(self) -> str | None:
-        return self.members[0]
+        return self.members[0] if self.members else None
 
     def _release(self) -> None:
         self._group_recovery.release()
@@ -260,8 +264,15 @@ class GroupSupervisor(Supervisor):
             await self._executors.drop_readied([])
             await self._standby.cancel_warm()
             if job.state.is_terminal():  # a job over keeps no standby nor twin (a console
-                await self._standby.drop_warm()  # quitting leaves them to their idle exit,
-                await self._twin.drop()  # as for one host)
+                await self._wind_down()  # quitting leaves them to their idle exit)
+
+    async def _wind_down(self) -> None:
+        """Nothing readied for a job that is over stays: readied replacements, the warm
+        standby, the warm twin."""
+        await self._executors.stop_keeping()
+        await self._executors.drop_readied([])
+        await self._standby.drop_warm()
+        await self._twin.drop()
 
     async def _read_back_shards(self, run: GroupEpoch) -> None:
         """Each member's checkpoint at its end that its link never delivered, read from its
@@ -286,7 +297,16 @@ class GroupSupervisor(Supervisor):
         waited for while there is none, as a single host's job is placed only on a usable
         host. The group started on a cordoned or drained member host. A host down or not
         yet heard is not judged here: its deploy fails and the recovery replaces it.
-        False: the job was stopped while it waited."""
+        False: the job was stopped while it waited.
+
+        A job declared by its region alone (no ``host``) starts on the best usable host for
+        it (``choose_primary``: its region's first, a lower-priority job's spare if need be)."""
+        if not self.members:
+            host = await self._primary()
+            if host is None:
+                return False
+            self._assign_members([host])
+            return True
         plan = list(self.members)
         why = {h: self._may_not_start_on(h) for h in plan}
         out = [h for h in plan if why[h] is not None]
@@ -312,6 +332,24 @@ class GroupSupervisor(Supervisor):
         moved = dict(zip(out, targets, strict=True))  # the hosts left are freed (_assign)
         self._assign_members([h for h in (moved.get(h, h) for h in plan) if h is not None])
         return True
+
+    async def _primary(self) -> str | None:
+        """The host a job declared by region starts on, waited for while there is none; None:
+        it was stopped meanwhile."""
+        while True:
+            host = choose_primary(
+                self._inv,
+                self.name,
+                usable=self._fleet.usable(),
+                reserved=self._reserved(),
+                priority=self._priorities(),
+            )
+            if host is not None:
+                return host
+            if self._stop_before_start():  # an operator's stop while it waited: honoured
+                return None
+            self._states.wait_note(f"no usable host for {self.name}: it waits for a host")
+            await self._wait_for_hosts()
 
     def _may_not_start_on(self, host: str) -> str | None:
         rt = self._fleet.hosts[host]
@@ -489,8 +527,7 @@ class GroupSupervisor(Supervisor):
     async def _answered(self, m: Member, running: list[Member]) -> None:
         """``m`` answers again after a silence (a blip): orders go over its new link, once no
         member of the epoch is silent the job reads as before, and an executor readied to
-        replace it is stopped, as a single host's readied target is (it sat idle on the spare
-        until the epoch ended)."""
+        replace it is stopped (it sat idle on the spare until the epoch ended, holding it)."""
         self._steer()
         self._events.answered(m, running)
         if all(x.link is not None for x in running):

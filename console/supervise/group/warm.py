@@ -1,4 +1,5 @@
-"""The executors a multi-host job's next epoch starts on, kept ready while the group recovers.
+"""The executors a job's next epoch starts on (a group's; one host's is a group of one), kept
+ready while it recovers.
 
 Survivors whose run ended wait, warm (torch imported), for the next epoch's Start, kept under
 lease meanwhile; while a lost member's lease runs out, an idle executor is readied on the host
@@ -58,12 +59,10 @@ class WarmExecutors:
         self._wait_gone = wait_gone
         """Until no executor of the job holds its workdir on the host (``Probe.wait_gone``)."""
         self._standby = standby
-        """The job's warm standby on its first spare, if it keeps one (``warm_standby``): the
-        single host's, one path for both kinds."""
+        """The job's warm standby on its first spare, if it keeps one (``warm_standby``)."""
         self._twin = twin
-        """The warm twin beside a group of one's executor (``warm_twin``: a job on one host),
-        the single host's: a restart in place after its executor's process is gone starts
-        the next epoch in it."""
+        """The warm twin beside a group of one's executor (``warm_twin``: a job on one host):
+        a restart in place after its executor's process is gone starts the next epoch in it."""
         self.exiting: set[str] = set()
         """Hosts whose executor stopped at the end of the last epoch (a planned stop, a
         finish) and may still be on its way out, holding the workdir a new one needs."""
@@ -115,7 +114,7 @@ class WarmExecutors:
             return await unless_down(
                 self._fleet,
                 target,
-                self._launcher.start(target, promote_upto=None, released=lambda _h: None),
+                self._launcher.start(target, released=lambda _h: None),
             )
         except HostLost:
             given_up(self._journal, self._name, target)
@@ -224,7 +223,7 @@ class WarmExecutors:
         twin = self._twin.take(host)  # it refuses a Start while an executor holds the workdir
         if twin is not None and (link := await self._relinked_idle(host, twin)) is not None:
             return link
-        return await self._launcher.start(host, promote_upto=None, released=lambda _h: None)
+        return await self._launcher.start(host, released=lambda _h: None)
 
     async def _relinked_idle(self, host: str, readied: ExecutorLink) -> ExecutorLink | None:
         """A fresh link to a readied idle executor: its Hello is a current clock reading to

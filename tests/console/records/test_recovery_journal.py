@@ -1,78 +1,35 @@
 """The journal line of an executor's end says its exit class and its cause once each
-('executor on a ended: finished', not '... ended: finished: finished')."""
+('executor on a ended: finished', not '... ended: finished: finished'); what a recovery reads
+of an end (a finish while reattaching, a stop read back from events.jsonl). A job on one host,
+a group of one (issue 30: one recovery); no process started."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
+from support.jobbed import Calls, recovered, running, services
 
-from console.records.journal import Journal, Kind, read
-from console.records.state_store import JobRecord
-from console.states import HostState
-from console.supervise.live import LiveJob
+from console.records.journal import Kind, read
+from console.states import HostState, JobState
+from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
-from console.supervise.policy import Policy
-from console.supervise.recovery import Recovery
-from console.supervise.restart import RestartBudget
-from protocol.spec import JobSpec
 
 
-class Standby:
-    async def cancel_preparation(self) -> None:
-        pass
-
-    async def drop_warm(self) -> None:
-        pass
-
-
-class Twin:
-    async def drop(self) -> None:
-        pass
+def job_on_a(tmp_path: Path, *, deployed: bool = True) -> GroupSupervisor:
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    return running(svc, "one host", ["a"], deployed=deployed)
 
 
-def recovery_of(job: LiveJob, journal: Journal, states: Any) -> Recovery:
-    """A real ``Recovery`` of ``job`` on host a, its other collaborators quiet."""
-    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
-    return Recovery(
-        job,
-        states=states,
-        incident=quiet,
-        standby=Standby(),  # type: ignore[arg-type]
-        twin=Twin(),  # type: ignore[arg-type]
-        targets=quiet,
-        fleet=SimpleNamespace(  # a fit, healthy host a
-            hosts={"a": SimpleNamespace(job="j", leaving=False, state=HostState.UP)},
-            failing=lambda host: [],
-            changed=asyncio.Event(),
-            free=lambda *a: None,
-        ),  # type: ignore[arg-type]
-        journal=journal,
-        alert=lambda *a, **k: None,
-        save=lambda: None,
-        policy=lambda: Policy.AUTO,
-        restarts=RestartBudget(job, states=states, incident=quiet, save=lambda: None, limit=1),
-        wait_for_hosts=Standby().drop_warm,
-    )
-
-
-async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
-    """The EXECUTOR line a real ``Recovery`` journals for ``outcome`` (a job over on host a)."""
-    journal = Journal(tmp_path / "journal.jsonl")
-    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
-    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
-    recovery = recovery_of(job, journal, quiet)
-    assert await recovery.recover(outcome) is None, "the job is over"
-    (line,) = [e.msg for e in read(journal.path) if e.kind is Kind.EXECUTOR]
-    return line
+def said(sup: GroupSupervisor, kind: Kind) -> list[str]:
+    return [e.msg for e in read(sup._journal.path) if e.kind is kind]
 
 
 @pytest.mark.parametrize(
-    ("outcome", "said"),
+    ("outcome", "said_as"),
     [
         (Outcome(Exit.FINISHED, "finished", 100, sha256="ab" * 32), "finished"),
         (from_stopped("operator", 40, 40), "stopped: operator"),
@@ -81,10 +38,12 @@ async def ended_line(tmp_path: Path, outcome: Outcome) -> str:
     ids=["finished", "stopped", "config"],
 )
 async def test_the_executor_ended_line_says_each_word_once(
-    tmp_path: Path, outcome: Outcome, said: str
+    tmp_path: Path, outcome: Outcome, said_as: str
 ) -> None:
-    line = await ended_line(tmp_path, outcome)
-    assert line.startswith(f"j: executor on a ended: {said}"), line
+    sup = job_on_a(tmp_path)
+    assert await recovered(sup, [outcome]) is None, "the job is over"
+    (line,) = said(sup, Kind.EXECUTOR)
+    assert line.startswith(f"j: executor on a ended: {said_as}"), line
     assert line.count(outcome.exit.value) == 1, line
 
 
@@ -104,18 +63,11 @@ async def test_a_finish_seen_while_reattaching_is_a_finish_not_an_illegal_transi
     """A console restarted while its job's last steps ran: it was still DEPLOYING (relinking)
     when the executor's Finished came. That raised IllegalTransition and ended the controller
     (a fresh-clone run at 2a7e052, test_controller_local's reattach test)."""
-    from console.states import JobState
-    from console.supervise.live import Transitions
-
-    journal = Journal(tmp_path / "journal.jsonl")
-    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
-    states = Transitions(job, journal=journal, alert=lambda *a, **k: None, alerted=lambda _: False)
-    states.move(JobState.DEPLOYING, "reattaching")
-    recovery = recovery_of(job, journal, states)
+    sup = job_on_a(tmp_path, deployed=False)
     outcome = Outcome(Exit.FINISHED, "finished", 100, sha256="ab" * 32)
-    assert await recovery.recover(outcome) is None
-    assert job.state is JobState.FINISHED and job.rec.finished_step == 100
-    moves = [e.msg for e in read(journal.path) if e.kind is Kind.JOB_STATE]
+    assert await recovered(sup, [outcome]) is None
+    assert sup.live.state is JobState.FINISHED and sup.live.rec.finished_step == 100
+    moves = said(sup, Kind.JOB_STATE)
     assert moves[-1] == "j: deploying -> finished (step 100)", moves
 
 
@@ -127,23 +79,23 @@ async def test_a_stop_read_from_events_jsonl_opens_the_incident_its_reason_names
 ) -> None:
     """A SIGTERMed executor whose link closed before its Fault was read: its Stopped, read back
     from events.jsonl, still opens a preemption, not a planned move (a loaded run at 40f5ea5:
-    test_sigterm_to_the_executor_migrates_with_zero_lost_steps saw 'planned')."""
+    test_sigterm_to_the_executor_migrates_with_zero_lost_steps saw 'planned'; a group's
+    member's did, until one recovery served both)."""
     tail = json.dumps({"kind": "stopped", "reason": reason, "step": 40, "checkpoint_step": 40})
     outcome = from_events_tail(tail + "\n")
-    opened: list[tuple[str, bool]] = []
+    opened: list[tuple[str, str, bool]] = []
 
     class Opened(Exception):
         pass
 
-    def open_(fault_class: str, why: str, *, planned: bool = False) -> None:
-        opened.append((fault_class, planned))
-        raise Opened  # what follows (the failover) is not this test's
+    def open_(m: object, fault_class: str, why: str, *, planned: bool = False) -> None:
+        opened.append((fault_class, why, planned))
+        raise Opened  # what follows (the move) is not this test's
 
-    journal = Journal(tmp_path / "journal.jsonl")
-    job = LiveJob(name="j", spec=JobSpec(name="j", steps=100), rec=JobRecord(host="a"), host="a")
-    quiet: Any = SimpleNamespace(move=lambda *a, **k: None, fail=lambda *a, **k: None)
-    recovery = recovery_of(job, journal, quiet)
-    recovery._incident = SimpleNamespace(open=open_, phase=lambda *a, **k: None)  # type: ignore[assignment]
+    sup = job_on_a(tmp_path)
+    sup._group_recovery._open_incident = open_  # type: ignore[assignment]
     with pytest.raises(Opened):
-        await recovery.recover(outcome)
-    assert opened == [(fault_class, True)]
+        await recovered(sup, [outcome])
+    assert [(c, p) for c, _, p in opened] == [(fault_class, True)]
+    if reason == "preempted":
+        assert opened[0][1] == "SIGTERM on a: checkpoint now, then move"

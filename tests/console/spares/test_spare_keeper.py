@@ -196,16 +196,17 @@ def test_after_a_failover_a_new_spare_gets_the_checkpoint_the_new_host_resumed_f
 
     from console.reach.deploy import checkpoint_file
     from console.replication.replicator import Source
+    from console.supervise.group.supervisor import GroupSupervisor
     from console.supervise.member import Member
-    from console.supervise.one_host import JobSupervisor
     from protocol.messages import Resumed
 
     svc = services(tmp_path, Calls())
-    one = JobSupervisor(svc, "j")
+    one = GroupSupervisor(svc, "j")  # a job on one host: a group of one
     submitted: list[tuple[list[str], Source]] = []
     svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
     one.live.host, one.live.rec.epoch = "a", 1
     one._messages.new_epoch(["a"])
+    one.commits.new_epoch(1, 1)  # as an epoch's start does
     one._messages.on_message(Member(0, "a"), saved(manifest(20, job="j", epoch=1)))
     one.live.host, one.live.rec.epoch = "b", 2  # failed over: b's executor, epoch 2
     one._messages.new_epoch(["b"])

@@ -20,7 +20,6 @@ from console.states import HostState, JobState
 from console.supervise.gpu_health import WARN_IN_A_ROW, GpuWatch
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.what_next import unfit
@@ -104,23 +103,19 @@ class Wire:
 
 def on_job(
     kind: str, svc: Any, wire: Wire
-) -> tuple[JobSupervisor | GroupSupervisor, Callable[[Health], None], str, Member | None]:
+) -> tuple[GroupSupervisor, Callable[[Health], None], str, Member | None]:
     """A single host's job on a, or the group's member 1 on b, running, its link ``wire``: the
     supervisor, what its host's executor says, the host, and the member (a group's)."""
-    sup: JobSupervisor | GroupSupervisor
-    say: Callable[[Health], None]
-    member = None
-    if kind == "one host":
-        sup = one = JobSupervisor(svc, "j")
-        one.live.host, one.live.link, host = "a", cast(ExecutorLink, wire), "a"
-        say = one._watch.heard
+    link = cast(ExecutorLink, wire)
+    if kind == "one host":  # a group of one
+        sup, host, m = GroupSupervisor(svc, "j"), "a", Member(0, "a", link=link)
+        sup.live.host, sup.live.link = "a", link
     else:
-        sup = group = GroupSupervisor(svc, "g")
-        m = member = Member(1, "b", link=cast(ExecutorLink, wire))
-        host = "b"
+        sup, host, m = GroupSupervisor(svc, "g"), "b", Member(1, "b", link=link)
+    member = m
 
-        def say(msg: Health) -> None:
-            group._messages.on_message(m, msg)
+    def say(msg: Health) -> None:
+        sup._messages.on_message(m, msg)
 
     sup.live.machine.move(JobState.DEPLOYING)
     sup.live.machine.move(JobState.RUNNING)
@@ -167,15 +162,14 @@ async def test_every_kind_moves_off_a_gpu_that_warns_sample_after_sample(
     # to be left at the next run though up and healthy: a planned stop on a fit host restarts
     # there (``what_next``), so the move itself marks the host
     assert list(sup.live.leave) == [host]
-    if member is None:
-        return
     # its stop read back: the rank is not fit to stay, though its host is up and healthy
     member.exit = Outcome(Exit.PLANNED, "stopped for migrate", 40, reason="migrate")
-    assert svc.fleet.hosts["b"].state is HostState.UP
-    assert unfit(svc.fleet, "b", member.exit, sup.live.leave)
-    assert unfit(svc.fleet, "a", member.exit, sup.live.leave) is None, (
-        "the other members stay where they are"
-    )
+    assert svc.fleet.hosts[host].state is HostState.UP
+    assert unfit(svc.fleet, host, member.exit, sup.live.leave)
+    if kind == "group member":
+        assert unfit(svc.fleet, "a", member.exit, sup.live.leave) is None, (
+            "the other members stay where they are"
+        )
 
 
 @pytest.mark.parametrize("kind", ["one host", "group member"])

@@ -14,7 +14,6 @@ import pytest
 from support.jobbed import Calls, running, services
 
 from console.states import HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain, Progress
@@ -44,10 +43,7 @@ async def test_a_drain_kept_while_the_job_deploys_is_made_at_its_first_step(
     sup.live.link = link  # type: ignore[assignment]  # rank 0's, as the launch leaves it
     sup.live.machine.move(JobState.RUNNING)
     step = Progress(step=1, steps=100, loss=1.0, steps_per_s=5.0)
-    if isinstance(sup, GroupSupervisor):
-        sup._messages.on_message(Member(0, "a", link=link), step)  # type: ignore[arg-type]
-    else:
-        sup._watch.heard(step)
+    sup._messages.on_message(Member(0, "a", link=link), step)  # type: ignore[arg-type]
     await asyncio.sleep(0)  # the send is a task
     assert [type(m) for m in link.sent] == [Drain], link.sent
     assert sup.live.state is JobState.CHECKPOINTING and sup.live.move_kept is None

@@ -18,7 +18,6 @@ from support.wait import until
 
 from console.states import HostState, JobState
 from console.supervise.group.supervisor import GroupSupervisor
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 
@@ -30,19 +29,18 @@ PREEMPTED = Outcome(Exit.PLANNED, "stopped for preempted", 7, reason="preempted"
 KINDS = ["one host", "group"]
 
 
-def job(tmp_path: Path, kind: str, policy: Policy) -> tuple[Calls, JobSupervisor | GroupSupervisor]:
+def job(tmp_path: Path, kind: str, policy: Policy) -> tuple[Calls, GroupSupervisor]:
     calls = Calls()
     calls.policy = policy
     svc = services(tmp_path, calls)
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     sup = running(svc, kind, ["a", "b"])
-    if isinstance(sup, GroupSupervisor):
 
-        async def step(new: list[int], planned: bool = False) -> int | None:
-            return 20
+    async def step(new: list[int], planned: bool = False) -> int | None:
+        return 20
 
-        sup._resume.step = step  # type: ignore[method-assign]
+    sup._resume.step = step  # type: ignore[method-assign]
     return calls, sup
 
 
@@ -55,9 +53,7 @@ def asked(calls: Calls) -> list[str]:
     return [args[0] for name, args in calls.made if name == "alert" and "in the console" in args[0]]
 
 
-async def moves_unasked(
-    calls: Calls, sup: JobSupervisor | GroupSupervisor, run: list[Outcome]
-) -> None:
+async def moves_unasked(calls: Calls, sup: GroupSupervisor, run: list[Outcome]) -> None:
     """The recovery of a run that ended so goes on to move the job (to spare c) and asks no
     operator."""
     recovering = asyncio.create_task(recovered(sup, run))
@@ -84,7 +80,7 @@ async def test_under_observe_a_crash_waits_for_an_operator_before_its_restart_in
     assert "needs a restart" in said and "go ahead by hand in the console" in said, said
     assert sup.answer(True)
     got = await recovering
-    assert got == (("a", False) if kind == "one host" else (20,)), got
+    assert got == (20,), got
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -103,7 +99,7 @@ async def test_under_observe_a_denied_restart_stops_the_job(tmp_path: Path, kind
 async def test_under_manual_a_crash_restarts_in_place_unasked(tmp_path: Path, kind: str) -> None:
     calls, sup = job(tmp_path, kind, Policy.MANUAL)
     got = await recovered(sup, ends(kind, CRASH))
-    assert got == (("a", False) if kind == "one host" else (20,)), got
+    assert got == (20,), got
     assert not asked(calls) and sup.live.approval is None
 
 

@@ -8,19 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.jobbed import Calls, recovered, running, services
+from support.jobbed import Calls, recovered, running, say, services, supervisor
 from support.manifests import manifest, saved
 
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
 from console.supervise.group.supervisor import GroupSupervisor
-from console.supervise.member import Member
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
 from console.supervise.what_next import Act, unfit, what_next
-from protocol.messages import CheckpointSaved, ExecutorMessage, GpuHealth, Health, Resumed
+from protocol.messages import CheckpointSaved, GpuHealth, Health, Resumed
 
 FAILING = Health(
     t=0.0,
@@ -87,7 +85,7 @@ def test_the_restart_budget_counts_in_the_record_and_says_when_it_is_spent(
     tmp_path: Path,
 ) -> None:
     svc = services(tmp_path, Calls())
-    one = JobSupervisor(svc, "j")
+    one = GroupSupervisor(svc, "j")
     limit = svc.inv.console.restart_limit
     for n in range(1, limit + 1):
         one.live.machine.move(JobState.DEPLOYING)
@@ -122,11 +120,11 @@ async def test_a_single_host_and_a_groups_member_leaving_a_go_to_the_same_host(
         if case != "spare fit":
             svc.fleet.set_state("c", HostState.CORDONED, "test")
         if kind == "one host":
-            one = JobSupervisor(svc, "j")
-            one._assign(["a"])
+            one = GroupSupervisor(svc, "j")
+            one._assign_members(["a"])
             one.live.spares = ["c"]
             svc.fleet.hosts["b"].job = "busy"  # as b trains the group's other rank
-            picks.append(await one._recovery._targets.pick("a"))
+            picks.append((await one._group_recovery.targets(["a"], survivors=0) or [None])[0])
         else:
             group = GroupSupervisor(svc, "g")
             group._assign_members(["a", "b"])
@@ -139,7 +137,7 @@ def test_a_budget_spent_on_a_second_host_is_a_crash_loop_and_a_checkpoint_forgiv
     tmp_path: Path,
 ) -> None:
     svc = services(tmp_path, Calls())
-    one = JobSupervisor(svc, "j")
+    one = GroupSupervisor(svc, "j")
     assert one._restarts.spent_on("a", "boom") is None, "the first host: the job moves"
     assert one._restarts.spent_on("a", "boom") is None, "counted once"
     assert one.live.rec.crash_looped == ["a"]
@@ -186,33 +184,17 @@ async def test_a_whole_checkpoint_past_the_resumed_step_forgives_the_restarts_an
     count without a word."""
     svc = services(tmp_path, Calls())
     members = ["a"] if kind == "one host" else ["a", "b"]
-    if kind == "one host":
-        one = JobSupervisor(svc, "j")
-        one._assign(members)
-        live = one.live
-
-        def say(host: str, msg: ExecutorMessage) -> None:
-            one._watch.heard(msg)
-    else:
-        group = GroupSupervisor(svc, "g")
-        group._assign_members(members)
-        group.commits.new_epoch(1, len(members))  # as the epoch's start does
-        live = group.live
-
-        def say(host: str, msg: ExecutorMessage) -> None:
-            m = Member(members.index(host), host)
-            group._messages.on_message(m, msg)
-
-    live.rec.epoch = 1
+    sup = supervisor(svc, kind, members)
+    live = sup.live
     live.rec.restarts = 1
-    say("a", Resumed(step=40, checkpoint="step-40", epoch=1, load_s=0.1))
+    say(sup, "a", Resumed(step=40, checkpoint="step-40", epoch=1, load_s=0.1))
     for host in members:
-        say(host, _saved(40, members.index(host), len(members)))
+        say(sup, host, _saved(40, members.index(host), len(members)))
     assert live.rec.restarts == 1, "the step it resumed from again: nothing new trained"
-    say("a", _saved(60, 0, len(members)))
+    say(sup, "a", _saved(60, 0, len(members)))
     if kind == "group":
         assert live.rec.restarts == 1, "one shard of step 60: not yet a whole checkpoint"
-        say("b", _saved(60, 1, len(members)))
+        say(sup, "b", _saved(60, 1, len(members)))
     assert live.rec.restarts == 0
     said = [e.msg for e in read(svc.journal.path) if e.kind is Kind.EXECUTOR]
     assert said == [
@@ -229,14 +211,8 @@ def test_an_ended_job_frees_every_host_it_held_and_keeps_no_spares(
     svc = services(tmp_path, Calls())
     for h in "abc":
         _up(svc.fleet, h)
-    if kind == "one host":
-        one = JobSupervisor(svc, "j")
-        one._assign(["a"])
-        live, release = one.live, one._recovery.release
-    else:
-        group = GroupSupervisor(svc, "g")
-        group._assign_members(["a", "b"])
-        live, release = group.live, group._group_recovery.release
+    sup = supervisor(svc, kind, ["a"] if kind == "one host" else ["a", "b"])
+    live, release = sup.live, sup._group_recovery.release
     live.spares = ["c"]
     svc.fleet.hosts["c"].job = live.name  # readied as a failover's target when it ended
     release()

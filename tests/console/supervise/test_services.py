@@ -15,7 +15,6 @@ from console.records.journal import Kind, read
 from console.states import HostState, JobState
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
 from protocol.faults import FaultKind
@@ -58,7 +57,8 @@ def test_nothing_a_job_uses_imports_the_controller() -> None:
 def test_a_supervisor_of_either_kind_is_built_from_the_services_alone(tmp_path: Path) -> None:
     calls = Calls()
     svc = services(tmp_path, calls)
-    one, group = JobSupervisor(svc, "j"), GroupSupervisor(svc, "g")
+    one, group = GroupSupervisor(svc, "j"), GroupSupervisor(svc, "g")
+    assert one.members == ["a"], "a job on one host is a group of one"
     assert one.state is JobState.PENDING and group.state is JobState.PENDING
     assert group.members == ["a", "b"]
     assert calls.made == [], "building a supervisor decides nothing"
@@ -94,9 +94,10 @@ async def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifti
     monkeypatch.setattr(clock, "mono", lambda: now[0])
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one = JobSupervisor(svc, "j")
-        one.live.host, host = "a", "a"
-        say = one._watch.heard
+        one, host = GroupSupervisor(svc, "j"), "a"
+
+        def say(msg: ExecutorMessage) -> None:
+            one._messages.on_message(Member(0, "a"), msg)
     else:
         group, member = GroupSupervisor(svc, "g"), Member(1, "b")
         host = "b"
@@ -141,9 +142,11 @@ def test_every_kind_opens_an_incident_for_a_nan_an_oom_and_a_preemption_its_exec
     svc = services(tmp_path, calls)
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one = JobSupervisor(svc, "j")
-        one.live.host, host = "a", "a"
-        say = one._watch.heard
+        one, host = GroupSupervisor(svc, "j"), "a"
+        one.live.host = "a"
+
+        def say(msg: ExecutorMessage) -> None:
+            one._messages.on_message(Member(0, "a"), msg)
     else:
         group, host = GroupSupervisor(svc, "g"), "b"
         rank0, rank1 = Member(0, "a"), Member(1, "b")
@@ -188,9 +191,8 @@ def test_every_kind_keeps_its_fit_spares_at_a_launch_and_replaces_the_unfit(
     svc = services(tmp_path, calls)
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
-    sup: JobSupervisor | GroupSupervisor
     if kind == "one host":
-        sup, hosts, spare, other = JobSupervisor(svc, "j"), ["a"], "b", "c"  # c is j's named spare
+        sup, hosts, spare, other = GroupSupervisor(svc, "j"), ["a"], "b", "c"  # c: j's named spare
     else:
         sup, hosts, spare, other = GroupSupervisor(svc, "g"), ["a", "c"], "b", ""
     sup.live.spares = [spare]
@@ -217,10 +219,11 @@ def test_an_incident_whose_recovery_resumed_at_the_last_step_is_resolved_by_the_
     svc = services(tmp_path, calls)
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one = JobSupervisor(svc, "j")
+        one = sup = GroupSupervisor(svc, "j")
         one.live.host = "a"
-        sup: JobSupervisor | GroupSupervisor = one
-        say = one._watch.heard
+
+        def say(msg: ExecutorMessage) -> None:
+            one._messages.on_message(Member(0, "a"), msg)
     else:
         group = sup = GroupSupervisor(svc, "g")
         group.live.host = "a"

@@ -32,7 +32,7 @@ class Link:
 
 async def test_a_new_link_where_a_freed_one_was_is_pumped() -> None:
     standby = Standby(cast(Any, None), **dict.fromkeys(
-        ("fleet", "journal", "launcher", "targets", "probe", "incident", "on_message"),
+        ("fleet", "journal", "launcher", "probe"),
         cast(Any, None),
     ))  # fmt: skip
     first = Link(ends_at_once=True)

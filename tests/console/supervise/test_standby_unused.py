@@ -13,7 +13,7 @@ from support.jobbed import Calls, services
 from console.fleet.link import LinkError
 from console.records.journal import Kind, read
 from console.states import HostState
-from console.supervise.one_host import JobSupervisor
+from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.standby import Prepared
 
 
@@ -43,8 +43,8 @@ async def test_a_warm_standby_not_taken_for_the_failover_is_journalled_with_why(
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
-    sup = JobSupervisor(svc, "j")
-    sup._assign(["a"])
+    sup = GroupSupervisor(svc, "j")
+    sup._assign_members(["a"])
     standby = sup._standby
     monkeypatch.setattr(standby, "pumping", lambda link: case != "link gone")
 
@@ -57,7 +57,7 @@ async def test_a_warm_standby_not_taken_for_the_failover_is_journalled_with_why(
     if case == "taken":
         svc.fleet.hosts["c"].job = "other"
     standby.warm = Prepared("c", GoneLink())  # type: ignore[arg-type]
-    assert await standby.take_prepared("a") is None
+    assert await standby.take_warm("c") is None  # the job's rank placed on c
     assert standby.warm is None
     svc.journal.flush()
     said = [

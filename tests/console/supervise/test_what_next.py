@@ -17,7 +17,6 @@ from console.records.journal import read
 from console.states import FailureKind, HostState, JobState
 from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
-from console.supervise.one_host import JobSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
 from protocol.faults import FaultKind
@@ -136,7 +135,7 @@ def test_a_crash_takes_the_restart_budget_and_past_it_the_member_is_replaced(
     tmp_path: Path, kind: str
 ) -> None:
     svc = services(tmp_path, Calls())
-    sup = JobSupervisor(svc, "j") if kind == "one host" else GroupSupervisor(svc, "g")
+    sup = GroupSupervisor(svc, "j" if kind == "one host" else "g")
     live, limit = sup.live, svc.inv.console.restart_limit
     live.machine.move(JobState.DEPLOYING)
     live.machine.move(JobState.RUNNING)
@@ -187,7 +186,13 @@ async def test_a_single_hosts_planned_stop_on_a_fit_host_restarts_there_for_free
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     live = (one := running(svc, "one host", ["a"])).live
-    assert await recovered(one, [INTERRUPTED]) == ("a", False)
+
+    async def step(new: list[int], planned: bool = False) -> int | None:
+        assert new == [], "in place"
+        return 20
+
+    one._resume.step = step  # type: ignore[method-assign]
+    assert await recovered(one, [INTERRUPTED]) == (20,)
     assert live.state is JobState.RESTARTING and live.rec.restarts == 0
     assert svc.fleet.hosts["a"].state is HostState.UP
 

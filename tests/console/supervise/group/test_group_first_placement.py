@@ -8,10 +8,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
 from support.groupbed import controller, local_group
 
+from console.controller import Controller
+from console.inventory import load
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
+from console.supervise.policy import Policy
 
 
 @pytest.mark.parametrize("order", ["cordon", "drain"])
@@ -99,3 +103,24 @@ async def test_a_first_placement_with_no_usable_host_waits_saying_it_is_a_start(
     finally:
         placing.cancel()
         await asyncio.gather(placing, return_exceptions=True)
+
+
+async def test_a_job_declared_by_its_region_alone_starts_on_a_host_of_that_region(
+    tmp_path: Path,
+) -> None:
+    """No ``host``: the job starts on the best usable host of its region (``choose_primary``),
+    as a group of one, and finishes there; a's region is another. Issue 30's one supervisor
+    found it had no member to start (the single host's placement was its own)."""
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", region="r2")},
+        jobs={"j": {"region": "r2", **job_table(steps=30)}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
+    await asyncio.wait_for(ctl.run(), 120)
+    await ctl.close()
+    sup = ctl.jobs["j"]
+    assert sup.state is JobState.FINISHED, sup.live.why
+    assert (ctl.store.job("j").host, ctl.store.job("j").spares) == ("b", ["a"])
+    trained = (tmp_path / "b" / "jobs" / "j" / "events.jsonl").read_text()
+    assert '"kind":"finished"' in trained, "b's executor trained it to its end"
