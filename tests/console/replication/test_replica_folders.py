@@ -142,6 +142,6 @@ async def test_ensure_replica_copies_the_newest_folder_replica_to_a_new_host(
         sup.live, inv=bed.ctl.inv, fleet=bed.ctl.fleet, replicator=bed.ctl.replicator,
         reserved=dict,
     )  # fmt: skip
-    await targets.ensure_replica("c")
+    await targets.ensure_replica("c", None)
     bed.holds(200, folder=tmp_path / "c" / "replicas" / "j")
     assert bed.failures() == []
