@@ -236,6 +236,34 @@ def test_a_group_of_one_trains_what_one_host_alone_trains(
     assert {(s.node_rank, s.nnodes) for s in manifests(grouped.work)} == {(0, 1)}
 
 
+def test_a_group_of_one_whose_committed_step_is_damaged_resumes_from_the_one_before(
+    tmp_path: Path, cleanup: list[Member]
+) -> None:
+    """A job on one host (a group of one, issue 30) told to resume from step 30, whose file is
+    damaged: nothing else must load the same step, so it skips it, saying so (a fault naming
+    the file), and resumes from step 20, as one host alone does; a member of a larger group
+    ends its run instead (``resume_failed``: the console chooses another step for all). It
+    ended its run here too, spending a restart (chaos seed "five")."""
+    (first,) = serve([tmp_path / "w"])
+    cleanup.append(first)
+    start([first], SPEC)
+    finished(first)
+    first.proc.finish(30)
+    damaged = tmp_path / "w" / "checkpoints" / "step-0000000030.pt"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    (again,) = serve([tmp_path / "w"])
+    cleanup.append(again)
+    start([again], SPEC, epoch=2, resume_step=30)
+    resumed = again.client.until(lambda x: isinstance(x, Resumed), 60)
+    assert isinstance(resumed, Resumed) and resumed.step == 20, resumed
+    faults = [x for x in again.client.seen if isinstance(x, Fault)]
+    assert [f.fault for f in faults] == ["checkpoint_corrupt"], faults
+    assert damaged.name in faults[0].message
+    finished(again)
+
+
 def test_a_group_is_left_at_the_end_so_the_next_epoch_can_join_in_the_same_process() -> None:
     """In this process: one member groups, one after another, on IPv4, IPv6 and a non-loopback
     address (each as the machine has it); nothing of a group (or gloo's binding) outlasts it."""

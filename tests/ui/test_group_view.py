@@ -67,14 +67,14 @@ def test_a_shrunk_elastic_job_shows_its_size_and_its_throughput_at_each_size(
     ctl = controller(local_group(tmp_path, min_hosts=2))
     try:
         sup = ctl.jobs["j"]
-        sup.members, sup.spares = ["a", "c"], []
+        sup.live.rec.members, sup.spares = ["a", "c"], []
         now = time.time()
         sup.live.rates = {3: (4.0, now - 30), 2: (2.5, now - 2)}
         assert job_rows(ctl)["j"][1] == "a+c (2/3) -> -", "trained on 2 of the 3 planned"
         summary = job_summary(ctl, "j")
         assert "size 2 of 3 planned (min 2)" in summary
         assert "3 ranks 4.00 steps/s (30s ago); 2 ranks 2.50 steps/s (2.0s ago)" in summary
-        sup.members = ["a", "c", "d"]
+        sup.live.rec.members = ["a", "c", "d"]
         assert job_rows(ctl)["j"][1] == "a+c+d -> -", "back to its planned size: no mark"
     finally:
         ctl.lock.release()
@@ -143,7 +143,7 @@ def test_an_elastic_group_shrunk_to_one_member_still_shows_its_shards_replica(
     ctl = controller(local_group(tmp_path, min_hosts=1))
     try:
         sup = ctl.jobs["j"]
-        sup.members, sup.spares, sup.live.host = ["a"], ["d"], "a"
+        sup.live.rec.members, sup.spares, sup.live.host = ["a"], ["d"], "a"
         sup.checkpoint = manifest(40, 0)
         ctl.replicator.state[("j/node-0", "d")] = ReplicaState(manifest(40, 0))
         assert job_rows(ctl)["j"][-1] == "d @40 (lag 0)", "shard 0's replica, not a whole one"

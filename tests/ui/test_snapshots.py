@@ -45,7 +45,7 @@ def failed_over_app(tmp_path: Path) -> HotspareApp:
     ctl.fleet.hosts["gpu-b"].job = "llm"
     sup = ctl.jobs["llm"]
     sup.host, sup.spares, sup.step, sup.steps_per_s = "gpu-b", [], 260, 39.0
-    sup.members = sup.live.rec.members = ["gpu-b"]  # its one member's rank moved there
+    sup.live.rec.members = ["gpu-b"]  # its one member's rank moved there
     sup.rec.epoch, sup.rec.restarts = 2, 1
     for state in (JobState.FAILING_OVER, JobState.DEPLOYING, JobState.RUNNING):
         sup.live.machine.move(state)

@@ -90,9 +90,6 @@ class GroupSupervisor(Supervisor):
         self._policy = services.policy
         self._detection = services.detection
         self.placement = inv.jobs[name].placement
-        rec = self.live.rec
-        self.members: list[str] = self._placed(rec)
-        """The job's hosts now, by node rank."""
         self.epoch_run: GroupEpoch | None = None
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
         self._last_port: int | None = None
@@ -187,6 +184,12 @@ class GroupSupervisor(Supervisor):
             reap=self._probe.reap,
             wind_down=self._wind_down,
         )
+
+    @property
+    def members(self) -> list[str]:
+        """The job's hosts now, by node rank: its record's (``_assign_members`` writes it), so
+        a view attached to the owning console, which reads the record again, sees a move."""
+        return self._placed(self.live.rec)
 
     def hosts_in_use(self) -> list[str]:
         return list(self.members)
@@ -363,7 +366,6 @@ class GroupSupervisor(Supervisor):
     # --------------------------------------------------------------- launch
 
     def _assign_members(self, plan: list[str]) -> None:
-        self.members = list(plan)
         self.live.rec.members = list(plan)
         self._assign(plan)
 

@@ -261,11 +261,10 @@ class Trainer:
         try:
             loaded = self.ckpt.load_latest(self.device) if self.group is None else self._committed()
         except CorruptCheckpoint as e:
-            step = self.control.rendezvous.resume_step if self.control.rendezvous else None
-            text = f"cannot resume from the committed step {step}: {e}"
-            kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
-            self.emit(Fault(fault=kind, step=step or 0, message=text, fatal=True))
-            return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
+            if self._alone():  # as one host alone: the newest whole one below, the damage said
+                loaded = self.ckpt.load_latest(self.device)
+            else:
+                return self._unresumable(e)
         if loaded is not None:
             self._restore(loaded)
         run_env.export_resumed(self.state.step)
@@ -278,6 +277,20 @@ class Trainer:
             )
         )
         return None
+
+    def _alone(self) -> bool:
+        """A group of one rank (a job on one host): no other member must load the same step,
+        so a damaged committed checkpoint is skipped for the newest whole one below it (those
+        above were removed), as an executor with no group does, not a failed run."""
+        return self.group is not None and self.group.world_size == 1 and not self._fsdp
+
+    def _unresumable(self, e: CorruptCheckpoint) -> Outcome:
+        """The run ends: this member cannot load the step its group committed."""
+        step = self.control.rendezvous.resume_step if self.control.rendezvous else None
+        text = f"cannot resume from the committed step {step}: {e}"
+        kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
+        self.emit(Fault(fault=kind, step=step or 0, message=text, fatal=True))
+        return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
 
     def _committed(self) -> Loaded | None:
         """A member loads exactly the step every member committed (None: none, start at 0); its
