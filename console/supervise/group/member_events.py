@@ -47,7 +47,9 @@ class MemberEvents:
         job = self._live
         if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
             self._before = job.state
-            self._states.move(JobState.UNREACHABLE, f"{m.host} silent: waiting out its lease")
+            self._states.move(
+                JobState.UNREACHABLE, f"{m.host} silent: waiting out the lease on {m.host}"
+            )
 
     def answered(self, m: Member, linked: list[Member]) -> None:
         """``m`` answers again after a silence (a blip): once no member of the epoch is
