@@ -33,6 +33,7 @@ class Pick(Protocol):
         self,
         old: str | None,
         *,
+        back: bool,
         taken: frozenset[str],
         first: tuple[str, ...],
         to_target: bool,
@@ -338,14 +339,21 @@ class GroupRecovery:
         executors first). An elastic job that has none for some (None) shrinks, if it keeps
         ``min_hosts``; an operator's target for a lone member is waited for. ``waits``: the
         job's note while it waits for a host (default: a recovery's)."""
-        job = self._live
+        job, fleet = self._live, self._fleet
+        # a host left is free (watched by the fleet's probe while the job waits); one lost may
+        # be chosen again once it is back, one left up (a drain, a crash past the limit) not
+        back = {old for old in leaving if fleet.hosts[old].state is HostState.DOWN}
+        for old in leaving:
+            fleet.free(old, self._name, f"{self._name} left it")
         while True:
             lone = job.target is not None and len(leaving) == 1  # several: no one target
             chosen: list[str] = []
             for old in leaving:
                 pick = await self._pick(
                     old,
-                    taken=frozenset(self._members()) | frozenset(chosen),
+                    back=old in back,
+                    taken=frozenset(h for h in self._members() if h not in back)
+                    | frozenset(chosen),
                     first=tuple(self._executors.ready_hosts()),
                     to_target=lone,
                 )
