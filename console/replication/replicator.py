@@ -73,6 +73,12 @@ class Source:
     folder of their own on the spare (``replicas/JOB/node-R``)."""
 
 
+def rank_shard(sharded: bool, rank: int) -> int | None:
+    """What node rank ``rank``'s checkpoints replicate as: its own shard for a job on several
+    hosts (``replicas/JOB/node-R``), whole (None) for a job on one host (``replicas/JOB``)."""
+    return rank if sharded else None
+
+
 def shard_key(job: str, shard: int | None) -> str:
     """The name a job's shard replicates under (its folder below ``replicas/``)."""
     return job if shard is None else f"{job}/node-{shard}"

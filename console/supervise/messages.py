@@ -27,7 +27,7 @@ from console.fleet.hosts import Fleet
 from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file
 from console.records.journal import Journal, Kind
-from console.replication.replicator import Replicator, Source
+from console.replication.replicator import Replicator, Source, rank_shard
 from console.states import JobState
 from console.supervise.gpu_health import GpuWatch
 from console.supervise.group.commit import Commits
@@ -190,7 +190,7 @@ class JobMessages:
 
     def _on_checkpoint(self, m: Member, msg: CheckpointSaved) -> None:
         job, man = self._live, msg.manifest
-        shard = m.node_rank if self._group else None
+        shard = rank_shard(self._group, m.node_rank)
         # the path is derived from what the console knows, never taken from the host
         path = checkpoint_file(self._inv.host_root(m.host), job.name, man.step)
         self._said.checkpoint(m.host, msg, shard=shard)

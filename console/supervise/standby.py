@@ -125,10 +125,9 @@ class Standby:
                 host=prepared.host,
             )
             await self._probe.kill(prepared.host, self._probe.workdir(prepared.host))
-        if prepared.host != self._live.host:
-            self._fleet.free(
-                prepared.host, self._live.name, f"{self._live.name} readied it for nothing"
-            )
+        self._fleet.free(
+            prepared.host, self._live.name, f"{self._live.name} readied it for nothing"
+        )
 
     # ------------------------------------------------------------------ pumps
 

@@ -72,7 +72,7 @@ class GroupRecovery:
         assign: Callable[[list[str]], None],
         growth: Growth,
         reap: Callable[[str], Awaitable[bool]] | None = None,
-        wind_down: Callable[[], Awaitable[None]] | None = None,
+        wind_down: Callable[[], Awaitable[None]],
     ) -> None:
         self._live = live
         self._name = live.name
@@ -107,10 +107,6 @@ class GroupRecovery:
         twin, readied replacements), so an operator's start right after is no refusal ("still
         winding down"), as a single host's was not."""
         """Kill what is left of a member's run on a host the console can reach."""
-
-    async def _over(self) -> None:
-        if self._wind_down is not None:
-            await self._wind_down()
 
     def _ended(self, m: Member, end: Outcome) -> str:
         """The journal's line for ``m``'s end: a member's, by node rank; a group of one's (a
@@ -147,7 +143,7 @@ class GroupRecovery:
             unfit=[unfit(fleet, m.host, end, leave) for m, end in zip(members, ends, strict=True)],
         )
         if decision.act in (Act.FINISH, Act.CONFIG, Act.STOP):
-            await self._over()
+            await self._wind_down()
         if decision.act is Act.FINISH:
             self._finished(members)
             return None
@@ -184,7 +180,7 @@ class GroupRecovery:
             decision, self._restarts, first.host, first.exit.why, self._last(members)
         )
         if decision.act is Act.CRASH_LOOP:
-            await self._over()
+            await self._wind_down()
             self._states.fail(FailureKind.CRASH_LOOP, decision.why)
             self.release()
             return None

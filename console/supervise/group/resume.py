@@ -13,7 +13,7 @@ from console.inventory import Inventory
 from console.reach.deploy import checkpoint_file, replica_dir
 from console.reach.remote import list_manifests_in, promote
 from console.reach.transport.base import PermanentTransportError, TransportError
-from console.replication.replicator import Replicator, Source, shard_key
+from console.replication.replicator import Replicator, Source, rank_shard, shard_key
 from console.supervise.group.commit import Commits
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
@@ -87,7 +87,7 @@ class ResumeStep:
         if planned:  # the leaving members' hosts are up: their last shards reach the spares
             for r in replaced:
                 # interchangeable shards: rank 0's of the stop (every member's goes to every spare)
-                shard = self._shard(0 if self._any_shard else r)
+                shard = rank_shard(self._sharded, 0 if self._any_shard else r)
                 await self._replicator.wait_idle(self._name, members[r], REPLICATE_WAIT_S, shard)
         if not self._sharded:
             for r in replaced:
@@ -167,17 +167,17 @@ class ResumeStep:
         for r, host in enumerate(members):
             if step in have[r] or (host, step) in self._refused:
                 continue
-            src = Source(source, path, manifest, shard=self._shard(manifest.node_rank or 0))
+            src = Source(
+                source, path, manifest, shard=rank_shard(self._sharded, manifest.node_rank or 0)
+            )
             if await self._replicator.copy(self._name, host, src):
                 folder = self._replica_folder(host, manifest.node_rank or 0)
                 have[r][step] = (held[0], folder, manifest)
 
-    def _shard(self, rank: int) -> int | None:
-        """What node rank ``rank``'s checkpoints replicate as (the ``Replicator``'s shard)."""
-        return rank if self._sharded else None
-
     def _replica_folder(self, host: str, rank: int) -> str:
-        return replica_dir(self._inv.host_root(host), shard_key(self._name, self._shard(rank)))
+        return replica_dir(
+            self._inv.host_root(host), shard_key(self._name, rank_shard(self._sharded, rank))
+        )
 
     async def _shards_on(self, shard: int, host: str) -> dict[int, Held]:
         """Steps of ``shard`` that ``host`` holds complete, each with the epoch it was written

@@ -37,6 +37,7 @@ import msgspec
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
+from console.replication.replicator import rank_shard
 from console.spares.placement import choose_primary
 from console.spares.spare_keeper import SpareKeeper
 from console.states import HostState, JobState
@@ -195,9 +196,8 @@ class GroupSupervisor(Supervisor):
         return list(self.members)
 
     def shards(self) -> list[int | None]:
-        if self._one_host():
-            return [None]  # a group of one replicates its checkpoints whole, as one host did
-        return list(range(len(self.members)))
+        sharded = not self._one_host()  # a group of one replicates whole, as one host did
+        return [rank_shard(sharded, r) for r in range(len(self.members))]
 
     @property
     def standby(self) -> Prepared | None:
@@ -263,11 +263,12 @@ class GroupSupervisor(Supervisor):
                 (resume,) = nxt
                 run = None
         finally:
-            await self._executors.stop_keeping()
-            await self._executors.drop_readied([])
-            await self._standby.cancel_warm()
-            if job.state.is_terminal():  # a job over keeps no standby nor twin (a console
-                await self._wind_down()  # quitting leaves them to their idle exit)
+            if job.state.is_terminal():  # a job over keeps nothing readied
+                await self._wind_down()
+            else:  # a console quitting leaves the standby and twin to their idle exit
+                await self._executors.stop_keeping()
+                await self._executors.drop_readied([])
+                await self._standby.cancel_warm()
 
     async def _wind_down(self) -> None:
         """Nothing readied for a job that is over stays: readied replacements, the warm
