@@ -6,7 +6,7 @@ not hold it up for the work's own timeouts (a frozen host answers nothing until 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from console.fleet.hosts import Fleet
@@ -32,19 +32,18 @@ class HostLost(HotspareError):
 
 async def unless_down(
     fleet: Fleet,
-    host: str | Callable[[], str | None],
+    host: str | Collection[str] | Callable[[], str | None],
     work: Awaitable[T],
     every_s: float = CHECK_S,
 ) -> T:
-    """``work``'s result; HostLost (``work`` cancelled) once ``host`` (or what ``host()``
-    says, None while not known) is found down. Meanwhile the host is in ``fleet.readying``,
-    so the reachability check watches it even when a job has it."""
+    """``work``'s result; HostLost (``work`` cancelled) once ``host`` (each of several, or
+    what ``host()`` says, None while not known) is found down. Meanwhile the host is in
+    ``fleet.readying``, so the reachability check watches it even when a job has it."""
     task = asyncio.ensure_future(work)
     watched: set[str] = set()
     try:
         while not task.done():
-            name = host if isinstance(host, str) else host()
-            if name is not None:
+            for name in _names(host):
                 if name not in watched:
                     watched.add(name)
                     fleet.readying.add(name)
@@ -58,6 +57,15 @@ async def unless_down(
         fleet.readying -= watched
         if not task.done():  # this coroutine was cancelled itself
             task.cancel()
+
+
+def _names(host: str | Collection[str] | Callable[[], str | None]) -> list[str]:
+    if isinstance(host, str):
+        return [host]
+    if callable(host):
+        name = host()
+        return [] if name is None else [name]
+    return list(host)
 
 
 def given_up(journal: Journal, job: str, host: str) -> None:

@@ -23,6 +23,7 @@ from console.supervise.member import Member
 from console.supervise.outcome import RESTART_IN_PLACE, Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
+from console.supervise.unless_down import HostLost, unless_down
 from console.supervise.what_next import Act, budgeted, unfit, what_next
 
 
@@ -239,8 +240,44 @@ class GroupRecovery:
             self._incident.phase(
                 "decided", action="restart", host=first.host, last_step=self._last(members)
             )
-        new = [r for r, h in enumerate(plan) if h not in before]
-        return (await self._resume.step(new, planned=planned),)
+        return await self._resumed(before, plan, first, members, planned=planned)
+
+    async def _resumed(
+        self,
+        before: list[str],
+        plan: list[str],
+        first: Member,
+        members: list[Member],
+        *,
+        planned: bool,
+    ) -> tuple[int | None] | None:
+        """The step the next epoch resumes from (``ResumeStep.step``), given up once a host new
+        to the job is found down meanwhile (a target that froze with the fault answers nothing
+        until the copies' timeouts): its rank goes to another host, chosen as before."""
+        while True:
+            new = [r for r, h in enumerate(plan) if h not in before]
+            try:
+                return (
+                    await unless_down(
+                        self._fleet,
+                        [plan[r] for r in new],
+                        self._resume.step(new, planned=planned),
+                    ),
+                )
+            except HostLost as e:
+                self._journal.record(
+                    Kind.ACTION,
+                    f"{self._name}: {e.host} was lost while the failover readied it; not used",
+                    job=self._name,
+                    host=e.host,
+                )
+                targets = await self.targets([e.host], survivors=len(plan) - 1)
+                if targets is None:
+                    return None
+                slots = [targets[0] if h == e.host else h for h in plan]
+                plan = [h for h in slots if h is not None]
+                self._decided(before, plan, first, members)
+                self._assign(plan)
 
     def _decided(
         self, before: list[str], plan: list[str], first: Member, members: list[Member]

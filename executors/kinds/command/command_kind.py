@@ -572,6 +572,14 @@ class CommandRunner:
                 self.emit(Log(level=LogLevel.WARNING, text=text))
             self.emit(Finished(step=step, params_sha256=digest, warnings=warnings))
             return Outcome(exitcodes.OK, step, "finished", digest)
+        if code < 0 and self.lease.verdict(0.0, ended_within_s=LEASE_MARGIN_S) is Verdict.ENDED:
+            # killed at the lease's end by its fence (the executor itself frozen past it, say,
+            # and the exit seen first once it woke): a lease lost, not the command's crash
+            self._lease_fault(
+                f"lease of epoch {self.control.epoch} has ended; the command was "
+                f"{describe_exit(code)} at its end, no checkpoint taken after it"
+            )
+            return self._stopped(StopReason.LEASE_LOST, exitcodes.LEASE_LOST)
         tail = " | ".join(self.lines.tail)
         self.emit(
             Fault(
