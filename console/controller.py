@@ -561,6 +561,7 @@ class Controller:
         self.store.save()
         self.jobs[job] = self._supervisor(job)
         self.jobs[job].live.carry_from(sup.live)
+        self.jobs[job].launcher.carry_from(sup.launcher)
         self.jobs[job].starting_again = True
         # started again after an incident ended it: the resume is that fault's (no second one)
         n = carry_on(self.timeline.incidents(job), self.incidents, job)

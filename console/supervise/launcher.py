@@ -93,6 +93,20 @@ class Launcher:
         workdir by a later start (a failover that found no standby ready when it chose its
         target) is the standby, readied before the fault, not an earlier console's."""
         self._cleanups = cleanups
+        self._stopping: dict[str, set[asyncio.Event]] = {}
+        """Per host, the executors of cancelled starts still being stopped (``stop_unlinked``):
+        one may hold the workdir's lock before it serves the socket, so a start there waits
+        for them, or the executor it starts is refused (found by the suite: a standby's start
+        cancelled by a stop, the job started again at once on that host)."""
+
+    def carry_from(self, before: Launcher) -> None:
+        """The job started again by an operator: what the launcher of its supervision before
+        knew of the executors it started and dismissed, and of those it is still stopping (a
+        standby whose start the stop cancelled), is this one's: a start on that host waits for
+        them, and takes none of them for an earlier console's."""
+        self.dismissed = before.dismissed
+        self.standbys = before.standbys
+        self._stopping = before._stopping
 
     def socket(self, host: str) -> str:
         return posixpath.join(self.workdir(host), EXECUTOR_SOCKET)
@@ -129,6 +143,8 @@ class Launcher:
         t = self._transport(host)
         root, python = self._inv.host_root(host), self._inv.python(host)
         workdir = self.workdir(host)
+        for stopping in list(self._stopping.get(host, ())):  # each bounded by its timeout
+            await stopping.wait()
         try:
             await t.connect()
             bundle = await deploy(t, root, python)
@@ -154,7 +170,7 @@ class Launcher:
         except asyncio.CancelledError:
             # A preparation cancelled (a blip ended the lease wait): the executor started for
             # it must not sit on the host holding the job's workdir.
-            self.outlive(self.stop_unlinked(host, pid, released))
+            self._stop_later(host, pid, released)
             raise
 
     async def _detached(self, host: str, bundle: str, *, twin: bool) -> int:
@@ -206,7 +222,7 @@ class Launcher:
         try:
             started = await self._link_started(host, pid, twin=True)
         except asyncio.CancelledError:
-            self.outlive(self.stop_unlinked(host, pid, lambda _host: None, twin=True))
+            self._stop_later(host, pid, lambda _host: None, twin=True)
             raise
         return started if isinstance(started, ExecutorLink) else started.why
 
@@ -288,6 +304,23 @@ class Launcher:
         except TransportError:
             return False
         return result.returncode == 0
+
+    def _stop_later(
+        self, host: str, pid: int, released: Callable[[str], None], *, twin: bool = False
+    ) -> None:
+        """``stop_unlinked`` in the background (it outlives the cancelled start), and every
+        start on ``host`` waits for it."""
+        done = asyncio.Event()
+        self._stopping.setdefault(host, set()).add(done)
+
+        async def stop() -> None:
+            try:
+                await self.stop_unlinked(host, pid, released, twin=twin)
+            finally:
+                self._stopping[host].discard(done)
+                done.set()
+
+        self.outlive(stop())
 
     async def stop_unlinked(
         self, host: str, pid: int, released: Callable[[str], None], *, twin: bool = False

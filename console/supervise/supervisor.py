@@ -127,6 +127,8 @@ class Supervisor(ABC):
         self._take_spare = services.take_spare
         self._wait_for_hosts = services.wait_for_hosts
         self._need_host = services.need_host
+        self._placement_said: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        """The hosts and spares last journalled (``_assign``): said once, not at each launch."""
         c = inv.console
         self.lease = JobLease(
             rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
@@ -380,6 +382,10 @@ class Supervisor(ABC):
         job.spares = kept
         job.rec.host, job.rec.spares = hosts[0], list(kept)
         self._save()
+        said = (tuple(hosts), tuple(kept))
+        if said == self._placement_said:  # the launch after a recovery's move: said then
+            return
+        self._placement_said = said
         ranks = f" (node ranks 0..{len(hosts) - 1})" if len(hosts) > 1 else ""
         self._journal.record(
             Kind.PLACEMENT,

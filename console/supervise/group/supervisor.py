@@ -241,8 +241,12 @@ class GroupSupervisor(Supervisor):
                 if run is None:
                     if self._stop_before_start():
                         return
-                    if not placed and not await self._first_placement():
-                        return
+                    if not placed:
+                        moved = await self._first_placement()
+                        if moved is None:
+                            return
+                        if moved:  # a rank new to its host loads what it holds of the job
+                            resume = await self._resume.step(moved)
                     placed = True
                     run = await self._launch_epoch(resume)
                 beside = [
@@ -293,29 +297,31 @@ class GroupSupervisor(Supervisor):
             )
         )
 
-    async def _first_placement(self) -> bool:
+    async def _first_placement(self) -> list[int] | None:
         """Before this console's first epoch of the job: a member host that may take no job
         (cordoned, draining or drained by an operator, being released, failing a health rule)
         gives its rank to another, chosen as a failover's replacement is
         (``GroupRecovery.targets``: readied hosts, the spares, the nearest usable host) and
         waited for while there is none, as a single host's job is placed only on a usable
         host. The group started on a cordoned or drained member host. A host down or not
-        yet heard is not judged here: its deploy fails and the recovery replaces it.
-        False: the job was stopped while it waited.
+        yet heard is not judged here: its deploy fails and the recovery replaces it (under a
+        policy that asks, once approved). The node ranks given to another host (each resumes
+        from what that host holds of the job: its replica); None: the job was stopped while it
+        waited.
 
         A job declared by its region alone (no ``host``) starts on the best usable host for
         it (``choose_primary``: its region's first, a lower-priority job's spare if need be)."""
         if not self.members:
             host = await self._primary()
             if host is None:
-                return False
+                return None
             self._assign_members([host])
-            return True
+            return []
         plan = list(self.members)
         why = {h: self._may_not_start_on(h) for h in plan}
         out = [h for h in plan if why[h] is not None]
         if not out:
-            return True
+            return []
         ranks = ", ".join(f"{h} ({why[h]})" for h in out)
         targets = await self._group_recovery.targets(
             out,
@@ -323,7 +329,7 @@ class GroupSupervisor(Supervisor):
             waits=f"no usable host for {self.name} in place of {ranks}: it waits for a host",
         )
         if targets is None:
-            return False
+            return None
         for old, new in zip(out, targets, strict=True):
             self._journal.record(
                 Kind.PLACEMENT,
@@ -335,7 +341,7 @@ class GroupSupervisor(Supervisor):
             )
         moved = dict(zip(out, targets, strict=True))  # the hosts left are freed (_assign)
         self._assign_members([h for h in (moved.get(h, h) for h in plan) if h is not None])
-        return True
+        return [r for r, h in enumerate(self.members) if h not in plan]
 
     async def _primary(self) -> str | None:
         """The host a job declared by region starts on, waited for while there is none; None:
@@ -357,6 +363,8 @@ class GroupSupervisor(Supervisor):
 
     def _may_not_start_on(self, host: str) -> str | None:
         rt = self._fleet.hosts[host]
+        if rt.state is HostState.DOWN:  # its failed probe is no rule of an operator's: a fault
+            return None
         if rt.state in (HostState.CORDONED, HostState.DRAINING, HostState.DRAINED):
             return f"is {rt.state.value}"
         if rt.leaving:
