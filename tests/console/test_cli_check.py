@@ -205,6 +205,7 @@ def _two_hosts(path: Path, other: str, python: str) -> Path:
     return path
 
 
+@pytest.mark.long  # the suite names a host without torch over sshd (reach/test_deploy_ssh), on the same check
 def test_check_names_the_host_without_torch(tmp_path: Path, python_without_torch: Path) -> None:
     inventory = _two_hosts(tmp_path / "inventory.toml", "notorch", str(python_without_torch))
     r = check(inventory, "--deploy")

@@ -72,6 +72,7 @@ def journal(inventory: Path) -> list:  # type: ignore[type-arg]
     return list(read(inventory.parent / "state" / "journal.jsonl"))
 
 
+@pytest.mark.long  # the suite SIGKILLs the executor and sees it restarted in place (test_report_summary, test_tensorboard_export), bit-exact (chaos's corrupt_checkpoint, test_chaos)
 async def test_sigkill_of_the_executor_restarts_it_in_place(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -169,7 +170,7 @@ def moved_without_loss(root: Path) -> tuple[int, int]:
     return int(stopped["step"]), int(resumed["step"])  # type: ignore[call-overload]
 
 
-@pytest.mark.long  # the suite drains a host with a GPU FAIL (in this file) and in test_report_adds_up
+@pytest.mark.long  # the suite drains a host with a GPU FAIL (tests/ui/test_gpu_fail_recipe.py) and in test_report_adds_up
 async def test_draining_a_host_migrates_with_zero_lost_steps(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:
@@ -458,6 +459,7 @@ async def test_manual_policy_waits_for_approval(fleet: Path, baseline: str) -> N
     assert sup.sha256 == baseline
 
 
+@pytest.mark.long  # the suite drains a host on a GPU FAIL and moves its job in the console (tests/ui/test_gpu_fail_recipe.py); a drain loses no step (test_report_adds_up)
 async def test_a_gpu_fail_drains_the_host_and_moves_the_job(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:

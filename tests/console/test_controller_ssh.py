@@ -77,6 +77,7 @@ def trained(sampler: Sampler, root: Path) -> list[Window]:
     return sampler.windows(root / "jobs" / "j")
 
 
+@pytest.mark.long  # the suite kills an sshd host and fails its job over bit-exact (test_provision_ssh), and bounds a killed host's lost steps (test_controller_local's warm standby test)
 async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path) -> None:
     a, b = bed.host(name="a"), bed.host(name="b")
     inv = inventory(tmp_path, a, b)

@@ -292,6 +292,7 @@ async def quit_console(ctl: Controller, task: asyncio.Task[dict[str, JobState]])
     await ctl.close()
 
 
+@pytest.mark.long  # the suite moves a job preempted while no console watched off its host at its stop's step, read back by the path both share (test_group_unwatched)
 async def test_a_preemption_while_no_console_watched_moves_the_job_under_the_next(
     tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.fleetbed import local_host, run_until, until, write_inventory
 
 from console.controller import Controller
@@ -171,6 +172,7 @@ async def test_a_job_keeps_one_run_id_across_restarts_failovers_and_consoles(
             assert json.loads(m.read_bytes())["lineage"]["run_id"] == run_id, m
 
 
+@pytest.mark.long  # the suite gives every start of a job its run id (in this file); each member starts through the same JobLease.start
 async def test_every_member_of_a_group_job_gets_the_same_run_id(tmp_path: Path) -> None:
     script, out = tmp_path / "train.py", tmp_path / "starts.jsonl"
     script.write_text(SCRIPT)

@@ -175,6 +175,8 @@ def cleanup() -> Iterator[list[Member]]:
     kill_all(members)
 
 
+@pytest.mark.long  # the suite shrinks 3 -> 2 and grows back to 3 with deterministic_reduce,
+# bit-exact with the uninterrupted run, over sshd (test_elastic_ssh), on the same executors' path
 def test_deterministic_reduce_ends_bit_exact_after_a_shrink_and_a_grow(
     tmp_path: Path, references: Callable[[bool], Reference], cleanup: list[Member]
 ) -> None:
@@ -203,7 +205,7 @@ def test_deterministic_reduce_ends_bit_exact_after_a_shrink_and_a_grow(
     assert resumed.step == 16 and resumed.checkpoint == str(checkpoint(new.work, 16))
 
 
-@pytest.mark.long  # the suite proves the resize bit-exact with deterministic_reduce (in this file)
+@pytest.mark.long  # the suite proves the resize bit-exact with deterministic_reduce (test_elastic_ssh)
 def test_plain_reduce_follows_the_reference_losses_and_keeps_the_global_batch(
     tmp_path: Path, references: Callable[[bool], Reference], cleanup: list[Member]
 ) -> None:

@@ -62,6 +62,8 @@ def four_hosts(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return uninterrupted(tmp_path_factory.mktemp("ref"), SPEC, hosts=4)
 
 
+@pytest.mark.long  # the suite ends two hosts of two ranks bit-exact with four of one after a
+# kill and a resume (test_a_killed_executor_takes_its_local_ranks_..., below)
 def test_two_hosts_of_two_ranks_train_as_four_hosts_of_one(
     tmp_path: Path, four_hosts: Reference, cleanup: list[Member]
 ) -> None:

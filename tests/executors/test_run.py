@@ -143,6 +143,7 @@ def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(tmp_path: Path) 
     assert rest.events[-1] == reference.events[-1] == {**reference.events[-1], "step": end}
 
 
+@pytest.mark.long  # the suite halves it at the same two OOMs (the early run of the test below)
 def test_injected_oom_halves_the_micro_batch_and_keeps_the_global_batch(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "job.toml", steps=30)
     proc = run_job(spec, tmp_path / "work", env=env_with(HOTSPARE_INJECT="oom@5,oom@12"))
@@ -202,6 +203,8 @@ def test_a_workload_crash_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert proc.of("fault")[-1]["fault"] == "crash"
 
 
+@pytest.mark.long  # the suite refuses a Start while the executor holds the same lock, acquire(),
+# and exits BUSY in one line (test_serve_twin)
 def test_a_second_executor_on_the_same_workdir_is_refused(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "job.toml", steps=2000)
     first = ExecutorProcess(

@@ -232,6 +232,8 @@ def test_a_higher_epoch_stops_a_stale_executor_without_writing(
     )
 
 
+@pytest.mark.long  # the suite's served torch runs end Finished, exit 0 (test_serve_restart,
+# test_dist_train's group of one started with no rendezvous)
 def test_a_served_job_runs_to_the_end_and_reports_finished(
     served: tuple[ExecutorProcess, Path],
 ) -> None:

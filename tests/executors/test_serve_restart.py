@@ -161,6 +161,8 @@ def test_a_crashed_torch_run_restarts_in_place_at_a_higher_epoch_bit_exact(
     assert proc.proc.pid == pid, "one process ran both epochs"
 
 
+@pytest.mark.long  # the suite proves it through the console, bit-exact, torch never mapped
+# (tests/console/supervise/test_restart_in_place.py) and warm (test_command_zygote)
 def test_a_killed_command_is_restarted_by_the_same_executor_which_never_imports_torch(
     tmp_path: Path, cleanup: list[ExecutorProcess]
 ) -> None:

@@ -128,6 +128,7 @@ async def test_read_only_refuses_every_action(tmp_path: Path) -> None:
     assert not [e for e in events if e.kind is Kind.ACTION]
 
 
+@pytest.mark.long  # the suite approves a waiting failover (test_report_adds_up), denies one by keys (test_stop_is_not_failure), and `a` reaches approve (test_undo_actions)
 async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
     tmp_path: Path,
 ) -> None:
@@ -149,6 +150,7 @@ async def test_under_manual_policy_a_failover_waits_for_the_operator_to_press_a(
     assert any(e.kind is Kind.ACTION and e.msg == "approve recovery of j" for e in events)
 
 
+@pytest.mark.long  # the suite toggles o (test_screens), drains once confirmed (test_undo_actions) and answers n to a confirm (test_j_and_k, below)
 async def test_o_toggles_cordon_and_d_drains_only_once_confirmed(tmp_path: Path) -> None:
     app, _ = console_app(fleet(tmp_path, steps=5000))
     async with app.run_test(size=SIZE) as pilot:
@@ -166,6 +168,7 @@ async def test_o_toggles_cordon_and_d_drains_only_once_confirmed(tmp_path: Path)
         await wait_for(pilot, lambda: table(app).cell("c", "state") == "drained", 5, "drained")
 
 
+@pytest.mark.long  # the suite fails a job over by keys (test_screens' t), asks f's target (test_choose_targets), stops and starts by keys (test_stop_is_not_failure)
 async def test_f_moves_the_job_to_its_spare_and_s_stops_it(tmp_path: Path) -> None:
     app, _ = console_app(fleet(tmp_path, steps=5000))
     ctl = app.ctl

@@ -56,6 +56,7 @@ def session() -> Iterator[None]:
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, timeout=10)
 
 
+@pytest.mark.long  # the suite drives the real command in tmux by keys, quit and the controller kept (below), and quits with Ctrl-C (test_app)
 def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     tmp_path: Path, session: None
 ) -> None:

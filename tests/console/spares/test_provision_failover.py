@@ -97,6 +97,7 @@ async def test_a_job_whose_spare_is_gone_fails_over_to_a_provisioned_host_bit_ex
     assert not ctl.store.host("a").provisioned
 
 
+@pytest.mark.long  # the suite provisions for a short region (test_provisioner) and adds a provisioned host to the inventory file (test_provision_ssh)
 async def test_min_spares_gets_a_region_a_host_of_its_own(tmp_path: Path) -> None:
     """``min_spares = {r2 = 1}``: the console provisions a host for r2 (the shipped local
     provisioner reads HOTSPARE_REGION), which lands in the inventory file and the fleet in r2."""

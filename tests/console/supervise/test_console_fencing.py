@@ -202,6 +202,7 @@ async def test_a_stop_with_no_executor_to_tell_is_kept_not_lost(tmp_path: Path) 
     assert not list((tmp_path / "a").glob("jobs/*/executor.pid"))
 
 
+@pytest.mark.long  # the suite opens `hotspare --read-only` beside a live console: it watches and changes nothing (tests/ui/test_tmux.py)
 async def test_a_read_only_console_watches_a_live_job_and_sends_nothing(tmp_path: Path) -> None:
     inventory = _fleet(tmp_path)
     owner = _console(inventory)

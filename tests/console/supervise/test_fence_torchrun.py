@@ -108,6 +108,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     return final_params(folder / "a")
 
 
+@pytest.mark.long  # the suite's fence ends a SIGKILLed executor's workers in a session of their own at once (tests/executors/test_fence.py, test_command_reap.py); torchrun's group fails over bit-exact under the console (test_group_command)
 async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_next_epoch(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -140,7 +141,7 @@ async def test_a_sigkilled_executors_torchrun_workers_never_train_beside_the_nex
     assert final_params(tmp_path / "b") == baseline
 
 
-@pytest.mark.long  # the suite proves the fence under an executor SIGKILL (in this file)
+@pytest.mark.long  # the suite's fence ends every process of a run once its executor is gone (tests/executors/test_fence.py, test_command_reap.py)
 async def test_a_killed_local_host_leaves_nothing_of_the_run_alive(
     tmp_path: Path, baseline: str
 ) -> None:

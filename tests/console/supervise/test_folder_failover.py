@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 from support.fleetbed import local_host, until, write_inventory
 from support.helpers import REPO
 
@@ -45,6 +46,7 @@ def command() -> dict[str, object]:
     }
 
 
+@pytest.mark.long  # the suite fails a job of folder checkpoints over to its folder replica bit-exact (the Hugging Face Trainer's checkpoint-N/, tests/console/test_frameworks.py) and resumes this DCP script from its folder (tests/executors/test_command_folders.py)
 async def test_a_dcp_job_fails_over_to_its_folder_replica_bit_exact(tmp_path: Path) -> None:
     fleet = write_inventory(
         tmp_path / "inventory.toml",

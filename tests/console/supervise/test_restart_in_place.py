@@ -108,6 +108,7 @@ async def test_a_killed_command_restarts_in_the_same_executor_at_the_next_epoch(
     )
 
 
+@pytest.mark.long  # the suite restarts a run in its executor at the next epoch (a killed command, in this file), a crashed torch run in place bit-exact (tests/executors/test_serve_restart.py) and under `hotspare run` (test_headless)
 async def test_an_injected_crash_restarts_the_torch_run_in_the_same_process_bit_exact(
     tmp_path: Path,
 ) -> None:

@@ -176,6 +176,7 @@ async def test_a_fresh_reading_is_taken_after_the_readings_a_stalled_loop_left_q
         await ctl.close()
 
 
+@pytest.mark.long  # the suite proves it for one host (in this file); each member's Start is granted on the same path (start_lease.granted_start)
 async def test_a_group_members_start_whose_own_grant_took_a_lease_is_granted_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,7 +44,7 @@ def bed() -> Iterator[sshbed.SshBed]:
         yield b
 
 
-@pytest.mark.long  # the suite proves a part's replacement (test_fsdp_train) and a cut member's (test_group_ssh)
+@pytest.mark.long  # the suite proves a part's replacement (test_fsdp_train) and a cut member's fence (test_elastic_ssh)
 async def test_a_cut_off_member_of_a_sharded_job_is_replaced_by_its_part_on_the_spare(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:

@@ -199,7 +199,7 @@ async def test_an_executor_crash_restarts_the_group_in_place(tmp_path: Path, bas
     assert inc.fault_class == "executor_crash"
 
 
-@pytest.mark.long  # the suite fences a member cut off (test_group_ssh) and an executor SIGSTOPped past its lease (test_fencing)
+@pytest.mark.long  # the suite fences a member cut off (test_elastic_ssh) and an executor SIGSTOPped past its lease (test_fencing)
 async def test_a_member_sigstopped_past_its_lease_is_killed_before_its_rank_runs_again(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -310,6 +310,7 @@ async def test_draining_a_member_moves_it_to_the_spare_with_zero_lost_steps(
     assert inc.lost_steps == 0
 
 
+@pytest.mark.long  # the suite stops a group at one step (in this file), resumes one from its stop's step bit-exact (test_group_unwatched) and starts a stopped job from its stop (test_controller_stay)
 async def test_an_operators_stop_stops_every_member_at_one_step_and_a_start_resumes_there(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -494,6 +495,7 @@ async def test_steps_written_while_no_console_watched_are_resumed_from(
     assert epochs[-1].data["resume"] == newest
 
 
+@pytest.mark.long  # the suite starts a whole lease after a stall between link and Start (test_start_anchor), on the path each member's Start takes
 async def test_a_member_slow_to_start_does_not_spend_the_others_first_lease(
     tmp_path: Path, baseline: str
 ) -> None:

@@ -48,6 +48,7 @@ def digest() -> str:
     return group_baseline()
 
 
+@pytest.mark.long  # the suite cuts a member off over sshd, fenced, never writing again (test_elastic_ssh), and replaces a lost member with the spare past its lease bound (test_group_local)
 async def test_a_partitioned_member_is_replaced_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path, digest: str
 ) -> None:

@@ -26,6 +26,7 @@ def baseline() -> str:
     return group_baseline()
 
 
+@pytest.mark.long  # the suite's ready standby takes over with no process started (test_controller_local); a member's launch takes it on the same path (group/warm.py)
 async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_starts(
     tmp_path: Path, baseline: str
 ) -> None:
@@ -64,6 +65,7 @@ async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_start
     assert not [e.msg for e in lines if "readying an executor on d" in e.msg]
 
 
+@pytest.mark.long  # the suite proves it for one host (test_warm_standby_default), the same Standby.take_warm
 async def test_a_member_lost_while_the_standby_still_starts_moves_into_that_standby(
     tmp_path: Path, baseline: str
 ) -> None:
