@@ -92,6 +92,9 @@ class GroupSupervisor(Supervisor):
         self._detection = services.detection
         self.placement = inv.jobs[name].placement
         self.epoch_run: GroupEpoch | None = None
+        self._reattaching = False
+        """Reattached at console start to an epoch some member of which did not answer then:
+        once every one answers (alive, slow), the job reads reattached."""
         self.collective_timeout_s = max(10.0, inv.console.lease_s)
         self._last_port: int | None = None
 
@@ -260,6 +263,7 @@ class GroupSupervisor(Supervisor):
                         task.cancel()
                     await asyncio.gather(*beside, return_exceptions=True)
                 self.epoch_run = None
+                self._reattaching = False
                 await self._read_back_shards(run)
                 nxt = await self._group_recovery.recover(run)
                 if nxt is None:
@@ -543,6 +547,9 @@ class GroupSupervisor(Supervisor):
         self._events.answered(m, running)
         if all(x.link is not None for x in running):
             self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
+            run = self.epoch_run
+            if self._reattaching and run is not None and len(running) == len(run.members):
+                self._reattached(run.members)  # silent at console start: alive, slow to answer
 
     # ------------------------------------------------------------- reattach
 
@@ -562,7 +569,6 @@ class GroupSupervisor(Supervisor):
         members = [Member(r, h, until=self.lease.until) for r, h in enumerate(plan)]
         run = self._epoch(members, job.epoch)
         self.commits.new_epoch(job.epoch, len(plan))
-        pids: list[str] = []
         for m in members:
             link = self.launcher.link(m.host)
             try:
@@ -574,7 +580,6 @@ class GroupSupervisor(Supervisor):
                 ExecutorState.STOPPING,
             ):
                 m.link, m.last_seen, m.step = link, time.monotonic(), hello.step
-                pids.append(f"executor pid {hello.pid} on {m.host}")
                 with contextlib.suppress(LinkError):
                     await link.send(run.grant(m))
             elif hello.epoch == job.epoch and hello.state == ExecutorState.FAULTED:
@@ -588,30 +593,42 @@ class GroupSupervisor(Supervisor):
         linked = [m for m in members if m.link is not None]
         self._steer()  # rank 0's link, else the first linked member's
         if len(linked) == len(members):
-            job.step = max(m.step for m in members)
-            if job.incident is not None:  # a console restart: the group never stopped
-                job.resumed_step = job.step
-                self._incident.phase("loaded", step=job.step, last_step=job.step)
-            self._journal.record(
-                Kind.EXECUTOR,
-                f"{self.name}: reattached to "
-                + (
-                    f"all {len(members)} members at epoch {job.epoch} ({', '.join(pids)})"
-                    if len(members) > 1
-                    else pids[0]  # a group of one: as one host's ("executor pid N on a")
-                ),
-                job=self.name,
-                host=plan[0],
-                data={"epoch": job.epoch, "members": plan},
-            )
-            self._states.move(JobState.RUNNING, "reattached")
-            self._keep_twin()
-            self._drain_found()
+            self._reattached(members)
         else:
+            self._reattaching = True
             self._states.move(
                 JobState.PENDING,
                 f"{len(members) - len(linked)} member(s) not at epoch {job.epoch} at console "
-                f"start: the group restarts once their lease ends "
-                f"({max(0.0, self.lease.left()):.0f} s left at most)",
+                f"start: waiting out their lease ({max(0.0, self.lease.left()):.0f} s left at "
+                "most); the group restarts once it ends",
             )
         return run
+
+    def _reattached(self, members: list[Member]) -> None:
+        """Every member of the epoch this console found trains it, linked: at console start,
+        or once one silent then (alive, slow to answer) answers."""
+        job = self.live
+        self._reattaching = False
+        job.step = max(m.step for m in members)
+        if job.incident is not None:  # a console restart: the group never stopped
+            job.resumed_step = job.step
+            self._incident.phase("loaded", step=job.step, last_step=job.step)
+        pids = [
+            f"executor pid {m.link.hello.pid if m.link and m.link.hello else '?'} on {m.host}"
+            for m in members
+        ]
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: reattached to "
+            + (
+                f"all {len(members)} members at epoch {job.epoch} ({', '.join(pids)})"
+                if len(members) > 1
+                else pids[0]  # a group of one: as one host's ("executor pid N on a")
+            ),
+            job=self.name,
+            host=members[0].host,
+            data={"epoch": job.epoch, "members": [m.host for m in members]},
+        )
+        self._states.move(JobState.RUNNING, "reattached")
+        self._keep_twin()
+        self._drain_found()
