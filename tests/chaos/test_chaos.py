@@ -38,7 +38,8 @@ SHORT = ["corrupt_checkpoint", "sigstop_past_lease", "corrupt_replica", "nan"]
 """The three recovery paths (a restart in place, a failover once the lease is out, a failover
 from a lost host) and a rollback, each loading a checked checkpoint. A plain partition and a
 console restarted while its job's host is cut off are the long seed's: the suite proves them
-on their own (test_controller_ssh; test_console_fencing, on the same lease bound)."""
+on their own (test_elastic_ssh, a member cut off; test_console_fencing, on the same lease
+bound)."""
 SHORT_STEPS = 4500
 """The five (with console_restart_partitioned), seen through by step 2500 alone on this machine;
 more steps for a loaded one. Kept with four: the NaN's step and the gaps before the first three

@@ -96,7 +96,7 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
     )
 
 
-@pytest.mark.long  # the suite proves a lost host's failover and its lease bound over sshd (test_controller_ssh)
+@pytest.mark.long  # the suite proves a lost host's failover past its lease bound (test_group_local's killed member; test_elastic_ssh's cut one, over sshd)
 async def test_a_dead_host_fails_over_to_its_spare(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:

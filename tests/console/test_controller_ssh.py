@@ -108,6 +108,7 @@ async def test_killing_host_a_fails_over_to_b(bed: sshbed.SshBed, tmp_path: Path
     assert inc.lost_steps <= 2 * 20, "one interval, plus a checkpoint still on its way to the spare"
 
 
+@pytest.mark.long  # the suite cuts a member off over sshd and sees it fenced, never writing again (test_elastic_ssh), a run frozen past its lease publish nothing (chaos short), and a console restarted while a host is cut off wait the lease out (test_console_fencing)
 async def test_a_partitioned_host_stops_within_its_lease_and_never_writes_again(
     bed: sshbed.SshBed, tmp_path: Path
 ) -> None:

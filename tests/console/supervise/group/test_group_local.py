@@ -244,6 +244,7 @@ async def test_a_member_sigstopped_past_its_lease_is_killed_before_its_rank_runs
     assert inc.fault_class == "executor_hang", "its host answered: a hang, not a lost host"
 
 
+@pytest.mark.long  # one last lease for every job (LastLease.leave): the suite quits a console and reattaches the next quietly on one host (test_controller_stay)
 async def test_a_console_that_quits_leaves_every_member_training_and_the_next_reattaches(
     tmp_path: Path, baseline: str
 ) -> None:
