@@ -43,6 +43,7 @@ from protocol.messages import (
     Fault,
     Finished,
     Heartbeat,
+    Log,
     Progress,
     Rendezvous,
     Resumed,
@@ -261,6 +262,11 @@ def test_a_group_of_one_whose_committed_step_is_damaged_resumes_from_the_one_bef
     faults = [x for x in again.client.seen if isinstance(x, Fault)]
     assert [f.fault for f in faults] == ["checkpoint_corrupt"], faults
     assert damaged.name in faults[0].message
+    said = [x.text for x in again.client.seen if isinstance(x, Log) and x.level == "warning"]
+    assert any(
+        "cannot resume from the committed step 30" in t and "resuming from step 20" in t
+        for t in said
+    ), said  # the console said "resuming from committed step 30": the run says otherwise
     finished(again)
 
 

@@ -263,6 +263,11 @@ class Trainer:
         except CorruptCheckpoint as e:
             if self._alone():  # as one host alone: the newest whole one below, the damage said
                 loaded = self.ckpt.load_latest(self.device)
+                told = self.control.rendezvous.resume_step if self.control.rendezvous else None
+                held = loaded.manifest if loaded else None
+                below = f"step {held.step}" if held else "step 0 (none is whole)"
+                text = f"cannot resume from the committed step {told}: {e}; resuming from {below}"
+                self.emit(Log(level=LogLevel.WARNING, text=text))
             else:
                 return self._unresumable(e)
         if loaded is not None:
