@@ -94,7 +94,7 @@ class Launcher:
         target) is the standby, readied before the fault, not an earlier console's."""
         self._cleanups = cleanups
         self._stopping: dict[str, set[asyncio.Event]] = {}
-        """Per host, the executors of cancelled starts still being stopped (``stop_unlinked``):
+        """Per host, the executors of cancelled starts still being stopped (``_stop_unlinked``):
         one may hold the workdir's lock before it serves the socket, so a start there waits
         for them, or the executor it starts is refused (found by the suite: a standby's start
         cancelled by a stop, the job started again at once on that host)."""
@@ -308,21 +308,21 @@ class Launcher:
     def _stop_later(
         self, host: str, pid: int, released: Callable[[str], None], *, twin: bool = False
     ) -> None:
-        """``stop_unlinked`` in the background (it outlives the cancelled start), and every
+        """``_stop_unlinked`` in the background (it outlives the cancelled start), and every
         start on ``host`` waits for it."""
         done = asyncio.Event()
         self._stopping.setdefault(host, set()).add(done)
 
         async def stop() -> None:
             try:
-                await self.stop_unlinked(host, pid, released, twin=twin)
+                await self._stop_unlinked(host, pid, released, twin=twin)
             finally:
                 self._stopping[host].discard(done)
                 done.set()
 
         self.outlive(stop())
 
-    async def stop_unlinked(
+    async def _stop_unlinked(
         self, host: str, pid: int, released: Callable[[str], None], *, twin: bool = False
     ) -> None:
         """Stop an executor started as ``pid`` that no link was taken for, and wait it out."""

@@ -103,11 +103,11 @@ class GroupRecovery:
         self._growth = growth
         """The job's size: whether it may shrink, and the host a grow was started for."""
         self._reap = reap
+        """Kill what is left of a member's run on a host the console can reach."""
         self._wind_down = wind_down
         """Before the job reads as over: nothing readied for it stays (its warm standby, its
         twin, readied replacements), so an operator's start right after is no refusal ("still
         winding down"), as a single host's was not."""
-        """Kill what is left of a member's run on a host the console can reach."""
 
     def _ended(self, m: Member, end: Outcome) -> str:
         """The journal's line for ``m``'s end: a member's, by node rank; a group of one's (a

@@ -263,10 +263,9 @@ class Trainer:
         except CorruptCheckpoint as e:
             if self._alone():  # as one host alone: the newest whole one below, the damage said
                 loaded = self.ckpt.load_latest(self.device)
-                told = self.control.rendezvous.resume_step if self.control.rendezvous else None
                 held = loaded.manifest if loaded else None
                 below = f"step {held.step}" if held else "step 0 (none is whole)"
-                text = f"cannot resume from the committed step {told}: {e}; resuming from {below}"
+                text = f"cannot resume from the committed step {self._told()}: {e}; resuming from {below}"
                 self.emit(Log(level=LogLevel.WARNING, text=text))
             else:
                 return self._unresumable(e)
@@ -289,9 +288,13 @@ class Trainer:
         above were removed), as an executor with no group does, not a failed run."""
         return self.group is not None and self.group.world_size == 1 and not self._fsdp
 
+    def _told(self) -> int | None:
+        """The committed step the console told this member to resume from (None: step 0)."""
+        return self.control.rendezvous.resume_step if self.control.rendezvous else None
+
     def _unresumable(self, e: CorruptCheckpoint) -> Outcome:
         """The run ends: this member cannot load the step its group committed."""
-        step = self.control.rendezvous.resume_step if self.control.rendezvous else None
+        step = self._told()
         text = f"cannot resume from the committed step {step}: {e}"
         kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
         self.emit(Fault(fault=kind, step=step or 0, message=text, fatal=True))
