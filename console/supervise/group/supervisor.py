@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from console.fleet.hosts import PROBE_RULE
 from console.fleet.link import ExecutorLink, LinkError
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
@@ -367,13 +368,13 @@ class GroupSupervisor(Supervisor):
 
     def _may_not_start_on(self, host: str) -> str | None:
         rt = self._fleet.hosts[host]
-        if rt.state is HostState.DOWN:  # its failed probe is no rule of an operator's: a fault
-            return None
         if rt.state in (HostState.CORDONED, HostState.DRAINING, HostState.DRAINED):
             return f"is {rt.state.value}"
         if rt.leaving:
             return "is being released"
-        failing = self._fleet.failing(host)
+        # a host the probe cannot reach is judged by its deploy (a fault, not an unfit host):
+        # the probe's finding may come before the host reads down
+        failing = [f for f in self._fleet.failing(host) if f.rule != PROBE_RULE]
         return f"fails a health rule ({failing[0].message})" if failing else None
 
     # --------------------------------------------------------------- launch

@@ -84,6 +84,26 @@ async def test_which_member_hosts_a_first_placement_gives_to_a_spare(
     assert g.live.rec.members == (g.members if moved else []), "a move persisted at once"
 
 
+async def test_a_host_whose_probe_failed_before_it_reads_down_is_left_to_its_deploy(
+    tmp_path: Path,
+) -> None:
+    """The fleet's probe says b cannot be reached a moment before b reads down: that is a
+    fault, judged by b's deploy (a failover that asks under manual), not a health rule that
+    moves its rank quietly (found by the long denied-failover test, under load)."""
+    from support.jobbed import Calls, services
+
+    from console.supervise.group.supervisor import GroupSupervisor
+
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    svc.fleet.probe_failed("b", "health probe failed: b: host is down")
+    g = GroupSupervisor(svc, "g")
+    g.live.spares = ["c"]
+    assert await asyncio.wait_for(g._first_placement(), 5) == []
+    assert g.members == ["a", "b"]
+
+
 async def test_a_first_placement_with_no_usable_host_waits_saying_it_is_a_start(
     tmp_path: Path,
 ) -> None:
