@@ -446,14 +446,26 @@ def test_a_command_its_fence_killed_while_the_executor_was_frozen_is_a_lease_los
     runner = CommandKind().runner(
         spec, tmp_path / "w", events.append, control=control, device=None, injections=Injections()
     )
+    launched = threading.Event()
+
+    def renew_until_launched() -> None:
+        # the console's renewals, until the command runs (a loaded CI host once took the whole
+        # 3 s lease to set up, so the command was never started); then the renewals stop
+        while not launched.wait(0.2) and runner.proc is None:
+            control.renew(1, 3.0)
 
     def frozen_check() -> None:
+        launched.set()
         proc = runner.proc
         assert proc is not None
         wait_for(lambda: not alive(proc.pid), 30, "the fence to kill the command")
 
+    renewer = threading.Thread(target=renew_until_launched, daemon=True)
+    renewer.start()
     runner._check = frozen_check  # type: ignore[method-assign]
     outcome = runner.run()
+    launched.set()
+    renewer.join(5)
     assert (outcome.exit_code, outcome.reason) == (exitcodes.LEASE_LOST, "lease_lost")
     assert runner.proc is not None and runner.proc.returncode == -signal.SIGKILL, "the fence's"
     (stopped,) = [e for e in events if isinstance(e, Stopped)]
