@@ -522,7 +522,9 @@ async def test_by_default_a_warm_standby_takes_over_without_a_new_executor(tmp_p
     fleet = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},  # warm_standby unset: on
+        jobs={
+            "j": {"host": "a", "spares": ["b"], **job_table(warm_standby=None)}
+        },  # the default: on
     )
     baseline = baseline_sha(fleet, "j", tmp_path / "baseline")
     ctl = controller(fleet)

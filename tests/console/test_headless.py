@@ -79,7 +79,7 @@ def test_a_crash_that_follows_the_job_to_its_spare_fails_it_as_a_crash_loop(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200, warm_standby=None)}},
         restart_limit=1,
     )
     crash = {**EXECUTOR_ENV, "HOTSPARE_INJECT": "crash@90,crash@91"}

@@ -54,7 +54,18 @@ STEPS = 400
 """A test job's length: about 2.5 CPU s of training here (800 cost 20% more CPU per test)."""
 
 
+WARM_STANDBY = os.environ.get("HOTSPARE_TEST_WARM_STANDBY") == "1"
+"""A test job keeps no warm standby unless it asks (``warm_standby=None``: the product's
+default, on for a job on one host; ``True``). A standby is one more torch executor started per
+job, about 2.5 CPU s (importing torch, then ``torch._dynamo`` at the optimizer's first
+``add_param_group``), and about 60 of them were readied in the suite by tests not about them,
+40 never used. The standby's own paths are proven where they are named (test_standby,
+test_warm_standby_default, test_spare_health, test_controller_local's takeover, the chaos
+seed's fleet); ``HOTSPARE_TEST_WARM_STANDBY=1`` gives every test job the product's default."""
+
+
 def job_table(**over: Any) -> dict[str, Any]:
+    """A test job's table; ``warm_standby=None`` leaves the product's default (WARM_STANDBY)."""
     job: dict[str, Any] = {
         "steps": STEPS,
         "seed": 11,
@@ -62,7 +73,11 @@ def job_table(**over: Any) -> dict[str, Any]:
         "keep_checkpoints": 3,
         "config": dict(TINY_CONFIG),
     }
+    if not WARM_STANDBY:
+        job["warm_standby"] = False
     job.update(over)
+    if job.get("warm_standby", 0) is None:
+        del job["warm_standby"]
     return job
 
 

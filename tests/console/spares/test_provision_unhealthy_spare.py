@@ -4,8 +4,8 @@ keeper puts it in the unhealthy spare's place, the newest checkpoint reaches it,
 job's host dies the job moves there, never to the unhealthy spare, and finishes bit-exact.
 
 Evidence: the replica files on the new host's disk, the final parameters against the
-uninterrupted run's, and nothing trained or written by the job on the unhealthy spare (its warm
-standby idled there while it was fit)."""
+uninterrupted run's, and nothing trained or written by the job on the unhealthy spare (the
+standby a spare that turns unfit holds is stopped: test_spare_health)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,7 @@ async def test_a_job_whose_only_spare_turns_unhealthy_moves_to_a_provisioned_hos
     assert sup.state is JobState.FINISHED, sup.live.why
     assert sup.host == "prov-1"
     assert sup.sha256 == sha, "the same parameters as the uninterrupted run"
-    # b held the job's warm standby while it was fit (an idle executor in the job's workdir):
-    # it never trained there, wrote no checkpoint and reported no step
+    # the job never trained on b, wrote no checkpoint and reported no step there
     on_b = tmp_path / "b" / "jobs" / "j"
     assert not any(on_b.glob("checkpoints/step-*")), "the unhealthy spare never ran it"
     said = (on_b / "events.jsonl").read_text() if (on_b / "events.jsonl").exists() else ""

@@ -103,7 +103,9 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
             "b": local_host(tmp_path / "b", role="spare", priority=1),
             "c": local_host(tmp_path / "c", role="spare", priority=2),
         },
-        jobs={"j": {"host": "a", "spares": ["b", "c"], **job_table(steps=100_000)}},
+        jobs={
+            "j": {"host": "a", "spares": ["b", "c"], **job_table(steps=100_000, warm_standby=None)}
+        },
         health_probe_s=0.5,
     )
     env = {h: {**EXECUTOR_ENV, "HOTSPARE_FAKE_NVML": str(nvml[h])} for h in "abc"}

@@ -206,7 +206,7 @@ async def test_a_console_started_after_the_run_died_restarts_it_in_the_waiting_e
     started = [
         e for e in entries if e.kind is Kind.EXECUTOR and "pid" in e.data and " started " in e.msg
     ]
-    # the job's warm standby (on by default) is the one other executor started: on the spare
+    # a warm standby (HOTSPARE_TEST_WARM_STANDBY=1) is the one other executor allowed: on b
     assert [e.data["pid"] for e in started if not e.data["standby"]] == [pid], (
         "no second executor was started"
     )

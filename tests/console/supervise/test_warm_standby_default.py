@@ -48,7 +48,7 @@ def slow_spare_fleet(tmp_path: Path) -> Path:
             "a": local_host(tmp_path / "a"),
             "b": local_host(tmp_path / "b", role="spare", python=str(python)),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
     )
 
 
@@ -146,7 +146,7 @@ async def test_a_drain_while_the_standby_still_starts_moves_the_job_into_that_st
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
     )
     held: list[str] = []
     detached = Launcher._detached
@@ -226,7 +226,7 @@ async def test_a_standby_that_never_hears_its_stop_is_killed_not_left(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
     )
     send = ExecutorLink.send
     lost: list[str] = []
