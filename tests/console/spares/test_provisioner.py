@@ -100,12 +100,15 @@ def script(tmp: Path, body: str) -> list[str]:
     return [sys.executable, str(path)]
 
 
-async def settled(bed: Bed, timeout: float = 20) -> None:
+async def settled(bed: Bed, timeout: float = 60) -> None:
+    # a deadline, not a wait: a made host's preflight imports torch and its deploy copies the
+    # bundle (five workers on two cores once took the provisioner past 20 s)
     await until(lambda: not bed.p.busy, timeout, "the provisioner to settle")
 
 
 async def test_a_host_it_prints_is_added(tmp_path: Path) -> None:
-    bed = Bed(tmp_path, [sys.executable, str(LOCAL), "--root", str(tmp_path / "hosts")])
+    made = tmp_path / "hosts"
+    bed = Bed(tmp_path, [sys.executable, str(LOCAL), "--root", str(made)], timeout_s=10.0)
     bed.p.want("a job waits for a host")
     await settled(bed)
     assert bed.added == [
