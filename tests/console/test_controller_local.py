@@ -129,7 +129,7 @@ async def test_a_dead_host_fails_over_to_its_spare(
     (inc,) = incidents(journal(fleet))
     assert inc.fault_class == "host_lost"
     phases = {"detected", "decided", "transfer_done", "loaded", "first_step"}
-    standby_first = [  # the warm standby (the default), started on b before the kill
+    standby_first = [  # a warm standby (HOTSPARE_TEST_WARM_STANDBY=1), started on b before the kill
         e
         for e in journal(fleet)
         if e.kind is Kind.EXECUTOR and e.host == "b" and "started on b" in e.msg and e.t < lost_at

@@ -227,6 +227,11 @@ class GroupSupervisor(Supervisor):
     def _refused(self, host: str, step: int) -> None:
         self._resume.refuse(host, step)
 
+    def _preparing(self) -> bool:
+        """An executor is readied on a replacement while a lost member's lease runs out: its
+        coming up is a phase of the incident the lease's end opens (kept until then)."""
+        return bool(self._executors.readied)
+
     # ------------------------------------------------------------------ run
 
     def _last_host(self) -> str | None:
@@ -278,6 +283,7 @@ class GroupSupervisor(Supervisor):
                 await self._executors.stop_keeping()
                 await self._executors.drop_readied([])
                 await self._standby.cancel_warm()
+            self._incident.forget_early()  # a readying no incident opened for
 
     async def _wind_down(self) -> None:
         """Nothing readied for a job that is over stays: readied replacements, the warm
@@ -548,6 +554,7 @@ class GroupSupervisor(Supervisor):
         self._events.answered(m, running)
         if all(x.link is not None for x in running):
             self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
+            self._incident.forget_early()  # what was readied belongs to no incident
             run = self.epoch_run
             if self._reattaching and run is not None and len(running) == len(run.members):
                 self._reattached(run.members)  # silent at console start: alive, slow to answer
