@@ -33,18 +33,63 @@ class EtcdCluster:
     def __init__(self, root: Path, members: int = 3) -> None:
         self.root = root
         self.names = [f"m{i}" for i in range(members)]
-        self.client = {n: free_port() for n in self.names}
-        self.peer = {n: free_port() for n in self.names}
+        self.client: dict[str, int] = {}
+        self.peer: dict[str, int] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._tries = 0
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        """Six distinct free ports. A port is free only when asked: another process on the
+        host (an ssh client's ephemeral port, another test's member) may take it before the
+        member binds it, so ``start`` checks every member and starts again if one failed."""
+        ports: list[int] = []
+        while len(ports) < 2 * len(self.names):
+            if (port := free_port()) not in ports:
+                ports.append(port)
+        self.client = dict(zip(self.names, ports[: len(self.names)], strict=True))
+        self.peer = dict(zip(self.names, ports[len(self.names) :], strict=True))
 
     @property
     def endpoints(self) -> list[str]:
         return [f"127.0.0.1:{self.client[n]}" for n in self.names]
 
-    def start(self) -> None:
-        for n in self.names:
-            self._launch(n, "new")
-        self.wait_writable(60)
+    def start(self, timeout: float = 60, tries: int = 3) -> None:
+        """Every member up and answering, not only a quorum: a test that kills one member
+        must leave two (a member that failed to bind its port had left a cluster of two, and
+        the first kill took its quorum away)."""
+        for attempt in range(1, tries + 1):
+            self._tries = attempt
+            for n in self.names:
+                self._launch(n, "new")
+            why = self._all_answer(timeout)
+            if why is None:
+                return
+            self.stop()
+            if attempt == tries:
+                raise AssertionError(f"etcd cluster never came up whole: {why}")
+            for n in self.names:
+                shutil.rmtree(self.root / n, ignore_errors=True)
+            self._pick_ports()
+
+    def _all_answer(self, timeout: float) -> str | None:
+        """None once a write lands through each member; else why not (a member exited, or
+        the deadline passed)."""
+        deadline = time.monotonic() + timeout
+        waiting = list(self.names)
+        while waiting:
+            n = waiting[0]
+            if not self.alive(n):
+                return f"member {n} exited (code {self.procs[n].returncode}); see {n}.log"
+            try:
+                Etcd([self.endpoints[self.names.index(n)]]).txn([], [])
+                waiting.pop(0)
+                continue
+            except EtcdError as e:
+                if time.monotonic() > deadline:
+                    return f"member {n}: {e}"
+            time.sleep(POLL_S)  # polling, bounded by the deadline above
+        return None
 
     def _launch(self, n: str, state: str) -> None:
         cluster = ",".join(f"{m}=http://127.0.0.1:{self.peer[m]}" for m in self.names)
@@ -58,7 +103,7 @@ class EtcdCluster:
             "--advertise-client-urls": f"http://127.0.0.1:{self.client[n]}",
             "--initial-cluster": cluster,
             "--initial-cluster-state": state,
-            "--initial-cluster-token": f"hotspare-test-{id(self)}",
+            "--initial-cluster-token": f"hotspare-test-{id(self)}-{self._tries}",
             "--heartbeat-interval": "50",
             "--election-timeout": "500",
         }
