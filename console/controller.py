@@ -539,6 +539,9 @@ class Controller:
 
     def checkpoint_now(self, job: str) -> None:
         self._live_job(f"checkpoint {job} now", job)
+        if (kind := self.inv.jobs[job].spec.executor) != "torch":
+            why = f"{job} runs the {kind} kind, which checkpoints on its own schedule only"
+            self._refuse(f"checkpoint {job} now", why, job=job)
         self._act(f"checkpoint {job} now", job=job)
         self.jobs[job].request_checkpoint()
 

@@ -81,6 +81,44 @@ def job_table(**over: Any) -> dict[str, Any]:
     return job
 
 
+STDLIB_SCRIPT = REPO / "tests" / "train_stdlib.py"
+
+
+def stdlib_job(**over: Any) -> dict[str, Any]:
+    """A job for a test whose subject is the console (its views, reports, spares, leases, a
+    drain), not what trains: the command kind running STDLIB_SCRIPT, which imports no torch.
+    A torch job's executor costs about 2 CPU s importing torch and ``torch._dynamo`` and its
+    400 steps about 2.5 more; this one, about 0.1 s in all, paced to the torch job's step
+    time so a test's timing is the same. It checkpoints, resumes bit-exact (``baseline_sha``
+    works as for a torch job) and stops at SIGTERM with a checkpoint, as a real script does.
+    Keys as ``job_table``'s: ``steps``, ``seed``, ``checkpoint_every_steps`` (the script's
+    ``--save-every``), ``warm_standby``; any other key goes into the job's table."""
+    every = over.pop("checkpoint_every_steps", 20)
+    argv = [sys.executable, str(STDLIB_SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
+    argv += ["--resume", "{resume_from}", "--steps", "{steps}", "--seed", "{seed}"]
+    argv += ["--save-every", str(every), "--step-s", f"{PACE_S + 0.003:g}"]
+    job: dict[str, Any] = {
+        "executor": "command",
+        "steps": STEPS,
+        "seed": 11,
+        "keep_checkpoints": 3,
+        "command": {
+            "argv": argv,
+            "preload": [],  # the default preloads torch in a zygote: this script needs none
+            "checkpoint_glob": "ckpt-*.json",
+            "complete_marker": "{name}.done",
+            "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
+            "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
+        },
+    }
+    if not WARM_STANDBY:
+        job["warm_standby"] = False
+    job.update(over)
+    if job.get("warm_standby", 0) is None:
+        del job["warm_standby"]
+    return job
+
+
 def write_inventory(
     path: Path,
     hosts: dict[str, dict[str, Any]],

@@ -26,7 +26,7 @@ from console.ui.app import HotspareApp
 from console.ui.widgets.live_table import LiveTable
 from protocol.messages import GpuHealth, Health
 from protocol.spec import CheckpointManifest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, stdlib_job, write_inventory
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 50), id="200x50")]
 
@@ -55,7 +55,10 @@ def reap(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def fleet(tmp_path: Path, **job: Any) -> Path:
+def fleet(tmp_path: Path, *, torch: bool = False, **job: Any) -> Path:
+    """Hosts a, b (its spare) and c (r2), and job j: a script with no torch (``stdlib_job``:
+    the screens show any job alike), or the torch kind (``torch``: a test of what only it
+    does, a checkpoint on request, its own log lines)."""
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={
@@ -63,7 +66,7 @@ def fleet(tmp_path: Path, **job: Any) -> Path:
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", region="r2", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **(job_table if torch else stdlib_job)(**job)}},
         lease_s=UI_LEASE_S,
     )
 

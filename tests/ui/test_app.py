@@ -46,7 +46,7 @@ def kinds_after(events: list[Event], action: str) -> list[Kind]:
 
 
 async def test_the_views_show_the_fleet_by_region_and_the_job_training(tmp_path: Path) -> None:
-    inventory = fleet(tmp_path, steps=5000, checkpoint_every_steps=100_000)
+    inventory = fleet(tmp_path, torch=True, steps=5000, checkpoint_every_steps=100_000)
     app, events = console_app(inventory)
     async with app.run_test(size=SIZE) as pilot:
         assert isinstance(app.screen, FleetScreen)

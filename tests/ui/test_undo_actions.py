@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import job_table, local_host, stdlib_job, write_inventory
 from support.uibed import console_app, notified, table, wait_for
 from textual.widgets import OptionList
 
@@ -166,3 +166,26 @@ async def test_approving_with_no_failover_waiting_is_refused_not_journalled_as_d
         (f"approve recovery of j: refused ({none})", none),
         (f"deny recovery of j: refused ({none})", none),
     ], "journalled as refused, never as done"
+
+
+async def test_checkpoint_now_on_a_command_job_is_refused_not_sent_to_nothing(
+    tmp_path: Path,
+) -> None:
+    """The command kind takes no checkpoint requests (its script checkpoints on its own
+    schedule): before, ``c`` said ``checkpoint j now: done`` and no checkpoint ever came."""
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a")},
+        jobs={"j": {"host": "a", **stdlib_job()}},
+    )
+    app, events = console_app(inventory)
+    app.supervise = False
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        await wait_for(pilot, lambda: "j" in table(app).row_keys(), 5, "j listed")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: notified(app, "checkpoint j: refused"), 5, "said")
+        assert notified(app, "checkpoints on its own schedule only")
+        assert not notified(app, "checkpoint j: done")
+    why = "j runs the command kind, which checkpoints on its own schedule only"
+    assert actions(events) == [(f"checkpoint j now: refused ({why})", why)]
