@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, STEPS, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, STEPS, local_host, stdlib_job, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
@@ -27,7 +27,7 @@ def finished_fleet(tmp_path: Path) -> Path:
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job()}},
     )
     store = StateStore(tmp_path / "state")
     rec = store.job("j")
@@ -92,7 +92,7 @@ async def test_a_stopped_job_stays_stopped_under_a_new_console_until_it_is_start
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job()}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
 
@@ -143,7 +143,7 @@ async def test_a_console_that_quits_leaves_training_going_and_the_next_reattache
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=3000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=3000)}},
         unattended_s=60.0,
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
@@ -193,7 +193,7 @@ async def test_a_console_started_while_the_executor_is_slow_to_answer_reattaches
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=3000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=3000)}},
         unattended_s=60.0,  # the first console's last lease outlasts everything below
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
@@ -269,7 +269,7 @@ def fleet_ab(tmp_path: Path) -> tuple[Path, dict[str, dict[str, str]]]:
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1500)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=1500)}},
         unattended_s=60.0,
     )
     return inventory, {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
@@ -381,7 +381,7 @@ async def test_a_drain_found_at_console_start_with_no_job_left_to_move_reads_dra
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job()}},
     )
     store = StateStore(tmp_path / "state")
     store.host("a").draining = True

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, run_until, stdlib_job, write_inventory
 
 from console.cli import main
 from console.controller import Controller
@@ -133,7 +133,7 @@ async def test_a_real_run_s_summary_matches_its_journal(tmp_path: Path) -> None:
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=400)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=400)}},
     )
     ctl = Controller(load(inventory), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     sup = ctl.jobs["j"]

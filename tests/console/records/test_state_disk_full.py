@@ -25,8 +25,8 @@ from chaos.observe import executor_events
 from support.fleetbed import (
     EXECUTOR_ENV,
     FAST_CONSOLE,
-    job_table,
     local_host,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -101,7 +101,7 @@ def fleet(tmp_path: Path, state: Path, lease_s: float = LEASE_S) -> Path:
             "j": {
                 "host": "a",
                 "spares": ["b"],
-                **job_table(steps=1_000_000, checkpoint_every_steps=500),
+                **stdlib_job(steps=1_000_000, checkpoint_every_steps=500),
             }
         },
         state_dir=str(state),

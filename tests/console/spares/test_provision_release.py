@@ -26,8 +26,8 @@ from chaos.observe import executor_events
 from support.fleetbed import (
     EXECUTOR_ENV,
     add_provisioner,
-    job_table,
     local_host,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -171,7 +171,7 @@ async def test_a_failover_never_lands_on_a_host_being_released(tmp_path: Path) -
             "b": local_host(hosts / "b", role="spare"),
             "p": local_host(hosts / "p"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
     )
     state_dir = tmp_path / "state"
     add_provisioner(
@@ -249,7 +249,7 @@ async def test_a_crash_on_a_host_being_released_fails_over_an_operator_s_cordon_
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(hosts / "a"), "b": local_host(hosts / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 from support.offlinebed import OFFLINE, executors_under
 
 from console.controller import Controller
@@ -37,7 +37,7 @@ async def test_a_console_that_reaches_no_host_fails_nothing_over_and_carries_on_
         # no warm standby: nothing may start on a spare while offline (a standby is started
         # before; tests/console/supervise/test_warm_standby_default.py covers it)
         jobs={
-            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
+            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **stdlib_job(steps=100_000)}
         },
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}

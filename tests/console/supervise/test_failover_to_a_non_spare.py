@@ -10,7 +10,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
@@ -29,7 +29,7 @@ async def test_a_failover_to_a_host_that_was_no_spare_resumes_from_the_spares_re
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=400)}},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": False, **stdlib_job(steps=400)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "abc"})
     sup = ctl.jobs["j"]

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support import sshbed
-from support.fleetbed import EXECUTOR_ENV, job_table, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, stdlib_job, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
@@ -67,7 +67,7 @@ async def _fault_with_b_frozen(
                 "host": "a",
                 "spares": ["b", "c"],
                 "warm_standby": False,
-                **job_table(steps=100_000),
+                **stdlib_job(steps=100_000),
             }
         },
         command_timeout_s=300.0,  # a copy to the frozen spare hangs long past the move

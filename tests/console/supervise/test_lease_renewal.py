@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, run_until, stdlib_job, until, write_inventory
 from support.groupbed import group_job
 
 from console.controller import Controller
@@ -80,7 +80,7 @@ async def test_a_running_executor_is_renewed_at_each_of_its_clock_readings(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=1_000_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=1_000_000)}},
         lease_s=LEASE_S,
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
@@ -136,7 +136,7 @@ async def test_a_lease_lapsed_by_a_stalled_console_says_why_in_the_journal(tmp_p
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=1_000_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=1_000_000)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     sup = ctl.jobs["j"]

@@ -22,10 +22,10 @@ import psutil
 import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
-    job_table,
     local_host,
     run_until,
     slow_python,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -122,7 +122,7 @@ async def test_a_hung_executor_on_a_starved_machine_is_restarted_in_place_not_lo
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1_000_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=1_000_000)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
     sup = ctl.jobs["j"]
@@ -161,7 +161,7 @@ async def test_a_hung_executor_on_a_host_slow_to_start_python_is_killed_in_place
             "a": local_host(tmp_path / "a", python=str(python)),
             "b": local_host(tmp_path / "b", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=1_000_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=1_000_000)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
     sup = ctl.jobs["j"]

@@ -17,8 +17,8 @@ import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
     FAST_CONSOLE,
-    job_table,
     local_host,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -93,7 +93,7 @@ async def test_a_loop_stalled_before_the_start_still_starts_a_whole_lease(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", "steps": 100_000, **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "steps": 100_000, **stdlib_job(steps=100_000)}},
     )
     stalls: list[float] = []
     new_epoch = JobMessages.new_epoch
@@ -125,7 +125,7 @@ async def test_a_start_whose_own_grant_took_a_lease_is_granted_again(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=100_000)}},
     )
     slow = first_grant_stalled(monkeypatch)
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
@@ -142,7 +142,7 @@ async def test_a_fresh_reading_is_taken_after_the_readings_a_stalled_loop_left_q
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=100_000)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
     sup = ctl.jobs["j"]

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 from support.groupbed import controller as group_controller
 from support.groupbed import local_group
 
@@ -77,7 +77,7 @@ async def test_a_stop_while_the_job_deploys_starts_nothing(tmp_path: Path) -> No
             "a": local_host(tmp_path / "a", python=str(slow)),
             "b": local_host(tmp_path / "b", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=5000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=5000)}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in "ab"}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
