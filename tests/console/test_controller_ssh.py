@@ -16,8 +16,8 @@ from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_sha,
     cut_until_fenced,
-    job_table,
     kill_caught_up,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -46,7 +46,7 @@ def inventory(
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": a.inventory_table("r1"), "b": b.inventory_table("r1", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**job)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(**job)}},
         lease_s=lease_s,
     )
 

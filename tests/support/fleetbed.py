@@ -164,13 +164,13 @@ def _baseline(inventory: Path, job: str, workdir: Path) -> tuple[str, str]:
     spec and test run, whichever worker asks first (``once``)."""
     from console.inventory import load
 
+    spec = load(inventory).jobs[job].spec
+
     def make() -> list[str]:
         sha = _run_baseline(inventory, job, workdir)
-        return [sha, checkpoint_params(workdir)]
+        return [sha, checkpoint_params(workdir) if spec.executor == "torch" else ""]
 
-    sha, params = once(
-        b"fleetbed.baseline " + msgspec.json.encode(load(inventory).jobs[job].spec), make
-    )
+    sha, params = once(b"fleetbed.baseline " + msgspec.json.encode(spec), make)
     return sha, params
 
 

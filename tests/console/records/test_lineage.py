@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, run_until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, run_until, stdlib_job, write_inventory
 
 from console.cli import main
 from console.controller import Controller
@@ -46,7 +46,7 @@ async def test_a_failover_from_a_to_b_is_one_chain_with_the_incident_between(
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=600)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=600)}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
@@ -157,7 +157,7 @@ def test_no_state_dir_or_no_journal_is_one_clear_line(
     inventory = write_inventory(  # the inventory's state dir, before any console ran
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table()}},
+        jobs={"j": {"host": "a", **stdlib_job()}},
     )
     code = main(["--inventory", str(inventory), "lineage", "j"])
     out, err = capsys.readouterr()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 
 from console.controller import Controller
 from console.inventory import load
@@ -35,7 +35,7 @@ def fleet(tmp_path: Path, **job: Any) -> Path:
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(**over)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(**over)}},
     )
 
 

@@ -22,7 +22,7 @@ from support.fleetbed import (
     EXECUTOR_ENV,
     add_provisioner,
     baseline_sha,
-    job_table,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -55,7 +55,7 @@ async def test_a_job_without_a_spare_gets_a_fresh_sshd_host_and_fails_over_to_it
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": a.inventory_table("r1")},
-        jobs={"j": {"host": "a", **job_table(steps=3_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=3_000)}},
     )
     made = bed.folder / "provisioned"
     command, release = bed.sshd_provisioner(made)

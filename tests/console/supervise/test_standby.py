@@ -31,8 +31,8 @@ from support.etcdbed import EtcdCluster, etcd_cluster_fixture  # noqa: F401 - th
 from support.fleetbed import (
     EXECUTOR_ENV,
     baseline_sha,
-    job_table,
     local_host,
+    stdlib_job,
     write_inventory,
 )
 from support.wait import wait_for as wait
@@ -45,6 +45,7 @@ from console.service.etcd import Etcd
 from console.service.standby import DEPOSED
 from console.supervise.refusal import Refused
 from executors import exitcodes
+from executors.agent.workdir import read_command
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
 LEASE_S = 8.0
@@ -73,7 +74,7 @@ def inventories(tmp_path: Path, cluster: EtcdCluster, steps: int) -> list[Path]:
                     "a": local_host(tmp_path / "a"),
                     "b": local_host(tmp_path / "b", role="spare"),
                 },
-                jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=steps)}},
+                jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=steps)}},
                 lease_s=LEASE_S,
                 etcd=cluster.endpoints,
                 etcd_ttl_s=TTL_S,
@@ -131,6 +132,12 @@ def leader_name(s: Serving) -> str:
 
 def start_time(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def command_group(workdir: Path) -> int | None:
+    """The process group of the script an executor runs, as it recorded it in its workdir."""
+    rec = read_command(workdir)
+    return rec[0] if rec is not None else None
 
 
 def alive(pid: int) -> bool:
@@ -324,12 +331,16 @@ def test_the_leader_killed_mid_failover_the_standby_finishes_it_with_one_trainer
     overlaps: list[int] = []
     sampling = threading.Event()
 
-    def sample() -> None:  # a's executor alive while one on b has trained: two trainers
+    on_a = [executor, command_group(workdir)]  # the executor and the script it runs
+    assert on_a[1] is not None, "a's executor recorded its command"
+
+    def sample() -> None:  # anything of a's alive while anything on b has trained
         while not sampling.is_set():
             with contextlib.suppress(OSError, ValueError):
-                on_b = int((spare / "executor.pid").read_text())
-                if alive(executor) and alive(on_b) and last_step(spare) > 0:
-                    overlaps.append(on_b)
+                on_b = [int((spare / "executor.pid").read_text()), command_group(spare)]
+                a_up = any(alive(p) for p in on_a if p is not None)
+                if a_up and any(alive(p) for p in on_b if p is not None) and last_step(spare) > 0:
+                    overlaps.append(on_b[0])
             time.sleep(0.02)  # sampling while time passes (the property is the time)
 
     sampler = threading.Thread(target=sample, daemon=True)
