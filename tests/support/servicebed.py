@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, write_inventory
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
 LEASE_S = 8.0
@@ -21,7 +21,7 @@ def inventory(tmp_path: Path, **console: object) -> Path:
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=400_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=400_000)}},
         **console,
     )
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, job_table, local_host, stdlib_job, until, write_inventory
 from support.manifests import manifest, saved
 
 from console.controller import Controller
@@ -34,7 +34,7 @@ def verified_in(folder: Path) -> list[int]:
     steps = []
     for path in sorted(folder.glob("step-*.json")):
         m = json.loads(path.read_text())
-        data = path.with_suffix(".pt")
+        data = folder / m["file"]  # the checkpoint's own name: step-N.pt, or a script's
         if data.exists() and hashlib.sha256(data.read_bytes()).hexdigest() == m["sha256"]:
             steps.append(m["step"])
     return steps
@@ -50,7 +50,7 @@ async def test_an_unfit_spare_is_replaced_and_the_new_one_holds_a_replica_for_th
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "b", "c")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
@@ -232,7 +232,7 @@ async def test_a_job_with_no_spare_takes_a_host_added_later_and_fails_over_there
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a")},
-        jobs={"j": {"host": "a", **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", **stdlib_job(steps=100_000)}},
     )
     env = {h: dict(EXECUTOR_ENV) for h in ("a", "c")}
     ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
