@@ -41,7 +41,7 @@ rendezvous, so an argv of ``python -m torch.distributed.run --nnodes {nnodes} --
 its node rank and the group's size. Without a rendezvous they describe one host alone
 (0, 1, 127.0.0.1, 29500, 0, 1, 1, gloo, 30). ``--device`` is not passed on: say it in ``env``
 or ``argv``. Checkpoint requests (CheckpointNow) are not supported: the command checkpoints
-on its own schedule.
+on its own schedule (the console refuses `c`, checkpoint now, for a command job and says why).
 """
 
 from __future__ import annotations
