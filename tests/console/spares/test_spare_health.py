@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 from support.helpers import REPO, alive, env_with, serving, tmpfs
 
 from console.controller import Controller
@@ -104,7 +104,7 @@ async def test_a_spare_with_a_dead_gpu_is_passed_over_for_the_healthy_one(tmp_pa
             "c": local_host(tmp_path / "c", role="spare", priority=2),
         },
         jobs={
-            "j": {"host": "a", "spares": ["b", "c"], **job_table(steps=100_000, warm_standby=None)}
+            "j": {"host": "a", "spares": ["b", "c"], **stdlib_job(steps=100_000, warm_standby=None)}
         },
         health_probe_s=0.5,
     )
