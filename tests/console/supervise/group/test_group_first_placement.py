@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 from support.groupbed import controller, local_group
 
 from console.controller import Controller
@@ -145,7 +145,7 @@ async def test_a_job_declared_by_its_region_alone_starts_on_a_host_of_that_regio
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", region="r2")},
-        jobs={"j": {"region": "r2", **job_table(steps=30)}},
+        jobs={"j": {"region": "r2", **stdlib_job(steps=30)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
     await asyncio.wait_for(ctl.run(), 120)
@@ -167,7 +167,7 @@ async def test_a_job_started_again_off_its_cordoned_host_resumes_from_its_replic
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
     )
     ctl = Controller(load(inv), Policy.AUTO, executor_env={h: dict(EXECUTOR_ENV) for h in "ab"})
     task = asyncio.create_task(ctl.run(stay=True))
