@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.fleetbed import local_host, write_inventory
-from support.helpers import PLAIN_SCRIPT, REPO, env_with
+from support.fleetbed import STDLIB_SCRIPT, local_host, write_inventory
+from support.helpers import REPO, env_with
 
 
 def hotspare(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,11 +28,11 @@ def hotspare(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def unprotected_job(tmp_path: Path) -> Path:
-    """The plain script saves ``ckpt-N.pt``; the job looks for ``model-*.safetensors``."""
-    argv = [sys.executable, str(PLAIN_SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
+    """The script saves ``ckpt-N.json``; the job looks for ``model-*.safetensors``."""
+    argv = [sys.executable, str(STDLIB_SCRIPT), "--checkpoint-dir", "{checkpoint_dir}"]
     command = {
         "argv": [*argv, "--steps", "{steps}"],
-        "env": {"OMP_NUM_THREADS": "1"},
+        "preload": [],  # a script with no torch: no zygote importing it
         "checkpoint_glob": "model-*.safetensors",
         "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
     }
@@ -71,7 +71,7 @@ def test_a_finish_with_no_checkpoint_exits_4_alerts_and_the_report_says_not_clea
     alerts = [e for e in events if e["kind"] == "alert" and "finished, not clean" in e["msg"]]
     assert alerts, [e["msg"] for e in events if e["kind"] == "alert"]
     # independent evidence that the script did write checkpoints, just not where looked
-    written = sorted(p.name for p in tmp_path.glob("a/jobs/j/**/ckpt-*.pt"))
+    written = sorted(p.name for p in tmp_path.glob("a/jobs/j/**/ckpt-*.json"))
     assert written, "the script saved its own checkpoints (the layout missed them)"
 
     report = hotspare("--inventory", str(inv), "report")
@@ -94,7 +94,7 @@ def test_a_finish_with_no_checkpoint_exits_4_alerts_and_the_report_says_not_clea
 
 def test_a_clean_finish_exits_0_and_the_report_says_clean(tmp_path: Path) -> None:
     inv = unprotected_job(tmp_path)
-    text = inv.read_text().replace("model-*.safetensors", "ckpt-*.pt")
+    text = inv.read_text().replace("model-*.safetensors", "ckpt-*.json")
     inv.write_text(text)
     run = hotspare("--inventory", str(inv), "run", "--policy", "auto")
     assert run.returncode == 0, run.stderr[-2000:]
