@@ -67,6 +67,7 @@ def command_job(script: Path, out: Path) -> dict[str, Any]:
         "keep_checkpoints": 100,
         "command": {
             "argv": argv,
+            "preload": [],  # the script imports no torch: no zygote importing it
             "env": {"RUN_DIR": "runs/{run_id}"},
             "checkpoint_glob": "ckpt-*.pt",
             "complete_marker": "{name}.done",

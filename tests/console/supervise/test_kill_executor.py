@@ -105,6 +105,7 @@ def command_job(tmp_path: Path, out: Path) -> Path:
         "steps": 1_000_000,
         "command": {
             "argv": [sys.executable, str(script), "leader", str(out)],
+            "preload": [],  # the script imports no torch: no zygote importing it
             "progress_regex": r"step (?P<step>\d+) loss (?P<loss>[0-9.]+)",
         },
     }
