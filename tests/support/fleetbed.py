@@ -64,6 +64,17 @@ test_warm_standby_default, test_spare_health, test_controller_local's takeover, 
 seed's fleet); ``HOTSPARE_TEST_WARM_STANDBY=1`` gives every test job the product's default."""
 
 
+def _with(job: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``job`` with ``over`` on top, and no warm standby unless asked (WARM_STANDBY);
+    ``warm_standby=None`` removes the key: the product's default."""
+    if not WARM_STANDBY:
+        job["warm_standby"] = False
+    job.update(over)
+    if job.get("warm_standby", 0) is None:
+        del job["warm_standby"]
+    return job
+
+
 def job_table(**over: Any) -> dict[str, Any]:
     """A test job's table; ``warm_standby=None`` leaves the product's default (WARM_STANDBY)."""
     job: dict[str, Any] = {
@@ -73,12 +84,7 @@ def job_table(**over: Any) -> dict[str, Any]:
         "keep_checkpoints": 3,
         "config": dict(TINY_CONFIG),
     }
-    if not WARM_STANDBY:
-        job["warm_standby"] = False
-    job.update(over)
-    if job.get("warm_standby", 0) is None:
-        del job["warm_standby"]
-    return job
+    return _with(job, over)
 
 
 STDLIB_SCRIPT = REPO / "tests" / "train_stdlib.py"
@@ -111,12 +117,7 @@ def stdlib_job(**over: Any) -> dict[str, Any]:
             "params_regex": r"^params sha256 (?P<sha256>[0-9a-f]{64})$",
         },
     }
-    if not WARM_STANDBY:
-        job["warm_standby"] = False
-    job.update(over)
-    if job.get("warm_standby", 0) is None:
-        del job["warm_standby"]
-    return job
+    return _with(job, over)
 
 
 def write_inventory(
