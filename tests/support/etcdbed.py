@@ -76,19 +76,17 @@ class EtcdCluster:
         """None once a write lands through each member; else why not (a member exited, or
         the deadline passed)."""
         deadline = time.monotonic() + timeout
-        waiting = list(self.names)
-        while waiting:
-            n = waiting[0]
-            if not self.alive(n):
-                return f"member {n} exited (code {self.procs[n].returncode}); see {n}.log"
-            try:
-                Etcd([self.endpoints[self.names.index(n)]]).txn([], [])
-                waiting.pop(0)
-                continue
-            except EtcdError as e:
-                if time.monotonic() > deadline:
-                    return f"member {n}: {e}"
-            time.sleep(POLL_S)  # polling, bounded by the deadline above
+        for n, endpoint in zip(self.names, self.endpoints, strict=True):
+            while True:
+                if not self.alive(n):
+                    return f"member {n} exited (code {self.procs[n].returncode}); see {n}.log"
+                try:
+                    Etcd([endpoint]).txn([], [])
+                    break
+                except EtcdError as e:
+                    if time.monotonic() > deadline:
+                        return f"member {n}: {e}"
+                time.sleep(POLL_S)  # polling, bounded by the deadline above
         return None
 
     def _launch(self, n: str, state: str) -> None:

@@ -232,6 +232,15 @@ def fill_disk(disk: Path) -> Path:
     return filler
 
 
+def command_pid(workdir: Path) -> int | None:
+    """The process-group leader of the command an executor runs, as it recorded it in its
+    workdir (None before it recorded one)."""
+    from executors.agent.workdir import read_command
+
+    rec = read_command(workdir)
+    return rec[0] if rec is not None else None
+
+
 def alive(pid: int) -> bool:
     """A live process (not a zombie), from /proc."""
     try:

@@ -20,7 +20,7 @@ from support.fleetbed import (
     until,
     write_inventory,
 )
-from support.helpers import PLAIN_SCRIPT, maps_torch, plain_command
+from support.helpers import PLAIN_SCRIPT, command_pid, maps_torch, plain_command
 
 from console.controller import Controller
 from console.inventory import load
@@ -28,7 +28,6 @@ from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import JobState
 from console.supervise.policy import Policy
-from executors.agent.workdir import read_command
 
 SCRIPT = PLAIN_SCRIPT
 STEPS = 150
@@ -54,12 +53,6 @@ def plain_reference(tmp_path: Path) -> str:
         check=True,
     )
     return done.stdout.strip().splitlines()[-1].split()[-1]
-
-
-def command_pid(workdir: Path) -> int | None:
-    """The command's process-group leader, as the executor recorded it in the workdir."""
-    rec = read_command(workdir)
-    return rec[0] if rec is not None else None
 
 
 async def test_a_killed_command_restarts_in_the_same_executor_at_the_next_epoch(

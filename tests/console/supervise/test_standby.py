@@ -35,6 +35,7 @@ from support.fleetbed import (
     stdlib_job,
     write_inventory,
 )
+from support.helpers import command_pid
 from support.wait import wait_for as wait
 
 from console.records.console_lock import held
@@ -45,7 +46,6 @@ from console.service.etcd import Etcd
 from console.service.standby import DEPOSED
 from console.supervise.refusal import Refused
 from executors import exitcodes
-from executors.agent.workdir import read_command
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
 LEASE_S = 8.0
@@ -132,12 +132,6 @@ def leader_name(s: Serving) -> str:
 
 def start_time(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-
-
-def command_group(workdir: Path) -> int | None:
-    """The process group of the script an executor runs, as it recorded it in its workdir."""
-    rec = read_command(workdir)
-    return rec[0] if rec is not None else None
 
 
 def alive(pid: int) -> bool:
@@ -331,13 +325,13 @@ def test_the_leader_killed_mid_failover_the_standby_finishes_it_with_one_trainer
     overlaps: list[int] = []
     sampling = threading.Event()
 
-    on_a = [executor, command_group(workdir)]  # the executor and the script it runs
+    on_a = [executor, command_pid(workdir)]  # the executor and the script it runs
     assert on_a[1] is not None, "a's executor recorded its command"
 
     def sample() -> None:  # anything of a's alive while anything on b has trained
         while not sampling.is_set():
             with contextlib.suppress(OSError, ValueError):
-                on_b = [int((spare / "executor.pid").read_text()), command_group(spare)]
+                on_b = [int((spare / "executor.pid").read_text()), command_pid(spare)]
                 a_up = any(alive(p) for p in on_a if p is not None)
                 if a_up and any(alive(p) for p in on_b if p is not None) and last_step(spare) > 0:
                     overlaps.append(on_b[0])
