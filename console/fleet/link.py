@@ -69,6 +69,8 @@ class ExecutorLink:
         """Set, and replaced by a new one, at each clock reading and when the link closes."""
         self._answered: int | None = None
         """The nonce of the newest Ping the executor answered (its Heartbeat names it)."""
+        self._answer: Heartbeat | None = None
+        """That Heartbeat."""
         self.lease_lows: deque[tuple[float, float]] = deque(maxlen=LOWS_KEPT)
         """(``clock.mono()`` at arrival, ``lease_low_s``) of the newest heartbeats that had one:
         how much lease was left when renewals reached the executor."""
@@ -120,13 +122,22 @@ class ExecutorLink:
         answer to be read: then ``anchor`` is a reading taken after the Ping was sent, however
         many older readings were queued unread (a stalled loop reads those first, each as if it
         had just arrived). Whether it came (False too once the link is closed)."""
+        return await self.answer(timeout) is not None
+
+    async def answer(self, timeout: float) -> Heartbeat | None:
+        """A Ping, and the Heartbeat that answers it, read by the link's pump within
+        ``timeout`` (None: none came, or the link closed). The executor handles a link's
+        messages in order, so everything sent before the Ping has been handled by then: its
+        ``lease_left_s`` is the lease after any renewal sent before."""
         nonce = secrets.randbits(62) + 1
         await self.send(Ping(nonce=nonce))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while self._frames is not None and self._answered != nonce:
                     await self._fresh.wait()
-        return self._frames is not None and self._answered == nonce
+        if self._frames is not None and self._answered == nonce:
+            return self._answer
+        return None
 
     @property
     def pumped(self) -> bool:
@@ -171,7 +182,7 @@ class ExecutorLink:
                 for msg in batch:
                     if isinstance(msg, Heartbeat):
                         if msg.nonce is not None:
-                            self._answered = msg.nonce
+                            self._answered, self._answer = msg.nonce, msg
                         self._reading(msg.clock)
                         if msg.lease_low_s is not None:
                             self.lease_lows.append((clock.mono(), msg.lease_low_s))

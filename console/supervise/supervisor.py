@@ -134,10 +134,6 @@ class Supervisor(ABC):
             rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
         )
 
-        self._last_lease = LastLease(
-            self.live, lease=self.lease, unattended_s=c.unattended_s, journal=journal
-        )
-        """A clean quit's last lease to every executor still training (one path for both)."""
         self._states = Transitions(
             self.live, journal=journal, alert=services.alert, alerted=services.alerted
         )
@@ -169,6 +165,14 @@ class Supervisor(ABC):
             ended=self._probe.ended,
             cleanups=services.cleanups,
         )
+        self._last_lease = LastLease(
+            self.live,
+            lease=self.lease,
+            dial=self.launcher.link,
+            unattended_s=c.unattended_s,
+            journal=journal,
+        )
+        """A clean quit's last lease to every executor still training (one path for both)."""
         self._loss = LinkLoss(
             name,
             hosts=fleet,

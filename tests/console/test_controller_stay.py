@@ -182,6 +182,53 @@ async def test_a_console_that_quits_leaves_training_going_and_the_next_reattache
     assert last.data["unattended_s"] == 60.0
 
 
+async def test_a_console_that_quits_during_a_blip_still_leaves_its_last_lease(
+    tmp_path: Path,
+) -> None:
+    """Run M (issue 30): an executor stopped "lease of epoch 1 ends in 1.5s without renewal"
+    3 s after its console quit cleanly under ``unattended_s = 120``. A console that quit while
+    its job read unreachable (a heartbeat late on a loaded host, the link closed as suspect)
+    sent no last lease and said nothing: the state was not RUNNING and the member had no link.
+    Here the executor is frozen until the job reads unreachable, then continued in the very
+    tick the console quits (no relink can land first). The console dials it afresh for its
+    last lease: it trains on past its lease with no console (its own events, /proc)."""
+    lease_s = 6.0  # the silence is seen and probed well within it, however slow the machine
+    inventory = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
+        unattended_s=60.0,
+        lease_s=lease_s,
+    )
+    env = {h: dict(EXECUTOR_ENV) for h in ("a", "b")}
+    ctl = Controller(load(inventory), Policy.AUTO, executor_env=env)
+    sup = ctl.jobs["j"]
+    task = asyncio.create_task(ctl.run())
+    workdir = tmp_path / "a" / "jobs" / "j"
+    try:
+        await until(lambda: sup.step >= 20 or task.done(), 90, "step 20")
+        pid = int((workdir / "executor.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await until(lambda: sup.state is JobState.UNREACHABLE, 30, "the silence seen")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            task.cancel()  # q, in the same tick: the job still reads unreachable
+        await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await ctl.close()
+    quit_at = time.monotonic()
+    await until(lambda: time.monotonic() > quit_at + lease_s + 1, 30, "its lease to pass")
+    at = steps_on_disk(workdir)
+    await until(lambda: steps_on_disk(workdir) > at + 10, 30, "steps taken with no console")
+    assert Path(f"/proc/{pid}").exists()
+    kinds = [json.loads(x).get("kind") for x in (workdir / "events.jsonl").read_text().splitlines()]
+    assert "stopped" not in kinds, "it trains on: nothing stopped it"
+    os.kill(pid, signal.SIGKILL)
+    events = list(read(inventory.parent / "state" / "journal.jsonl"))
+    assert [e for e in events if "may train on for 60 s" in e.msg], [e.msg for e in events][-8:]
+
+
 @pytest.mark.long  # the suite reattaches a console quietly (in this file) and a controller after SIGKILL (test_service)
 async def test_a_console_started_while_the_executor_is_slow_to_answer_reattaches_with_no_incident(
     tmp_path: Path,

@@ -60,7 +60,7 @@ class GroupEpoch:
         lost: Callable[[Member, str, str], None],
         unreachable: Callable[[Member], None] = lambda _m: None,
         answered: Callable[[Member, list[Member]], Awaitable[None]],
-        leave: Callable[[Sequence[tuple[str, ExecutorLink]]], Awaitable[None]],
+        leave: Callable[[Sequence[tuple[str, ExecutorLink | None]]], Awaitable[None]],
     ) -> None:
         self.members = members
         self.epoch = epoch
@@ -127,7 +127,7 @@ class GroupEpoch:
                 await self._changed.wait()
             return self.members
         except asyncio.CancelledError:  # the console quits: the members train on without it
-            await self._leave([(m.host, m.link) for m in self.members if m.link and m.exit is None])
+            await self._leave([(m.host, m.link) for m in self.members if m.exit is None])
             raise
         finally:
             for t in tasks:
