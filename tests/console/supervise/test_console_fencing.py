@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from chaos.observe import executor_events, last_step
 from chaos.procs import Sampler
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 from support.helpers import REPO, env_with
 
 from console import clock
@@ -36,7 +36,7 @@ def _fleet(tmp_path: Path, **console: object) -> Path:
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
         **console,
     )
 
@@ -290,7 +290,7 @@ async def test_a_read_only_console_shows_the_replicas_the_spares_already_hold(
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=60)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=60)}},
     )
     owner = _console(inventory)
     await asyncio.wait_for(owner.run(), 120)  # the job trains to its end; replicas on b
