@@ -30,7 +30,6 @@ from console.replication.replicator import Replicator
 from console.spares.host_supply import HostSupply
 from console.spares.spare_keeper import REPLACED_WITHIN_S
 from console.states import HOST_ORDERS, HostState, JobState, host_order_refusal
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.incident import carry_on
 from console.supervise.observe import FOLLOW_EVERY_S
 from console.supervise.orders import ON_ITS_WAY
@@ -240,7 +239,7 @@ class Controller:
 
     def _supervisor(self, name: str) -> Supervisor:
         """Every job's: one on one host is a group of one (issue 30: one supervisor)."""
-        return GroupSupervisor(self.services, name)
+        return Supervisor(self.services, name)
 
     def _console_died(
         self, at: float, steps: dict[str, int], fault_class: str = "console_restart"

@@ -1,12 +1,30 @@
-"""What every job's supervisor has (``GroupSupervisor``, ``group/supervisor.py``: a job on one
-host is a group of one; issue 30 made the two supervisors one).
+"""Every job's supervisor (issue 30: one supervisor; a job on one host is a group of one,
+keeping one host's replica layout and journal wording): start every member at one epoch, watch
+them, and when any member's run ends, restart the group at a new epoch, same world size and
+rank order, from the newest step every member committed, a lost member's host replaced by a
+spare.
 
-Given ``JobServices`` (what it may use of the fleet-wide controller, ``services.py``), it
-builds the pieces both kinds use, each handed the shared ``LiveJob`` and only what else it
-needs (never the services, never this): ``JobLease``, ``OpenIncident``, ``Probe``,
-``Launcher``, ``LinkLoss`` (what a lost link means), ``Orders`` (an operator's requests),
-``JobMessages`` and ``Observe`` (a read-only console's view); and it begins every run the same
-way (a job finished or stopped before this console started goes nowhere).
+Example for one host: ``a running -> a unreachable -> its lease waited out -> b (a spare,
+its executor readied meanwhile; replica promoted) at epoch 2 from step 40 -> running``.
+
+Example sequence (as in the journal): ``a, b, c running (epoch 1) -> c unreachable -> its
+lease waited out -> c replaced by d (shard of step 40 promoted there) -> a, b (in place,
+torch warm), d at epoch 2 from step 40 -> running``.
+
+Given ``JobServices`` (what it may use of the fleet-wide controller, ``services.py``), the
+supervisor places and launches each epoch (or reattaches to one at console start); the rest is
+done by pieces it builds, each handed the shared ``LiveJob`` and only what else it needs (never
+the services, never this): ``JobLease``, ``OpenIncident``, ``Probe``, ``Launcher``,
+``LinkLoss`` (what a lost link means), ``Orders`` (an operator's requests), ``JobMessages``
+(what members say: the one dispatcher, given this job's ``Commits``), ``Observe`` (a
+read-only console's view), ``Assignment`` (hosts and spares), ``FirstPlacement`` (where the
+first epoch starts), ``GroupEpoch`` (one epoch's links, leases, silence), ``MemberEvents`` (a
+member's silence, loss or GPU move, and the incident it opens), ``GroupRecovery`` (what to do
+once an epoch ended), ``ResumeStep`` (the step to resume from, replicas promoted),
+``WarmExecutors`` (survivors kept warm, replacements readied) and ``Commits`` (two-phase
+commit). Orders (stop, checkpoint now) go to rank 0's executor over its link now (a relink
+followed; else the first member still linked), and the executors agree at each step boundary,
+so every member stops or checkpoints at the same step.
 """
 
 from __future__ import annotations
@@ -14,22 +32,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from abc import ABC, abstractmethod
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
+
+import msgspec
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.reach.transport.base import Transport
 from console.records.journal import Kind
 from console.records.state_store import JobRecord
-from console.spares.placement import choose_spares
+from console.replication.replicator import rank_shard
+from console.spares.spare_keeper import SpareKeeper
 from console.spares.targets import Targets
 from console.states import FailureKind, HostState, JobState
+from console.supervise.assign import Assignment
+from console.supervise.first_placement import FirstPlacement
 from console.supervise.group.commit import Commits
+from console.supervise.group.elastic import Growth
+from console.supervise.group.epoch import GroupEpoch
+from console.supervise.group.meeting import Meeting
+from console.supervise.group.member_events import MemberEvents
+from console.supervise.group.recovery import GroupRecovery
+from console.supervise.group.resume import ResumeStep
+from console.supervise.group.warm import WarmExecutors
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
-from console.supervise.lease import JobLease
+from console.supervise.lease import JobLease, NoAnchor
 from console.supervise.leave import LastLease
 from console.supervise.link_loss import LinkLoss
 from console.supervise.live import LiveJob, Transitions
@@ -37,12 +67,16 @@ from console.supervise.member import Member
 from console.supervise.messages import JobMessages
 from console.supervise.observe import Observe
 from console.supervise.orders import Orders
+from console.supervise.outcome import Exit, Outcome
 from console.supervise.probe import Probe
-from console.supervise.read_back import ReadBack
+from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE, ReadBack
+from console.supervise.reattach import Reattach, recorded_members
 from console.supervise.restart import RestartBudget
-from console.supervise.standby import Prepared
+from console.supervise.standby import Prepared, Standby
+from console.supervise.start_lease import granted_start
+from console.supervise.twin import Twin
 from protocol.faults import StopReason
-from protocol.messages import ExecutorState, Progress, Stop
+from protocol.messages import ExecutorState, Progress, Rendezvous, Start, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -73,12 +107,9 @@ class _Live(Generic[T]):
         setattr(sup.live, self._name, value)
 
 
-class Supervisor(ABC):
-    """What every job's supervisor has, one host or a group: the job's live view, its lease,
-    its state moves, its incident, the probe of its hosts, its launcher, the classifier of a
-    lost link, an operator's orders and a read-only console's view; the run's beginning (a
-    job finished or stopped before this console started goes nowhere). What follows is
-    ``GroupSupervisor``'s (one executor per member; a job on one host has one member)."""
+class Supervisor:
+    """A job's supervisor, one host or a group: one executor per member (a job on one host has
+    one member); the console the coordinator."""
 
     rec: _Live[JobRecord] = _Live()
     failure: _Live[FailureKind | None] = _Live()
@@ -124,11 +155,20 @@ class Supervisor(ABC):
         self._alert = services.alert
         self._reserved = functools.partial(services.reserved, name)
         self._priorities = services.priorities
-        self._take_spare = services.take_spare
         self._wait_for_hosts = services.wait_for_hosts
-        self._need_host = services.need_host
-        self._placement_said: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        """The hosts and spares last journalled (``_assign``): said once, not at each launch."""
+        self._assignment = Assignment(
+            self.live,
+            inv=inv,
+            fleet=fleet,
+            reserved=self._reserved,
+            priorities=services.priorities,
+            take_spare=services.take_spare,
+            need_host=services.need_host,
+            save=store.save,
+            journal=journal,
+            alert=services.alert,
+        )
+        """Where the job trains now, and its spares: one rule for one host and a group."""
         c = inv.console
         self.lease = JobLease(
             rec, store.persist, ttl_s=c.lease_s, skew_s=c.clock_skew_s, vouch=store.vouch
@@ -234,6 +274,135 @@ class Supervisor(ABC):
             on_message=lambda msg: self._messages.on_message(self._rank0(), msg),
             look=look,
         )
+        self._policy = services.policy
+        self._detection = services.detection
+        self._placement = inv.jobs[name].placement
+        self.epoch_run: GroupEpoch | None = None
+        self.meeting = Meeting(name, executor=self.spec.executor, inv=inv)
+        """Where and how the members meet each epoch."""
+
+        def members() -> list[str]:
+            return self.members  # read when used: a failover places the job anew
+
+        self._resume = ResumeStep(
+            name,
+            commits=self.commits,
+            inv=inv,
+            fleet=self._fleet,
+            launcher=self.launcher,
+            alert=services.alert,
+            incident=self._incident,
+            members=members,
+            replicator=services.replicator,
+            ensure=lambda target: self._targets.ensure_replica(target, self._messages.newest(0)),
+        )
+        self._events = MemberEvents(self.live, states=self._states, incident=self._incident)
+        self._standby = Standby(
+            self.live,
+            fleet=self._fleet,
+            journal=self._journal,
+            launcher=self.launcher,
+            probe=self._probe,
+        )
+        """The warm standby on the first spare (``warm_standby``)."""
+        self._twin = Twin(
+            self.live,
+            launcher=self.launcher,
+            journal=self._journal,
+            pump=self._standby.pump,
+            pumping=self._standby.pumping,
+        )
+        """The warm twin beside a group of one's executor (``warm_twin``, one host's only)."""
+        self._executors = WarmExecutors(
+            self.live,
+            launcher=self.launcher,
+            lease=self.lease,
+            fleet=self._fleet,
+            journal=self._journal,
+            policy=self._policy,
+            members=members,
+            wait_gone=self._probe.wait_gone,
+            standby=self._standby,
+            twin=self._twin,
+        )
+        self.growth = Growth(
+            self.live,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            policy=self._policy,
+            members=members,
+            reserved=self._reserved,
+            move=lambda reason, why: self.request_move(reason, why),
+            save=services.store.save,
+        )
+        self._keeper = SpareKeeper(
+            self.live,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            hosts=lambda: list(self.members),
+            send_newest=self._messages.send_newest,
+            reserved=self._reserved,
+            priorities=self._priorities,
+            save=services.store.save,
+            after=self._standby.follow_spares,
+        )
+        self._group_recovery = GroupRecovery(
+            self.live,
+            states=self._states,
+            incident=self._incident,
+            open_incident=self._events.open_incident,
+            inv=inv,
+            fleet=self._fleet,
+            journal=self._journal,
+            alert=services.alert,
+            save=services.store.save,
+            policy=self._policy,
+            restarts=self._restarts,
+            pick=self._targets.pick,
+            wait_for_hosts=self._wait_for_hosts,
+            stop_before_start=self._stop_before_start,
+            executors=self._executors,
+            resume=self._resume,
+            members=members,
+            assign=self._assign_members,
+            growth=self.growth,
+            reap=self._probe.reap,
+            wind_down=self._wind_down,
+        )
+        self._first = FirstPlacement(
+            name,
+            members=members,
+            inv=inv,
+            fleet=self._fleet,
+            reserved=self._reserved,
+            priorities=self._priorities,
+            targets=self._group_recovery.targets,
+            assign=self._assign_members,
+            stop_before_start=self._stop_before_start,
+            wait_note=self._states.wait_note,
+            wait_for_hosts=self._wait_for_hosts,
+            journal=self._journal,
+        )
+        """Where the first epoch under this console starts."""
+        self._reattach = Reattach(
+            self.live,
+            lease=self.lease,
+            commits=self.commits,
+            one_host=self._one_host(),
+            link=self.launcher.link,
+            assign=self._assign_members,
+            epoch=self._epoch,
+            retire=self._retire,
+            warm=self._executors.warm,
+            steer=self._steer,
+            states=self._states,
+            incident=self._incident,
+            journal=self._journal,
+            after=self._reattached,
+        )
+        """A run found at console start, taken as it is."""
 
     # ---------------------------------------------------------------- state
 
@@ -246,44 +415,52 @@ class Supervisor(ABC):
         return self.live.epoch
 
     @property
-    def standby(self) -> Prepared | None:
-        """The warm standby on the first spare, when the job keeps one."""
-        return None
+    def members(self) -> list[str]:
+        """The job's hosts now, by node rank: its record's (``_assign_members`` writes it), so
+        a view attached to the owning console, which reads the record again, sees a move."""
+        return self._placed(self.live.rec)
 
-    @abstractmethod
     def hosts_in_use(self) -> list[str]:
-        """The hosts the job trains on now (one; a multi-host job's members)."""
-        raise NotImplementedError
+        return list(self.members)
 
     def shards(self) -> list[int | None]:
-        """What the job's checkpoints replicate as (the ``Replicator``'s shards): one host's,
-        whole (None); a group's, each member's shard by node rank, whatever its size (an
-        elastic group shrunk to one member still has shard 0, not a whole checkpoint)."""
-        return [None]
+        sharded = not self._one_host()  # a group of one replicates whole, as one host did
+        return [rank_shard(sharded, r) for r in range(len(self.members))]
+
+    @property
+    def standby(self) -> Prepared | None:
+        return self._standby.warm
 
     def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
-        """What makes a written checkpoint the job's: None, its being written (one host's is
-        whole); a group's two-phase commit (every member's shard of the step written)."""
-        return None
+        """A step is the job's once every member's shard of it is written (two-phase)."""
+        self.commits = Commits(rec, save, len(self._placed(rec)))
+        return self.commits
+
+    def _one_host(self) -> bool:
+        return not self._inv.multi_host(self.name)
+
+    def _placed(self, rec: JobRecord) -> list[str]:
+        """The members the record names, else the inventory's (read as the commits are built,
+        early in the constructor)."""
+        return recorded_members(rec, self._one_host()) or self._inv.members(self.name)
+
+    def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
+        """Only ``m``'s rank leaves its host: the next epoch puts it on another."""
+        self._events.move(m, reason, why)
+
+    def _refused(self, host: str, step: int) -> None:
+        self._resume.refuse(host, step)
+
+    def _preparing(self) -> bool:
+        """An executor is readied on a replacement while a lost member's lease runs out: its
+        coming up is a phase of the incident the lease's end opens (kept until then)."""
+        return bool(self._executors.readied)
 
     def _rank0(self) -> Member:
         """The executor the job's link reaches, as node rank 0 (a single host's, a group's
         first member's: what a read-only console watches)."""
         job = self.live
         return Member(0, job.host or "", link=job.link, last_seen=job.last_seen)
-
-    def _move_rank(self, m: Member, reason: StopReason, why: str) -> None:
-        """``m``'s GPU fails a health rule: the job moves off its host (0 lost steps)."""
-        self._orders.request_move(reason, why)
-
-    def _refused(self, host: str, step: int) -> None:
-        """A member on ``host`` could not load ``step`` (a group's: its next resume chooses
-        another)."""
-        return
-
-    def _preparing(self) -> bool:
-        """Whether an executor is being readied on a failover's target (its incident says so)."""
-        return False
 
     # ------------------------------------------------------------- requests
 
@@ -325,20 +502,236 @@ class Supervisor(ABC):
             return
         await self._supervise()
 
-    @abstractmethod
     def _last_host(self) -> str | None:
-        """The host a job finished before this console started is shown on (rank 0's)."""
-        raise NotImplementedError
+        return self.members[0] if self.members else None
 
-    @abstractmethod
-    async def _supervise(self) -> None:
-        """Launch (or reattach), watch and recover until the job's state is terminal."""
-        raise NotImplementedError
-
-    @abstractmethod
     def _release(self) -> None:
-        """The job is over: its hosts and spares are free."""
-        raise NotImplementedError
+        self._group_recovery.release()
+
+    async def _supervise(self) -> None:
+        job = self.live
+        run = await self._reattach.attach(again=self.starting_again)
+        resume = self.commits.committed
+        placed = run is not None  # reattached: its members train where they are
+        try:
+            while not job.state.is_terminal():
+                if run is None:
+                    if self._stop_before_start():
+                        return
+                    if not placed:
+                        moved = await self._first.place()
+                        if moved is None:
+                            return
+                        if moved:  # a rank new to its host loads what it holds of the job
+                            resume = await self._resume.step(moved)
+                    placed = True
+                    run = await self._launch_epoch(resume)
+                beside = [
+                    asyncio.create_task(self.growth.watch(), name=f"grow {self.name}"),
+                    asyncio.create_task(self._keeper.keep(), name=f"spares {self.name}"),
+                ]
+                try:
+                    await run.watch()
+                finally:
+                    for task in beside:
+                        task.cancel()
+                    await asyncio.gather(*beside, return_exceptions=True)
+                self.epoch_run = None
+                self._reattach.pending = False
+                await self._read_back_shards(run)
+                nxt = await self._group_recovery.recover(run)
+                if nxt is None:
+                    return
+                (resume,) = nxt
+                run = None
+        finally:
+            if job.state.is_terminal():  # a job over keeps nothing readied
+                await self._wind_down()
+            else:  # a console quitting leaves the standby and twin to their idle exit
+                await self._executors.stop_keeping()
+                await self._executors.drop_readied([])
+                await self._standby.cancel_warm()
+            self._incident.forget_early()  # a readying no incident opened for
+
+    async def _wind_down(self) -> None:
+        """Nothing readied for a job that is over stays: readied replacements, the warm
+        standby, the warm twin."""
+        await self._executors.stop_keeping()
+        await self._executors.drop_readied([])
+        await self._standby.drop_warm()
+        await self._twin.drop()
+
+    async def _read_back_shards(self, run: GroupEpoch) -> None:
+        """Each member's checkpoint at its end that its link never delivered, read from its
+        events (``ReadBack``, as for a single host): once every member's shard of the step is
+        read, the step is committed and the group resumes there. A group preempted while no
+        console watched resumed from the step before, 12 steps back."""
+        await asyncio.gather(
+            *(
+                # a member this console never heard (found gone at its start): no console was
+                # there to hear its last checkpoint
+                self._read_back.read_back(m, m.exit, LINK_CLOSED if m.last_seen else NO_CONSOLE)
+                for m in run.members
+                if m.exit is not None
+            )
+        )
+
+    # --------------------------------------------------------------- launch
+
+    def _assign_members(self, plan: list[str]) -> None:
+        self._assignment.members(plan)
+
+    async def _launch_epoch(self, resume: int | None) -> GroupEpoch:
+        job = self.live
+        plan = list(self.members)
+        self._states.move(JobState.DEPLOYING, f"on {', '.join(plan)}")
+        if self._twin.host not in (None, *plan):
+            await self._twin.drop()  # the job left its host: no twin lingers there
+        self._assign_members(plan)
+        await self._executors.stop_keeping()
+        await self._executors.drop_readied(plan)
+        got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
+        # no epoch starts that the disk cannot hold (a full disk: the job waits, idle)
+        await self._until_saved(f"{self.name} waits to start: its state cannot be persisted")
+        # the first started waited for the slowest: each first lease from a current reading
+        got = await asyncio.gather(
+            *(self._executors.fresh(h, g) for h, g in zip(plan, got, strict=True))
+        )
+        job.rec.epoch += 1
+        self._save()
+        epoch = job.rec.epoch
+        self._messages.new_epoch(plan)
+        self.commits.new_epoch(epoch, len(plan))
+        now = time.monotonic()
+        members = [Member(r, h, last_seen=now) for r, h in enumerate(plan)]
+        run = self._epoch(members, epoch)
+        failed = [(m, g) for m, g in zip(members, got, strict=True) if isinstance(g, Outcome)]
+        if failed:
+            for g in got:
+                if isinstance(g, ExecutorLink):
+                    g.close()  # idle, never started: the next launch takes it again
+            for m, g in failed:
+                assert isinstance(g, Outcome)
+                run.ended(m, g)
+            for m in members:
+                run.ended(m, Outcome(Exit.CRASHED, "the group did not start"))
+            return run
+        if job.stop_requested:  # asked while the members were readied: none is Started
+            for m, g in zip(members, got, strict=True):
+                if isinstance(g, ExecutorLink):
+                    await self._retire(g, m.host, why=StopReason.OPERATOR)
+                    g.close()
+                run.ended(m, Outcome(Exit.STOPPED, "stopped by an operator before its start"))
+            return run
+        rdv = self.meeting.rendezvous(plan, resume)
+        self._journal.record(
+            Kind.EXECUTOR,
+            f"{self.name}: epoch {epoch} on {', '.join(plan)}, master "
+            f"{rdv.master_addr}:{rdv.master_port}, "
+            + (f"resuming from committed step {resume}" if resume else "from step 0"),
+            job=self.name,
+            host=plan[0],
+            data={
+                "epoch": epoch,
+                "members": plan,
+                "port": rdv.master_port,
+                "resume": resume,
+                "planned": self.growth.planned,
+            },
+        )
+        for m, link in zip(members, got, strict=True):
+            assert isinstance(link, ExecutorLink)
+            m.link = link
+            ours = msgspec.structs.replace(rdv, node_rank=m.node_rank)
+
+            def grant(link: ExecutorLink, m: Member = m, ours: Rendezvous = ours) -> Start:
+                m.link = link
+                return run.start(m, self.spec, ours)
+
+            try:  # granted on a current reading, and again if the grant spent half of it
+                link, start = await granted_start(
+                    link,
+                    m.host,
+                    job=self.name,
+                    ttl_s=self.lease.ttl_s,
+                    reading=functools.partial(self._reading, m.host),
+                    grant=grant,
+                    journal=self._journal,
+                )
+                await link.send(start)
+            except LinkError as e:
+                run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
+            except NoAnchor as e:  # its bound could not be persisted (the disk filled again)
+                run.ended(m, Outcome(Exit.CRASHED, f"not started on {m.host}: {e}"))
+        self._steer()  # rank 0's link, else the first linked member's
+        job.last_seen = now
+        self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
+        if self._placement.standby:
+            self._standby.keep_warm()
+        self._keep_twin()
+        return run
+
+    def _keep_twin(self) -> None:
+        if self._placement.warm_twin:  # a job on one host's only
+            self._twin.keep()
+
+    async def _reading(self, host: str, link: ExecutorLink) -> ExecutorLink:
+        """``link``, or a new one to the same idle executor when its Hello is old: a current
+        clock reading for its first lease (a member's link is not read before its Start)."""
+        got = await self._executors.fresh(host, link)
+        if isinstance(got, Outcome):
+            raise LinkError(got.why)
+        return got
+
+    def _epoch(self, members: list[Member], epoch: int) -> GroupEpoch:
+        run = GroupEpoch(
+            members,
+            epoch=epoch,
+            lease=self.lease,
+            detection=self._detection,
+            loss=self._loss,
+            on_message=self._messages.on_message,
+            collective_timeout_s=self.meeting.collective_timeout_s,
+            silent=self._silent,
+            lost=self._events.lost,
+            unreachable=self._executors.ready_replacement,
+            answered=self._answered,
+            leave=self._last_lease.leave,
+        )
+        self.epoch_run = run
+        return run
+
+    def _steer(self) -> None:
+        """The link an operator's orders go over (``live.link``): rank 0's, else the first
+        member's still linked (a Stop or Drain to one member stops every member at one step).
+        Kept in step with relinks, as a single host's is: it stayed rank 0's first link, so
+        after a blip on it a stop went nowhere and the group trained on to its end."""
+        run = self.epoch_run
+        if run is not None:
+            linked = [m.link for m in run.members if m.link is not None and m.exit is None]
+            self.live.link = linked[0] if linked else None
+
+    def _silent(self, m: Member) -> None:
+        self._events.silent(m)
+        self._steer()
+
+    async def _answered(self, m: Member, running: list[Member]) -> None:
+        """``m`` answers again after a silence (a blip): orders go over its new link, once no
+        member of the epoch is silent the job reads as before, and an executor readied to
+        replace it is stopped (it sat idle on the spare until the epoch ended, holding it)."""
+        self._steer()
+        self._events.answered(m, running)
+        if all(x.link is not None for x in running):
+            self._executors.call_off(f"{m.host} answers again")  # beside: m's link is read on
+            self._incident.forget_early()  # what was readied belongs to no incident
+            run = self.epoch_run
+            if self._reattach.pending and run is not None and len(running) == len(run.members):
+                self._reattach.done(run.members)  # silent at console start: alive, slow to answer
+
+    def _reattached(self) -> None:
+        """After a reattach: the warm twin kept, a drain found at console start made."""
+        self._keep_twin()
+        self._drain_found()
 
     async def _retire(
         self, link: ExecutorLink, host: str, why: StopReason = StopReason.NOT_NEEDED
@@ -350,59 +743,6 @@ class Supervisor(ABC):
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason=why, checkpoint=False))
         await self._probe.wait_gone(host)
-
-    def _assign(self, hosts: list[str]) -> None:
-        """The job trains on ``hosts`` now (one, or a group's members by node rank): they are
-        its and the hosts it left are free. Its spares are kept where still fit and free (they
-        hold its replicas), and filled up to the count it asks for (its named spares first,
-        then the nearest: ``choose_spares``); journalled, alerted when it has none.
-
-        One rule for both kinds (issue 30): a single host's job chose its spares afresh at each
-        launch, dropping a spare that held its replicas for another ranked higher; a group kept
-        its spares, and chose only once none was left."""
-        job, fleet = self.live, self._fleet
-        for h, rt in fleet.hosts.items():
-            if rt.job == self.name and h not in hosts:
-                fleet.free(h, self.name, f"{self.name} left it")
-        for h in hosts:
-            fleet.hosts[h].job = self.name
-        job.host = hosts[0]
-        wanted = max(1, len(self._inv.jobs[self.name].placement.spares))
-        usable = fleet.usable()  # fit and free: never one of ``hosts``, taken just above
-        kept = [s for s in job.spares if s in usable][:wanted]
-        if len(kept) < wanted:
-            choice = choose_spares(
-                self._inv,
-                self.name,
-                hosts[0],
-                usable=usable - set(kept),
-                reserved=self._reserved(),
-                priority=self._priorities(),
-                count=wanted - len(kept),
-            )
-            for spare, other in choice.taken:
-                self._take_spare(spare, other, by=self.name)
-            kept += choice.spares
-        job.spares = kept
-        job.rec.host, job.rec.spares = hosts[0], list(kept)
-        self._save()
-        said = (tuple(hosts), tuple(kept))
-        if said == self._placement_said:  # the launch after a recovery's move: said then
-            return
-        self._placement_said = said
-        ranks = f" (node ranks 0..{len(hosts) - 1})" if len(hosts) > 1 else ""
-        self._journal.record(
-            Kind.PLACEMENT,
-            f"{self.name}: on {', '.join(hosts)}{ranks}, spares {', '.join(kept) or 'none'}",
-            job=self.name,
-            host=hosts[0],
-            data={"members": list(hosts), "spares": list(kept)},
-        )
-        if not kept:
-            self._alert(
-                f"job {self.name} has no spare: a host failure will wait for one", job=self.name
-            )
-            self._need_host(f"job {self.name} has no spare")
 
     def _drain_found(self) -> None:
         """Reattached to a run on a host found draining (or drained) at console start: the

@@ -10,7 +10,6 @@ from console.records.incidents import Incident, Resolution
 from console.records.journal import Event, Kind
 from console.records.lineage import brief
 from console.replication.replicator import ReplicaState, shard_key
-from console.supervise.group.supervisor import GroupSupervisor
 from console.ui.view import Row, age
 from protocol.units import MIB, size, used_of
 
@@ -242,7 +241,7 @@ def job_summary(ctl: Controller, job: str) -> str:
         return line
     committed = sup.rec.committed[-1] if sup.rec.committed else None
     newest = {h: m for h, m in sup.checkpoints}  # each member's newest checkpoint it said
-    procs = sup.procs_per_host(hosts) if isinstance(sup, GroupSupervisor) else 1
+    procs = sup.meeting.procs_per_host(hosts)
     members = ", ".join(
         f"{h} ({_ranks(r, procs)}, {ctl.fleet.hosts[h].state.value}"
         + (f", part {size(newest[h].size)} @{newest[h].step}" if h in newest else "")

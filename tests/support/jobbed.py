@@ -17,11 +17,11 @@ from console.records.journal import Journal
 from console.records.state_store import StateStore
 from console.replication.replicator import Replicator
 from console.states import JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.outcome import Outcome
 from console.supervise.policy import Policy
 from console.supervise.services import JobServices
+from console.supervise.supervisor import Supervisor
 from protocol.messages import ExecutorMessage
 from support.fleetbed import job_table, local_host, write_inventory
 
@@ -92,9 +92,7 @@ def services(tmp_path: Path, calls: Calls, more: dict[str, str] | None = None) -
     )
 
 
-def running(
-    svc: JobServices, kind: str, hosts: list[str], *, deployed: bool = True
-) -> GroupSupervisor:
+def running(svc: JobServices, kind: str, hosts: list[str], *, deployed: bool = True) -> Supervisor:
     """Job j on ``hosts[0]`` (kind "one host": a group of one) or the group g on ``hosts``
     (node ranks in order), running: as its supervisor sees it when its run ends
     (``deployed`` False: still deploying there)."""
@@ -105,23 +103,23 @@ def running(
     return sup
 
 
-def supervisor(svc: JobServices, kind: str, hosts: list[str]) -> GroupSupervisor:
+def supervisor(svc: JobServices, kind: str, hosts: list[str]) -> Supervisor:
     """Job j on ``hosts[0]`` (kind "one host": a group of one) or the group g on ``hosts``,
     placed there at epoch 1 (its commits counting its members' shards), not yet deploying."""
-    sup = GroupSupervisor(svc, "j" if kind == "one host" else "g")
+    sup = Supervisor(svc, "j" if kind == "one host" else "g")
     sup._assign_members(hosts[:1] if kind == "one host" else hosts)
     sup.live.rec.epoch = 1
     sup.commits.new_epoch(1, len(sup.members))  # as an epoch's start does
     return sup
 
 
-def say(sup: GroupSupervisor, host: str, msg: ExecutorMessage) -> Outcome | None:
+def say(sup: Supervisor, host: str, msg: ExecutorMessage) -> Outcome | None:
     """What the executor on ``host`` (one of ``sup``'s members) says, through the one
     dispatcher; the run's end if it says its run ended."""
     return sup._messages.on_message(Member(sup.members.index(host), host), msg)
 
 
-async def recovered(sup: GroupSupervisor, ends: list[Outcome]) -> object:
+async def recovered(sup: Supervisor, ends: list[Outcome]) -> object:
     """What ``sup``'s recovery returns for its run ending so (one end per member, the first
     the one that ended the run; a group of one's is the first), within 10 s."""
     ends = ends[: len(sup.members)]

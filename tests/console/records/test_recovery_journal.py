@@ -13,18 +13,18 @@ from support.jobbed import Calls, recovered, running, services
 
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.outcome import Exit, Outcome, from_events_tail, from_run_ended, from_stopped
+from console.supervise.supervisor import Supervisor
 
 
-def job_on_a(tmp_path: Path, *, deployed: bool = True) -> GroupSupervisor:
+def job_on_a(tmp_path: Path, *, deployed: bool = True) -> Supervisor:
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     return running(svc, "one host", ["a"], deployed=deployed)
 
 
-def said(sup: GroupSupervisor, kind: Kind) -> list[str]:
+def said(sup: Supervisor, kind: Kind) -> list[str]:
     return [e.msg for e in read(sup._journal.path) if e.kind is kind]
 
 

@@ -154,11 +154,11 @@ def test_a_group_sends_every_members_newest_shard_of_its_epoch_to_a_new_spare(
     from support.jobbed import Calls, services
 
     from console.replication.replicator import Source
-    from console.supervise.group.supervisor import GroupSupervisor
     from console.supervise.member import Member
+    from console.supervise.supervisor import Supervisor
 
     svc = services(tmp_path, Calls())
-    group = GroupSupervisor(svc, "g")
+    group = Supervisor(svc, "g")
     submitted: list[tuple[list[str], Source]] = []
     svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
     group.live.rec.epoch = 2
@@ -196,12 +196,12 @@ def test_after_a_failover_a_new_spare_gets_the_checkpoint_the_new_host_resumed_f
 
     from console.reach.deploy import checkpoint_file
     from console.replication.replicator import Source
-    from console.supervise.group.supervisor import GroupSupervisor
     from console.supervise.member import Member
+    from console.supervise.supervisor import Supervisor
     from protocol.messages import Resumed
 
     svc = services(tmp_path, Calls())
-    one = GroupSupervisor(svc, "j")  # a job on one host: a group of one
+    one = Supervisor(svc, "j")  # a job on one host: a group of one
     submitted: list[tuple[list[str], Source]] = []
     svc.replicator.submit = lambda job, spares, src: submitted.append((list(spares), src))  # type: ignore[method-assign]
     one.live.host, one.live.rec.epoch = "a", 1

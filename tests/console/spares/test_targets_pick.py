@@ -10,21 +10,21 @@ from pathlib import Path
 from support.jobbed import Calls, services
 
 from console.states import HostState
-from console.supervise.group.supervisor import GroupSupervisor
+from console.supervise.supervisor import Supervisor
 
 
-def group(tmp_path: Path) -> GroupSupervisor:
+def group(tmp_path: Path) -> Supervisor:
     """The group g on a and b, spares c then e (all of region r1), d free."""
     svc = services(tmp_path, Calls(), more={"d": "r1", "e": "r1"})
     for h in "abcde":
         svc.fleet.set_state(h, HostState.UP, "test")
-    g = GroupSupervisor(svc, "g")
+    g = Supervisor(svc, "g")
     g._assign_members(["a", "b"])
     g.live.spares = ["c", "e"]
     return g
 
 
-async def targets(g: GroupSupervisor, leaving: list[str]) -> list[str | None] | None:
+async def targets(g: Supervisor, leaving: list[str]) -> list[str | None] | None:
     return await asyncio.wait_for(g._group_recovery.targets(leaving, survivors=1), 5)
 
 

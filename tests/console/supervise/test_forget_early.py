@@ -15,12 +15,12 @@ from support.jobbed import Calls, running, services
 
 from console.records.incidents import incidents
 from console.records.journal import read
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.supervisor import Supervisor
 
 
-def readied_on(sup: GroupSupervisor, host: str) -> None:
+def readied_on(sup: Supervisor, host: str) -> None:
     """An executor readied on ``host`` for a silent member (its start given up: nothing to stop)."""
     done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     done.set_result(Outcome(Exit.HOST_LOST, f"{host} given up"))

@@ -18,10 +18,10 @@ from console.records.incidents import incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
 from console.supervise.gpu_health import WARN_IN_A_ROW, GpuWatch
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from console.supervise.supervisor import Supervisor
 from console.supervise.what_next import unfit
 from protocol.faults import StopReason
 from protocol.messages import ConsoleMessage, Drain, GpuHealth, Health
@@ -103,15 +103,15 @@ class Wire:
 
 def on_job(
     kind: str, svc: Any, wire: Wire
-) -> tuple[GroupSupervisor, Callable[[Health], None], str, Member | None]:
+) -> tuple[Supervisor, Callable[[Health], None], str, Member | None]:
     """A single host's job on a, or the group's member 1 on b, running, its link ``wire``: the
     supervisor, what its host's executor says, the host, and the member (a group's)."""
     link = cast(ExecutorLink, wire)
     if kind == "one host":  # a group of one
-        sup, host, m = GroupSupervisor(svc, "j"), "a", Member(0, "a", link=link)
+        sup, host, m = Supervisor(svc, "j"), "a", Member(0, "a", link=link)
         sup.live.host, sup.live.link = "a", link
     else:
-        sup, host, m = GroupSupervisor(svc, "g"), "b", Member(1, "b", link=link)
+        sup, host, m = Supervisor(svc, "g"), "b", Member(1, "b", link=link)
     member = m
 
     def say(msg: Health) -> None:

@@ -61,7 +61,7 @@ class Bed:
         self.alerts.append(msg)
 
     def trains_on(self, host: str) -> Link:
-        """Launched (linked, Started, running, as ``GroupSupervisor._launch_epoch`` does), then a step
+        """Launched (linked, Started, running, as ``Supervisor._launch_epoch`` does), then a step
         trained (``Orders.trains``, from each Progress)."""
         link = Link()
         self.live.host = host

@@ -17,9 +17,9 @@ from support.jobbed import Calls, recovered, running, services
 from support.wait import until
 
 from console.states import HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
+from console.supervise.supervisor import Supervisor
 
 CRASH = Outcome(Exit.CRASHED, "crashed: boom", 7)
 RUN_CRASH = Outcome(Exit.RUN_CRASHED, "its collective failed", 7)
@@ -29,7 +29,7 @@ PREEMPTED = Outcome(Exit.PLANNED, "stopped for preempted", 7, reason="preempted"
 KINDS = ["one host", "group"]
 
 
-def job(tmp_path: Path, kind: str, policy: Policy) -> tuple[Calls, GroupSupervisor]:
+def job(tmp_path: Path, kind: str, policy: Policy) -> tuple[Calls, Supervisor]:
     calls = Calls()
     calls.policy = policy
     svc = services(tmp_path, calls)
@@ -53,7 +53,7 @@ def asked(calls: Calls) -> list[str]:
     return [args[0] for name, args in calls.made if name == "alert" and "in the console" in args[0]]
 
 
-async def moves_unasked(calls: Calls, sup: GroupSupervisor, run: list[Outcome]) -> None:
+async def moves_unasked(calls: Calls, sup: Supervisor, run: list[Outcome]) -> None:
     """The recovery of a run that ended so goes on to move the job (to spare c) and asks no
     operator."""
     recovering = asyncio.create_task(recovered(sup, run))

@@ -14,9 +14,9 @@ from support.manifests import manifest, saved
 from console.fleet.hosts import Fleet
 from console.records.journal import Kind, read
 from console.states import FailureKind, HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.restart import paid_off
+from console.supervise.supervisor import Supervisor
 from console.supervise.what_next import Act, unfit, what_next
 from protocol.messages import CheckpointSaved, GpuHealth, Health, Resumed
 
@@ -85,7 +85,7 @@ def test_the_restart_budget_counts_in_the_record_and_says_when_it_is_spent(
     tmp_path: Path,
 ) -> None:
     svc = services(tmp_path, Calls())
-    one = GroupSupervisor(svc, "j")
+    one = Supervisor(svc, "j")
     limit = svc.inv.console.restart_limit
     for n in range(1, limit + 1):
         one.live.machine.move(JobState.DEPLOYING)
@@ -120,13 +120,13 @@ async def test_a_single_host_and_a_groups_member_leaving_a_go_to_the_same_host(
         if case != "spare fit":
             svc.fleet.set_state("c", HostState.CORDONED, "test")
         if kind == "one host":
-            one = GroupSupervisor(svc, "j")
+            one = Supervisor(svc, "j")
             one._assign_members(["a"])
             one.live.spares = ["c"]
             svc.fleet.hosts["b"].job = "busy"  # as b trains the group's other rank
             picks.append((await one._group_recovery.targets(["a"], survivors=0) or [None])[0])
         else:
-            group = GroupSupervisor(svc, "g")
+            group = Supervisor(svc, "g")
             group._assign_members(["a", "b"])
             group.live.spares = ["c"]
             picks.append((await group._group_recovery.targets(["a"], survivors=1) or [None])[0])
@@ -137,7 +137,7 @@ def test_a_budget_spent_on_a_second_host_is_a_crash_loop_and_a_checkpoint_forgiv
     tmp_path: Path,
 ) -> None:
     svc = services(tmp_path, Calls())
-    one = GroupSupervisor(svc, "j")
+    one = Supervisor(svc, "j")
     assert one._restarts.spent_on("a", "boom") is None, "the first host: the job moves"
     assert one._restarts.spent_on("a", "boom") is None, "counted once"
     assert one.live.rec.crash_looped == ["a"]

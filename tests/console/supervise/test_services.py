@@ -13,10 +13,10 @@ from console import clock
 from console.records.incidents import Resolution, incidents
 from console.records.journal import Kind, read
 from console.states import HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit
 from console.supervise.policy import Policy
+from console.supervise.supervisor import Supervisor
 from protocol.faults import FaultKind
 from protocol.messages import (
     ExecutorMessage,
@@ -57,7 +57,7 @@ def test_nothing_a_job_uses_imports_the_controller() -> None:
 def test_a_supervisor_of_either_kind_is_built_from_the_services_alone(tmp_path: Path) -> None:
     calls = Calls()
     svc = services(tmp_path, calls)
-    one, group = GroupSupervisor(svc, "j"), GroupSupervisor(svc, "g")
+    one, group = Supervisor(svc, "j"), Supervisor(svc, "g")
     assert one.members == ["a"], "a job on one host is a group of one"
     assert one.state is JobState.PENDING and group.state is JobState.PENDING
     assert group.members == ["a", "b"]
@@ -72,7 +72,7 @@ def test_a_group_stopped_before_its_next_epoch_frees_every_member(tmp_path: Path
     its hosts, not only rank 0's: the group's supervisor took the single host's release."""
     calls = Calls()
     svc = services(tmp_path, calls)
-    group = GroupSupervisor(svc, "g")
+    group = Supervisor(svc, "g")
     group._assign_members(["a", "b"])
     assert {h for h, rt in svc.fleet.hosts.items() if rt.job == "g"} == {"a", "b"}
     group.request_stop()
@@ -94,12 +94,12 @@ async def test_every_kind_journals_an_executors_warning_once_and_alerts_a_drifti
     monkeypatch.setattr(clock, "mono", lambda: now[0])
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one, host = GroupSupervisor(svc, "j"), "a"
+        one, host = Supervisor(svc, "j"), "a"
 
         def say(msg: ExecutorMessage) -> None:
             one._messages.on_message(Member(0, "a"), msg)
     else:
-        group, member = GroupSupervisor(svc, "g"), Member(1, "b")
+        group, member = Supervisor(svc, "g"), Member(1, "b")
         host = "b"
 
         def say(msg: ExecutorMessage) -> None:
@@ -142,13 +142,13 @@ def test_every_kind_opens_an_incident_for_a_nan_an_oom_and_a_preemption_its_exec
     svc = services(tmp_path, calls)
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one, host = GroupSupervisor(svc, "j"), "a"
+        one, host = Supervisor(svc, "j"), "a"
         one.live.host = "a"
 
         def say(msg: ExecutorMessage) -> None:
             one._messages.on_message(Member(0, "a"), msg)
     else:
-        group, host = GroupSupervisor(svc, "g"), "b"
+        group, host = Supervisor(svc, "g"), "b"
         rank0, rank1 = Member(0, "a"), Member(1, "b")
         group.live.host = "a"
 
@@ -192,15 +192,15 @@ def test_every_kind_keeps_its_fit_spares_at_a_launch_and_replaces_the_unfit(
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     if kind == "one host":
-        sup, hosts, spare, other = GroupSupervisor(svc, "j"), ["a"], "b", "c"  # c: j's named spare
+        sup, hosts, spare, other = Supervisor(svc, "j"), ["a"], "b", "c"  # c: j's named spare
     else:
-        sup, hosts, spare, other = GroupSupervisor(svc, "g"), ["a", "c"], "b", ""
+        sup, hosts, spare, other = Supervisor(svc, "g"), ["a", "c"], "b", ""
     sup.live.spares = [spare]
-    sup._assign(hosts)
+    sup._assignment.place(hosts)
     assert sup.live.spares == [spare] and sup.live.rec.spares == [spare]
     assert {h for h, rt in svc.fleet.hosts.items() if rt.job == sup.name} == set(hosts)
     svc.fleet.set_state(spare, HostState.CORDONED, "an operator's cordon")
-    sup._assign(hosts)
+    sup._assignment.place(hosts)
     assert sup.live.spares == ([other] if other else []), "the unfit spare is replaced"
     if not other:
         assert ("need_host", (f"job {sup.name} has no spare",)) in calls.made
@@ -219,13 +219,13 @@ def test_an_incident_whose_recovery_resumed_at_the_last_step_is_resolved_by_the_
     svc = services(tmp_path, calls)
     say: Callable[[ExecutorMessage], None]
     if kind == "one host":
-        one = sup = GroupSupervisor(svc, "j")
+        one = sup = Supervisor(svc, "j")
         one.live.host = "a"
 
         def say(msg: ExecutorMessage) -> None:
             one._messages.on_message(Member(0, "a"), msg)
     else:
-        group = sup = GroupSupervisor(svc, "g")
+        group = sup = Supervisor(svc, "g")
         group.live.host = "a"
 
         def say(msg: ExecutorMessage) -> None:
@@ -249,7 +249,7 @@ def test_only_rank_zero_speaks_for_the_jobs_step_a_members_run_end_is_its_own(
     both; a member's Finished or RunEnded is returned as that member's end, the same reading
     as a single host's (``outcome.run_end``)."""
     svc = services(tmp_path, Calls())
-    group = GroupSupervisor(svc, "g")
+    group = Supervisor(svc, "g")
     group._assign_members(["a", "b"])
     live = group.live
     live.incident, live.resumed_step = 3, 10

@@ -13,8 +13,8 @@ from support.jobbed import Calls, services
 from console.fleet.link import LinkError
 from console.records.journal import Kind, read
 from console.states import HostState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.standby import Prepared
+from console.supervise.supervisor import Supervisor
 
 
 class GoneLink:
@@ -43,7 +43,7 @@ async def test_a_warm_standby_not_taken_for_the_failover_is_journalled_with_why(
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
-    sup = GroupSupervisor(svc, "j")
+    sup = Supervisor(svc, "j")
     sup._assign_members(["a"])
     standby = sup._standby
     monkeypatch.setattr(standby, "pumping", lambda link: case != "link gone")

@@ -15,9 +15,9 @@ from console.fleet.hosts import Fleet
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import FailureKind, HostState, JobState
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
+from console.supervise.supervisor import Supervisor
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
 from protocol.faults import FaultKind
 from protocol.messages import Fault, Progress, Resumed
@@ -135,7 +135,7 @@ def test_a_crash_takes_the_restart_budget_and_past_it_the_member_is_replaced(
     tmp_path: Path, kind: str
 ) -> None:
     svc = services(tmp_path, Calls())
-    sup = GroupSupervisor(svc, "j" if kind == "one host" else "g")
+    sup = Supervisor(svc, "j" if kind == "one host" else "g")
     live, limit = sup.live, svc.inv.console.restart_limit
     live.machine.move(JobState.DEPLOYING)
     live.machine.move(JobState.RUNNING)
@@ -208,7 +208,7 @@ async def test_a_groups_peer_stopped_member_read_first_restarts_the_group_not_st
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     sup = running(svc, "group", ["a", "b"])
-    assert isinstance(sup, GroupSupervisor)
+    assert isinstance(sup, Supervisor)
     resumed: list[list[int]] = []
 
     async def step(new: list[int], planned: bool = False) -> int | None:
@@ -249,7 +249,7 @@ async def test_a_nan_every_member_reports_is_one_incident_however_late_a_report_
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     sup = running(svc, "group", ["a", "b"])
-    assert isinstance(sup, GroupSupervisor)
+    assert isinstance(sup, Supervisor)
     a, b = Member(0, "a", last_seen=1.0), Member(1, "b", last_seen=1.0)
     say = sup._messages.on_message
     epoch = sup.live.epoch

@@ -68,7 +68,7 @@ async def test_which_member_hosts_a_first_placement_gives_to_a_spare(
     """The rule, no process started: the group g on a and b, spare c, b's host in each state."""
     from support.jobbed import Calls, services
 
-    from console.supervise.group.supervisor import GroupSupervisor
+    from console.supervise.supervisor import Supervisor
 
     svc = services(tmp_path, Calls())
     for h in "abc":
@@ -77,9 +77,9 @@ async def test_which_member_hosts_a_first_placement_gives_to_a_spare(
         svc.fleet.set_state("b", state, "test")
     if HostState.DOWN in path:  # as the fleet's probe leaves a host it finds down
         svc.fleet.probe_failed("b", "health probe failed: b: host is down")
-    g = GroupSupervisor(svc, "g")
+    g = Supervisor(svc, "g")
     g.live.spares = ["c"]
-    assert await asyncio.wait_for(g._first_placement(), 5) == ([1] if moved else [])
+    assert await asyncio.wait_for(g._first.place(), 5) == ([1] if moved else [])
     assert g.members == (["a", "c"] if moved else ["a", "b"])
     assert g.live.rec.members == (g.members if moved else []), "a move persisted at once"
 
@@ -92,15 +92,15 @@ async def test_a_host_whose_probe_failed_before_it_reads_down_is_left_to_its_dep
     moves its rank quietly (found by the long denied-failover test, under load)."""
     from support.jobbed import Calls, services
 
-    from console.supervise.group.supervisor import GroupSupervisor
+    from console.supervise.supervisor import Supervisor
 
     svc = services(tmp_path, Calls())
     for h in "abc":
         svc.fleet.set_state(h, HostState.UP, "test")
     svc.fleet.probe_failed("b", "health probe failed: b: host is down")
-    g = GroupSupervisor(svc, "g")
+    g = Supervisor(svc, "g")
     g.live.spares = ["c"]
-    assert await asyncio.wait_for(g._first_placement(), 5) == []
+    assert await asyncio.wait_for(g._first.place(), 5) == []
     assert g.members == ["a", "b"]
 
 
@@ -111,8 +111,8 @@ async def test_a_first_placement_with_no_usable_host_waits_saying_it_is_a_start(
     host it waits to replace and why (it read 'no spare left', a recovery's words, at a start)."""
     from support.jobbed import Calls, services
 
-    from console.supervise.group.supervisor import GroupSupervisor
     from console.supervise.live import JobState as State
+    from console.supervise.supervisor import Supervisor
 
     svc = services(tmp_path, Calls())
     for h in "abc":
@@ -121,9 +121,9 @@ async def test_a_first_placement_with_no_usable_host_waits_saying_it_is_a_start(
     svc.fleet.set_state("c", HostState.CORDONED, "test")
     never = asyncio.Event()
     svc = dataclasses.replace(svc, wait_for_hosts=never.wait)  # no host comes
-    g = GroupSupervisor(svc, "g")
+    g = Supervisor(svc, "g")
     g.live.spares = ["c"]
-    placing = asyncio.create_task(g._first_placement())
+    placing = asyncio.create_task(g._first.place())
     try:
         deadline = asyncio.get_running_loop().time() + 5
         while g.live.state is not State.PENDING or "waits" not in g.live.why:

@@ -8,10 +8,11 @@ from typing import Any
 from support.fleetbed import local_host, write_inventory
 from support.groupbed import controller, group_job
 
-from console.supervise.group.supervisor import PORTS, GroupSupervisor, next_port
+from console.supervise.group.meeting import PORTS, next_port
+from console.supervise.supervisor import Supervisor
 
 
-def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> GroupSupervisor:
+def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> Supervisor:
     tmp_path.mkdir(parents=True, exist_ok=True)
     hosts = {n: local_host(tmp_path / n, gpus=g) for n, g in zip("abc", gpus, strict=True)} | {
         "d": local_host(tmp_path / "d", role="spare")
@@ -20,27 +21,27 @@ def group(tmp_path: Path, gpus: tuple[int, int, int], **job: Any) -> GroupSuperv
     ctl = controller(inv)
     ctl.lock.release()
     sup = ctl.jobs["j"]
-    assert isinstance(sup, GroupSupervisor)
+    assert isinstance(sup, Supervisor)
     return sup
 
 
 def test_the_command_kind_starts_one_rank_per_gpu_of_the_smallest_member(tmp_path: Path) -> None:
     cmd = {"executor": "command", "command": {"argv": ["python", "train.py"]}}
     sup = group(tmp_path, (8, 4, 8), **cmd)
-    assert sup.procs_per_host(["a", "b", "c"]) == 4
-    assert sup._default_backend(["a", "b", "c"]) == "nccl"
+    assert sup.meeting.procs_per_host(["a", "b", "c"]) == 4
+    assert sup.meeting.backend(["a", "b", "c"]) == "nccl"
 
 
 def test_the_torch_kind_and_hosts_without_gpus_start_one(tmp_path: Path) -> None:
-    assert group(tmp_path / "t", (8, 8, 8)).procs_per_host(["a", "b", "c"]) == 1
+    assert group(tmp_path / "t", (8, 8, 8)).meeting.procs_per_host(["a", "b", "c"]) == 1
     sup = group(tmp_path / "c", (0, 0, 0), executor="command", command={"argv": ["x"]})
-    assert sup.procs_per_host(["a", "b", "c"]) == 1
-    assert sup._default_backend(["a", "b", "c"]) == "gloo"
+    assert sup.meeting.procs_per_host(["a", "b", "c"]) == 1
+    assert sup.meeting.backend(["a", "b", "c"]) == "gloo"
 
 
 def test_an_explicit_procs_per_host_wins(tmp_path: Path) -> None:
     cmd = {"executor": "command", "command": {"argv": ["x"]}, "procs_per_host": 2}
-    assert group(tmp_path, (8, 8, 8), **cmd).procs_per_host(["a", "b", "c"]) == 2
+    assert group(tmp_path, (8, 8, 8), **cmd).meeting.procs_per_host(["a", "b", "c"]) == 2
 
 
 def test_each_epoch_s_master_port_differs_from_the_last_whatever_is_drawn() -> None:

@@ -20,7 +20,6 @@ from console import clock
 from console.fleet.link import ExecutorLink
 from console.records.journal import read
 from console.supervise.group.epoch import _MemberSide
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease
@@ -29,6 +28,7 @@ from console.supervise.member import Member
 from console.supervise.outcome import Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.standby import Standby
+from console.supervise.supervisor import Supervisor
 from console.supervise.twin import Twin
 from protocol.faults import StopReason
 
@@ -131,7 +131,7 @@ async def test_a_member_that_answers_again_calls_off_the_executor_readied_to_rep
     until the epoch ended. Now it is stopped once no member is silent, and not before."""
     svc = services(tmp_path, Calls())
     sup = running(svc, "group", ["a", "b"])
-    assert isinstance(sup, GroupSupervisor)
+    assert isinstance(sup, Supervisor)
     a, b = Member(0, "a"), Member(1, "b")  # both silent: their links lost
     run = sup._epoch([a, b], 1)
     readied = Idle()

@@ -12,8 +12,8 @@ from pathlib import Path
 from support.jobbed import Calls, services
 
 from console.records.journal import Kind, read
-from console.supervise.group.supervisor import GroupSupervisor
 from console.supervise.member import Member
+from console.supervise.supervisor import Supervisor
 from protocol.messages import CheckpointSaved
 from protocol.spec import CheckpointManifest
 
@@ -22,7 +22,7 @@ def test_a_one_host_record_is_a_group_of_one_on_its_host(tmp_path: Path) -> None
     svc = services(tmp_path, Calls())
     rec = svc.store.job("j")
     rec.host, rec.epoch = "b", 3  # it failed over from a to b under an earlier console
-    g = GroupSupervisor(svc, "j")
+    g = Supervisor(svc, "j")
     assert g.members == ["b"]
     assert g.shards() == [None]  # replicated whole, as its single host's executor's were
 
@@ -34,7 +34,7 @@ def test_a_group_of_one_replicates_its_checkpoints_whole_where_one_host_did(
     (``replicas/j`` on its spare, not ``replicas/j/node-0``) and journal line (no shard):
     the replicas its single host's executor left are the ones a failover finds."""
     svc = services(tmp_path, Calls())
-    g = GroupSupervisor(svc, "j")
+    g = Supervisor(svc, "j")
     g._assign_members(["a"])
     g.commits.new_epoch(g.live.rec.epoch, 1)
     manifest = CheckpointManifest(
@@ -69,6 +69,6 @@ def test_a_groups_record_names_its_members_and_never_its_host_alone(tmp_path: Pa
     svc = services(tmp_path, Calls())
     rec = svc.store.job("g")
     rec.host = "b"  # no members recorded: the inventory's, not a group of one on b
-    assert GroupSupervisor(svc, "g").members == ["a", "b"]
+    assert Supervisor(svc, "g").members == ["a", "b"]
     rec.members = ["c", "b"]
-    assert GroupSupervisor(svc, "g").members == ["c", "b"]
+    assert Supervisor(svc, "g").members == ["c", "b"]
