@@ -34,7 +34,6 @@ import contextlib
 import functools
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 import msgspec
@@ -238,7 +237,8 @@ class Supervisor:
             wake=fleet.changed.set,
             hosts=self.hosts_in_use,
         )
-        commits = self._checkpoint_commits(rec, store.save)
+        self.commits = Commits(rec, store.save, len(self._placed(rec)))
+        """A step is the job's once every member's shard of it is written (two-phase)."""
         self._messages = JobMessages(  # one dispatcher, whichever kind; a read-only view too
             self.live,
             inv=inv,
@@ -253,7 +253,7 @@ class Supervisor:
             progress=self._trained,
             move=self._move_rank,
             members=self.hosts_in_use,
-            commits=None if services.read_only else commits,
+            commits=None if services.read_only else self.commits,
             refused=self._refused,
             acts=not services.read_only,
         )
@@ -430,11 +430,6 @@ class Supervisor:
     @property
     def standby(self) -> Prepared | None:
         return self._standby.warm
-
-    def _checkpoint_commits(self, rec: JobRecord, save: Callable[[], object]) -> Commits | None:
-        """A step is the job's once every member's shard of it is written (two-phase)."""
-        self.commits = Commits(rec, save, len(self._placed(rec)))
-        return self.commits
 
     def _one_host(self) -> bool:
         return not self._inv.multi_host(self.name)
