@@ -11,7 +11,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Generic, NamedTuple, Protocol, TypeVar, overload
 
 from console.fleet.link import ExecutorLink
 from console.records.incidents import end_phase
@@ -191,3 +191,28 @@ class Transitions:
         self._live.why = why
         if new or not self._alerted(why):
             self._alert(why, job=self._live.name)
+
+
+T = TypeVar("T")
+
+
+class HasLive(Protocol):
+    live: LiveJob
+
+
+class LiveField(Generic[T]):
+    """An attribute of a job's supervisor that is its ``LiveJob``'s (what the console's views
+    read): ``sup.step`` is ``sup.live.step``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, sup: None, owner: type | None = None) -> LiveField[T]: ...
+    @overload
+    def __get__(self, sup: HasLive, owner: type | None = None) -> T: ...
+    def __get__(self, sup: HasLive | None, owner: type | None = None) -> T | LiveField[T]:
+        return self if sup is None else getattr(sup.live, self._name)
+
+    def __set__(self, sup: HasLive, value: T) -> None:
+        setattr(sup.live, self._name, value)

@@ -34,13 +34,10 @@ import contextlib
 import functools
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Generic, TypeVar, overload
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from console.fleet.link import ExecutorLink, LinkError
 from console.reach.transport.base import Transport
-from console.records.journal import Kind
 from console.records.state_store import JobRecord
 from console.replication.replicator import rank_shard
 from console.spares.spare_keeper import SpareKeeper
@@ -55,13 +52,14 @@ from console.supervise.group.meeting import Meeting
 from console.supervise.group.member_events import MemberEvents
 from console.supervise.group.recovery import GroupRecovery
 from console.supervise.group.resume import ResumeStep
+from console.supervise.group.start import start_epoch
 from console.supervise.group.warm import WarmExecutors
 from console.supervise.incident import OpenIncident
 from console.supervise.launcher import Launcher
-from console.supervise.lease import JobLease, NoAnchor
+from console.supervise.lease import JobLease
 from console.supervise.leave import LastLease
 from console.supervise.link_loss import LinkLoss
-from console.supervise.live import LiveJob, Transitions
+from console.supervise.live import LiveField, LiveJob, Transitions
 from console.supervise.member import Member
 from console.supervise.messages import JobMessages
 from console.supervise.observe import Observe
@@ -72,10 +70,9 @@ from console.supervise.read_back import LINK_CLOSED, NO_CONSOLE, ReadBack
 from console.supervise.reattach import Reattach, recorded_members
 from console.supervise.restart import RestartBudget
 from console.supervise.standby import Prepared, Standby
-from console.supervise.start_lease import granted_start
 from console.supervise.twin import Twin
 from protocol.faults import StopReason
-from protocol.messages import ExecutorState, Progress, Rendezvous, Start, Stop
+from protocol.messages import ExecutorState, Progress, Stop
 from protocol.spec import CheckpointManifest
 
 if TYPE_CHECKING:
@@ -86,49 +83,30 @@ __all__ = ["Prepared", "Supervisor"]
 UNSAVED_RETRY_S = 0.5
 """How often a Start held back by a state that cannot be saved is tried again."""
 
-T = TypeVar("T")
-
-
-class _Live(Generic[T]):
-    """A supervisor attribute that is its ``LiveJob``'s (what the console's views read)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, sup: None, owner: type | None = None) -> _Live[T]: ...
-    @overload
-    def __get__(self, sup: Supervisor, owner: type | None = None) -> T: ...
-    def __get__(self, sup: Supervisor | None, owner: type | None = None) -> T | _Live[T]:
-        return self if sup is None else getattr(sup.live, self._name)
-
-    def __set__(self, sup: Supervisor, value: T) -> None:
-        setattr(sup.live, self._name, value)
-
 
 class Supervisor:
     """A job's supervisor, one host or a group: one executor per member (a job on one host has
     one member); the console the coordinator."""
 
-    rec: _Live[JobRecord] = _Live()
-    failure: _Live[FailureKind | None] = _Live()
-    why: _Live[str] = _Live()
-    host: _Live[str | None] = _Live()
-    spares: _Live[list[str]] = _Live()
-    link: _Live[ExecutorLink | None] = _Live()
-    last_seen: _Live[float] = _Live()
-    step: _Live[int] = _Live()
-    loss: _Live[float] = _Live()
-    steps_per_s: _Live[float] = _Live()
-    checkpoint: _Live[CheckpointManifest | None] = _Live()
-    history: _Live[deque[tuple[float, int, float, float]]] = _Live()
-    checkpoints: _Live[deque[tuple[str, CheckpointManifest]]] = _Live()
-    log_tail: _Live[deque[str]] = _Live()
-    incident: _Live[int | None] = _Live()
-    resumed_step: _Live[int | None] = _Live()
-    sha256: _Live[str | None] = _Live()
-    approval: _Live[asyncio.Future[bool] | None] = _Live()
-    stop_requested: _Live[bool] = _Live()
+    rec: LiveField[JobRecord] = LiveField()
+    failure: LiveField[FailureKind | None] = LiveField()
+    why: LiveField[str] = LiveField()
+    host: LiveField[str | None] = LiveField()
+    spares: LiveField[list[str]] = LiveField()
+    link: LiveField[ExecutorLink | None] = LiveField()
+    last_seen: LiveField[float] = LiveField()
+    step: LiveField[int] = LiveField()
+    loss: LiveField[float] = LiveField()
+    steps_per_s: LiveField[float] = LiveField()
+    checkpoint: LiveField[CheckpointManifest | None] = LiveField()
+    history: LiveField[deque[tuple[float, int, float, float]]] = LiveField()
+    checkpoints: LiveField[deque[tuple[str, CheckpointManifest]]] = LiveField()
+    log_tail: LiveField[deque[str]] = LiveField()
+    incident: LiveField[int | None] = LiveField()
+    resumed_step: LiveField[int | None] = LiveField()
+    sha256: LiveField[str | None] = LiveField()
+    approval: LiveField[asyncio.Future[bool] | None] = LiveField()
+    stop_requested: LiveField[bool] = LiveField()
 
     @property
     def awaiting_approval(self) -> bool:
@@ -618,46 +596,16 @@ class Supervisor:
                     g.close()
                 run.ended(m, Outcome(Exit.STOPPED, "stopped by an operator before its start"))
             return run
-        rdv = self.meeting.rendezvous(plan, resume)
-        self._journal.record(
-            Kind.EXECUTOR,
-            f"{self.name}: epoch {epoch} on {', '.join(plan)}, master "
-            f"{rdv.master_addr}:{rdv.master_port}, "
-            + (f"resuming from committed step {resume}" if resume else "from step 0"),
-            job=self.name,
-            host=plan[0],
-            data={
-                "epoch": epoch,
-                "members": plan,
-                "port": rdv.master_port,
-                "resume": resume,
-                "planned": self.growth.planned,
-            },
+        await start_epoch(
+            run,
+            [g for g in got if isinstance(g, ExecutorLink)],
+            rendezvous=self.meeting.rendezvous(plan, resume),
+            spec=self.spec,
+            ttl_s=self.lease.ttl_s,
+            reading=self._reading,
+            journal=self._journal,
+            planned=self.growth.planned,
         )
-        for m, link in zip(members, got, strict=True):
-            assert isinstance(link, ExecutorLink)
-            m.link = link
-            ours = msgspec.structs.replace(rdv, node_rank=m.node_rank)
-
-            def grant(link: ExecutorLink, m: Member = m, ours: Rendezvous = ours) -> Start:
-                m.link = link
-                return run.start(m, self.spec, ours)
-
-            try:  # granted on a current reading, and again if the grant spent half of it
-                link, start = await granted_start(
-                    link,
-                    m.host,
-                    job=self.name,
-                    ttl_s=self.lease.ttl_s,
-                    reading=functools.partial(self._reading, m.host),
-                    grant=grant,
-                    journal=self._journal,
-                )
-                await link.send(start)
-            except LinkError as e:
-                run.ended(m, Outcome(Exit.CRASHED, f"executor on {m.host} went away: {e}"))
-            except NoAnchor as e:  # its bound could not be persisted (the disk filled again)
-                run.ended(m, Outcome(Exit.CRASHED, f"not started on {m.host}: {e}"))
         self._steer()  # rank 0's link, else the first linked member's
         job.last_seen = now
         self._states.move(JobState.RUNNING, f"on {', '.join(plan)}, epoch {epoch}")
