@@ -205,7 +205,8 @@ class Controller:
             for name in self.jobs:
                 self._spawn(name)
             await self._supervise(stay)
-            await self.replicator.settle()  # the last checkpoints reach the spares
+            # the last checkpoints reach the spares that answer
+            await self.replicator.settle(unreachable=self._silent_host)
             if self.inv.console.webhook:
                 with contextlib.suppress(TimeoutError):
                     await hook.drain(10)
@@ -311,6 +312,11 @@ class Controller:
                 await asyncio.wait({*pending, changed}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 changed.cancel()
+
+    def _silent_host(self, host: str) -> bool:
+        """A host the monitor reads as not answering (suspect or down)."""
+        rt = self.fleet.hosts.get(host)
+        return rt is not None and rt.state in (HostState.SUSPECT, HostState.DOWN)
 
     async def close(self) -> None:
         await self.services.cleanups.settle()  # no executor started for a job left behind

@@ -41,6 +41,8 @@ from protocol.spec import CheckpointManifest
 
 CLEANUP_TIMEOUT_S = 10.0
 SETTLE_S = 60.0
+SETTLE_POLL_S = 0.5
+"""How often a settling console asks again whether a spare still copying answers."""
 """How long copies still under way are waited for once every job has ended."""
 """Removing a failed copy's files; what is not removed then goes before the next copy."""
 
@@ -293,28 +295,50 @@ class Replicator:
                     await event.wait()
         await self._direct.revoke(job)
 
-    async def settle(self, timeout: float = SETTLE_S) -> None:
+    async def settle(
+        self, timeout: float = SETTLE_S, *, unreachable: Callable[[str], bool] = lambda h: False
+    ) -> None:
         """Every copy still under way finishes (for at most ``timeout``): a console whose jobs
         all ended waits for them before it closes, so a job's last checkpoint reaches its
         spares before ``hotspare run`` exits (the close cut them: a group's last step never
-        reached its spare). What is still copying then is journalled as cut."""
-        waiting = list(self._idle.items())
-        try:
-            async with asyncio.timeout(timeout):
-                for _, event in waiting:
-                    await event.wait()
-        except TimeoutError:
-            for (key, spare), event in waiting:
-                if not event.is_set():
-                    job = key.split("/")[0]
-                    self._journal.record(
-                        Kind.REPLICA,
-                        f"{job}: the copy to {spare} was still under way {timeout:g} s after "
-                        "every job ended; the console's close cuts it (the replicas before "
-                        "stay)",
-                        job=job,
-                        host=spare,
-                    )
+        reached its spare). A copy to a spare that does not answer (``unreachable``: as the
+        host monitor reads it now, or once it does while the console waits) is not waited
+        for: ``hotspare run`` waited out the whole minute for it. What is still copying then
+        is journalled as cut."""
+        waiting = [(key, event) for key, event in self._idle.items() if not event.is_set()]
+        deadline = time.monotonic() + timeout
+        while waiting:
+            for (key, spare), event in list(waiting):
+                if event.is_set():
+                    waiting.remove(((key, spare), event))
+                elif unreachable(spare):
+                    waiting.remove(((key, spare), event))
+                    self._cut(key, spare, f"{spare} does not answer, so it was not waited for")
+            left = deadline - time.monotonic()
+            if not waiting:
+                return
+            if left <= 0:
+                break
+            ends = [asyncio.ensure_future(e.wait()) for _, e in waiting]
+            try:
+                await asyncio.wait(
+                    ends, timeout=min(SETTLE_POLL_S, left), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for end in ends:
+                    end.cancel()
+        for (key, spare), _ in waiting:
+            self._cut(key, spare, f"it was still under way {timeout:g} s after every job ended")
+
+    def _cut(self, key: str, spare: str, why: str) -> None:
+        job = key.split("/")[0]
+        self._journal.record(
+            Kind.REPLICA,
+            f"{job}: the copy to {spare} is cut by the console's close: {why} (the replicas "
+            "before stay)",
+            job=job,
+            host=spare,
+        )
 
     def _measured(self, st: ReplicaState, disk: DiskUsage) -> None:
         st.disk, st.disk_at = disk, clock.wall()
