@@ -10,8 +10,13 @@ resolve; its config is its own.
 from __future__ import annotations
 
 import difflib
+from typing import Any, TypeVar
 
 import msgspec
+
+from protocol.errors import ConfigError
+
+T = TypeVar("T")
 
 
 class CharLMConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -74,10 +79,33 @@ def config_schema(executor: str, workload: str) -> type[msgspec.Struct] | None:
     return BUILTIN_WORKLOADS.get(workload)
 
 
+def convert_config(config: dict[str, Any], tp: type[T]) -> T:
+    """A workload's ``[config]`` table as a typed record; errors name the key under ``config.``."""
+    try:
+        return msgspec.convert(config, tp)
+    except msgspec.ValidationError as e:
+        text = str(e).replace("`$.", "`config.").replace("`$`", "`config`")
+        raise ConfigError(f"config: {text}") from None
+
+
+def check_workload(executor: str, workload: str, config: dict[str, Any]) -> None:
+    """A built-in workload's name and ``[config]``, refused as ``convert_config`` and the
+    workload's build would refuse them, but with no torch imported: an executor told to run
+    a job with a typo said so after seconds of importing torch."""
+    if executor != "torch" or is_factory(workload):
+        return
+    schema = BUILTIN_WORKLOADS.get(workload)
+    if schema is None:
+        raise ConfigError(f"workload: {unknown_workload(workload)}")
+    convert_config(config, schema)
+
+
 __all__ = [
     "BUILTIN_WORKLOADS",
     "CharLMConfig",
+    "check_workload",
     "config_schema",
+    "convert_config",
     "is_factory",
     "unknown_workload",
 ]

@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import msgspec
 import torch
 
 from protocol.errors import ConfigError
+from protocol.workloads import unknown_workload
 
 BUILTIN = {"charlm": "executors.kinds.torch.workloads.charlm:build"}
 
@@ -79,10 +79,7 @@ def resolve(name: str) -> Factory:
     target = BUILTIN.get(name, name)
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(
-            f"workload: unknown workload {name!r}; built in: {', '.join(sorted(BUILTIN))}, "
-            "or give 'module:factory'"
-        )
+        raise ConfigError(f"workload: {unknown_workload(name)}")
     try:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
@@ -90,12 +87,3 @@ def resolve(name: str) -> Factory:
     if not callable(factory):
         raise ConfigError(f"workload: {name!r} is not callable")
     return factory
-
-
-def convert_config(config: dict[str, Any], tp: type[T]) -> T:
-    """A workload's ``[config]`` table as a typed record; errors name the key under ``config.``."""
-    try:
-        return msgspec.convert(config, tp)
-    except msgspec.ValidationError as e:
-        text = str(e).replace("`$.", "`config.").replace("`$`", "`config`")
-        raise ConfigError(f"config: {text}") from None

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executors.kinds.torch.workload import Workload, WorkloadContext, convert_config
+from executors.kinds.torch.workload import Workload, WorkloadContext
 from executors.kinds.torch.workloads.corpus import make_corpus
 from protocol.errors import ConfigError
-from protocol.workloads import CharLMConfig
+from protocol.workloads import CharLMConfig, convert_config
 
 
 class Block(nn.Module):
