@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import signal
 from pathlib import Path
@@ -244,9 +245,16 @@ def test_a_second_executor_on_the_same_workdir_is_refused(tmp_path: Path) -> Non
     ],
 )
 def test_bad_specs_are_one_line_and_exit_2(tmp_path: Path, body: str, expect: str) -> None:
+    """Said before torch is imported (it took seconds to say a typo): a ``torch`` that fails
+    to import comes first on the path, and the line is the spec's error, not its."""
     spec = tmp_path / "job.toml"
     spec.write_text(body)
-    proc = run_job(spec, tmp_path / "w", timeout=60)
+    poison = tmp_path / "poison" / "torch"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text('raise ImportError("torch was imported")\n')
+    env = env_with()
+    env["PYTHONPATH"] = f"{poison.parent}{os.pathsep}{env['PYTHONPATH']}"
+    proc = run_job(spec, tmp_path / "w", env=env, timeout=60)
     assert proc.returncode == exitcodes.CONFIG
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
