@@ -7,8 +7,11 @@ as the controller gives it; the evidence is the journal and which copies had end
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from support.fleetbed import until
 from support.replicabed import Bed
 
@@ -16,60 +19,69 @@ from console.records.journal import Event, Kind
 from console.replication.replicator import Source
 
 
-def held(bed: Bed) -> tuple[dict[str, asyncio.Event], list[str], list[str]]:
-    """The replicator's copies, held in flight until the test releases each spare's: the
-    releases, the spares whose copy started, and those whose copy ended."""
-    release = {h: asyncio.Event() for h in ("b", "c")}
-    started: list[str] = []
-    ended: list[str] = []
+@dataclass
+class Held:
+    """A console whose replicator's copies are held in flight until the test releases each
+    spare's; the spares whose copy started and ended, and what the journal said."""
 
-    async def copy(job: str, spare: str, source: Source, saved_at: float) -> bool:
-        started.append(spare)
-        await release[spare].wait()
-        ended.append(spare)
+    bed: Bed
+    release: dict[str, asyncio.Event] = field(
+        default_factory=lambda: {h: asyncio.Event() for h in ("b", "c")}
+    )
+    started: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    seen: list[Event] = field(default_factory=list)
+
+    async def copy(self, job: str, spare: str, source: Source, saved_at: float) -> bool:
+        self.started.append(spare)
+        await self.release[spare].wait()
+        self.ended.append(spare)
         return True
 
-    bed.ctl.replicator.copy = copy  # type: ignore[method-assign]
-    return release, started, ended
+    async def under_way(self, *spares: str) -> None:
+        self.bed.ctl.replicator.submit("j", list(spares), self.bed.source(100))
+        await until(lambda: sorted(self.started) == sorted(spares), 10, "the copies under way")
+
+    def cut(self) -> list[Event]:
+        return [
+            e
+            for e in self.seen
+            if e.kind is Kind.REPLICA and "is cut by the console's close" in e.msg
+        ]
 
 
-def cut(seen: list[Event]) -> list[Event]:
-    return [e for e in seen if e.kind is Kind.REPLICA and "is cut by the console's close" in e.msg]
+@pytest.fixture
+async def held(tmp_path: Path) -> AsyncIterator[Held]:
+    h = Held(Bed(tmp_path))
+    h.bed.ctl.journal.subscribe(h.seen.append)
+    h.bed.ctl.replicator.copy = h.copy  # type: ignore[method-assign]
+    try:
+        yield h
+    finally:
+        for event in h.release.values():
+            event.set()
+        await h.bed.ctl.close()
 
 
 async def test_the_close_waits_for_a_spare_that_answers_and_not_for_one_that_does_not(
-    tmp_path: Path,
+    held: Held,
 ) -> None:
-    bed = Bed(tmp_path)
-    seen: list[Event] = []
-    bed.ctl.journal.subscribe(seen.append)
-    release, started, ended = held(bed)
-    try:
-        bed.ctl.replicator.submit("j", ["b", "c"], bed.source(100))
-        await until(lambda: sorted(started) == ["b", "c"], 10, "both copies under way")
-        settling = asyncio.create_task(
-            bed.ctl.replicator.settle(60, unreachable=lambda h: h == "c")
-        )
-        await until(lambda: bool(cut(seen)), 10, "the copy to c cut at once")
-        (line,) = cut(seen)
-        assert line.host == "c" and "c does not answer" in line.msg, line.msg
-        assert not settling.done(), "b answers: its copy is waited for"
-        release["b"].set()
-        await asyncio.wait_for(settling, 10)  # at b's end, not the minute
-        assert ended == ["b"] and len(cut(seen)) == 1
-    finally:
-        for event in release.values():
-            event.set()
-        await bed.ctl.close()
+    await held.under_way("b", "c")
+    settling = asyncio.create_task(
+        held.bed.ctl.replicator.settle(60, unreachable=lambda h: h == "c")
+    )
+    await until(lambda: bool(held.cut()), 10, "the copy to c cut at once")
+    (line,) = held.cut()
+    assert line.host == "c" and "c does not answer" in line.msg, line.msg
+    assert not settling.done(), "b answers: its copy is waited for"
+    held.release["b"].set()
+    await asyncio.wait_for(settling, 10)  # at b's end, not the minute
+    assert held.ended == ["b"] and len(held.cut()) == 1
 
 
 async def test_a_spare_that_stops_answering_while_the_console_waits_is_waited_for_no_more(
-    tmp_path: Path,
+    held: Held,
 ) -> None:
-    bed = Bed(tmp_path)
-    seen: list[Event] = []
-    bed.ctl.journal.subscribe(seen.append)
-    release, started, ended = held(bed)
     silent: set[str] = set()
     asked: list[str] = []
 
@@ -77,36 +89,20 @@ async def test_a_spare_that_stops_answering_while_the_console_waits_is_waited_fo
         asked.append(host)
         return host in silent
 
-    try:
-        bed.ctl.replicator.submit("j", ["c"], bed.source(100))
-        await until(lambda: started == ["c"], 10, "the copy under way")
-        settling = asyncio.create_task(bed.ctl.replicator.settle(60, unreachable=unreachable))
-        await until(lambda: len(asked) >= 2, 10, "c asked about twice while the console waits")
-        assert not settling.done() and not cut(seen), "c answered: its copy was waited for"
-        silent.add("c")  # the host monitor reads c down now
-        await asyncio.wait_for(settling, 10)
-        assert [e.host for e in cut(seen)] == ["c"] and ended == []
-    finally:
-        for event in release.values():
-            event.set()
-        await bed.ctl.close()
+    await held.under_way("c")
+    settling = asyncio.create_task(held.bed.ctl.replicator.settle(60, unreachable=unreachable))
+    await until(lambda: len(asked) >= 2, 10, "c asked about twice while the console waits")
+    assert not settling.done() and not held.cut(), "c answered: its copy was waited for"
+    silent.add("c")  # the host monitor reads c down now
+    await asyncio.wait_for(settling, 10)
+    assert [e.host for e in held.cut()] == ["c"] and held.ended == []
 
 
 async def test_a_copy_to_a_spare_that_answers_is_waited_for_up_to_the_bound_then_said_cut(
-    tmp_path: Path,
+    held: Held,
 ) -> None:
-    bed = Bed(tmp_path)
-    seen: list[Event] = []
-    bed.ctl.journal.subscribe(seen.append)
-    release, started, ended = held(bed)
-    try:
-        bed.ctl.replicator.submit("j", ["b"], bed.source(100))
-        await until(lambda: started == ["b"], 10, "the copy under way")
-        await asyncio.wait_for(bed.ctl.replicator.settle(1.0), 10)
-        (line,) = cut(seen)
-        assert line.host == "b" and "still under way 1 s after every job ended" in line.msg
-        assert ended == []
-    finally:
-        for event in release.values():
-            event.set()
-        await bed.ctl.close()
+    await held.under_way("b")
+    await asyncio.wait_for(held.bed.ctl.replicator.settle(1.0), 10)
+    (line,) = held.cut()
+    assert line.host == "b" and "still under way 1 s after every job ended" in line.msg
+    assert held.ended == []
