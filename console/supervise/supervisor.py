@@ -18,7 +18,9 @@ the services, never this): ``JobLease``, ``OpenIncident``, ``Probe``, ``Launcher
 ``LinkLoss`` (what a lost link means), ``Orders`` (an operator's requests), ``JobMessages``
 (what members say: the one dispatcher, given this job's ``Commits``), ``Observe`` (a
 read-only console's view), ``Assignment`` (hosts and spares), ``FirstPlacement`` (where the
-first epoch starts), ``GroupEpoch`` (one epoch's links, leases, silence), ``MemberEvents`` (a
+first epoch starts), ``Reattach`` (a run found at console start), ``Meeting`` and
+``start_epoch`` (each epoch's rendezvous and Starts), ``GroupEpoch`` (one epoch's links,
+leases, silence, and the last lease of a clean quit), ``MemberEvents`` (a
 member's silence, loss or GPU move, and the incident it opens), ``GroupRecovery`` (what to do
 once an epoch ended), ``ResumeStep`` (the step to resume from, replicas promoted),
 ``WarmExecutors`` (survivors kept warm, replacements readied) and ``Commits`` (two-phase
