@@ -254,7 +254,7 @@ class Launcher:
         self.dismissed.add((host, hello.pid))
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
-        link.close()
+        await link.finish()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(START_TIMEOUT_S / 3):
                 while True:
@@ -335,7 +335,7 @@ class Launcher:
                         hello = await link.open(timeout=5)
                         if hello.pid == pid:
                             await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
-                    link.close()
+                    await link.finish()
                     await asyncio.sleep(POLL_S)
         except TimeoutError:
             self._journal.record(

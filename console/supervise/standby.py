@@ -108,7 +108,7 @@ class Standby:
             await prepared.link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
         except LinkError as e:
             told = f" (the Stop was not sent: {e})"
-        prepared.link.close()
+        await prepared.link.finish()  # read to its close: a Stop closed on at once was lost
         if prepared.host == self._live.host:
             return
         gone = await self._probe.wait_gone(prepared.host)

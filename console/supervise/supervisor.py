@@ -687,6 +687,7 @@ class Supervisor:
             self.dismissed.add((host, link.hello.pid))
         with contextlib.suppress(LinkError):
             await link.send(Stop(reason=why, checkpoint=False))
+        await link.finish()  # read to its close: a Stop closed on at once could go unheard
         await self._probe.wait_gone(host)
 
     def _drain_found(self) -> None:

@@ -132,6 +132,6 @@ class Twin:
             with contextlib.suppress(LinkError, TimeoutError):
                 async with asyncio.timeout(5):
                     await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
-            link.close()
+            await link.finish()
 
         self._launcher.outlive(stop())

@@ -151,7 +151,7 @@ class WarmExecutors:
             got = None if task.cancelled() or task.exception() else task.result()
             if isinstance(got, ExecutorLink):
                 await send_quietly(got, Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
-                got.close()
+                await got.finish()
 
     async def fresh(self, host: str, link: ExecutorLink | Outcome) -> ExecutorLink | Outcome:
         """``link`` (or why there is none), or a new link to the same idle executor when its newest clock reading is

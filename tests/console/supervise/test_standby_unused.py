@@ -28,6 +28,9 @@ class GoneLink:
     def close(self) -> None:
         pass
 
+    async def finish(self, timeout: float = 0.0) -> None:
+        pass
+
 
 @pytest.mark.parametrize(
     ("case", "why"),

@@ -122,6 +122,9 @@ class Idle(ExecutorLink):
     def close(self) -> None:
         self.shut = True
 
+    async def finish(self, timeout: float = 0.0) -> None:
+        self.close()
+
 
 async def test_a_member_that_answers_again_calls_off_the_executor_readied_to_replace_it(
     tmp_path: Path,
