@@ -124,8 +124,10 @@ def _run(args: argparse.Namespace) -> int:
     from executors.agent.inject import Injections
     from executors.agent.spec import load_spec
     from executors.kinds import load_kind
+    from protocol.workloads import check_workload
 
     spec = load_spec(args.spec, args.job)
+    check_workload(spec.executor, spec.workload, spec.config)  # before the kind imports torch
     injections = Injections.from_env()
     kind = load_kind(spec.executor)
     acquire(args.workdir)
