@@ -213,10 +213,11 @@ class ExecutorLink:
     async def finish(self, timeout: float = FINISH_TIMEOUT_S) -> None:
         """Close once the executor has read what was sent (an order the link's last words):
         its end of the link is shut for writing, so the executor reads every frame and then
-        the end, closes, and the link closes after it (or after ``timeout``). Closed at once
-        with frames of the executor's still unread, the executor's end is reset: it then
-        dropped frames it had not read yet (2 Stops of 8 to a briefly frozen executor never
-        heard; a quitting console's last lease lost so, ``leave.py``)."""
+        the end, closes, and the link closes after it (or after ``timeout``). Closed at once,
+        an executor busy at that moment wrote to the closed link first (a heartbeat), failed,
+        and its asyncio reader raised that error before handing out the frames it held: 5
+        Stops of 6 to a briefly frozen executor never heard (``test_link_finish.py``), a
+        quitting console's last lease lost (``leave.py``)."""
         writer, frames, pump = self._writer, self._frames, self._pumping
         if writer is None or frames is None:
             return

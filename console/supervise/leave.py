@@ -102,9 +102,9 @@ class LastLease:
 
     async def _deliver(self, host: str, link: ExecutorLink) -> None:
         """The lease, then a Ping: the Heartbeat answering it says the lease it left. A lease
-        sent and the link closed at once could be lost (run M: the executor's write to a
-        console that had closed with frames unread failed, and its reader dropped the
-        frames it held, the lease among them); answered, it was handled."""
+        sent and the link closed at once could be lost (run M: the executor, busy as the link
+        closed, wrote to it first, failed, and its reader dropped the frames it had not handed
+        out, the lease among them; ``ExecutorLink.finish``); answered, it was handled."""
         unattended = self._unattended_s
         await link.send(self._lease.renewal(link, host, self._live.epoch, ttl_s=unattended))
         beat = await link.answer(LEAVE_TIMEOUT_S)
