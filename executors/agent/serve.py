@@ -28,6 +28,7 @@ from executors import clock, exitcodes
 from executors.agent.control import Control
 from executors.agent.events import EventLog, report_crash
 from executors.agent.inject import Injections
+from executors.agent.streams import serve_unix
 from executors.agent.twin import TWIN_EVENTS, TwinSeat, listen
 from executors.agent.workdir import EVENTS, PID, WorkdirBusy, kill_command
 from executors.durable import atomic_write
@@ -206,9 +207,7 @@ class Server:
     def _serve(self, path: Path) -> None:
         """Serve the protocol on ``path`` (bound and listening before this returns)."""
         sock = listen(path)
-        self._servers.append(
-            self._loop.create_task(asyncio.start_unix_server(self._client, sock=sock))
-        )
+        self._servers.append(self._loop.create_task(serve_unix(self._client, sock)))
 
     def _promote(self, twin: TwinSeat) -> bool:
         """A twin told Start becomes the job's executor, or refuses while the executor lives."""

@@ -39,9 +39,10 @@ def frozen(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
-async def stop_as_last_words(workdir: Path) -> int | None:
+async def stop_as_last_words(workdir: Path, *, finish: bool = True) -> int | None:
     """An idle executor told Stop as its link's last words while it is frozen, then continued:
-    its exit code, or None if it did not exit within 10 s (it never heard the Stop)."""
+    its exit code, or None if it did not exit within 10 s (it never heard the Stop). The link
+    finished (``finish``), or closed at once."""
     argv = ["serve", "--workdir", str(workdir), "--kind", "command", "--heartbeat-s", "0.05"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "executors.cli", *argv, env=env_with(), cwd=REPO,
@@ -56,11 +57,15 @@ async def stop_as_last_words(workdir: Path) -> int | None:
         try:
             await until(lambda: frozen(proc.pid), 10, "the executor frozen")
             await link.send(Stop(reason=StopReason.NOT_NEEDED, checkpoint=False))
-            finishing = asyncio.ensure_future(link.finish(10))
-            await asyncio.sleep(FROZEN_S)  # the fault's length; the finish has begun meanwhile
+            if finish:
+                finishing = asyncio.ensure_future(link.finish(10))
+            else:
+                link.close()
+            await asyncio.sleep(FROZEN_S)  # the fault's length; a finish has begun meanwhile
         finally:
             os.kill(proc.pid, signal.SIGCONT)
-        await finishing
+        if finish:
+            await finishing
         try:
             return await asyncio.wait_for(proc.wait(), 10)
         except TimeoutError:
@@ -75,4 +80,13 @@ async def test_a_stop_that_is_a_links_last_words_is_heard_by_an_executor_busy_as
     tmp_path: Path,
 ) -> None:
     codes = [await stop_as_last_words(tmp_path / f"w{i}") for i in range(TRIES)]
+    assert None not in codes, f"Stops never heard: {codes}"
+
+
+async def test_a_stop_on_a_link_closed_at_once_is_still_heard_the_executor_reads_to_the_end(
+    tmp_path: Path,
+) -> None:
+    """The executor's side alone (``executors/agent/streams.py``): a console that closes its
+    link at once (an older console, a tool) is still heard, the order read before the end."""
+    codes = [await stop_as_last_words(tmp_path / f"w{i}", finish=False) for i in range(TRIES)]
     assert None not in codes, f"Stops never heard: {codes}"
