@@ -6,27 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.config import _key_path, convert, find_line
-from protocol.errors import ConfigError
+from protocol import workloads
 from protocol.spec import JobSpec
-from protocol.workloads import BUILTIN_WORKLOADS, config_schema, is_factory, unknown_workload
 
 
 def check_workload(spec: JobSpec, *, file: Path, text: str) -> None:
-    """ConfigError naming ``jobs.NAME.workload`` or ``jobs.NAME.config...`` where it is wrong.
-
-    A kind other than ``torch`` and a ``"module:factory"`` workload are the host's to judge."""
-    keys = ["jobs", spec.name]
-    if spec.executor != "torch":
-        return
-    if not is_factory(spec.workload) and spec.workload not in BUILTIN_WORKLOADS:
-        where = [*keys, "workload"]
-        line = find_line(text, where)
-        at = f"{file}:{line}" if line else str(file)
-        raise ConfigError(f"{at}: {_key_path(where)}: {unknown_workload(spec.workload)}")
-    schema = config_schema(spec.executor, spec.workload)
-    if schema is not None:
-        convert(spec.config, schema, file=file, text=text, prefix=[*keys, "config"])
+    """ConfigError naming ``jobs.NAME.workload`` or ``jobs.NAME.config...`` where it is wrong
+    (``protocol.workloads.check_workload``, the check an executor makes too)."""
+    workloads.check_workload(
+        spec.executor, spec.workload, spec.config, file=file, text=text, keys=["jobs", spec.name]
+    )
 
 
 __all__ = ["check_workload"]

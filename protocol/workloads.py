@@ -10,10 +10,13 @@ resolve; its config is its own.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
+from protocol.config import _key_path, convert, find_line
 from protocol.errors import ConfigError
 
 T = TypeVar("T")
@@ -72,13 +75,6 @@ def unknown_workload(workload: str) -> str:
     )
 
 
-def config_schema(executor: str, workload: str) -> type[msgspec.Struct] | None:
-    """The schema a job's ``[config]`` is checked against; None where only the host knows it."""
-    if executor != "torch" or is_factory(workload):
-        return None
-    return BUILTIN_WORKLOADS.get(workload)
-
-
 def convert_config(config: dict[str, Any], tp: type[T]) -> T:
     """A workload's ``[config]`` table as a typed record; errors name the key under ``config.``."""
     try:
@@ -88,23 +84,40 @@ def convert_config(config: dict[str, Any], tp: type[T]) -> T:
         raise ConfigError(f"config: {text}") from None
 
 
-def check_workload(executor: str, workload: str, config: dict[str, Any]) -> None:
-    """A built-in workload's name and ``[config]``, refused as ``convert_config`` and the
-    workload's build would refuse them, but with no torch imported: an executor told to run
-    a job with a typo said so after seconds of importing torch."""
+def check_workload(
+    executor: str,
+    workload: str,
+    config: dict[str, Any],
+    *,
+    file: Path | None = None,
+    text: str = "",
+    keys: Sequence[str] = (),
+) -> None:
+    """A built-in workload's name and ``[config]``, refused as the workload's build would
+    refuse them, with no torch imported: the console as the inventory loads (``file``,
+    ``text`` and ``keys``: the error names ``FILE:LINE: jobs.NAME.config...``), and an
+    executor told to run a job, which said a typo only after seconds of importing torch. A
+    kind other than ``torch`` and a ``"module:factory"`` workload are the host's to judge."""
     if executor != "torch" or is_factory(workload):
         return
     schema = BUILTIN_WORKLOADS.get(workload)
     if schema is None:
-        raise ConfigError(f"workload: {unknown_workload(workload)}")
-    convert_config(config, schema)
+        if file is None:
+            raise ConfigError(f"workload: {unknown_workload(workload)}")
+        where = [*keys, "workload"]
+        line = find_line(text, where)
+        at = f"{file}:{line}" if line else str(file)
+        raise ConfigError(f"{at}: {_key_path(where)}: {unknown_workload(workload)}")
+    if file is None:
+        convert_config(config, schema)
+    else:
+        convert(config, schema, file=file, text=text, prefix=[*keys, "config"])
 
 
 __all__ = [
     "BUILTIN_WORKLOADS",
     "CharLMConfig",
     "check_workload",
-    "config_schema",
     "convert_config",
     "is_factory",
     "unknown_workload",
