@@ -69,10 +69,9 @@ class ExecutorLink:
         self._closed_here = False
         self._fresh = asyncio.Event()
         """Set, and replaced by a new one, at each clock reading and when the link closes."""
-        self._answered: int | None = None
-        """The nonce of the newest Ping the executor answered (its Heartbeat names it)."""
         self._answer: Heartbeat | None = None
-        """That Heartbeat."""
+        """The Heartbeat that answered the newest Ping the executor answered (it names the
+        Ping's nonce)."""
         self.lease_lows: deque[tuple[float, float]] = deque(maxlen=LOWS_KEPT)
         """(``clock.mono()`` at arrival, ``lease_low_s``) of the newest heartbeats that had one:
         how much lease was left when renewals reached the executor."""
@@ -135,11 +134,12 @@ class ExecutorLink:
         await self.send(Ping(nonce=nonce))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
-                while self._frames is not None and self._answered != nonce:
+                while self._frames is not None and not self._answers(nonce):
                     await self._fresh.wait()
-        if self._frames is not None and self._answered == nonce:
-            return self._answer
-        return None
+        return self._answer if self._frames is not None and self._answers(nonce) else None
+
+    def _answers(self, nonce: int) -> bool:
+        return self._answer is not None and self._answer.nonce == nonce
 
     @property
     def pumped(self) -> bool:
@@ -184,7 +184,7 @@ class ExecutorLink:
                 for msg in batch:
                     if isinstance(msg, Heartbeat):
                         if msg.nonce is not None:
-                            self._answered, self._answer = msg.nonce, msg
+                            self._answer = msg
                         self._reading(msg.clock)
                         if msg.lease_low_s is not None:
                             self.lease_lows.append((clock.mono(), msg.lease_low_s))

@@ -308,16 +308,16 @@ class Replicator:
         waiting = [(key, event) for key, event in self._idle.items() if not event.is_set()]
         deadline = time.monotonic() + timeout
         while waiting:
-            for (key, spare), event in list(waiting):
+            still = []
+            for (key, spare), event in waiting:
                 if event.is_set():
-                    waiting.remove(((key, spare), event))
-                elif unreachable(spare):
-                    waiting.remove(((key, spare), event))
+                    continue
+                if unreachable(spare):
                     self._cut(key, spare, f"{spare} does not answer, so it was not waited for")
-            left = deadline - time.monotonic()
-            if not waiting:
-                return
-            if left <= 0:
+                else:
+                    still.append(((key, spare), event))
+            waiting, left = still, deadline - time.monotonic()
+            if not waiting or left <= 0:
                 break
             ends = [asyncio.ensure_future(e.wait()) for _, e in waiting]
             try:
