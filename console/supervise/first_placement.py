@@ -13,7 +13,7 @@ from console.spares.placement import choose_primary
 from console.states import HostState
 
 
-class Targets(Protocol):
+class Replacements(Protocol):
     def __call__(
         self, leaving: list[str], *, survivors: int, waits: str | None = None
     ) -> Awaitable[list[str | None] | None]: ...
@@ -34,7 +34,7 @@ class FirstPlacement:
         fleet: Fleet,
         reserved: Callable[[], dict[str, str]],
         priorities: Callable[[], dict[str, int]],
-        targets: Targets,
+        targets: Replacements,
         assign: Callable[[list[str]], None],
         stop_before_start: Callable[[], bool],
         wait_note: Callable[[str], None],
