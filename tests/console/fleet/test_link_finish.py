@@ -39,13 +39,27 @@ def frozen(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
-async def stop_as_last_words(workdir: Path, *, finish: bool = True) -> int | None:
+PLAIN_LINKS = (
+    "import asyncio, sys, executors.agent.serve as s\n"
+    "s.serve_unix = lambda client, sock: asyncio.start_unix_server(client, sock=sock)\n"
+    "from executors.cli import main\n"
+    "sys.exit(main())"
+)
+"""The executor with its links served the plain asyncio way, not read to the end
+(``executors/agent/streams.py``): the console's ``finish`` is then all that is proven."""
+
+
+async def stop_as_last_words(
+    workdir: Path, *, finish: bool = True, plain_links: bool = False
+) -> int | None:
     """An idle executor told Stop as its link's last words while it is frozen, then continued:
     its exit code, or None if it did not exit within 10 s (it never heard the Stop). The link
-    finished (``finish``), or closed at once."""
+    finished (``finish``), or closed at once; the executor's links read to the end, or served
+    the plain way (``plain_links``)."""
     argv = ["serve", "--workdir", str(workdir), "--kind", "command", "--heartbeat-s", "0.05"]
+    head = ["-c", PLAIN_LINKS] if plain_links else ["-m", "executors.cli"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "executors.cli", *argv, env=env_with(), cwd=REPO,
+        sys.executable, *head, *argv, env=env_with(), cwd=REPO,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -79,7 +93,9 @@ async def stop_as_last_words(workdir: Path, *, finish: bool = True) -> int | Non
 async def test_a_stop_that_is_a_links_last_words_is_heard_by_an_executor_busy_as_it_ends(
     tmp_path: Path,
 ) -> None:
-    codes = [await stop_as_last_words(tmp_path / f"w{i}") for i in range(TRIES)]
+    """The console's side alone: the executor's links are served the plain way, so a Stop it
+    hears is the console's ``finish``'s doing."""
+    codes = [await stop_as_last_words(tmp_path / f"w{i}", plain_links=True) for i in range(TRIES)]
     assert None not in codes, f"Stops never heard: {codes}"
 
 
