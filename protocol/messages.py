@@ -87,6 +87,13 @@ class Rendezvous(msgspec.Struct, kw_only=True):
     timeout_s: float = 30.0
     """How long a collective may wait for a peer before it raises: a member that died without
     closing its sockets (a partition, a SIGSTOP) ends the others' run within this."""
+    join_timeout_s: float = 300.0
+    """How long each rank waits for every rank of the epoch to join the group before the run
+    fails: the slowest rank's start (a local rank's process spawned, torch imported, CUDA set
+    up), which on a loaded host or a slow filesystem takes far longer than a collective may
+    (the console's collective timeout, 10 s by default, failed groups whose ranks were still
+    importing torch). A member lost before it joined is the console's to see (its link); a
+    survivor still waiting for it then is left to its lease."""
     logical_ranks: int | None = None
     """Elastic data parallelism (the torch kind): the job's data-parallel work is this many
     logical ranks whatever the number of members; each member runs its contiguous block of

@@ -71,6 +71,14 @@ def own_address() -> str | None:
     return None
 
 
+def listening(port: int) -> bool:
+    """The kernel's word: something listens on ``port`` (a store's server)."""
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        for c in psutil.net_connections("tcp")
+    )
+
+
 @pytest.fixture
 def cleanup() -> Iterator[list[Member]]:
     members: list[Member] = []
@@ -140,7 +148,7 @@ def test_a_member_whose_join_failed_joins_the_next_epoch_with_a_fresh_process(
     (first,) = serve([tmp_path / "r0"])
     cleanup.append(first)
     alone = Rendezvous(
-        node_rank=0, addresses=["127.0.0.1"] * 2, master_port=free_port(), timeout_s=2.0
+        node_rank=0, addresses=["127.0.0.1"] * 2, master_port=free_port(), join_timeout_s=2.0
     )
     first.client.send(Start(spec=SPEC, epoch=1, rendezvous=alone))
     ended = first.client.until(lambda x: isinstance(x, RunEnded), 30)
@@ -152,6 +160,39 @@ def test_a_member_whose_join_failed_joins_the_next_epoch_with_a_fresh_process(
     start([first, fresh], SPEC, epoch=2)
     assert [finished(m).params_sha256 for m in (first, fresh)] == [reference.digest] * 2
     assert first.proc.proc.pid == pid, "the first member restarted in its own process"
+
+
+def test_a_member_started_past_the_collective_timeout_still_joins_and_trains_bit_exact(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    """The join waits for the slowest rank's start (``join_timeout_s``), not for a collective's
+    timeout. Run A (a fresh-clone suite on a loaded machine): a follower still importing torch
+    16 s after its epoch began failed the whole epoch ("Timed out after 16 seconds waiting for
+    clients. 3/4 clients joined."), since the store torch made from a ``tcp://`` address
+    waited the collective timeout. Here rank 0 (which serves the store) waits past it."""
+    collective_s = 5.0
+    members = serve([tmp_path / "r0", tmp_path / "r1"])
+    cleanup += members
+    port = free_port()
+
+    def rendezvous(rank: int) -> Rendezvous:
+        return Rendezvous(
+            node_rank=rank,
+            addresses=["127.0.0.1"] * 2,
+            master_port=port,
+            timeout_s=collective_s,
+            join_timeout_s=60,
+        )
+
+    first, late = members
+    first.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(0)))
+    first.client.until(lambda x: listening(port), 60)  # rank 0 waits in its join from here
+    joining = time.monotonic()
+    # the fault's length: the other member comes a second after a collective would have failed
+    first.client.until(lambda x: time.monotonic() - joining > collective_s + 1, 30)
+    assert not any(isinstance(x, RunEnded) for x in first.client.seen)
+    late.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(1)))
+    assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
 
 
 def test_resuming_a_step_a_member_lacks_or_another_member_wrote_is_a_clear_fault(

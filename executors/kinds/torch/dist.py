@@ -189,19 +189,19 @@ def joined(
     rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False, local_rank: int = 0
 ) -> Iterator[Group]:
     """Join this epoch's group as ``local_rank`` of this host (waits for every rank up to
-    ``rv.timeout_s``), with ``side`` a gloo group beside it (``Group.side``); always leave them."""
+    ``rv.join_timeout_s``, then for a collective up to ``rv.timeout_s``), with ``side`` a gloo
+    group beside it (``Group.side``); always leave them."""
     check(rv, device, local_rank)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # NCCL's rank k of a host uses its device k, not 0
     timeout = timedelta(seconds=rv.timeout_s)
+    rank = rv.node_rank * rv.procs_per_host + local_rank
     _name_the_group_as_a_fresh_process_would()
     with _gloo_bound_to(rv, warn, gloo=side):
+        store = _met(rv, rank)
+        store.set_timeout(timeout)  # from here on, a peer is waited for a collective's time
         dist.init_process_group(
-            rv.backend,
-            init_method=f"tcp://{_host(rv.master_addr)}:{rv.master_port}",
-            rank=rv.node_rank * rv.procs_per_host + local_rank,
-            world_size=rv.world_size,
-            timeout=timeout,
+            rv.backend, store=store, rank=rank, world_size=rv.world_size, timeout=timeout
         )
         # made here, bound as the default group is: made after, in a network namespace gloo
         # bound it to loopback and its peers were refused (test_fsdp_ssh)
@@ -225,9 +225,29 @@ def _name_the_group_as_a_fresh_process_would() -> None:
     world.group_count = 0
 
 
-def _host(address: str) -> str:
-    """An address as the host part of a URL: an IPv6 one in brackets."""
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+JOINED, ALL_JOINED = "hotspare/joined", "hotspare/all-joined"
+"""The store's count of the ranks joined, and the key the last of them sets: every rank waits
+for it before the group is made."""
+
+
+def _met(rv: Rendezvous, rank: int) -> dist.TCPStore:
+    """The epoch's store (rank 0's process serves it, as a ``tcp://`` rendezvous does) once every
+    rank has joined it, each waiting up to ``rv.join_timeout_s`` for the slowest one's start.
+    Made by torch from a ``tcp://`` address, the store waited the collective timeout for the
+    last rank, and a follower still importing torch on a loaded host failed the whole epoch."""
+    within = timedelta(seconds=rv.join_timeout_s)
+    store = dist.TCPStore(
+        rv.master_addr.strip("[]"),
+        rv.master_port,
+        rv.world_size,
+        is_master=rank == 0,
+        timeout=within,
+        multi_tenant=True,
+    )
+    if store.add(JOINED, 1) == rv.world_size:  # rank 0's own wait covers only the connects
+        store.set(ALL_JOINED, "1")
+    store.wait([ALL_JOINED], within)
+    return store
 
 
 @contextlib.contextmanager
