@@ -214,8 +214,12 @@ class Fleet:
         return self._replace_findings(name, [*kept, Finding(Severity.FAIL, PROBE_RULE, why)])
 
     def _replace_findings(self, name: str, findings: list[Finding]) -> list[Finding]:
-        """The host's findings are now these; the new ones are journalled and returned."""
+        """The host's findings are now these; the new ones are journalled and returned, and a
+        host that was failing and is no longer is journalled healthy again, whichever source
+        saw it (the health probe, a standby's or a job's executor: a standby's sample that
+        cleared a spare's FAIL left no such line, run C)."""
         rt = self.hosts[name]
+        was_failing = bool(self.failing(name))
         old = {(f.rule, f.message) for f in rt.findings}
         rt.findings = findings
         fresh = [f for f in findings if (f.rule, f.message) not in old]
@@ -226,6 +230,14 @@ class Fleet:
                 host=name,
                 data={"severity": f.severity.value, "rule": f.rule},
             )
+        if was_failing and not self.failing(name):
+            self.journal.record(
+                Kind.HEALTH,
+                f"{name}: healthy again",
+                host=name,
+                data={"severity": "ok", "rule": "healthy"},
+            )
+            self.changed.set()  # a job waiting for a host may take this one
         return fresh
 
     def failing(self, name: str) -> list[Finding]:

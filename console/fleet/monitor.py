@@ -198,7 +198,6 @@ class HostMonitor:
                 h, why = None, str(e)
         if name not in fleet.hosts or name not in inv.hosts:
             return
-        before = bool(fleet.failing(name))
         if h is None:
             fleet.probe_failed(name, f"health probe failed: {why}")
         else:
@@ -207,14 +206,6 @@ class HostMonitor:
             took = time.monotonic() - began
             fleet.observe(name, h, every_s=self.every_s + took, extra=found)
             self._ours[name] = fleet.hosts[name].sampled_at
-        if before and not fleet.failing(name):
-            self._journal.record(
-                Kind.HEALTH,
-                f"{name}: healthy again",
-                host=name,
-                data={"severity": "ok", "rule": "healthy"},
-            )
-            fleet.changed.set()  # a job waiting for a host may take this one
         self.check_spares()
 
     # ------------------------------------------------------------------ spares
