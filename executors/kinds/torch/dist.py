@@ -184,6 +184,16 @@ def check(rv: Rendezvous, device: torch.device, local_rank: int = 0) -> None:
         )
 
 
+def import_ahead() -> None:
+    """Import what a run would import lazily, before this rank joins an epoch (``joined``):
+    ``torch._dynamo``, which every torch optimizer's first call imports (1.3 CPU s here, the
+    largest piece of a run's start by far; its first step takes 0.03 s). Imported after the
+    join, it sat between the join and the first collective, and on a loaded machine a cold
+    rank (a local rank's process) came to that collective past its timeout while a warm one
+    waited there ("Timed out waiting 15000ms for recv operation", run B)."""
+    import torch._dynamo  # noqa: F401
+
+
 @contextlib.contextmanager
 def joined(
     rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False, local_rank: int = 0
@@ -196,6 +206,7 @@ def joined(
         torch.cuda.set_device(device)  # NCCL's rank k of a host uses its device k, not 0
     timeout = timedelta(seconds=rv.timeout_s)
     rank = rv.node_rank * rv.procs_per_host + local_rank
+    import_ahead()  # an executor did so before serving (no lease held then)
     _name_the_group_as_a_fresh_process_would()
     with _gloo_bound_to(rv, warn, gloo=side):
         store = _met(rv, rank)

@@ -38,10 +38,7 @@ def main() -> int:
     from executors import exitcodes
     from executors.agent.control import Control
     from executors.kinds.torch.trainer import Trainer
-    from executors.kinds.torch.warm import import_ahead
     from protocol.messages import ExecutorMessage, Fault, Log
-
-    import_ahead()  # before the join, as local rank 0's executor did before serving
 
     def say(msg: ExecutorMessage) -> None:
         if isinstance(msg, (Fault, Log)):

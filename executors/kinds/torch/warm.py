@@ -25,17 +25,6 @@ def read_ahead_until(started: threading.Event, folder: Path) -> None:
         started.wait(READ_AHEAD_EVERY_S)
 
 
-def import_ahead() -> None:
-    """Import what a run would import lazily, before this rank joins an epoch: torch, and
-    ``torch._dynamo``, which every torch optimizer's first call imports (1.3 CPU s here, the
-    largest piece of a run's start by far; its first step takes 0.03 s). Imported after the
-    join, it sat between the join and the first collective, and on a loaded machine a cold
-    rank (a local rank's process) came to that collective past its timeout while a warm one
-    waited there ("Timed out waiting 15000ms for recv operation", run B)."""
-    import torch
-    import torch._dynamo  # noqa: F401
-
-
 def warm_up(over: threading.Event, repeat_s: float = 0.0) -> None:
     """While idle (a spare waiting for Start): import the training code and run torch once.
 
@@ -74,7 +63,9 @@ class TorchIdle:
         cores, 3.7 s with two more busy loops), and on that thread it silenced the heartbeats of
         an executor already Started, past its lease (a group's members killed as hung 2 s into
         their first epoch). Before the socket exists no console holds a lease on it; what a
-        run imports lazily is imported here too (``import_ahead``)."""
+        run imports lazily is imported here too (``dist.import_ahead``)."""
+        from executors.kinds.torch.dist import import_ahead
+
         import_ahead()
 
     def warm_up(self, over: threading.Event, repeat_s: float) -> None:
