@@ -360,14 +360,22 @@ def test_stop_sends_sigterm_and_the_script_checkpoints_within_its_grace(tmp_path
         c.until(lambda m: isinstance(m, Progress) and m.step >= 12, 60)
         t0 = time.monotonic()
         send_message(c.sock, Stop(reason=StopReason.OPERATOR))
-        stopped = c.until(lambda m: isinstance(m, Stopped), 30)
-        took = time.monotonic() - t0
+        # the script's own word that the signal came: a script SIGKILLed after its grace
+        # says nothing, and one signalled only as the grace ends says it 10 s late (timing the
+        # whole stop, publishing included, failed a CI run on a loaded machine at 8.7 s)
+        said = c.until(lambda m: isinstance(m, Log) and m.text.startswith("got SIGTERM"), 30)
+        to_sigterm = time.monotonic() - t0
         logs = [m.text for m in c.seen if isinstance(m, Log)]
-        assert isinstance(stopped, Stopped)
+        stopped = c.until(lambda m: isinstance(m, Stopped), 30)
+        logs += [m.text for m in c.seen if isinstance(m, Log)]
+        assert isinstance(stopped, Stopped) and isinstance(said, Log)
         assert (stopped.reason, stopped.exit_code) == (StopReason.OPERATOR, exitcodes.STOPPED)
         assert f"got SIGTERM; saved step {stopped.step}, exiting" in logs
         assert "command exited with code 0" in logs
-        assert took < 5, f"the script took {took:.1f}s (grace 10s): it was not sent SIGTERM"
+        grace = _job_spec().command.grace_s  # type: ignore[union-attr]
+        assert to_sigterm < grace, (
+            f"SIGTERM came {to_sigterm:.1f}s after Stop: not before the {grace:g}s grace"
+        )
         assert stopped.checkpoint_step == stopped.step, "the checkpoint written on SIGTERM is taken"
         newest = manifests(work)[-1]
         assert (newest.step, newest.epoch) == (stopped.step, 1)
