@@ -513,6 +513,9 @@ class Supervisor:
                     await asyncio.gather(*beside, return_exceptions=True)
                 self.epoch_run = None
                 self._reattach.pending = False
+                # survivors under lease first: whatever comes next may wait (a dead host's
+                # events read back, a replacement's start); a job over stops keeping them
+                await self._executors.keep_survivors_warm(run.members)
                 await self._read_back_shards(run)
                 nxt = await self._group_recovery.recover(run)
                 if nxt is None:
@@ -563,9 +566,8 @@ class Supervisor:
         if self._twin.host not in (None, *plan):
             await self._twin.drop()  # the job left its host: no twin lingers there
         self._assign_members(plan)
-        await self._executors.stop_keeping()
         await self._executors.drop_readied(plan)
-        got = await asyncio.gather(*(self._executors.executor(h) for h in plan))
+        got = await self._executors.take(plan)
         # no epoch starts that the disk cannot hold (a full disk: the job waits, idle)
         await self._until_saved(f"{self.name} waits to start: its state cannot be persisted")
         # the first started waited for the slowest: each first lease from a current reading

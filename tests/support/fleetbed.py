@@ -227,18 +227,22 @@ def _run_baseline(inventory: Path, job: str, workdir: Path) -> str:
     return json.loads(proc.stdout.strip().splitlines()[-1])["params_sha256"]
 
 
-def slow_python(folder: Path, delay_s: float = 0.8) -> tuple[Path, Path]:
+def slow_python(
+    folder: Path, delay_s: float = 0.8, *, serve_only: bool = False
+) -> tuple[Path, Path]:
     """A host's ``python`` that starts ``delay_s`` late while its flag file exists (a loaded
-    host slow to start a program): the wrapper's path (an inventory's ``python``) and the flag."""
+    host slow to start a program): the wrapper's path (an inventory's ``python``) and the flag.
+    ``serve_only``: only an executor's ``serve`` is late (torch imported from a slow disk), the
+    console's probes of the host are not."""
     import shlex
     import sys
 
     folder.mkdir(parents=True, exist_ok=True)
     flag, wrapper = folder / "slow.flag", folder / "slow-python"
-    wrapper.write_text(
-        f"#!/bin/sh\n[ -e {shlex.quote(str(flag))} ] && sleep {delay_s}\n"
-        f'exec {shlex.quote(sys.executable)} "$@"\n'
-    )
+    late = f"[ -e {shlex.quote(str(flag))} ] && sleep {delay_s}"
+    if serve_only:
+        late = f'case "$*" in *"executors.cli serve "*) {late};; esac'
+    wrapper.write_text(f'#!/bin/sh\n{late}\nexec {shlex.quote(sys.executable)} "$@"\n')
     wrapper.chmod(0o755)
     return wrapper, flag
 

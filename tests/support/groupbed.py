@@ -29,8 +29,14 @@ def group_job(**over: Any) -> dict[str, Any]:
     return {"hosts": list(MEMBERS), "spares": ["d"], **table}
 
 
-def local_group(folder: Path, console: dict[str, Any] | None = None, **over: Any) -> Path:
-    """Three members and a spare on local hosts; ``console``: settings of its own (a lease)."""
+def local_group(
+    folder: Path,
+    console: dict[str, Any] | None = None,
+    spare: dict[str, Any] | None = None,
+    **over: Any,
+) -> Path:
+    """Three members and a spare on local hosts; ``console``: settings of its own (a lease);
+    ``spare``: the spare's host settings beyond these (its ``python``)."""
     folder.mkdir(parents=True, exist_ok=True)
     return write_inventory(
         folder / "inventory.toml",
@@ -38,7 +44,7 @@ def local_group(folder: Path, console: dict[str, Any] | None = None, **over: Any
             "a": local_host(folder / "a"),
             "b": local_host(folder / "b"),
             "c": local_host(folder / "c"),
-            "d": local_host(folder / "d", role="spare"),
+            "d": local_host(folder / "d", role="spare", **(spare or {})),
         },
         jobs={"j": group_job(**over)},
         **(console or {}),

@@ -166,7 +166,6 @@ class GroupRecovery:
             )
             self.release()
             return None
-        await self._executors.keep_survivors_warm(members)
         for m in members:
             if m.exit is not None and m.exit.exit is Exit.HOST_LOST:
                 fleet.set_state(m.host, HostState.DOWN, m.exit.why)

@@ -240,43 +240,61 @@ class WarmExecutors:
     # ------------------------------------------------------------ warm survivors
 
     async def keep_survivors_warm(self, members: list[Member]) -> None:
-        """Survivors whose run ended wait, warm, for the next Start: link them and keep them
-        under lease while the group recovers (a lost member's lease is waited out first)."""
+        """Survivors whose run ended wait, warm, for the next Start: each is asked at once (all
+        together) and, waiting, renewed then and kept under lease while the group recovers,
+        whatever else it waits for meanwhile (the dead member's checkpoint read back, a
+        replacement's start)."""
         for m in members:
             if m.exit is not None and m.exit.exit in (Exit.PLANNED, Exit.STOPPED, Exit.FINISHED):
                 self.exiting.add(m.host)
-            if m.exit is None or m.exit.exit not in CRASHES or m.host in self.warm:
-                continue
-            link = self._launcher.link(m.host)
-            try:
-                hello = await link.open(timeout=2)
-            except LinkError:
-                continue
-            if hello.state == ExecutorState.FAULTED:
-                self.warm.add(m.host)
-            link.close()
-        if self.warm and self._keeping is None:
-            self._keeping = asyncio.create_task(self._keep())
-
-    async def _keep(self) -> None:
-        """A fresh link each time: its Hello is the clock reading the renewal is anchored to."""
+        asking = [
+            m.host
+            for m in members
+            if m.exit is not None and m.exit.exit in CRASHES and m.host not in self.warm
+        ]
         epoch = self._live.epoch
+        waiting = await asyncio.gather(*(self._renew(h, epoch) for h in asking))
+        self.warm.update(h for h, yes in zip(asking, waiting, strict=True) if yes)
+        if self.warm and self._keeping is None:
+            self._keeping = asyncio.create_task(self._keep(epoch))
+
+    async def _keep(self, epoch: int) -> None:
+        """Every warm host renewed together, each round: one slow to answer holds no other
+        back (one at a time, two survivors under a starved console went 5 s unrenewed on a
+        3 s lease, and were started afresh)."""
         while True:
-            for host in list(self.warm):
-                link = self._launcher.link(host)
-                try:
-                    hello = await link.open(timeout=2)
-                    if hello.state == ExecutorState.FAULTED and hello.epoch == epoch:
-                        await link.send(self._lease.renewal(link, host, epoch))
-                    else:
-                        self.warm.discard(host)
-                except NoAnchor:  # not granted now (its bound not on disk): kept, tried again
-                    pass
-                except LinkError:
-                    self.warm.discard(host)
-                finally:
-                    link.close()
             await asyncio.sleep(self._lease.ttl_s / 3)  # as often as any lease is renewed
+            hosts = list(self.warm)
+            waiting = await asyncio.gather(*(self._renew(h, epoch) for h in hosts))
+            self.warm.difference_update(h for h, yes in zip(hosts, waiting, strict=True) if not yes)
+
+    async def _renew(self, host: str, epoch: int) -> bool:
+        """A renewal for the executor on ``host`` if it waits, warm, after ``epoch``: over a
+        fresh link, whose Hello is the clock reading the renewal is anchored to. False when it
+        does not wait (gone, or another epoch's)."""
+        link = self._launcher.link(host)
+        try:
+            hello = await link.open(timeout=min(2.0, self._lease.ttl_s / 3))
+            if hello.state != ExecutorState.FAULTED or hello.epoch != epoch:
+                return False
+            with contextlib.suppress(NoAnchor):  # not granted now (its bound not on disk)
+                await link.send(self._lease.renewal(link, host, epoch))
+            return True
+        except LinkError:
+            return False
+        finally:
+            link.close()
+
+    async def take(self, plan: list[str]) -> list[ExecutorLink | Outcome]:
+        """Each of ``plan``'s executor (``executor``), warm survivors' last: they are kept under
+        lease until every other member's is got (a replacement readied late, under load,
+        started cold past a lease after the survivors' keeping had stopped)."""
+        later = [h for h in plan if h in self.warm]
+        first = [h for h in plan if h not in later]
+        got = dict(zip(first, await asyncio.gather(*map(self.executor, first)), strict=True))
+        await self.stop_keeping()
+        got.update(zip(later, await asyncio.gather(*map(self.executor, later)), strict=True))
+        return [got[h] for h in plan]
 
     async def stop_keeping(self) -> None:
         task, self._keeping = self._keeping, None

@@ -111,9 +111,15 @@ async def test_an_uninterrupted_group_leaves_one_shard_per_member_and_all_on_the
 async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     tmp_path: Path, baseline: str
 ) -> None:
+    """c's replacement, readied on d while c's lease runs out, comes up only well after the
+    decision (its ``serve`` 14 s late: torch from a slow disk): the survivors a and b wait,
+    warm, under lease all that time, and train on in their own processes. (The console once
+    stopped renewing them as the next epoch's launch began, before it waited for d: under a
+    starved console d came up late, their leases ran out, and they were started afresh.)"""
     # a lease longer than detection plus a cold start of d (~4 s here): a console that did not
     # wait it out would be seen training d before the bound
-    inv = local_group(tmp_path, console={"lease_s": 6.0})
+    python, late = slow_python(tmp_path / "bin", 14.0, serve_only=True)
+    inv = local_group(tmp_path, console={"lease_s": 6.0}, spare={"python": str(python)})
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     c_dir, d_dir = (tmp_path / h / "jobs" / "j" for h in "cd")
@@ -127,6 +133,7 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     )
     survivors = {h: executor_pid(tmp_path / h) for h in "ab"}
     epoch = ctl.store.job("j").epoch
+    late.touch()  # d's executor, readied once c is lost, starts late
     lost_at = time.time()
     ctl.kill_host("c")
     await until(lambda: sampler.windows(d_dir), 120, "d training (/proc)")
@@ -163,6 +170,10 @@ async def test_killing_a_non_zero_rank_host_replaces_it_with_the_spare(
     # opened it (it was dropped: scripts/test-long's dead-host failover, once jobs kept no
     # standby); on a loaded host it may come up after the decision, a phase all the same
     assert ready.t <= inc.times.get("executor_up", 0), inc.times
+    assert inc.times["executor_up"] - inc.times["decided"] > console.lease_s, (
+        "d came up a lease after the decision: the survivors waited longer than a lease",
+        inc.times,
+    )
 
 
 @pytest.mark.long  # the suite replaces a killed member (in this file) and rank 0's part (test_fsdp_train)
