@@ -23,6 +23,7 @@ from support.fleetbed import (
     local_host,
     run_until,
     set_console,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -42,7 +43,11 @@ from protocol.messages import CheckpointSaved, ExecutorMessage, Fault
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Path:
+def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """Job j on a, spare b (and c, in another region). The command kind running a stdlib
+    script, whose subject here is the console; ``torch`` (indirect parametrization): the torch
+    kind, for a test that compares the checkpoint's parameters."""
+    job = job_table() if getattr(request, "param", None) == "torch" else stdlib_job()
     return write_inventory(
         tmp_path / "inventory.toml",
         hosts={
@@ -50,7 +55,7 @@ def fleet(tmp_path: Path) -> Path:
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", region="r2", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], **job}},
     )
 
 
@@ -97,6 +102,7 @@ async def test_sigkill_of_the_executor_restarts_it_in_place(
 
 
 @pytest.mark.long  # the suite proves a lost host's failover past its lease bound (test_group_local's killed member; test_elastic_ssh's cut one, over sshd)
+@pytest.mark.parametrize("fleet", ["torch"], indirect=True)
 async def test_a_dead_host_fails_over_to_its_spare(
     fleet: Path, baseline: str, tmp_path: Path
 ) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, until, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, until, write_inventory
 
 from console.controller import Controller
 from console.fleet.hosts import STALE_AFTER_SAMPLES
@@ -34,9 +34,8 @@ def inventory(tmp_path: Path) -> Path:
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
         # no warm standby: b runs no executor, so only the reachability probe hears it (with
         # one, b's seen cell follows its heartbeats, and a loaded run saw one 0.5 s late)
-        jobs={
-            "j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table(steps=100_000)}
-        },
+        # the command kind (a stdlib script): its executor's Health is the torch kind's
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000, warm_standby=False)}},
     )
 
 

@@ -1,6 +1,7 @@
 """An operator's stop is not a failure (issue 29): after ``s`` the job reads ``stopped``, and no
 alert (the webhook's) says ``job j failed (stopped)``. Before, it read ``failed (stopped)``
-and the webhook was told the job had failed."""
+and the webhook was told the job had failed. The job is the command kind running a stdlib
+script: the subject is the console, not torch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from support.fleetbed import job_table, local_host, write_inventory
+from support.fleetbed import local_host, stdlib_job, write_inventory
 from support.uibed import console_app, table, wait_for
 
 from console.records.journal import Kind
@@ -52,7 +53,7 @@ async def test_s_stops_the_job_as_stopped_with_no_failure_alert(
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=5000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=5000)}},
         webhook=url,
     )
     app, events = console_app(inventory)
@@ -93,7 +94,7 @@ async def test_a_denied_failover_stops_the_job_with_no_failure_alert(
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=5000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=5000)}},
         webhook=url,
     )
     app, events = console_app(inventory, Policy.MANUAL)
