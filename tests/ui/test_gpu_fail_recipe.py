@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.fleetbed import EXECUTOR_ENV, job_table, local_host, write_inventory
+from support.fleetbed import EXECUTOR_ENV, local_host, stdlib_job, write_inventory
 from support.uibed import notified, table, wait_for
 
 from console.controller import Controller
@@ -29,7 +29,7 @@ async def test_a_gpu_fail_edited_in_drains_the_host_and_d_brings_it_back(tmp_pat
     inventory = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000)}},
         health_probe_s=0.5,
     )
     env = {h: {**EXECUTOR_ENV, "HOTSPARE_FAKE_NVML": str(nvml[h])} for h in "ab"}

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.fleetbed import POLL_S, job_table, local_host, write_inventory
+from support.fleetbed import POLL_S, local_host, stdlib_job, write_inventory
 from support.tmuxbed import HOTSPARE, lock_holder, paced_env, stop_controller, tmux, view_command
 from support.uibed import fleet, reap
 
@@ -101,7 +101,7 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
             "b": local_host(tmp_path / "b", role="spare"),
             "c": local_host(tmp_path / "c", region="r2", role="spare"),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=200_000)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=200_000)}},
         lease_s=8.0,
         unattended_s=120.0,
     )
