@@ -1,7 +1,9 @@
 """The warm standby (on by default for a job on one host; its takeover is
 tests/console/test_controller_local.py's ``test_by_default_a_warm_standby_...``): a host lost
 while its standby still starts; ``warm_standby = false`` starts nothing on a spare before a
-failover. Real local executors; the evidence is the journal and the spare's workdir."""
+failover. Real local executors of the command kind (a stdlib script: a standby's life is the
+console's whatever the kind; a torch standby's takeover is test_controller_local's); the
+evidence is the journal and the spare's workdir."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
-    job_table,
     local_host,
     slow_python,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -48,7 +50,7 @@ def slow_spare_fleet(tmp_path: Path) -> Path:
             "a": local_host(tmp_path / "a"),
             "b": local_host(tmp_path / "b", role="spare", python=str(python)),
         },
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000, warm_standby=None)}},
     )
 
 
@@ -71,7 +73,7 @@ async def test_warm_standby_false_starts_nothing_on_the_spare(tmp_path: Path) ->
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": False, **job_table()}},
+        jobs={"j": {"host": "a", "spares": ["b"], "warm_standby": False, **stdlib_job()}},
     )
     ctl = controller(inv, ("a", "b"))
     sup = ctl.jobs["j"]
@@ -146,7 +148,7 @@ async def test_a_drain_while_the_standby_still_starts_moves_the_job_into_that_st
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000, warm_standby=None)}},
     )
     held: list[str] = []
     detached = Launcher._detached
@@ -226,7 +228,7 @@ async def test_a_standby_that_never_hears_its_stop_is_killed_not_left(
     inv = write_inventory(
         tmp_path / "inventory.toml",
         hosts={"a": local_host(tmp_path / "a"), "b": local_host(tmp_path / "b", role="spare")},
-        jobs={"j": {"host": "a", "spares": ["b"], **job_table(steps=100_000, warm_standby=None)}},
+        jobs={"j": {"host": "a", "spares": ["b"], **stdlib_job(steps=100_000, warm_standby=None)}},
     )
     send = ExecutorLink.send
     lost: list[str] = []
