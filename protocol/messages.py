@@ -14,7 +14,7 @@ import msgspec
 from protocol.faults import FaultKind, StopReason
 from protocol.spec import CheckpointManifest, JobSpec
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 
 class ExecutorState(StrEnum):
@@ -189,7 +189,18 @@ class Prepare(_Msg, tag="prepare"):
     spec: JobSpec
 
 
-ConsoleMessage = ConsoleHello | Start | Lease | CheckpointNow | Stop | Drain | Ping | Prepare
+class Abandon(_Msg, tag="abandon"):
+    """To a member of a multi-host job: ``epoch``'s group will not form (a member's run ended
+    before it had). A run still joining that group ends at once, as a failed join does
+    (``RunEnded``: the executor stays, warm, for the next epoch) instead of waiting out the
+    join's timeout; a run past its join, or of another epoch, goes on as it was."""
+
+    epoch: int
+
+
+ConsoleMessage = (
+    ConsoleHello | Start | Lease | CheckpointNow | Stop | Drain | Ping | Prepare | Abandon
+)
 
 
 # ----------------------------------------------------------------- executor -> console

@@ -45,6 +45,9 @@ class Control:
         if lease_s > 0:
             self.lease_deadline = _from(lease_anchor) + lease_s
         self._lease_watchers: list[Callable[[float | None], None]] = []
+        self.abandoned = threading.Event()
+        """The console said this epoch's group will not form (``Abandon``): a join still
+        waiting for it gives up."""
 
     def watch_lease(self, watcher: Callable[[float | None], None]) -> Callable[[], None]:
         """Call ``watcher`` with the lease's end now and on every renewal (from the thread that

@@ -48,6 +48,7 @@ from protocol.framing import (
 )
 from protocol.messages import (
     PROTOCOL_VERSION,
+    Abandon,
     CheckpointNow,
     CheckpointSaved,
     ConsoleHello,
@@ -490,6 +491,9 @@ class Server:
                 )
         elif isinstance(msg, Lease):
             self._lease(msg, control)
+        elif isinstance(msg, Abandon):
+            if msg.epoch == control.epoch:  # a join still waiting gives up; nothing else does
+                control.abandoned.set()
         elif isinstance(msg, (Stop, Drain)) and self.state is ExecutorState.FAULTED:
             self._end_faulted(msg.reason, exitcodes.STOPPED)
         elif isinstance(msg, CheckpointNow):

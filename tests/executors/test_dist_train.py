@@ -39,6 +39,7 @@ from executors.kinds.torch.logical import plan
 from protocol.errors import ConfigError
 from protocol.faults import StopReason
 from protocol.messages import (
+    Abandon,
     CheckpointSaved,
     Fault,
     Finished,
@@ -187,12 +188,41 @@ def test_a_member_started_past_the_collective_timeout_still_joins_and_trains_bit
     first, late = members
     first.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(0)))
     first.client.until(lambda x: listening(port), 60)  # rank 0 waits in its join from here
+    first.client.send(Abandon(epoch=0))  # another epoch's (a late word): this join goes on
     joining = time.monotonic()
     # the fault's length: the other member comes a second after a collective would have failed
     first.client.until(lambda x: time.monotonic() - joining > collective_s + 1, 30)
     assert not any(isinstance(x, RunEnded) for x in first.client.seen)
     late.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(1)))
     assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+
+
+def test_an_abandoned_epoch_ends_its_joins_at_once_and_each_member_stays_warm_for_the_next(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    """A member lost before it joined: the console abandons the epoch (``Abandon``), and each
+    member still waiting in the join ends now, as a failed join does (``RunEnded``: the same
+    process waits, warm), not after the join's timeout (300 s), past its lease, to be started
+    afresh. The next epoch, without the lost member, trains to the reference's parameters."""
+    members = serve([tmp_path / "r0", tmp_path / "r1"])
+    cleanup += members
+    port = free_port()
+    for rank, m in enumerate(members):  # a group of three whose third never comes
+        rv = Rendezvous(node_rank=rank, addresses=["127.0.0.1"] * 3, master_port=port)
+        m.client.send(Start(spec=SPEC, epoch=1, rendezvous=rv))
+    members[0].client.until(lambda x: listening(port), 60)
+    told = time.monotonic()
+    for m in members:
+        m.client.send(Abandon(epoch=1))
+    for m in members:
+        ended = m.client.until(lambda x: isinstance(x, RunEnded), 60)
+        assert isinstance(ended, RunEnded) and ended.fault == "crash", ended
+        assert "abandoned by the console" in ended.message, ended.message
+    assert time.monotonic() - told < 30, "ended when told, not at the join's timeout"
+    pids = [m.proc.proc.pid for m in members]
+    start(members, SPEC, epoch=2)
+    assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+    assert [m.proc.proc.pid for m in members] == pids, "each restarted in its own process"
 
 
 def test_resuming_a_step_a_member_lacks_or_another_member_wrote_is_a_clear_fault(

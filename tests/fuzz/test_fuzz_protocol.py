@@ -37,6 +37,7 @@ from protocol import (
 )
 from protocol.framing import MessageDecoder
 from protocol.messages import (
+    Abandon,
     CheckpointNow,
     CheckpointSaved,
     ConsoleHello,
@@ -84,6 +85,7 @@ CONSOLE = [
     Stop(checkpoint=False),
     Drain(),
     Ping(nonce=9),
+    Abandon(epoch=3),
 ]
 EXECUTOR = [
     ExecutorHello(

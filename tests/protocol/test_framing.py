@@ -40,6 +40,7 @@ from protocol import (
 from protocol.faults import FaultKind, StopReason
 from protocol.framing import MessageDecoder
 from protocol.messages import (
+    Abandon,
     CheckpointNow,
     CheckpointSaved,
     ConsoleHello,
@@ -135,6 +136,7 @@ CONSOLE_EXAMPLES: list[Any] = [
     Drain(reason=StopReason.MIGRATE),
     Ping(nonce=2**63 - 1),
     Prepare(spec=SPEC),
+    Abandon(epoch=3),
 ]
 EXECUTOR_EXAMPLES: list[Any] = [
     ExecutorHello(

@@ -6,6 +6,7 @@ workdir's lock) and, if it cannot be asked, its lease is waited out before it is
 a member cut off may still be training under the lease it holds. Members keep being renewed
 while they answer, so a survivor whose collective fails (its peer died) stays warm, waiting
 for the next epoch's Start; one still stuck after the collective timeout is left to its lease.
+A member still joining when another's run ends is told the epoch is abandoned, and waits warm.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from console.supervise.outcome import (
     Outcome,
 )
 from protocol.messages import (
+    Abandon,
     ExecutorMessage,
     Fault,
     Heartbeat,
@@ -85,6 +87,8 @@ class GroupEpoch:
         """The console quits cleanly: the last lease to each member still training
         (``LastLease.leave``, one path for every job)."""
         self._changed = asyncio.Event()
+        self._telling: set[asyncio.Task[None]] = set()
+        """Abandons on their way (``_abandon``)."""
         self.first: Member | None = None
         """The member whose run ended first: the origin of this epoch's end."""
 
@@ -130,9 +134,9 @@ class GroupEpoch:
             await self._leave([(m.host, m.link) for m in self.members if m.exit is None])
             raise
         finally:
-            for t in tasks:
+            for t in [*tasks, *self._telling]:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._telling, return_exceptions=True)
             for m in self.members:
                 if m.link is not None:
                     m.link.close()
@@ -143,7 +147,25 @@ class GroupEpoch:
         m.exit, m.exit_at = outcome, time.monotonic()
         if self.first is None:
             self.first = m
+            if outcome.exit is not Exit.FINISHED:
+                self._abandon([x for x in self.members if x.exit is None])
         self._changed.set()
+
+    def _abandon(self, others: list[Member]) -> None:
+        """The first member's run ended, so this epoch's group will not form if it has not yet:
+        each other member still linked is told (``Abandon``), and one still joining ends now,
+        warm, instead of waiting out the join's timeout (then its lease) for a member that will
+        never come. One past its join goes on, and its collectives fail as before."""
+        for x in others:
+            if x.link is not None:
+                task = asyncio.create_task(self._tell(x.link, Abandon(epoch=self.epoch)))
+                self._telling.add(task)
+                task.add_done_callback(self._telling.discard)
+
+    @staticmethod
+    async def _tell(link: ExecutorLink, msg: Abandon) -> None:
+        with contextlib.suppress(LinkError):
+            await link.send(msg)
 
     def ending(self) -> bool:
         return self.first is not None

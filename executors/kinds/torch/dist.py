@@ -16,6 +16,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from executors.kinds.torch.logical import Layout, block
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, HotspareError
 from protocol.messages import Rendezvous
 
 GLOO_IFNAME = "GLOO_SOCKET_IFNAME"
@@ -196,11 +197,18 @@ def import_ahead() -> None:
 
 @contextlib.contextmanager
 def joined(
-    rv: Rendezvous, device: torch.device, warn: Warn, *, side: bool = False, local_rank: int = 0
+    rv: Rendezvous,
+    device: torch.device,
+    warn: Warn,
+    *,
+    side: bool = False,
+    local_rank: int = 0,
+    abandoned: Callable[[], bool] = lambda: False,
 ) -> Iterator[Group]:
     """Join this epoch's group as ``local_rank`` of this host (waits for every rank up to
-    ``rv.join_timeout_s``, then for a collective up to ``rv.timeout_s``), with ``side`` a gloo
-    group beside it (``Group.side``); always leave them."""
+    ``rv.join_timeout_s``, or until ``abandoned()``, then for a collective up to
+    ``rv.timeout_s``), with ``side`` a gloo group beside it (``Group.side``); always leave
+    them."""
     check(rv, device, local_rank)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # NCCL's rank k of a host uses its device k, not 0
@@ -209,7 +217,7 @@ def joined(
     import_ahead()  # an executor did so before serving (no lease held then)
     _name_the_group_as_a_fresh_process_would()
     with _gloo_bound_to(rv, warn, gloo=side):
-        store = _met(rv, rank)
+        store = _met(rv, rank, abandoned)
         store.set_timeout(timeout)  # from here on, a peer is waited for a collective's time
         dist.init_process_group(
             rv.backend, store=store, rank=rank, world_size=rv.world_size, timeout=timeout
@@ -239,26 +247,89 @@ def _name_the_group_as_a_fresh_process_would() -> None:
 JOINED, ALL_JOINED = "hotspare/joined", "hotspare/all-joined"
 """The store's count of the ranks joined, and the key the last of them sets: every rank waits
 for it before the group is made."""
+JOIN_POLL_S = 0.05
+"""How often a joining rank looks for the last rank's key, and whether it was abandoned."""
+CONNECT_TRY_S = 2.0
+"""A rank other than 0 dials the store in tries this long (torch retries within each), so a
+join abandoned while rank 0 never serves (its host lost at the epoch's start) ends then."""
 
 
-def _met(rv: Rendezvous, rank: int) -> dist.TCPStore:
+class JoinAbandoned(HotspareError):
+    """The console said this epoch's group will not form (``Abandon``): the next may."""
+
+    permanent = False
+
+
+def _met(rv: Rendezvous, rank: int, abandoned: Callable[[], bool]) -> dist.TCPStore:
     """The epoch's store (rank 0's process serves it, as a ``tcp://`` rendezvous does) once every
-    rank has joined it, each waiting up to ``rv.join_timeout_s`` for the slowest one's start.
-    Made by torch from a ``tcp://`` address, the store waited the collective timeout for the
-    last rank, and a follower still importing torch on a loaded host failed the whole epoch."""
-    within = timedelta(seconds=rv.join_timeout_s)
-    store = dist.TCPStore(
-        rv.master_addr.strip("[]"),
-        rv.master_port,
-        rv.world_size,
-        is_master=rank == 0,
-        timeout=within,
-        multi_tenant=True,
-    )
-    if store.add(JOINED, 1) == rv.world_size:  # rank 0's own wait covers only the connects
+    rank has joined it, each waiting up to ``rv.join_timeout_s`` for the slowest one's start,
+    unless ``abandoned()`` first. Made by torch from a ``tcp://`` address, the store waited the
+    collective timeout for the last rank, and a follower still importing torch on a loaded host
+    failed the whole epoch. Waited for in torch's own calls, a join whose peer was lost before
+    it came sat out the whole join timeout, past its lease (the executor then started afresh,
+    cold, where a failed join leaves it warm)."""
+    deadline = time.monotonic() + rv.join_timeout_s
+    store = _dialled(rv, rank, deadline, abandoned)
+    if store.add(JOINED, 1) == rv.world_size:
         store.set(ALL_JOINED, "1")
-    store.wait([ALL_JOINED], within)
+    while not store.check([ALL_JOINED]):  # rank 0 gone: its store's connection fails here
+        if abandoned():
+            raise JoinAbandoned(
+                "epoch abandoned by the console before every rank joined "
+                f"({_count(store)}/{rv.world_size} had)"
+            )
+        if time.monotonic() > deadline:
+            raise dist.DistStoreError(
+                f"Timed out after {rv.join_timeout_s:g} s waiting for every rank to join "
+                f"({_count(store)}/{rv.world_size} had)"
+            )
+        time.sleep(JOIN_POLL_S)
     return store
+
+
+def _count(store: dist.TCPStore) -> str:
+    """How many ranks have joined, as far as the store can still say."""
+    try:
+        return str(store.add(JOINED, 0))
+    except dist.DistError:
+        return "?"
+
+
+def _dialled(
+    rv: Rendezvous, rank: int, deadline: float, abandoned: Callable[[], bool]
+) -> dist.TCPStore:
+    """Rank 0 serves the store (waiting for no one here); every other rank dials it in tries of
+    ``CONNECT_TRY_S`` until the deadline, or until abandoned."""
+    host, within = rv.master_addr.strip("[]"), timedelta(seconds=rv.join_timeout_s)
+    if rank == 0:
+        return dist.TCPStore(
+            host,
+            rv.master_port,
+            rv.world_size,
+            is_master=True,
+            timeout=within,
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            store = dist.TCPStore(
+                host,
+                rv.master_port,
+                rv.world_size,
+                is_master=False,
+                timeout=timedelta(seconds=max(0.1, min(CONNECT_TRY_S, left))),
+                multi_tenant=True,
+            )
+        except dist.DistNetworkError:
+            if abandoned():
+                raise JoinAbandoned("epoch abandoned by the console before rank 0 served") from None
+            if time.monotonic() > deadline:
+                raise
+            continue
+        store.set_timeout(within)
+        return store
 
 
 @contextlib.contextmanager

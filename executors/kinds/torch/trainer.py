@@ -181,7 +181,12 @@ class Trainer:
                     device=str(self.device),
                 ) as ranks,
                 joined(
-                    rv, self.device, self._warn, side=self._fsdp, local_rank=self.local_rank
+                    rv,
+                    self.device,
+                    self._warn,
+                    side=self._fsdp,
+                    local_rank=self.local_rank,
+                    abandoned=self.control.abandoned.is_set,
                 ) as self.group,
             ):
                 try:
