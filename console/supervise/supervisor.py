@@ -529,6 +529,7 @@ class Supervisor:
                 await self._executors.stop_keeping()
                 await self._executors.drop_readied([])
                 await self._standby.cancel_warm()
+                await self._twin.cancel_keep()
             self._incident.forget_early()  # a readying no incident opened for
 
     async def _wind_down(self) -> None:

@@ -67,12 +67,18 @@ class Twin:
             self._stop(link)
         return None
 
-    async def drop(self) -> None:
-        """No twin: the job ended or moves to another host (a twin must not sit on memory)."""
+    async def cancel_keep(self) -> None:
+        """The keeping of a twin is called off (its supervision ends, the console quits): a
+        task of this job never outlives it (one did, and wrote to the journal its console had
+        closed, as the standby's once had). A twin already up is left to its idle exit."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    async def drop(self) -> None:
+        """No twin: the job ended or moves to another host (a twin must not sit on memory)."""
+        await self.cancel_keep()
         link, self.link = self.link, None
         if link is not None:
             self._stop(link)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.helpers import parsed
+
 REPO = Path(__file__).resolve().parents[2]
 EXECUTORS = REPO / "executors"
 
@@ -19,7 +21,7 @@ ROOMS = {"agent", "fencing", "checkpoints", "kinds", "health", "testing"}
 def top_level_imports(path: Path) -> set[str]:
     """Modules imported at a module's top (not inside a function or a TYPE_CHECKING block)."""
     found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in parsed(path).body:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -29,7 +31,7 @@ def top_level_imports(path: Path) -> set[str]:
 
 def all_imports(path: Path) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:

@@ -111,17 +111,23 @@ def kill(cg: Path | None, roots: set[int]) -> set[int]:
     while cg is not None and _in_cgroup(cg) and time.monotonic() < deadline:
         time.sleep(0.02)
     if cg is not None:
-        remove_empty(cg.parent)
+        remove_empty(cg, itself=True)
     return frozen
 
 
-def remove_empty(folder: Path) -> None:
-    """Remove the cgroups under ``folder`` that hold no process (a host started again makes
-    its own anew); one still in use stays (the kernel refuses)."""
+def remove_empty(folder: Path, *, itself: bool = False) -> None:
+    """Remove the cgroups under ``folder`` (and ``folder``, with ``itself``) that hold no
+    process (a host started again makes its own anew); one still in use stays (the kernel
+    refuses). A host's kill removes its own only: it removed every empty one beside it, among
+    them another host's made for a start an instant before that start moved into it, and that
+    start failed ("cgroup.procs: Directory nonexistent": a fresh-clone run's host lost)."""
     for here, dirs, _files in os.walk(folder, topdown=False):
         for d in dirs:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(here, d))
+    if itself:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def local_hosts_folder() -> Path | None:

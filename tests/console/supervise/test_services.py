@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.helpers import parsed
 from support.jobbed import Calls, services
 
 from console import clock
@@ -39,7 +40,7 @@ ROOMS = [CONSOLE / r for r in ("supervise", "spares", "replication")]
 def imported(path: Path) -> set[str]:
     """Every module ``path`` imports, type-checking-only imports included."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
         elif isinstance(node, ast.Import):

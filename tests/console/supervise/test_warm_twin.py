@@ -16,6 +16,8 @@ from support.fleetbed import (
     baseline_sha,
     job_table,
     local_host,
+    slow_python,
+    stdlib_job,
     until,
     write_inventory,
 )
@@ -196,3 +198,37 @@ async def test_a_console_restarted_beside_a_twin_reattaches_to_the_executor_not_
         for pid in trainers_and_twins(work_a)[1] + [p for p in (primary,) if p]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_console_quit_while_its_twin_starts_leaves_no_task_behind(tmp_path: Path) -> None:
+    """The console quits (its run cancelled, then closed) while the twin beside the job's
+    executor still starts (its ``serve`` 3 s late): the keeping ends with the supervision. It
+    ran on and wrote 'warm twin ready' into the journal the console had closed ('I/O operation
+    on closed file', a task exception nobody retrieved: a fresh-clone run), as the standby's
+    readying once did. The job is the command kind (a stdlib script): the subject is the
+    console's."""
+    python, late = slow_python(tmp_path / "bin", 3.0, serve_only=True)
+    inv = write_inventory(
+        tmp_path / "inventory.toml",
+        hosts={"a": local_host(tmp_path / "a", python=str(python))},
+        jobs={"j": {"host": "a", "warm_twin": True, **stdlib_job(steps=100_000)}},
+    )
+    ctl = Controller(load(inv), Policy.AUTO, executor_env={"a": dict(EXECUTOR_ENV)})
+    sup = ctl.jobs["j"]
+    journal = inv.parent / "state" / "journal.jsonl"
+    task = asyncio.create_task(ctl.run())
+    late.touch()  # from the job's own executor on: every serve on a starts late
+    await until(
+        lambda: task.done() or any("warm twin pid" in e.msg for e in read(journal)),
+        90,
+        "the twin starting",
+    )
+    assert not task.done(), task
+    keeping = sup._twin._task  # the keeping under way (no other handle on it)
+    assert keeping is not None and not keeping.done(), "the twin starts 3 s late: still keeping"
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ctl.close()
+    assert keeping.done() and keeping.cancelled(), "it ended with the supervision"
+    events = list(read(journal))
+    assert events[-1].msg == "console stopped", events[-1]
