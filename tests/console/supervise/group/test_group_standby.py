@@ -28,13 +28,15 @@ def baseline() -> str:
 
 @pytest.mark.long  # the suite's ready standby takes over with no process started (test_controller_local); a member's launch takes it on the same path (group/warm.py)
 async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_starts(
-    tmp_path: Path, baseline: str
+    tmp_path: Path,
 ) -> None:
     """c's host is killed; its rank goes to d, whose standby was up before the kill: the
     only executor ever started on d is that standby (its pid file and the journal's starts),
     no replacement is readied beside it (a second executor on its workdir is refused), and
     the group ends with the uninterrupted run's parameters."""
-    inv = local_group(tmp_path, warm_standby=True)
+    # 600 steps: the standby on d is up, and shard 2 there, long before the end (with 240, a
+    # loaded run of the long tests finished the job first)
+    inv = local_group(tmp_path, warm_standby=True, steps=600)
     ctl = controller(inv)
     sup = ctl.jobs["j"]
     events: list[Event] = []
@@ -56,7 +58,7 @@ async def test_a_killed_members_rank_moves_into_the_standby_and_no_process_start
     await asyncio.wait_for(task, 180)
     await ctl.close()
     assert sup.state is JobState.FINISHED, sup.live.why
-    assert sup.sha256 == baseline
+    assert sup.sha256 == await asyncio.to_thread(group_baseline, steps=600)
     assert ctl.fleet.hosts["c"].state is HostState.DOWN
     lines = journal(inv)
     started_on_d = [e.data["pid"] for e in lines if e.host == "d" and "started on d" in e.msg]
