@@ -247,6 +247,25 @@ def slow_python(
     return wrapper, flag
 
 
+async def quit_mid(
+    ctl: Any, run: asyncio.Task[Any], pending: asyncio.Task[Any] | None, journal: Path
+) -> None:
+    """The console quits (its ``run`` cancelled, then closed) while ``pending``, a task of a
+    job's supervision, is under way: that task ends with the supervision, and nothing is
+    written after the console's own 'console stopped' (a task left running once wrote into the
+    closed journal: 'I/O operation on closed file')."""
+    assert not run.done(), run
+    assert pending is not None and not pending.done(), "under way when the console quits"
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+    await ctl.close()
+    assert pending.done() and pending.cancelled(), "it ended with the supervision"
+    from console.records.journal import read
+
+    events = list(read(journal))
+    assert events[-1].msg == "console stopped", events[-1]
+
+
 async def run_until(
     ctl: Any, predicate: Callable[[], Any], timeout: float, what: str
 ) -> asyncio.Task[Any]:

@@ -14,6 +14,7 @@ import pytest
 from support.fleetbed import (
     EXECUTOR_ENV,
     local_host,
+    quit_mid,
     slow_python,
     stdlib_job,
     until,
@@ -205,15 +206,8 @@ async def test_a_console_closed_while_its_standby_starts_leaves_no_task_behind(
         60,
         "b's standby starting",
     )
-    assert not task.done(), task
-    readying = sup._standby._warm_task  # the readying under way (no other handle on it)
-    assert readying is not None and not readying.done(), "b starts 3 s late: still readying"
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await ctl.close()
-    assert readying.done() and readying.cancelled(), "it ended with the supervision"
-    events = list(read(journal))
-    assert events[-1].msg == "console stopped", events[-1]
+    # b starts 3 s late: the readying (no other handle on it) is still under way
+    await quit_mid(ctl, task, sup._standby._warm_task, journal)
 
 
 @pytest.mark.parametrize("probe", ["answers", "unanswered"])

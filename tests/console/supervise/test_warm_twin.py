@@ -16,6 +16,7 @@ from support.fleetbed import (
     baseline_sha,
     job_table,
     local_host,
+    quit_mid,
     slow_python,
     stdlib_job,
     until,
@@ -223,12 +224,4 @@ async def test_a_console_quit_while_its_twin_starts_leaves_no_task_behind(tmp_pa
         90,
         "the twin starting",
     )
-    assert not task.done(), task
-    keeping = sup._twin._task  # the keeping under way (no other handle on it)
-    assert keeping is not None and not keeping.done(), "the twin starts 3 s late: still keeping"
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await ctl.close()
-    assert keeping.done() and keeping.cancelled(), "it ended with the supervision"
-    events = list(read(journal))
-    assert events[-1].msg == "console stopped", events[-1]
+    await quit_mid(ctl, task, sup._twin._task, journal)  # the keeping (no other handle on it)
