@@ -21,6 +21,7 @@ import msgspec
 from console import clock
 from console.fleet.detect import DetectionSettings, is_suspect, renewal_gap
 from console.fleet.link import ExecutorLink, LinkError
+from console.supervise.group.member_events import send_quietly
 from console.supervise.lease import JobLease, NoAnchor, renew_on_readings
 from console.supervise.link_loss import LinkLoss
 from console.supervise.member import Member
@@ -158,14 +159,9 @@ class GroupEpoch:
         never come. One past its join goes on, and its collectives fail as before."""
         for x in others:
             if x.link is not None:
-                task = asyncio.create_task(self._tell(x.link, Abandon(epoch=self.epoch)))
+                task = asyncio.create_task(send_quietly(x.link, Abandon(epoch=self.epoch)))
                 self._telling.add(task)
                 task.add_done_callback(self._telling.discard)
-
-    @staticmethod
-    async def _tell(link: ExecutorLink, msg: Abandon) -> None:
-        with contextlib.suppress(LinkError):
-            await link.send(msg)
 
     def ending(self) -> bool:
         return self.first is not None

@@ -14,10 +14,10 @@ from console.supervise.incident import OpenIncident
 from console.supervise.live import LiveJob, Transitions
 from console.supervise.member import Member
 from protocol.faults import StopReason
-from protocol.messages import Drain, Stop
+from protocol.messages import Abandon, Drain, Stop
 
 
-async def send_quietly(link: ExecutorLink, msg: Drain | Stop) -> None:
+async def send_quietly(link: ExecutorLink, msg: Drain | Stop | Abandon) -> None:
     """Send, unless the link is gone (then what it would have ordered no longer matters)."""
     with contextlib.suppress(LinkError):
         await link.send(msg)
