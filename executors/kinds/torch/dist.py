@@ -272,7 +272,7 @@ def _met(rv: Rendezvous, rank: int, abandoned: Callable[[], bool]) -> dist.TCPSt
     store = _dialled(rv, rank, deadline, abandoned)
     if store.add(JOINED, 1) == rv.world_size:
         store.set(ALL_JOINED, "1")
-    while not store.check([ALL_JOINED]):  # rank 0 gone: its store's connection fails here
+    while not _joined_all(store, abandoned):
         if abandoned():
             raise JoinAbandoned(
                 "epoch abandoned by the console before every rank joined "
@@ -285,6 +285,18 @@ def _met(rv: Rendezvous, rank: int, abandoned: Callable[[], bool]) -> dist.TCPSt
             )
         time.sleep(JOIN_POLL_S)
     return store
+
+
+def _joined_all(store: dist.TCPStore, abandoned: Callable[[], bool]) -> bool:
+    """Whether the last rank's key is set. Rank 0 gone, its store's connection fails here; one
+    that left because the epoch was abandoned is that abandonment, not a crash (run J: rank 1
+    read rank 0's closed store before its own Abandon)."""
+    try:
+        return bool(store.check([ALL_JOINED]))
+    except dist.DistError:
+        if abandoned():
+            raise JoinAbandoned("epoch abandoned by the console before every rank joined") from None
+        raise
 
 
 def _count(store: dist.TCPStore) -> str:
