@@ -23,8 +23,9 @@ class FaultKind(StrEnum):
     LEASE_LOST = "lease_lost"
     """The lease ran out before a renewal; checkpointed and stopped."""
     RESUME_FAILED = "resume_failed"
-    """A member of a multi-host job could not load the step its group resumes from (``step``):
-    the run ends, and the console chooses an older step for the next epoch."""
+    """A member could not load the committed step the console told it to resume from
+    (``step``): the run ends (``RunEnded`` with this fault, the executor waiting), and the
+    console restarts it from an older step, spending no restart in place on it."""
     CRASH = "crash"
     """The workload raised (or a wrapped command exited non-zero); the executor exits non-zero."""
     HANG = "hang"
@@ -38,6 +39,10 @@ class FaultKind(StrEnum):
     restarted, the job fails with the message."""
     PROTOCOL = "protocol"
     """A peer sent something that is not a valid frame or message."""
+
+
+RESTARTABLE = frozenset({FaultKind.CRASH, FaultKind.HANG, FaultKind.RESUME_FAILED})
+"""How a run may end and leave its executor waiting for a restart in place (``RunEnded``)."""
 
 
 class StopReason(StrEnum):

@@ -20,6 +20,9 @@ class Exit(StrEnum):
     RUN_CRASHED = "run_crash"
     """The training died (the command exited or was killed, the torch run raised) and its
     executor stayed, told so in a ``RunEnded``: restart in place, by a Start to that executor."""
+    RESUME_FAILED = "resume_failed"
+    """The run could not load the committed step it was told to resume from, and its executor
+    stayed (``RunEnded``): restarted in place from an older step, no restart spent on it."""
     HUNG = "executor_hang"
     """Alive but silent past its lease: killed, then restarted in place."""
     HOST_LOST = "host_lost"
@@ -36,7 +39,9 @@ class Exit(StrEnum):
 
 CRASHES = frozenset({Exit.CRASHED, Exit.RUN_CRASHED})
 """The run died of itself, executor and all or only the training."""
-RESTART_IN_PLACE = frozenset({*CRASHES, Exit.HUNG, Exit.LEASE_LOST})
+WAITING = frozenset({*CRASHES, Exit.RESUME_FAILED})
+"""Ends after which the member's executor may still wait for a Start (asked to stay warm)."""
+RESTART_IN_PLACE = frozenset({*WAITING, Exit.HUNG, Exit.LEASE_LOST})
 """Ends a restart on the same host answers (while the host may take one)."""
 
 
@@ -113,6 +118,8 @@ def from_run_ended(fault: str, message: str, step: int | None) -> Outcome:
         return Outcome(Exit.HUNG, f"{fault}: {message}" if message else fault, step)
     if fault == FaultKind.CRASH.value:
         return Outcome(Exit.RUN_CRASHED, message or "the run crashed", step)
+    if fault == FaultKind.RESUME_FAILED.value:
+        return Outcome(Exit.RESUME_FAILED, f"{fault}: {message}" if message else fault, step)
     return Outcome(Exit.RUN_CRASHED, f"{fault}: {message}" if message else fault, step)
 
 

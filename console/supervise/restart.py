@@ -75,6 +75,14 @@ class RestartBudget:
         self._incident.phase("decided", action="restart", host=host, last_step=last_step)
         return True
 
+    def retry(self, host: str, why: str, last_step: int) -> None:
+        """A restart in place that takes none of the budget: a member could not load the step
+        chosen, and the next epoch resumes from an older one (not the same crash again)."""
+        self._states.move(
+            JobState.RESTARTING, f"{why}; restarting from an older step (no restart spent)"
+        )
+        self._incident.phase("decided", action="restart", host=host, last_step=last_step)
+
     def refused(self, host: str, why: str) -> str | None:
         """``take`` said no: the job says the limit is reached, and the budget is counted spent
         on ``host`` (``spent_on``'s answer)."""

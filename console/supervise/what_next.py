@@ -11,15 +11,17 @@ In order:
 - a member's host may not take its rank again (lost, preempted, down, draining, failing a
   health rule, being released, to be left: ``unfit``) -> ``REPLACE`` those members;
 - else -> ``RESTART`` every member in place: a planned stop (a grow, a Ctrl-C of an executor
-  on a host still fit) restarts for free, a crash takes one of the job's restarts in place
-  (``budgeted``): past the limit the member that ended the run is replaced, and a run that
-  crash-looped on a second host fails (``CRASH_LOOP``).
+  on a host still fit) restarts for free, and so does a member that could not load the step
+  chosen (``resume_failed``: the next resume is older), once per host and step; a crash takes
+  one of the job's restarts in place (``budgeted``): past the limit the member that ended the
+  run is replaced, and a run that crash-looped on a second host fails (``CRASH_LOOP``).
 
 How each act is carried out (an executor kept warm, a twin, a standby, the committed step
-promoted) is the kind's: ``recovery.py`` for one host, ``group/recovery.py`` for a group.
-Until both kinds are one supervisor, this is where they cannot drift: a single host's job
-failed on a ``Stopped`` it did not ask for while a group restarted, and a single host moved
-off a host still fit after a planned stop while a group restarted on it.
+promoted) is ``group/recovery.py``'s, for a job on one host (a group of one) and a group alike.
+Written once here, the two could no longer drift as they did while each had a supervisor of
+its own: a single host's job failed on a ``Stopped`` it did not ask for while a group
+restarted, and a single host moved off a host still fit after a planned stop while a group
+restarted on it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class Next:
     """A planned stop among the ends (checkpointed at its step: nothing to restart for)."""
     why: str = ""
     """``REPLACE``: why the first member replaced may not stay; ``CRASH_LOOP``: the loop."""
+    retry: bool = False
+    """``RESTART``: the first member could not load the step chosen (``resume_failed``): the
+    same members again from an older step, which spends no restart the first time for that
+    host and step (``budgeted``'s ``free``)."""
 
 
 def unfit(fleet: Fleet, host: str, outcome: Outcome, leave: dict[str, str]) -> str | None:
@@ -89,6 +95,9 @@ def what_next(
         raise ValueError(f"{len(ends)} ends, {len(unfit)} fitness verdicts, first {first}")
     if ends[first].peer_stopped:  # read first, but stopped for another member's end
         first = next((i for i, o in enumerate(ends) if not o.peer_stopped), first)
+    refused = next((i for i, o in enumerate(ends) if o.exit is Exit.RESUME_FAILED), None)
+    if refused is not None and ends[first].exit is Exit.RUN_CRASHED:
+        first = refused  # a peer's collective failed because that member could not load
     if all(o.exit is Exit.FINISHED for o in ends):
         return Next(Act.FINISH, first)
     config = next((i for i, o in enumerate(ends) if o.exit is Exit.CONFIG), None)
@@ -101,14 +110,28 @@ def what_next(
     if leaving:
         why = unfit[first] if unfit[first] is not None else unfit[leaving[0]]
         return Next(Act.REPLACE, first, leaving, planned, why or "")
-    return Next(Act.RESTART, first, planned=planned)
+    retry = ends[first].exit is Exit.RESUME_FAILED
+    return Next(Act.RESTART, first, planned=planned, retry=retry)
 
 
-def budgeted(decision: Next, restarts: RestartBudget, host: str, why: str, last_step: int) -> Next:
+def budgeted(
+    decision: Next,
+    restarts: RestartBudget,
+    host: str,
+    why: str,
+    last_step: int,
+    *,
+    free: bool = False,
+) -> Next:
     """A restart after a crash takes one of the job's restarts in place on ``host`` (the first
     member's): within the limit it stands; past it the first member is replaced, unless the
-    run crash-looped on a second host (``CRASH_LOOP``). Any other decision stands as it is."""
+    run crash-looped on a second host (``CRASH_LOOP``). A ``retry`` the caller says is
+    ``free`` (a step refused on that host for the first time: the next resume is older, so
+    retries end) takes none. Any other decision stands as it is."""
     if decision.act is not Act.RESTART or decision.planned:
+        return decision
+    if decision.retry and free:
+        restarts.retry(host, why, last_step)
         return decision
     if restarts.take(host, why, last_step):
         return decision

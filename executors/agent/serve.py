@@ -38,7 +38,7 @@ from executors.fencing.term import TermFence
 from executors.kinds import Idle, load_idle, load_kind
 from executors.threadname import name_os_thread
 from protocol.errors import ConfigError, ProtocolError
-from protocol.faults import FaultKind, StopReason
+from protocol.faults import RESTARTABLE, FaultKind, StopReason
 from protocol.framing import (
     CONSOLE_MESSAGES,
     check_hello,
@@ -81,8 +81,6 @@ WARMUP_JOIN_S = 2.0
 ``os._exit`` (no interpreter teardown for torch on that thread to abort), and an idle twin
 told to stop while importing torch under load sat a minute in two 30 s joins (test_warm_twin:
 'no twin left on b once finished')."""
-RESTARTABLE = {FaultKind.CRASH.value, FaultKind.HANG.value}
-"""How a run may end and leave its executor waiting for a restart in place."""
 _FINAL = {
     exitcodes.OK: ExecutorState.FINISHED,
     exitcodes.FAILED: ExecutorState.FAILED,

@@ -366,14 +366,21 @@ def runner(
     return CommandRunner(spec, cs, work, events.append, control=control), events
 
 
-def test_a_committed_step_missing_here_ends_the_run_as_a_crash_naming_it(tmp_path: Path) -> None:
-    """The run ends as a crash; its fault says the step could not be resumed from, so the
-    console chooses an older one for the next epoch."""
+def test_a_committed_step_missing_here_ends_the_run_as_unresumable_naming_it(
+    tmp_path: Path,
+) -> None:
+    """The run ends as one that could not resume (``resume_failed``, its executor waiting for
+    a restart in place, its zygote kept), and its fault names the step, so the console chooses
+    an older one for the next epoch."""
     pub = shard_publisher(tmp_path / "w" / "checkpoints", [], node_rank=0)
     publish_fakes(pub, tmp_path / "src", [10, 20])
     run, events = runner(tmp_path / "w", group(1234, resume_step=30)[0], ["no-such-program"])
     outcome = run.run()
-    assert (outcome.exit_code, outcome.reason, outcome.step) == (exitcodes.FAILED, "crash", 30)
+    assert (outcome.exit_code, outcome.reason, outcome.step) == (
+        exitcodes.FAILED,
+        "resume_failed",
+        30,
+    )
     (fault,) = [e for e in events if isinstance(e, Fault)]
     assert (fault.fault, fault.fatal, fault.step) == ("resume_failed", True, 30)
     assert fault.message.startswith("committed step 30 is not on this host")

@@ -165,6 +165,8 @@ def test_a_shard_torn_on_every_member_that_holds_it_is_never_loaded(
         fault = m.client.until(lambda x: isinstance(x, Fault) and x.fatal, 60)
         assert isinstance(fault, Fault) and fault.fault == "resume_failed", fault
         assert "no rank holds __1_0.distcp" in fault.message, fault.message
+        ended = m.client.until(lambda x: isinstance(x, RunEnded), 30)
+        assert isinstance(ended, RunEnded) and ended.fault == "resume_failed", ended
         assert not any(isinstance(x, (Resumed, Progress)) for x in m.client.seen)
 
 

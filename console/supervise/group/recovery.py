@@ -20,7 +20,7 @@ from console.supervise.group.warm import WarmExecutors
 from console.supervise.incident import OpenIncident, preempted_why
 from console.supervise.live import Alert, LiveJob, Transitions
 from console.supervise.member import Member
-from console.supervise.outcome import RESTART_IN_PLACE, Exit, Outcome
+from console.supervise.outcome import RESTART_IN_PLACE, WAITING, Exit, Outcome
 from console.supervise.policy import Policy
 from console.supervise.restart import RestartBudget
 from console.supervise.unless_down import HostLost, unless_down
@@ -114,7 +114,7 @@ class GroupRecovery:
         job on one host) in one host's words."""
         if self._inv.multi_host(self._name):
             return f"{self._name}: member {m.node_rank} on {m.host} ended: {end.said()}"
-        if end.exit is Exit.RUN_CRASHED and m.waiting:
+        if end.exit in WAITING and m.waiting:
             return f"{self._name}: the run on {m.host} ended, its executor stays: {end.said()}"
         return f"{self._name}: executor on {m.host} ended: {end.said()}"
 
@@ -176,8 +176,9 @@ class GroupRecovery:
             cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
             why = f"{first.host}: {first.exit.why}"
         self._open_incident(first, cls, why, planned=planned)
+        free = decision.retry and self._resume.retry(first.host)
         decision = budgeted(
-            decision, self._restarts, first.host, first.exit.why, self._last(members)
+            decision, self._restarts, first.host, first.exit.why, self._last(members), free=free
         )
         if decision.act is Act.CRASH_LOOP:
             await self._wind_down()

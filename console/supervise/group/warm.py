@@ -21,7 +21,7 @@ from console.supervise.launcher import Launcher
 from console.supervise.lease import JobLease, NoAnchor
 from console.supervise.live import LiveJob
 from console.supervise.member import Member
-from console.supervise.outcome import CRASHES, Exit, Outcome
+from console.supervise.outcome import WAITING, Exit, Outcome
 from console.supervise.policy import Decision, Policy, decide
 from console.supervise.standby import Standby
 from console.supervise.twin import Twin
@@ -250,7 +250,7 @@ class WarmExecutors:
         asking = [
             m.host
             for m in members
-            if m.exit is not None and m.exit.exit in CRASHES and m.host not in self.warm
+            if m.exit is not None and m.exit.exit in WAITING and m.host not in self.warm
         ]
         epoch = self._live.epoch
         waiting = await asyncio.gather(*(self._renew(h, epoch) for h in asking))

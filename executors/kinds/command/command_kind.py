@@ -88,7 +88,7 @@ from executors.kinds.command.command_warm import WarmStart
 from executors.kinds.command.command_writers import Writers, run_pids
 from executors.kinds.command.zygote import ForkedRun
 from protocol.errors import ConfigError
-from protocol.faults import FaultKind, StopReason
+from protocol.faults import RESTARTABLE, FaultKind, StopReason
 from protocol.messages import ExecutorMessage, Fault, Finished, Log, LogLevel, Resumed, Stopped
 from protocol.spec import CommandSpec, JobSpec
 
@@ -96,8 +96,6 @@ POLL_S = 0.2
 LEASE_MARGIN_S = 0.5
 """The command is killed this long before the lease ends, whatever is left of its grace."""
 READER_JOIN_S = 2.0
-RESTARTABLE = ("crash", "hang")
-"""The ends after which the executor may restart the run in place: the zygote is kept."""
 
 
 class CommandKind:
@@ -261,7 +259,7 @@ class CommandRunner:
             self.emit(
                 Fault(fault=FaultKind.RESUME_FAILED, step=step or 0, fatal=True, message=str(e))
             )
-            return Outcome(exitcodes.FAILED, step or 0, "crash")
+            return Outcome(exitcodes.FAILED, step or 0, FaultKind.RESUME_FAILED.value)
         self.meter.step = restored.manifest.step if restored else 0
         self.emit(
             Resumed(

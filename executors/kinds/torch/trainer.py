@@ -303,7 +303,7 @@ class Trainer:
         text = f"cannot resume from the committed step {step}: {e}"
         kind = FaultKind.RESUME_FAILED if self.group is not None else FaultKind.CRASH
         self.emit(Fault(fault=kind, step=step or 0, message=text, fatal=True))
-        return Outcome(exitcodes.FAILED, 0, FaultKind.CRASH.value)
+        return Outcome(exitcodes.FAILED, 0, kind.value)
 
     def _committed(self) -> Loaded | None:
         """A member loads exactly the step every member committed (None: none, start at 0); its

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from support.jobbed import Calls, recovered, running, services
 
@@ -15,12 +16,14 @@ from console.fleet.hosts import Fleet
 from console.records.incidents import incidents
 from console.records.journal import read
 from console.states import FailureKind, HostState, JobState
+from console.supervise.live import LiveJob
 from console.supervise.member import Member
-from console.supervise.outcome import Exit, Outcome
+from console.supervise.outcome import Exit, Outcome, from_events_tail, run_end
+from console.supervise.services import JobServices
 from console.supervise.supervisor import Supervisor
 from console.supervise.what_next import Act, Next, budgeted, unfit, what_next
 from protocol.faults import FaultKind
-from protocol.messages import Fault, Progress, Resumed
+from protocol.messages import Fault, Progress, Resumed, RunEnded
 
 FIN = Outcome(Exit.FINISHED, "finished", 100, sha256="ab")
 CRASH = Outcome(Exit.CRASHED, "crashed: boom", 7)
@@ -34,6 +37,7 @@ DRAINED = Outcome(Exit.PLANNED, "stopped for drain", 7, reason="drain")
 PREEMPTED = Outcome(Exit.PLANNED, "stopped for preempted", 7, reason="preempted")
 INTERRUPTED = Outcome(Exit.PLANNED, "stopped for interrupted", 7, reason="interrupted")
 PEER = Outcome(Exit.STOPPED, "stopped: peer_stopped", 7, reason="peer_stopped")
+REFUSED = Outcome(Exit.RESUME_FAILED, "resume_failed: cannot resume from the committed step 40")
 
 
 def fit(n: int) -> list[str | None]:
@@ -100,6 +104,18 @@ def fit(n: int) -> list[str | None]:
         ),
         ([INTERRUPTED], 0, False, fit(1), Next(Act.RESTART, 0, planned=True)),
         ([DRAINED, RUN_CRASH], 0, False, fit(2), Next(Act.RESTART, 0, planned=True)),
+        # a member that could not load the step chosen: again in place, from an older step; a
+        # peer whose collective failed because of it is never what ended the run
+        ([REFUSED], 0, False, fit(1), Next(Act.RESTART, 0, retry=True)),
+        ([RUN_CRASH, REFUSED, RUN_CRASH], 0, False, fit(3), Next(Act.RESTART, 1, retry=True)),
+        ([CRASH, REFUSED], 0, False, fit(2), Next(Act.RESTART, 0)),
+        (
+            [REFUSED, LOST],
+            0,
+            False,
+            [None, "it was lost"],
+            Next(Act.REPLACE, 0, (1,), why="it was lost"),
+        ),
     ],
 )
 def test_what_a_runs_ends_ask_for(
@@ -271,3 +287,72 @@ async def test_a_nan_every_member_reports_is_one_incident_however_late_a_report_
     assert opened() == [("nan", True), ("oom", True)]
     say(a, Fault(fault=FaultKind.NAN, message="loss is nan", step=70))  # after the rollback
     assert opened()[-1] == ("nan", False), "another NaN at that step: its own incident"
+
+
+@pytest.mark.parametrize("kind", ["one host", "group"])
+async def test_a_step_a_member_cannot_load_is_retried_older_once_for_free_then_paid_for(
+    tmp_path: Path, kind: str
+) -> None:
+    """A member that could not load the step chosen (``resume_failed``) spent one of the job's
+    restarts in place, as a crash does: three damaged steps in a row and the job moved off a
+    host with nothing wrong with it, or failed as a crash loop. The retry is free once per host
+    and step (the step is refused there, so the next resume is older and retries end), even
+    when the member's Fault saying which step was never read; the same refusal again, or one
+    with no step chosen under this console, is paid for."""
+    svc = svc_up(tmp_path)
+    sup = running(svc, kind, ["a", "b"])
+    live, resume = sup.live, sup._resume
+    chosen: list[int | None] = [40]
+
+    async def step(new: list[int], planned: bool = False) -> int | None:
+        resume._chosen = chosen[0]  # what the real choice notes, older each time
+        return chosen[0]
+
+    resume.step = step  # type: ignore[method-assign]
+    resume._chosen = 40  # the epoch that just ended resumed from step 40
+    ends = [REFUSED, RUN_CRASH]
+    chosen[0] = 30
+    assert await recovered(sup, ends) == (30,)
+    assert live.state is JobState.RESTARTING and live.rec.restarts == 0, live.why
+    assert "no restart spent" in live.why
+    assert ("a", 40) in resume._refused, "refused from the end alone: no Fault was read"
+    restart_again(live)
+    assert await recovered(sup, ends) == (30,), "step 30 refused too: free again"
+    assert live.rec.restarts == 0 and ("a", 30) in resume._refused
+    restart_again(live)
+    resume._chosen = 30  # told the same step again (a console's choice gone wrong): paid for
+    assert await recovered(sup, ends) == (30,)
+    assert live.rec.restarts == 1, live.why
+    restart_again(live)
+    resume._chosen = None  # no step chosen under this console (reattached): paid for
+    assert await recovered(sup, ends) == (30,)
+    assert live.rec.restarts == 2, live.why
+
+
+def svc_up(tmp_path: Path) -> JobServices:
+    svc = services(tmp_path, Calls())
+    for h in "abc":
+        svc.fleet.set_state(h, HostState.UP, "test")
+    return svc
+
+
+def restart_again(live: LiveJob) -> None:
+    """The restart decided: the job deploys and runs again, as the next epoch does."""
+    live.machine.move(JobState.DEPLOYING)
+    live.machine.move(JobState.RUNNING)
+
+
+def test_a_run_ended_for_a_step_it_could_not_load_reads_as_such_from_the_link_and_the_events() -> (
+    None
+):
+    msg = RunEnded(
+        step=0,
+        fault=FaultKind.RESUME_FAILED,
+        message="cannot resume from the committed step 40: bad checksum",
+        exit_code=1,
+    )
+    end = run_end(msg)
+    assert end is not None and end.exit is Exit.RESUME_FAILED
+    assert end.why == "resume_failed: cannot resume from the committed step 40: bad checksum"
+    tail = from_events_tail(msgspec.json.encode(msg).decode() + "\n")
+    assert tail.exit is Exit.RESUME_FAILED

@@ -1,6 +1,9 @@
 """A member that cannot load the step its group resumes from: the next epoch resumes from an
 older step, not the same one again.
 
+A restart from an older step spends none of the job's restarts in place (it spent one, as a
+crash does: a few damaged steps in a row moved the job off a sound host).
+
 Found by CI (028e228): a member cut off mid-copy left its replacement with a step it could not
 load; the group restarted in place three times with that same step, then had no host left to
 replace the member with and waited for ever. Here the newcomer's replica of the step it would
@@ -18,7 +21,7 @@ from chaos.observe import executor_events
 from support.fleetbed import run_until
 from support.groupbed import controller, group_baseline, local_group
 
-from console.records.journal import Event
+from console.records.journal import Event, Kind, read
 from console.states import JobState
 
 
@@ -95,3 +98,12 @@ async def test_a_member_that_cannot_load_the_chosen_step_is_given_an_older_one(
     for member in "ab":  # the survivors resumed from that same older step
         steps = [e["step"] for e in events(tmp_path / member) if e.get("kind") == "resumed"]
         assert steps[-1] == resumed[-1], (member, steps)
+    # d's run ended as one that could not load its step (its executor waiting, in the same
+    # process), and the restart from the older step spent none of the job's restarts in place
+    ended = [e for e in seen if e.get("kind") == "run_ended"]
+    assert [e["fault"] for e in ended] == ["resume_failed"], ended
+    moves = [
+        e.msg for e in read(inv.parent / "state" / "journal.jsonl") if e.kind is Kind.JOB_STATE
+    ]
+    assert any("no restart spent" in m for m in moves), moves
+    assert not any("restart 1 of" in m for m in moves), moves
