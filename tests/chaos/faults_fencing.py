@@ -15,10 +15,11 @@ from typing import Any
 
 from support.fleetbed import FAST_CONSOLE
 from support.netbed import NsSshHost
+from support.wait import wait_for
 
 from chaos.faults import Injected, Target, _pid
 from chaos.fencing import PROGRESS_S
-from chaos.fleet import Fleet, wait_until
+from chaos.fleet import Fleet
 from chaos.observe import events_size, job_view, json_lines
 from chaos.torchrun import KIND as TORCHRUN
 from console.records.journal import Kind, read
@@ -332,10 +333,11 @@ def second_console(t: Target) -> Injected:
     fleet = t.fleet
     first = fleet.console
     assert first is not None
-    wait_until(  # a console just restarted may not hold the state dir yet: it would lose it
+    wait_for(  # a console just restarted may not hold the state dir yet: it would lose it
         lambda: first.poll() is not None or holds_state_dir(fleet.state_dir, first.pid),
         60,
         f"console pid {first.pid} to hold the state dir",
+        interval=0.1,
     )
     assert first.poll() is None
     at = time.time()
@@ -375,7 +377,7 @@ def second_console(t: Target) -> Injected:
     if mine:
         bad.append("it journalled: " + "; ".join(e.msg for e in mine))
     if not bad:
-        wait_until(
+        wait_for(
             lambda: (
                 (fleet.state_dir / "journal.jsonl").stat().st_size > journal_size
                 or fleet.console is None
@@ -383,6 +385,7 @@ def second_console(t: Target) -> Injected:
             ),
             30,
             "the first console to go on journalling",
+            interval=0.1,
         )
     inj.violations += [f"second_console: {b}" for b in bad]
     return inj

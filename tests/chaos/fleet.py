@@ -400,15 +400,3 @@ def _kill(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-
-
-def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    """Poll until truthy; AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)

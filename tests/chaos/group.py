@@ -40,6 +40,7 @@ from support import netbed
 from support.fleetbed import EXECUTOR_ENV, write_inventory
 from support.groupbed import group_baseline, group_job
 from support.sshbed import SshBed
+from support.wait import wait_for
 
 from chaos import ending, fencing
 from chaos import faults as fz
@@ -47,7 +48,7 @@ from chaos import group_checks as gc
 from chaos import invariants as inv
 from chaos.disk import DiskWatch
 from chaos.episode import Config, Result, _where
-from chaos.fleet import Fleet, JobPlan, wait_until
+from chaos.fleet import Fleet, JobPlan
 from chaos.observe import job_view
 from chaos.procs import Sampler
 from chaos.schedule import FAULT_TIMEOUT_S, Scheduler
@@ -151,7 +152,10 @@ class GroupScheduler(Scheduler):
             spare = (v.spares or [None])[0]
             return spare is not None and bool(common_steps(self.fleet.replicas(spare, job)))
 
-        return wait_until(replicated, FAULT_TIMEOUT_S, f"{job}'s shards on its spare") is True
+        return (
+            wait_for(replicated, FAULT_TIMEOUT_S, f"{job}'s shards on its spare", interval=0.1)
+            is True
+        )
 
     def _full(self, job: str) -> bool:
         """Until the newest epoch has every planned member, runs with nothing open, and has
@@ -180,7 +184,7 @@ class GroupScheduler(Scheduler):
             )
 
         what = f"{job} back at {len(MEMBERS)} members, with a step committed at that size"
-        return wait_until(full, FAULT_TIMEOUT_S, what) is True
+        return wait_for(full, FAULT_TIMEOUT_S, what, interval=0.1) is True
 
     def _inject(self, job: str, kind: str) -> fz.Injected:
         f = super()._inject(job, kind)

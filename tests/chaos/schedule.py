@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from support.wait import wait_for
+
 from chaos import faults as fz
 from chaos import faults_fencing as ff
 from chaos import faults_standby as fs
-from chaos.fleet import Fleet, wait_until
+from chaos.fleet import Fleet
 from chaos.observe import job_view, last_step
 from chaos.torchrun import KIND as KIND_TORCHRUN
 from console.records.journal import Kind
@@ -306,7 +308,7 @@ class Scheduler:
                 return None
             return (v.host, last_step(fleet.workdir(v.host, job)))
 
-        got = wait_until(ready, FAULT_TIMEOUT_S, f"{job} running with no open incident")
+        got = wait_for(ready, FAULT_TIMEOUT_S, f"{job} running with no open incident", interval=0.1)
         if got[0] == "finished":
             return False
         target = got[1] + self.rng.randint(*self.gap_steps)
@@ -323,7 +325,9 @@ class Scheduler:
                 return False
             return last_step(fleet.workdir(v.host, job)) >= target
 
-        return wait_until(far_enough, FAULT_TIMEOUT_S, f"{job} at step {target}") is True
+        return (
+            wait_for(far_enough, FAULT_TIMEOUT_S, f"{job} at step {target}", interval=0.1) is True
+        )
 
     def _await_armed(self, kind: str) -> None:
         """Until the armed fault has fired in every job (the same HOTSPARE_INJECT reaches every
@@ -338,7 +342,12 @@ class Scheduler:
                         return e
                 return "finished" if job_view(self.fleet.journal(), job).finished else None
 
-            e = wait_until(fired, FAULT_TIMEOUT_S + 60, f"the armed {kind}@{step} to fire in {job}")
+            e = wait_for(
+                fired,
+                FAULT_TIMEOUT_S + 60,
+                f"the armed {kind}@{step} to fire in {job}",
+                interval=0.1,
+            )
             if e == "finished":
                 continue
             f = fz.Injected(kind, job, e.host or "", e.t, (kind,), note=f"at step {step}")

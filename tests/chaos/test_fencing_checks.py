@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.wait import wait_for
 
 from chaos import fencing
 from chaos.disk import DiskWatch
-from chaos.fleet import wait_until
 from chaos.observe import unshift
 from chaos.procs import Sampler, Trainer, Window
 from console.records.journal import Event, Kind
@@ -47,10 +47,10 @@ def test_the_sampler_reports_two_trainers_and_not_a_stopped_one(tmp_path: Path) 
     sampler = Sampler({"j": [a, b]}).start()
     procs = [_fake_executor(a), _fake_executor(b)]
     try:
-        wait_until(lambda: len(sampler.overlaps) >= 3, 30, "two trainers seen at once")
+        wait_for(lambda: len(sampler.overlaps) >= 3, 30, "two trainers seen at once")
         procs[1].send_signal(19)  # SIGSTOP: its thread stays, and trains no more
         stopped = time.time()
-        wait_until(lambda: len(sampler.frozen) >= 3, 30, "the stopped one seen frozen")
+        wait_for(lambda: len(sampler.frozen) >= 3, 30, "the stopped one seen frozen")
         assert not [o for o in sampler.overlaps if o.t0 > stopped + 0.2]
     finally:
         sampler.stop()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from support.netbed import NsSshHost
+from support.wait import wait_for
 
 from chaos import faults_fencing as ff
 from chaos import invariants as inv
@@ -25,7 +26,6 @@ from chaos import runner
 from chaos.disk import DiskWatch, Line, Manifest
 from chaos.episode import Result
 from chaos.faults import Injected, Target, _corrupt
-from chaos.fleet import wait_until
 from console.records.journal import Event, Kind
 
 SHA_A = "a" * 64
@@ -95,7 +95,7 @@ def test_a_frozen_executor_gone_before_it_is_continued_is_inconclusive(tmp_path:
     proc = subprocess.Popen([sys.executable, "-c", code, "serve", str(workdir)])
     try:
         (workdir / "executor.pid").write_text(f"{proc.pid}\n")
-        wait_until(lambda: b"serve" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, "exec")
+        wait_for(lambda: b"serve" in Path(f"/proc/{proc.pid}/cmdline").read_bytes(), 10, "exec")
         inj = ff.sigstop_past_lease(_target(fleet))
         assert fleet.hosts["a"].netns.cut_now
         assert inj.inconclusive == []

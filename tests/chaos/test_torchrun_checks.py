@@ -13,13 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+from support.wait import wait_for
+
 from chaos import fencing, torchrun
 from chaos import invariants as inv
 from chaos.disk import DiskWatch, Line
 from chaos.epochs import EpochSampler
 from chaos.faults import Injected
 from chaos.faults_fencing import _rate_bound
-from chaos.fleet import wait_until
 
 
 def _run(job: str, epoch: int, **extra: str) -> subprocess.Popen[bytes]:
@@ -42,9 +43,9 @@ def test_an_old_epochs_process_beside_the_next_epochs_is_reported() -> None:
     try:
         with EpochSampler(jobs={job}) as sampler:
             procs += [_run(job, 1) for _ in range(3)]
-            wait_until(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
+            wait_for(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
             procs.append(_run(job, 2))
-            wait_until(lambda: sampler.stale, 30, "a stale sample")
+            wait_for(lambda: sampler.stale, 30, "a stale sample")
         bad, stale, unseen = torchrun.stale_epochs(sampler, _disk(job, 1, 2), job)
     finally:
         for p in procs:
@@ -61,12 +62,12 @@ def test_the_same_scene_with_epoch_1_gone_first_is_clean() -> None:
     try:
         with EpochSampler(jobs={job}) as sampler:
             procs += [_run(job, 1) for _ in range(3)]
-            wait_until(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
+            wait_for(lambda: len(sampler.seen.get((job, 1), ())) >= 3, 30, "epoch 1 seen")
             for p in procs:
                 p.kill()
                 p.wait()
             procs = [_run(job, 2)]
-            wait_until(lambda: (job, 2) in sampler.seen, 30, "epoch 2 seen")
+            wait_for(lambda: (job, 2) in sampler.seen, 30, "epoch 2 seen")
         assert torchrun.stale_epochs(sampler, _disk(job, 1, 2), job) == ([], 0, 0)
     finally:
         for p in procs:
@@ -84,7 +85,7 @@ def test_another_tests_job_of_the_same_name_is_not_a_stale_epoch(tmp_path: Path)
         with EpochSampler(jobs={job}, mark=mark.encode()) as sampler:
             procs += [_run(job, 3, HOTSPARE_FAKE_NVML=f"{mark}/nvml-a.json") for _ in range(3)]
             procs.append(_run(job, 7))  # another test's
-            wait_until(lambda: len(sampler.seen.get((job, 3), ())) >= 3, 30, "epoch 3 seen")
+            wait_for(lambda: len(sampler.seen.get((job, 3), ())) >= 3, 30, "epoch 3 seen")
             time.sleep(0.3)
         assert sampler.stale == [] and (job, 7) not in sampler.seen
     finally:

@@ -1,5 +1,6 @@
-"""The real ``hotspare`` command in a real terminal: tmux driven as a person types, ``hotspare
-stop`` as an operator runs it, and which process holds a state dir's console lock."""
+"""The real ``hotspare`` command in a real terminal: tmux driven as a person types, its screen
+waited on, ``hotspare stop`` as an operator runs it, and which process holds a state dir's
+console lock."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from support.fleetbed import EXECUTOR_ENV
+from support.wait import POLL_S, wait_for
 
 HOTSPARE = Path(sys.executable).with_name("hotspare")
 
@@ -39,6 +43,26 @@ def tmux(*args: str) -> str:
     return subprocess.run(
         ["tmux", *args], capture_output=True, text=True, timeout=10, check=True
     ).stdout
+
+
+def until_shown(
+    session: str,
+    predicate: Callable[[str], Any],
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = POLL_S,
+) -> str:
+    """Until ``predicate`` holds of ``session``'s screen, which is returned; at the deadline the
+    test fails naming ``what`` (or what it returns, asked then) and showing the last screen."""
+    shown = ""
+
+    def holds() -> bool:
+        nonlocal shown
+        shown = tmux("capture-pane", "-p", "-t", session)
+        return bool(predicate(shown))
+
+    wait_for(holds, timeout, what, interval, detail=lambda: f"screen:\n{shown}")
+    return shown
 
 
 def stop_controller(inventory: Path) -> str:

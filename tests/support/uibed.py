@@ -27,6 +27,7 @@ from console.ui.widgets.live_table import LiveTable
 from protocol.messages import GpuHealth, Health
 from protocol.spec import CheckpointManifest
 from support.fleetbed import EXECUTOR_ENV, job_table, local_host, stdlib_job, write_inventory
+from support.wait import until
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((200, 50), id="200x50")]
 
@@ -100,12 +101,7 @@ async def wait_for(
     pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float, what: str
 ) -> Any:
     """Let the app run until ``predicate`` holds, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
-    return value
+    return await until(predicate, timeout, what, pause=pilot.pause)
 
 
 def table(app: HotspareApp) -> LiveTable:

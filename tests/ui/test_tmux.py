@@ -8,12 +8,20 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.fleetbed import POLL_S, local_host, stdlib_job, write_inventory
-from support.tmuxbed import HOTSPARE, lock_holder, paced_env, stop_controller, tmux, view_command
+from support.tmuxbed import (
+    HOTSPARE,
+    lock_holder,
+    paced_env,
+    stop_controller,
+    tmux,
+    until_shown,
+    view_command,
+)
 from support.uibed import fleet, reap
 
 from console.records.incidents import incidents
@@ -37,17 +45,6 @@ def quit_note_shown(_: str) -> bool:
     return "keeps every job training" in pane_history()
 
 
-def until(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = screen()
-        if predicate(shown):
-            return shown
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; screen:\n{shown}")
-        time.sleep(POLL_S)  # polling, bounded by the deadline above
-
-
 @pytest.fixture
 def session() -> Iterator[None]:
     assert shutil.which("tmux"), "tmux is needed (scripts/test installs it)"
@@ -64,23 +61,24 @@ def test_the_real_command_in_tmux_shows_the_fleet_and_answers_keys(
     command = view_command(inventory, "--policy", "auto")
     tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
     tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
-    shown = until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
+    shown = until_shown(SESSION, lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
     assert "policy auto" in shown
-    until(
+    until_shown(
+        SESSION,
         lambda s: any(line.split()[:1] == ["a"] and "j" in line.split() for line in s.splitlines()),
         60,
         "job j on host a",
     )
     tmux("send-keys", "-t", SESSION, "2")
-    until(lambda s: "Jobs" in s and "running" in s, 60, "j running in the Jobs view")
+    until_shown(SESSION, lambda s: "Jobs" in s and "running" in s, 60, "j running in the Jobs view")
     tmux("send-keys", "-t", SESSION, "?")
-    until(lambda s: "checkpoint now" in s and "Esc or ? closes" in s, 10, "the keys")
+    until_shown(SESSION, lambda s: "checkpoint now" in s and "Esc or ? closes" in s, 10, "the keys")
     tmux("send-keys", "-t", SESSION, "Escape")
-    until(lambda s: "Esc or ? closes" not in s, 10, "help closed")
+    until_shown(SESSION, lambda s: "Esc or ? closes" not in s, 10, "help closed")
     controller = lock_holder(inventory.parent / "state")
     assert controller is not None and f"controller pid {controller}" in screen()
     tmux("send-keys", "-t", SESSION, "C-c")  # Ctrl-C quits, as in k9s and htop (q below)
-    until(quit_note_shown, 30, "the quit note")
+    until_shown(SESSION, quit_note_shown, 30, "the quit note")
     assert "Traceback" not in pane_history()
     # the view is gone; the controller it started is not (it holds the state dir still)
     assert lock_holder(inventory.parent / "state") == controller
@@ -113,31 +111,33 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     def replica_on_b() -> bool:
         return any(e.kind is Kind.REPLICA and e.host == "b" for e in read(journal))
 
-    until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
-    until(lambda s: replica_on_b(), 90, "a replica on b")
+    until_shown(SESSION, lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view")
+    until_shown(SESSION, lambda s: replica_on_b(), 90, "a replica on b")
     tmux("send-keys", "-t", SESSION, "-l", ":")
     # typed before the palette is open, the keys would reach the screen under it (CI: lost)
-    until(lambda s: "Search for commands" in s, 10, "the palette open")
+    until_shown(SESSION, lambda s: "Search for commands" in s, 10, "the palette open")
     tmux("send-keys", "-t", SESSION, "-l", "kill a")
-    until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
+    until_shown(SESSION, lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
     tmux("send-keys", "-t", SESSION, "Enter")
-    until(lambda s: "kill local host a?" in s.lower(), 10, "the confirm")
+    until_shown(SESSION, lambda s: "kill local host a?" in s.lower(), 10, "the confirm")
     tmux("send-keys", "-t", SESSION, "y")
     tmux("send-keys", "-t", SESSION, "2")
-    until(lambda s: "waiting out lease on a" in s, 20, "the lease wait in the Jobs view")
-    until(lambda s: "b -> " in s and "running" in s, 60, "j running on b")
+    until_shown(
+        SESSION, lambda s: "waiting out lease on a" in s, 20, "the lease wait in the Jobs view"
+    )
+    until_shown(SESSION, lambda s: "b -> " in s and "running" in s, 60, "j running on b")
     tmux("send-keys", "-t", SESSION, "1")
-    until(lambda s: "down" in s, 10, "a down in the Fleet view")
+    until_shown(SESSION, lambda s: "down" in s, 10, "a down in the Fleet view")
     tmux("send-keys", "-t", SESSION, "r")
-    until(lambda s: "revive" in s.lower() or "up" in s, 10, "a revived")
+    until_shown(SESSION, lambda s: "revive" in s.lower() or "up" in s, 10, "a revived")
     tmux("send-keys", "-t", SESSION, "3")
-    until(lambda s: "host_lost" in s, 10, "the incident listed")
+    until_shown(SESSION, lambda s: "host_lost" in s, 10, "the incident listed")
     tmux("send-keys", "-t", SESSION, "Enter")
-    until(lambda s: "MTTR" in s and "first_step" in s, 10, "the incident's report")
+    until_shown(SESSION, lambda s: "MTTR" in s and "first_step" in s, 10, "the incident's report")
     tmux("send-keys", "-t", SESSION, "Escape")
-    until(lambda s: "MTTR:" not in s, 10, "back to the incidents")
+    until_shown(SESSION, lambda s: "MTTR:" not in s, 10, "back to the incidents")
     tmux("send-keys", "-t", SESSION, "q")
-    until(quit_note_shown, 30, "the quit note")
+    until_shown(SESSION, quit_note_shown, 30, "the quit note")
     before = len(incidents(read(journal)))
     state = inventory.parent / "state"
     controller = lock_holder(state)
@@ -145,9 +145,11 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     # a second view attaches to the same controller: nothing restarts, nothing is reattached
     tmux("respawn-pane", "-k", "-t", SESSION, command)
     tmux("clear-history", "-t", SESSION)  # the first quit note must not answer for the second
-    until(lambda s: f"controller pid {controller}" in s, 30, "the second view attached")
+    until_shown(
+        SESSION, lambda s: f"controller pid {controller}" in s, 30, "the second view attached"
+    )
     tmux("send-keys", "-t", SESSION, "q")
-    until(quit_note_shown, 30, "the second quit note")
+    until_shown(SESSION, quit_note_shown, 30, "the second quit note")
     assert lock_holder(state) == controller
 
     # stopped, then started again: the new controller reattaches to the executor, no incident
@@ -155,8 +157,9 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     restarted = time.time()
     tmux("respawn-pane", "-k", "-t", SESSION, command)
     tmux("clear-history", "-t", SESSION)
-    until(lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view again")
-    until(
+    until_shown(SESSION, lambda s: "Fleet" in s and "r2" in s, 30, "the Fleet view again")
+    until_shown(
+        SESSION,
         lambda s: any(
             e.kind is Kind.EXECUTOR and "reattached to executor" in e.msg and e.t > restarted
             for e in read(journal)
@@ -166,7 +169,7 @@ def test_kill_lease_wait_failover_revive_incident_quit_and_a_quiet_second_start(
     )
     assert lock_holder(state) not in (None, controller)
     tmux("send-keys", "-t", SESSION, "q")
-    until(quit_note_shown, 30, "the third quit note")
+    until_shown(SESSION, quit_note_shown, 30, "the third quit note")
     stop_controller(inventory)
     assert len(incidents(read(journal))) == before, "no incident for a controller stopped cleanly"
 
@@ -210,21 +213,37 @@ def test_a_read_only_console_beside_a_live_one_watches_and_changes_nothing(
         command = view_command(inventory, "--read-only")
         tmux("new-session", "-d", "-s", SESSION, "-x", "120", "-y", "40", command)
         tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
-        until(lambda s: "READ-ONLY" in s and "Fleet" in s, 30, "the read-only Fleet view")
+        until_shown(
+            SESSION, lambda s: "READ-ONLY" in s and "Fleet" in s, 30, "the read-only Fleet view"
+        )
         tmux("send-keys", "-t", SESSION, "2")
-        first = job_step(until(lambda s: job_step(s) is not None, 60, "j running, with its step"))
+        first = job_step(
+            until_shown(SESSION, lambda s: job_step(s) is not None, 60, "j running, with its step")
+        )
         assert first is not None
-        until(lambda s: (job_step(s) or 0) > first, 30, "j's step moving on the read-only view")
+        until_shown(
+            SESSION,
+            lambda s: (job_step(s) or 0) > first,
+            30,
+            "j's step moving on the read-only view",
+        )
         # the spare's replica as it lies on b (the owner's copy: this console copies nothing)
-        until(lambda s: "b @" in s, 30, "b's replica shown")
+        until_shown(SESSION, lambda s: "b @" in s, 30, "b's replica shown")
         tmux("send-keys", "-t", SESSION, "-l", ":")
-        until(lambda s: "Search for commands" in s, 10, "the palette open")
+        until_shown(SESSION, lambda s: "Search for commands" in s, 10, "the palette open")
         tmux("send-keys", "-t", SESSION, "-l", "kill a")
-        until(lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
+        until_shown(SESSION, lambda s: "SIGKILL its executors" in s, 10, "the palette's hit")
         tmux("send-keys", "-t", SESSION, "Enter")
-        until(lambda s: "read-only console" in s and "is off" in s, 10, "the refusal")
+        until_shown(
+            SESSION, lambda s: "read-only console" in s and "is off" in s, 10, "the refusal"
+        )
         tmux("send-keys", "-t", SESSION, "q")
-        until(lambda s: "Fleet" not in s or "Pane is dead" in s, 30, "the read-only console gone")
+        until_shown(
+            SESSION,
+            lambda s: "Fleet" not in s or "Pane is dead" in s,
+            30,
+            "the read-only console gone",
+        )
         assert "Traceback" not in pane_history()
         # independent evidence: the executor is the same live process; the lock is the owner's
         assert Path(f"/proc/{executor}").exists()

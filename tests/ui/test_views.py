@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from chaos.observe import executor_events, last_step
-from support.tmuxbed import lock_holder, stop_controller, tmux, view_command
+from support.tmuxbed import lock_holder, stop_controller, tmux, until_shown, view_command
 from support.uibed import fleet
 
 from console.records.console_lock import held
@@ -26,22 +26,6 @@ ACTING = f"hotspare-acting-{os.getpid()}"
 WATCHING = f"hotspare-watching-{os.getpid()}"
 LEASE_S = 3.0  # the tests' inventory (fleetbed.FAST_CONSOLE)
 pytestmark = pytest.mark.usefixtures("reap_executors")  # conftest: its processes killed after
-
-
-def screen(session: str) -> str:
-    return tmux("capture-pane", "-p", "-t", session)
-
-
-def until(session: str, predicate: object, timeout: float, what: str | Callable[[], str]) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = screen(session)
-        if predicate(shown):  # type: ignore[operator]
-            return shown
-        if time.monotonic() > deadline:
-            what = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; screen:\n{shown}")
-        time.sleep(0.05)  # polling, bounded by the deadline above
 
 
 def cpu_ticks(pid: int) -> int:
@@ -108,9 +92,9 @@ def test_training_never_pauses_when_a_view_quits_or_is_killed(
     inventory = fleet(tmp_path, steps=400_000)
     state, workdir = tmp_path / "state", tmp_path / "a" / "jobs" / "j"
     open_view(ACTING, inventory, "--policy", "auto")
-    until(ACTING, lambda s: "acting view of controller" in s, 60, "the view attached")
+    until_shown(ACTING, lambda s: "acting view of controller" in s, 60, "the view attached")
     controller = lock_holder(state)
-    until(ACTING, lambda s: last_step(workdir) > 20, 120, "j training on a")
+    until_shown(ACTING, lambda s: last_step(workdir) > 20, 120, "j training on a")
     executor = int((workdir / "executor.pid").read_text())
     born = start_time(executor)
 
@@ -118,7 +102,7 @@ def test_training_never_pauses_when_a_view_quits_or_is_killed(
     os.kill(view, signal.SIGKILL)  # the terminal closed, the laptop's lid, a lost VPN
     # dead once a zombie (CI saw tmux leave it unreaped past 60 s beside the suite); if it never
     # dies, say where it sat
-    until(
+    until_shown(
         ACTING,
         lambda s: dead(view) or "dead" in s,
         60,
@@ -128,9 +112,9 @@ def test_training_never_pauses_when_a_view_quits_or_is_killed(
     assert lock_holder(state) == controller
 
     tmux("respawn-pane", "-k", "-t", ACTING, screen_command(inventory))
-    until(ACTING, lambda s: f"controller pid {controller}" in s, 60, "a view attached again")
+    until_shown(ACTING, lambda s: f"controller pid {controller}" in s, 60, "a view attached again")
     tmux("send-keys", "-t", ACTING, "q")
-    until(
+    until_shown(
         ACTING,
         lambda s: (
             "keeps every job training"
@@ -154,10 +138,10 @@ def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
     inventory = fleet(tmp_path, steps=400_000)
     state, workdir = tmp_path / "state", tmp_path / "a" / "jobs" / "j"
     open_view(ACTING, inventory, "--policy", "auto")
-    until(ACTING, lambda s: "acting view of controller" in s, 60, "the acting view")
+    until_shown(ACTING, lambda s: "acting view of controller" in s, 60, "the acting view")
     controller = lock_holder(state)
     open_view(WATCHING, inventory, "--read-only")
-    until(
+    until_shown(
         WATCHING,
         lambda s: f"READ-ONLY view: every action is off of controller pid {controller}" in s,
         60,
@@ -165,16 +149,16 @@ def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
     )
     for s in (ACTING, WATCHING):
         tmux("send-keys", "-t", s, "2")
-        until(s, lambda shown: "running" in shown, 120, "j running in the Jobs view")
+        until_shown(s, lambda shown: "running" in shown, 120, "j running in the Jobs view")
 
     tmux("send-keys", "-t", WATCHING, "s")
-    until(WATCHING, lambda s: "read-only console: stop j is off" in s, 10, "the refusal")
+    until_shown(WATCHING, lambda s: "read-only console: stop j is off" in s, 10, "the refusal")
     assert "stopped" not in [e.get("kind") for e in executor_events(workdir)]
 
     tmux("send-keys", "-t", ACTING, "s")
-    until(ACTING, lambda s: "Stop j?" in s, 10, "the question")
+    until_shown(ACTING, lambda s: "Stop j?" in s, 10, "the question")
     tmux("send-keys", "-t", ACTING, "y")
-    until(WATCHING, lambda s: "stopped" in s, 60, "the read-only view told j stopped")
+    until_shown(WATCHING, lambda s: "stopped" in s, 60, "the read-only view told j stopped")
     # from the executor's own events, and the controller's journal: one stop, by the acting view
     assert "stopped" in [e.get("kind") for e in executor_events(workdir)]
     actions = [e.msg for e in read(state / "journal.jsonl") if e.kind is Kind.ACTION]
@@ -183,13 +167,15 @@ def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
 
     # the palette stops the controller (asked first); the read-only view says it is gone
     tmux("send-keys", "-t", ACTING, "-l", ":")
-    until(ACTING, lambda s: "Search for commands" in s, 10, "the palette open")
+    until_shown(ACTING, lambda s: "Search for commands" in s, 10, "the palette open")
     tmux("send-keys", "-t", ACTING, "-l", "stop the controller")
-    until(ACTING, lambda s: "unattended_s" in s, 10, "the palette's hit")
+    until_shown(ACTING, lambda s: "unattended_s" in s, 10, "the palette's hit")
     tmux("send-keys", "-t", ACTING, "Enter")
-    until(ACTING, lambda s: f"Stop the controller (pid {controller})?" in s, 10, "the question")
+    until_shown(
+        ACTING, lambda s: f"Stop the controller (pid {controller})?" in s, 10, "the question"
+    )
     tmux("send-keys", "-t", ACTING, "y")
-    until(
+    until_shown(
         ACTING,
         lambda s: (
             "was stopped from this view"
@@ -198,7 +184,7 @@ def test_two_views_at_once_one_acting_one_read_only_see_one_controller(
         30,
         "the view's closing note",
     )
-    until(WATCHING, lambda s: "NOT ANSWERING" in s, 30, "the read-only view told")
+    until_shown(WATCHING, lambda s: "NOT ANSWERING" in s, 30, "the read-only view told")
     assert not held(state)
     last = list(read(state / "journal.jsonl"))[-1]
     assert last.kind is Kind.CONSOLE and last.msg == "console stopped"

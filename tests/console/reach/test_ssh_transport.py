@@ -15,6 +15,7 @@ import asyncssh
 import psutil
 import pytest
 from support.sshbed import SshBed, SshHost
+from support.wait import until
 
 from console.reach.transport import ssh as ssh_module
 from console.reach.transport.base import PermanentTransportError, TemporaryTransportError
@@ -63,16 +64,6 @@ def target(host: SshHost, **overrides: Any) -> SshTarget:
     }
     values.update(overrides)
     return SshTarget(**values)
-
-
-async def wait_until(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    """Poll an async condition until it holds; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while not (value := await check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
 
 
 async def file_chunks(path: Path, offset: int = 0, stop: int | None = None) -> AsyncIterator[bytes]:
@@ -221,7 +212,7 @@ async def test_run_timeout_is_temporary_and_the_command_does_not_linger(host: Ss
     async def killed() -> bool:
         return not [p for p in psutil.process_iter() if _cmdline(p) == ["sleep", "31.5"]]
 
-    await wait_until(killed, 6, "the timed-out command to be killed on the host")
+    await until(killed, 6, "the timed-out command to be killed on the host", interval=0.02)
 
 
 def _cmdline(p: psutil.Process) -> list[str]:
@@ -241,13 +232,13 @@ async def test_detached_process_outlives_the_connection(host: SshHost) -> None:
             cwd=str(host.root),
         )
     sshd = psutil.Process(host.proc.pid if host.proc else 0)
-    await wait_until(lambda: _no_sessions(sshd), 5, "the ssh session to end")
+    await until(lambda: _no_sessions(sshd), 5, "the ssh session to end", interval=0.02)
     async with SshTransport(target(host)) as t:
         assert (await t.run(["kill", "-0", str(pid)])).returncode == 0
         assert (await t.run(["cat", str(log)])).stdout == f"started in {host.root} with x y\n"
         assert psutil.Process(pid).cmdline() == ["sleep", "300"]
         await t.run(["kill", str(pid)])
-    await wait_until(_exited(pid), 5, "the detached process to exit")
+    await until(_exited(pid), 5, "the detached process to exit", interval=0.02)
 
 
 def _exited(pid: int) -> Callable[[], Awaitable[bool]]:
@@ -278,7 +269,7 @@ async def test_open_socket_round_trips_bytes(host: SshHost) -> None:
         async def served() -> bool:
             return await t.stat(sock) is not None
 
-        await wait_until(served, 10, "the echo server's socket")
+        await until(served, 10, "the echo server's socket", interval=0.02)
         reader, writer = await t.open_socket(sock)
         payload = os.urandom(300_000)
         writer.write(payload)
@@ -355,7 +346,7 @@ async def test_lost_connection_is_redialled_on_next_use(host: SshHost) -> None:
         host.kill_all()
         host.start()
         assert t._conn is not None
-        await wait_until(_closed(t), 5, "the client to notice the dead connection")
+        await until(_closed(t), 5, "the client to notice the dead connection", interval=0.02)
         assert (await t.run(["echo", "back"])).stdout == "back\n"
         assert t.connects == 2
 

@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -24,6 +24,7 @@ import pytest
 from chaos.observe import executor_events, last_step
 from support import sshbed
 from support.servicebed import HOTSPARE, LEASE_S, env, inventory, start_time
+from support.tmuxbed import tmux, until_shown
 from support.wait import wait_for as wait
 
 from console.reach.transport.ssh_dial import SshTarget
@@ -49,22 +50,6 @@ def session() -> Iterator[None]:
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, timeout=10)
     yield
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, timeout=10)
-
-
-def tmux(*args: str) -> str:
-    done = subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10, check=True)
-    return done.stdout
-
-
-def until_shown(predicate: Callable[[str], bool], timeout: float, what: str) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = tmux("capture-pane", "-p", "-t", SESSION)
-        if predicate(shown):
-            return shown
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; screen:\n{shown}")
-        time.sleep(SCREEN_POLL_S)  # polling, bounded by the deadline above
 
 
 def address(host: sshbed.SshHost, state_dir: Path) -> str:
@@ -140,7 +125,11 @@ def test_views_over_ssh_one_acting_one_read_only_and_neither_a_cut_link_nor_a_ki
     tmux("new-session", "-d", "-s", SESSION, "-x", "160", "-y", "40", command)
     tmux("set-option", "-t", SESSION, "remain-on-exit", "on")
     shown = until_shown(
-        lambda s: f"controller pid {controller.pid}" in s and "over ssh" in s, 60, "the title"
+        SESSION,
+        lambda s: f"controller pid {controller.pid}" in s and "over ssh" in s,
+        60,
+        "the title",
+        SCREEN_POLL_S,
     )
     assert "acting view" in shown and host.address in shown
     # a read-only view beside it, on the same controller, through the same sshd
@@ -150,7 +139,9 @@ def test_views_over_ssh_one_acting_one_read_only_and_neither_a_cut_link_nor_a_ki
         assert Remote(tunnel.local).hello()["pid"] == controller.pid
         # the acting view acts: its order lands in the controller's journal as done
         tmux("send-keys", "-t", SESSION, "2")
-        until_shown(lambda s: "running" in s, 60, "j running in the Jobs view")
+        until_shown(
+            SESSION, lambda s: "running" in s, 60, "j running in the Jobs view", SCREEN_POLL_S
+        )
         tmux("send-keys", "-t", SESSION, "c")
         wait(lambda: journal_has(journal, Kind.ACTION, "checkpoint j now"), 30, "the order")
         # the read-only view's mirror follows the controller's own files
@@ -174,10 +165,22 @@ def test_views_over_ssh_one_acting_one_read_only_and_neither_a_cut_link_nor_a_ki
         cut_at = time.monotonic()
         assert cut_sessions(host), "the views' sessions on the controller's machine"
         wait(lambda: tunnel.lost_since is not None, 30, "the read-only view losing its link")
-        until_shown(lambda s: "LOST since" in s, 30, "the acting view saying its link is lost")
+        until_shown(
+            SESSION,
+            lambda s: "LOST since" in s,
+            30,
+            "the acting view saying its link is lost",
+            SCREEN_POLL_S,
+        )
         wait(lambda: tunnel.lost_since is None, 60, "the read-only view's link back")
         assert Remote(tunnel.local).hello()["pid"] == controller.pid
-        until_shown(lambda s: "LOST since" not in s and "over ssh" in s, 60, "the link back")
+        until_shown(
+            SESSION,
+            lambda s: "LOST since" not in s and "over ssh" in s,
+            60,
+            "the link back",
+            SCREEN_POLL_S,
+        )
 
         # the acting view SIGKILLed, the read-only one closed
         view = int(tmux("display-message", "-p", "-t", SESSION, "#{pane_pid}").strip())
