@@ -34,7 +34,7 @@ from support.distbed import (
 from support.helpers import TINY_CONFIG, env_with
 
 from executors import exitcodes
-from executors.kinds.torch.dist import GLOO_IFNAME, interface_of, joined
+from executors.kinds.torch.dist import CONNECT_TRY_S, GLOO_IFNAME, interface_of, joined
 from executors.kinds.torch.logical import plan
 from protocol.errors import ConfigError
 from protocol.faults import StopReason
@@ -195,6 +195,33 @@ def test_a_member_started_past_the_collective_timeout_still_joins_and_trains_bit
     assert not any(isinstance(x, RunEnded) for x in first.client.seen)
     late.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(1)))
     assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+
+
+def test_a_rank_that_joins_before_rank_0_serves_waits_quietly_and_trains_bit_exact(
+    tmp_path: Path, reference: Reference, cleanup: list[Member]
+) -> None:
+    """Rank 1 started two store tries before rank 0: it waits for rank 0's store without a word
+    (a store client dialling a port nothing served yet wrote torch's C++ error and stack trace
+    into executor.log at every try), then both train to the reference's parameters."""
+    members = serve([tmp_path / "r0", tmp_path / "r1"])
+    cleanup += members
+    port = free_port()
+
+    def rendezvous(rank: int) -> Rendezvous:
+        return Rendezvous(node_rank=rank, addresses=["127.0.0.1"] * 2, master_port=port)
+
+    zero, early = members
+    early.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(1)))
+    began = time.monotonic()
+    # the fault's length: two of the joining rank's tries pass with nothing served
+    early.client.until(lambda x: time.monotonic() - began > 2 * CONNECT_TRY_S + 0.5, 30)
+    assert not listening(port) and not any(isinstance(x, RunEnded) for x in early.client.seen)
+    zero.client.send(Start(spec=SPEC, epoch=1, rendezvous=rendezvous(0)))
+    assert [finished(m).params_sha256 for m in members] == [reference.digest] * 2
+    for m in members:
+        rc, err = m.proc.finish(30)
+        assert rc == exitcodes.OK, err
+        assert "c10d" not in err and "TCPStore" not in err, err[-2000:]
 
 
 def test_an_abandoned_epoch_ends_its_joins_at_once_and_each_member_stays_warm_for_the_next(

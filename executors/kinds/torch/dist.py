@@ -252,6 +252,8 @@ JOIN_POLL_S = 0.05
 CONNECT_TRY_S = 2.0
 """A rank other than 0 dials the store in tries this long (torch retries within each), so a
 join abandoned while rank 0 never serves (its host lost at the epoch's start) ends then."""
+SERVED_POLL_S = 0.05
+"""How often a joining rank tries rank 0's store port while nothing listens there."""
 
 
 class JoinAbandoned(HotspareError):
@@ -324,6 +326,7 @@ def _dialled(
             multi_tenant=True,
         )
     while True:
+        _served(host, rv.master_port, deadline, abandoned)
         left = deadline - time.monotonic()
         try:
             store = dist.TCPStore(
@@ -342,6 +345,25 @@ def _dialled(
             continue
         store.set_timeout(within)
         return store
+
+
+def _served(host: str, port: int, deadline: float, abandoned: Callable[[], bool]) -> None:
+    """Until rank 0's store takes a connection (a plain one, closed at once), or the deadline,
+    or abandoned. A store client dialling a port not served yet logged torch's C++ error and
+    stack trace into executor.log at every try, while rank 0 was still starting."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(CONNECT_TRY_S, left))):
+                return
+        except OSError as e:
+            if abandoned():
+                raise JoinAbandoned("epoch abandoned by the console before rank 0 served") from None
+            if time.monotonic() > deadline:
+                raise dist.DistNetworkError(
+                    f"rank 0's store at {host}:{port} was not served in time ({e})"
+                ) from None
+        time.sleep(SERVED_POLL_S)
 
 
 @contextlib.contextmanager
