@@ -269,19 +269,25 @@ def test_a_half_written_checkpoint_is_never_copied_reported_or_resumed_from(
     (crash,) = torn.of("fault")
     assert crash["fault"] == "crash" and crash["fatal"]
     assert "exited with code 3" in crash["message"]
-    assert saved_steps(torn) == [10, 20]
-    assert [m.step for m in manifests(work)] == [10, 20]
+    # the newest complete one is taken; an older one may be passed over once a newer one was
+    # published (a fresh-clone run under load, settle rule: ckpt-10 had not settled when
+    # ckpt-20 was seen closed, and only later steps are judged after a publish)
+    saved = saved_steps(torn)
+    assert saved[-1:] == [20] and set(saved) <= {10, 20}, saved
+    assert [m.step for m in manifests(work)] == saved
     assert (work / "ckpt" / "ckpt-30.pt").stat().st_size > 0, "the torn file is there"
     assert [p["step"] for p in torn.of("progress")][-1] == 30
     if rule == "marker":
         return  # the restart below is the same for both rules
 
+    left = len(list((work / "ckpt").glob("ckpt-*.pt")))  # the torn one among them
     again = run_job(job, work)
     assert again.returncode == 0, again.stderr
     assert again.of("resumed")[0]["step"] == 20
     resumed_from = json.dumps(str(work / "ckpt" / "ckpt-20.pt"))
     assert line(again, "resume ") == f"resume {resumed_from} at step 20"
-    assert any(e["text"].startswith("removed 3 checkpoint file(s)") for e in again.of("log"))
+    removed = f"removed {left} checkpoint file(s)"
+    assert any(e["text"].startswith(removed) for e in again.of("log")), again.of("log")
     assert_bit_exact(again, full_run)
 
 
