@@ -3,8 +3,9 @@
 Each pytest process (each xdist worker) moves itself into a cgroup v1 ``cpuacct`` group of
 its own; whatever it starts (executors, sshd hosts, etcd, torch) stays in that group, so the
 group's usage over one test is that test's CPU, whichever worker ran beside it. One line per
-test is appended to FILE: ``cpu_s wall_s own_s nodeid``, ``own_s`` the pytest process's own
-share (the console under test runs in it). ``scripts/suite-cpu`` runs the suite this
+test is appended to FILE: ``cpu_s wall_s own_s end nodeid``, ``own_s`` the pytest process's own
+share (the console under test runs in it), ``end`` when it ended (the epoch's seconds: every
+worker's lines on one clock, so the run's timeline can be drawn from them). ``scripts/suite-cpu`` runs the suite this
 way and prints the table. Off (and free) unless the variable is set; where the host has no
 writable ``cpuacct`` hierarchy it says so once and accounts nothing.
 """
@@ -30,7 +31,7 @@ class Account:
         return int(self.group.read("cpuacct.usage")) / 1e9
 
     def record(self, nodeid: str, cpu_s: float, wall_s: float, own_s: float) -> None:
-        line = f"{cpu_s:.2f} {wall_s:.2f} {own_s:.2f} {nodeid}\n".encode()
+        line = f"{cpu_s:.2f} {wall_s:.2f} {own_s:.2f} {time.time():.2f} {nodeid}\n".encode()
         fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)  # one write per line: workers' lines never interleave
