@@ -49,22 +49,11 @@ def cross_check(inv: Inventory, text: str) -> None:
             f"the leader's etcd lease ({inv.console.leader_ttl_s:g} s) must be shorter than "
             f"lease_s ({inv.console.lease_s:g} s): a standby takes over before leases end",
         )
-    for name in inv.hosts:
-        if not re.fullmatch(JOB_NAME_PATTERN, name):
-            fail(
-                inv,
-                text,
-                ["hosts", name],
-                "a host name may hold only letters, digits, '.', '_' and '-'",
-            )
-    for name in inv.regions:
-        if not re.fullmatch(JOB_NAME_PATTERN, name):
-            fail(
-                inv,
-                text,
-                ["regions", name],
-                "a region name may hold only letters, digits, '.', '_' and '-'",
-            )
+    for table, kind, names in (("hosts", "host", inv.hosts), ("regions", "region", inv.regions)):
+        for name in names:
+            if not re.fullmatch(JOB_NAME_PATTERN, name):
+                what = f"a {kind} name may hold only letters, digits, '.', '_' and '-'"
+                fail(inv, text, [table, name], what)
     if inv.provisioner is not None:
         for region in inv.provisioner.min_spares:
             if region not in inv.regions:
