@@ -582,7 +582,7 @@ class Supervisor:
         self.commits.new_epoch(epoch, len(plan))
         now = time.monotonic()
         members = [Member(r, h, last_seen=now) for r, h in enumerate(plan)]
-        run = self._epoch(members, epoch)
+        run = self._epoch(members, epoch, resume)
         failed = [(m, g) for m, g in zip(members, got, strict=True) if isinstance(g, Outcome)]
         if failed:
             for g in got:
@@ -631,10 +631,11 @@ class Supervisor:
             raise LinkError(got.why)
         return got
 
-    def _epoch(self, members: list[Member], epoch: int) -> GroupEpoch:
+    def _epoch(self, members: list[Member], epoch: int, resume: int | None = None) -> GroupEpoch:
         run = GroupEpoch(
             members,
             epoch=epoch,
+            resume=resume,
             lease=self.lease,
             detection=self._detection,
             loss=self._loss,

@@ -119,10 +119,11 @@ def say(sup: Supervisor, host: str, msg: ExecutorMessage) -> Outcome | None:
     return sup._messages.on_message(Member(sup.members.index(host), host), msg)
 
 
-async def recovered(sup: Supervisor, ends: list[Outcome]) -> object:
+async def recovered(sup: Supervisor, ends: list[Outcome], resume: int | None = None) -> object:
     """What ``sup``'s recovery returns for its run ending so (one end per member, the first
-    the one that ended the run; a group of one's is the first), within 10 s."""
+    the one that ended the run; a group of one's is the first; ``resume``: the step the epoch
+    was told to resume from), within 10 s."""
     ends = ends[: len(sup.members)]
     members = [Member(r, h, exit=e) for r, (h, e) in enumerate(zip(sup.members, ends, strict=True))]
-    run = SimpleNamespace(members=members, origin=lambda: members[0])
+    run = SimpleNamespace(members=members, origin=lambda: members[0], resume=resume)
     return await asyncio.wait_for(sup._group_recovery.recover(run), 10)  # type: ignore[arg-type]

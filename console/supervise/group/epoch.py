@@ -54,6 +54,7 @@ class GroupEpoch:
         members: list[Member],
         *,
         epoch: int,
+        resume: int | None = None,
         lease: JobLease,
         detection: DetectionSettings,
         loss: LinkLoss,
@@ -67,6 +68,9 @@ class GroupEpoch:
     ) -> None:
         self.members = members
         self.epoch = epoch
+        self.resume = resume
+        """The committed step its members were told to resume from (None: step 0, or a run
+        found at console start, whose step this console did not choose)."""
         self._lease = lease
         self._det = detection
         self._loss = loss

@@ -176,7 +176,7 @@ class GroupRecovery:
             cls = "host_lost" if first.exit.exit is Exit.HOST_LOST else first.exit.exit.value
             why = f"{first.host}: {first.exit.why}"
         self._open_incident(first, cls, why, planned=planned)
-        free = decision.retry and self._resume.retry(first.host)
+        free = decision.retry and self._resume.retry(first.host, run.resume)
         decision = budgeted(
             decision, self._restarts, first.host, first.exit.why, self._last(members), free=free
         )

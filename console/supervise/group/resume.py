@@ -68,8 +68,6 @@ class ResumeStep:
         self._refused: set[tuple[str, int]] = set()
         """(host, step): a member on that host could not load that step (its executor said so,
         or its promotion failed); never chosen for that host again."""
-        self._chosen: int | None = None
-        """The step the last resume chose (None: none yet under this console, or step 0)."""
         self._retried: set[tuple[str, int]] = set()
         """(host, step): refusals a restart was already granted for, free of the budget."""
 
@@ -77,15 +75,16 @@ class ResumeStep:
         """A member on ``host`` could not load ``step``: the next resume chooses an older one."""
         self._refused.add((host, step))
 
-    def retry(self, host: str) -> bool:
-        """A member on ``host`` could not load the step the last resume chose (its run ended
-        ``resume_failed``): that step is refused there (its ``Fault`` may never have been read),
-        and True the first time for that host and step: the restart that follows resumes from
-        an older step, so it spends none of the job's restarts and such restarts end. False
-        when no step was chosen under this console or it was retried already."""
-        if self._chosen is None:
+    def retry(self, host: str, step: int | None) -> bool:
+        """A member on ``host`` could not load ``step``, the one its epoch was told to resume
+        from (its run ended ``resume_failed``): that step is refused there (its ``Fault`` may
+        never have been read), and True the first time for that host and step: the restart
+        that follows resumes from an older step, so it spends none of the job's restarts and
+        such restarts end. False when the step is not known (a run found at console start) or
+        was retried already."""
+        if step is None:
             return False
-        key = (host, self._chosen)
+        key = (host, step)
         self.refuse(*key)
         if key in self._retried:
             return False
@@ -130,7 +129,6 @@ class ResumeStep:
                 step = _newest_whole(have, committed)
         while step is not None and not await self._promoted(step, have):
             step = _newest_whole(have, committed)  # one that failed is gone from ``have``
-        self._chosen = step
         if step is None:
             if committed:
                 self._alert(

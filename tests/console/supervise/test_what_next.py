@@ -298,34 +298,31 @@ async def test_a_step_a_member_cannot_load_is_retried_older_once_for_free_then_p
     host with nothing wrong with it, or failed as a crash loop. The retry is free once per host
     and step (the step is refused there, so the next resume is older and retries end), even
     when the member's Fault saying which step was never read; the same refusal again, or one
-    with no step chosen under this console, is paid for."""
+    of a run found at console start (its step not this console's choice), is paid for."""
     svc = svc_up(tmp_path)
     sup = running(svc, kind, ["a", "b"])
     live, resume = sup.live, sup._resume
-    chosen: list[int | None] = [40]
 
     async def step(new: list[int], planned: bool = False) -> int | None:
-        resume._chosen = chosen[0]  # what the real choice notes, older each time
-        return chosen[0]
+        return 30  # the next resume's choice
 
     resume.step = step  # type: ignore[method-assign]
-    resume._chosen = 40  # the epoch that just ended resumed from step 40
     ends = [REFUSED, RUN_CRASH]
-    chosen[0] = 30
-    assert await recovered(sup, ends) == (30,)
+    # the epoch that just ended was told to resume from step 40
+    assert await recovered(sup, ends, resume=40) == (30,)
     assert live.state is JobState.RESTARTING and live.rec.restarts == 0, live.why
     assert "no restart spent" in live.why
     assert ("a", 40) in resume._refused, "refused from the end alone: no Fault was read"
     restart_again(live)
-    assert await recovered(sup, ends) == (30,), "step 30 refused too: free again"
+    assert await recovered(sup, ends, resume=30) == (30,), "step 30 refused too: free again"
     assert live.rec.restarts == 0 and ("a", 30) in resume._refused
     restart_again(live)
-    resume._chosen = 30  # told the same step again (a console's choice gone wrong): paid for
-    assert await recovered(sup, ends) == (30,)
+    # told the same step again (a console's choice gone wrong): paid for
+    assert await recovered(sup, ends, resume=30) == (30,)
     assert live.rec.restarts == 1, live.why
     restart_again(live)
-    resume._chosen = None  # no step chosen under this console (reattached): paid for
-    assert await recovered(sup, ends) == (30,)
+    # a run found at console start: its step not this console's choice, paid for
+    assert await recovered(sup, ends, resume=None) == (30,)
     assert live.rec.restarts == 2, live.why
 
 
